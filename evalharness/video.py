@@ -1,0 +1,150 @@
+"""Video files: encode uint8 frames to mp4 with FFmpeg, read them back, build comparisons.
+
+FFmpeg is the binary that ``imageio-ffmpeg`` ships (no system install needed); another binary
+can be named with the ``EVALHARNESS_FFMPEG`` environment variable.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import ffmpeg
+import imageio_ffmpeg
+import numpy as np
+
+
+class VideoError(RuntimeError):
+    """An FFmpeg invocation failed; the message carries FFmpeg's own last lines."""
+
+
+def ffmpeg_executable() -> str:
+    """Path of the FFmpeg binary used for every encode, decode and metric."""
+    return os.environ.get("EVALHARNESS_FFMPEG") or imageio_ffmpeg.get_ffmpeg_exe()
+
+
+def _check_frames(frames: np.ndarray) -> np.ndarray:
+    frames = np.asarray(frames)
+    if frames.ndim != 4 or frames.shape[-1] != 3:
+        raise ValueError(f"frames must be [T, H, W, 3] uint8 RGB, got shape {frames.shape}")
+    if frames.dtype != np.uint8:
+        raise ValueError(f"frames must be uint8, got {frames.dtype}; convert with models.frames")
+    if frames.shape[0] == 0:
+        raise ValueError("frames is empty: nothing to encode")
+    return np.ascontiguousarray(frames)
+
+
+def _tail(stderr: bytes | None, lines: int = 8) -> str:
+    text = (stderr or b"").decode("utf-8", "replace").strip().splitlines()
+    return "\n".join(text[-lines:])
+
+
+def encode_mp4(
+    frames: np.ndarray,
+    path: str | Path,
+    *,
+    fps: int = 16,
+    crf: int = 18,
+    lossless: bool = False,
+) -> Path:
+    """Encodes RGB frames to an H.264 mp4.
+
+    Args:
+        frames: uint8 [T, H, W, 3] RGB frames (H and W even).
+        path: output file; its folder is created.
+        fps: frame rate.
+        crf: x264 constant rate factor for the lossy yuv420p encode (lower is better).
+        lossless: encode RGB losslessly (libx264rgb, crf 0) instead; decoded frames equal the input.
+
+    Returns:
+        The path written.
+
+    Raises:
+        ValueError: frames of the wrong shape or dtype, or odd height/width for a lossy encode.
+        VideoError: FFmpeg failed (its message is included).
+    """
+    frames = _check_frames(frames)
+    t, h, w, _ = frames.shape
+    if not lossless and (h % 2 or w % 2):
+        raise ValueError(f"yuv420p needs even height and width, got {h}x{w}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if lossless:
+        out_args = {"vcodec": "libx264rgb", "crf": 0, "preset": "ultrafast", "pix_fmt": "rgb24"}
+    else:
+        out_args = {"vcodec": "libx264", "crf": crf, "preset": "medium", "pix_fmt": "yuv420p"}
+    stream = (
+        ffmpeg.input("pipe:", format="rawvideo", pix_fmt="rgb24", s=f"{w}x{h}", framerate=fps)
+        .output(str(path), r=fps, **out_args)
+        .overwrite_output()
+    )
+    try:
+        stream.run(cmd=ffmpeg_executable(), input=frames.tobytes(), quiet=True)
+    except ffmpeg.Error as err:
+        raise VideoError(f"FFmpeg could not write {path}:\n{_tail(err.stderr)}") from err
+    return path
+
+
+def decode_mp4(path: str | Path) -> np.ndarray:
+    """Decodes a video file to uint8 RGB frames [T, H, W, 3].
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        VideoError: FFmpeg could not read it.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no video at {path}")
+    exe = ffmpeg_executable()
+    try:
+        # The bundled FFmpeg has no ffprobe: read the size from a one-frame decode's log instead.
+        _, err = (
+            ffmpeg.input(str(path))
+            .output("pipe:", format="rawvideo", pix_fmt="rgb24", vframes=1)
+            .run(cmd=exe, capture_stdout=True, capture_stderr=True)
+        )
+        width, height = _parse_size(err)
+        out, _ = (
+            ffmpeg.input(str(path))
+            .output("pipe:", format="rawvideo", pix_fmt="rgb24")
+            .run(cmd=exe, capture_stdout=True, capture_stderr=True)
+        )
+    except ffmpeg.Error as err:
+        raise VideoError(f"FFmpeg could not read {path}:\n{_tail(err.stderr)}") from err
+    frames = np.frombuffer(out, np.uint8)
+    return frames.reshape(-1, height, width, 3)
+
+
+def _parse_size(stderr: bytes) -> tuple[int, int]:
+    import re
+
+    text = stderr.decode("utf-8", "replace")
+    # The output stream line, e.g. "Stream #0:0: Video: rawvideo (RGB[24] ...), rgb24, 384x256, ..."
+    for line in reversed(text.splitlines()):
+        if "Video: rawvideo" in line:
+            match = re.search(r", (\d{2,5})x(\d{2,5})[,\s]", line)
+            if match:
+                return int(match.group(1)), int(match.group(2))
+    raise VideoError("could not read the frame size from FFmpeg's output")
+
+
+def difference_panel(a: np.ndarray, b: np.ndarray, gain: float = 8.0) -> np.ndarray:
+    """Absolute difference of two uint8 videos, amplified so small drift is visible.
+
+    Args:
+        a: uint8 [T, H, W, 3].
+        b: uint8 [T, H, W, 3].
+        gain: multiplier applied before clipping to 255.
+
+    Returns:
+        uint8 [T, H, W, 3].
+    """
+    if a.shape != b.shape:
+        raise ValueError(f"videos differ in shape: {a.shape} vs {b.shape}")
+    diff = np.abs(a.astype(np.int16) - b.astype(np.int16)).astype(np.float32) * gain
+    return np.clip(diff, 0, 255).astype(np.uint8)
+
+
+def side_by_side(dense: np.ndarray, sparse: np.ndarray, gain: float = 8.0) -> np.ndarray:
+    """Dense | sparse | amplified difference, concatenated along the width: uint8 [T, H, 3W, 3]."""
+    return np.concatenate([dense, sparse, difference_panel(dense, sparse, gain)], axis=2)
