@@ -1,0 +1,91 @@
+"""Wall-clock timing of compiled JAX work: compilation apart, median of warm runs."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import jax
+
+
+@dataclass(frozen=True)
+class RunTimes:
+    """Seconds of repeated warm runs of one compiled computation.
+
+    Attributes:
+        runs_s: every warm run, in order.
+        steps: denoising steps per run (for per-step time); 1 for non-loop work.
+    """
+
+    runs_s: tuple[float, ...]
+    steps: int = 1
+
+    @property
+    def median_s(self) -> float:
+        return float(statistics.median(self.runs_s))
+
+    @property
+    def min_s(self) -> float:
+        return float(min(self.runs_s))
+
+    @property
+    def max_s(self) -> float:
+        return float(max(self.runs_s))
+
+    @property
+    def per_step_s(self) -> float:
+        return self.median_s / self.steps
+
+    def summary(self) -> dict[str, float]:
+        """Median, min, max and per-step seconds, for metrics."""
+        return {
+            "median_s": self.median_s,
+            "min_s": self.min_s,
+            "max_s": self.max_s,
+            "per_step_s": self.per_step_s,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunTimes:
+        return cls(tuple(data["runs_s"]), int(data["steps"]))
+
+
+def timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float]:
+    """Runs ``fn`` once, waits for every output array, and returns (result, seconds)."""
+    start = time.perf_counter()
+    result = fn(*args, **kwargs)
+    jax.block_until_ready(result)
+    return result, time.perf_counter() - start
+
+
+def time_warm_runs(
+    fn: Callable[..., Any], *args: Any, warm_runs: int, steps: int = 1
+) -> tuple[Any, RunTimes]:
+    """Times ``warm_runs`` executions of an already-compiled ``fn``.
+
+    The caller compiles first (ahead of time, timed separately), so no run here includes tracing or
+    compilation.
+
+    Args:
+        fn: a compiled callable (e.g. ``jax.jit(f).lower(...).compile()``).
+        *args: its arguments, identical for every run.
+        warm_runs: how many timed runs (>= 1).
+        steps: denoising steps per run, for the per-step figure.
+
+    Returns:
+        The last run's result and the run times.
+    """
+    if warm_runs < 1:
+        raise ValueError(f"warm_runs must be >= 1, got {warm_runs}")
+    runs = []
+    result = None
+    for _ in range(warm_runs):
+        result, seconds = timed(fn, *args)
+        runs.append(seconds)
+    return result, RunTimes(tuple(runs), steps)
