@@ -1,0 +1,71 @@
+"""``python -m evalharness``: a matched dense-vs-sparse comparison configured by Hydra.
+
+With no arguments it runs the embedded default (the tiny model at the CPU preset, balanced
+schedule). Exit codes: 0 done, 1 failed or missed a gate threshold (the message names the metric).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from evalharness.config import register_configs
+from evalharness.preflight import PreflightRefusal
+from evalharness.run import GateFailed, run
+from evalharness.sweep import append_summary
+
+log = logging.getLogger("evalharness")
+register_configs()
+_failed_gates: list[str] = []
+
+
+def _summary_row(metrics: dict) -> dict:
+    keys = (
+        "schedule",
+        "schedule_kept_fraction",
+        "dense_median_s",
+        "sparse_median_s",
+        "speedup",
+        "psnr_ffmpeg_db",
+        "psnr_frames_db",
+        "ssim_frames",
+        "noise_floor_psnr_db",
+        "dense_cache",
+        "run_dir",
+    )
+    return {k: metrics.get(k) for k in keys}
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+def main(cfg: DictConfig) -> float | None:
+    """Runs one comparison; in a multirun, records its row for the sweep table."""
+    hydra_cfg = HydraConfig.get()
+    try:
+        metrics = run(cfg)
+    except PreflightRefusal as refusal:
+        # Not a crash: a clear answer that the run does not fit. No traceback.
+        print(f"error: {refusal}", file=sys.stderr)
+        sys.exit(2)
+    except GateFailed as failure:
+        print(f"error: {failure}", file=sys.stderr)
+        metrics = failure.metrics
+        _failed_gates.append(str(failure))
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        append_summary(hydra_cfg.sweep.dir, _summary_row(metrics))
+    return metrics.get("speedup")
+
+
+def cli() -> None:
+    """Entry point that turns gate failures (of any job in a sweep) into exit code 1."""
+    main()
+    if _failed_gates:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,45 @@
+"""Progress over the run's phases (a tqdm bar) plus log lines saying what is being compiled."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+
+from tqdm import tqdm
+
+log = logging.getLogger("evalharness")
+
+
+class Progress:
+    """A phase bar; ``event`` logs finer steps (compiling, warm-up, timed runs) under it.
+
+    Args:
+        phases: the phase names in order.
+        enabled: draw the bar (off when stderr is not a terminal, e.g. in CI logs, where the log
+            lines alone say where the run is).
+    """
+
+    def __init__(self, phases: Sequence[str], enabled: bool | None = None) -> None:
+        self.phases = list(phases)
+        enabled = sys.stderr.isatty() if enabled is None else enabled
+        self.bar = tqdm(total=len(self.phases), unit="phase", disable=not enabled, leave=False)
+        self.current: str | None = None
+
+    def phase(self, name: str) -> None:
+        """Marks the start of a phase (phases may be skipped, never revisited)."""
+        if name not in self.phases:
+            raise ValueError(f"unknown phase {name!r}; phases: {self.phases}")
+        target = self.phases.index(name)
+        self.bar.update(target - self.bar.n)
+        self.bar.set_description(name)
+        self.current = name
+        log.info("[%d/%d] %s", target + 1, len(self.phases), name)
+
+    def event(self, message: str) -> None:
+        """Logs a finer step within the current phase."""
+        self.bar.set_postfix_str(message, refresh=True)
+        log.info("  %s", message)
+
+    def close(self) -> None:
+        self.bar.close()
