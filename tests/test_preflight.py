@@ -1,0 +1,75 @@
+"""Preflight refuses runs that cannot fit, before anything is allocated."""
+
+import pytest
+
+from evalharness.preflight import PreflightRefusal, check, estimate_cost, parameter_count
+from evalharness.run import run
+from models.config import get_transformer_config
+from models.video_geometry import VideoGeometry
+from tests.harness_config import small_config
+
+
+def test_parameter_count_matches_wan_sizes():
+    assert parameter_count(get_transformer_config("wan2.1-t2v-1.3b")) == pytest.approx(
+        1.42e9, rel=0.03
+    )
+    assert parameter_count(get_transformer_config("wan2.1-t2v-14b")) == pytest.approx(
+        14.3e9, rel=0.03
+    )
+
+
+def test_attention_share_grows_with_resolution():
+    cfg = get_transformer_config("wan2.1-t2v-14b")
+    shares = []
+    for h, w in ((720, 1280), (1088, 1920), (1440, 2560)):
+        est = estimate_cost(
+            cfg,
+            VideoGeometry(81, h, w),
+            steps=40,
+            cfg_batch=2,
+            warm_runs=3,
+            kept_fraction=0.4,
+            noise_floor=True,
+            param_dtype="bfloat16",
+            dtype="bfloat16",
+            device_flops_per_s=1e12,
+            device_bytes=2**40,
+        )
+        shares.append(est.attention_share)
+    assert shares == sorted(shares) and shares[0] > 0.5 and shares[-1] > 0.85
+
+
+def test_refusal_names_numbers_and_override():
+    est = estimate_cost(
+        get_transformer_config("wan2.1-t2v-14b"),
+        VideoGeometry(81, 720, 1280),
+        steps=40,
+        cfg_batch=2,
+        warm_runs=3,
+        kept_fraction=0.4,
+        noise_floor=True,
+        param_dtype="bfloat16",
+        dtype="bfloat16",
+        device_flops_per_s=1e11,
+        device_bytes=24 * 2**30,
+    )
+    with pytest.raises(PreflightRefusal) as info:
+        check(est, max_minutes=30, what="test")
+    message = str(info.value)
+    assert "75,600 tokens" in message and "max_minutes" in message and "GiB" in message
+    assert "Nothing was allocated" in message
+
+
+def test_headline_1440p_on_cpu_is_refused_without_allocating(tmp_path, monkeypatch):
+    import evalharness.run as run_module
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("preflight must refuse before any model is built")
+
+    monkeypatch.setattr(run_module, "build_components", no_build)
+    cfg = small_config(
+        tmp_path, "resolution=1440p", "schedule=aggressive", "steps=40", "warm_runs=3"
+    )
+    with pytest.raises(PreflightRefusal, match="302,400 tokens"):
+        run(cfg)
+    assert not (tmp_path / "outputs").exists()  # no run folder, no MLflow database
