@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import os
 import platform
 import socket
@@ -26,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from evalharness import artifacts, preflight
 from evalharness.arms import ArmResult, decode_arm, run_arm
-from evalharness.attention_setup import build_attention
+from evalharness.attention_setup import build_attention, nominal_kept_fraction
 from evalharness.cache import ArmCache, cache_key, code_version
 from evalharness.components import build_components, transformer_config_for
 from evalharness.config import EvalConfig
@@ -185,7 +184,6 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
     geometry = VideoGeometry(cfg.resolution.frames, cfg.resolution.height, cfg.resolution.width)
     tcfg = transformer_config_for(cfg.model)
     sampler, shift = _sampler_for(cfg, geometry)
-    attention = build_attention(cfg, geometry, tcfg)
     cfg_batch = 2 if cfg.guidance_scale != 1.0 and cfg.negative_prompt is not None else 1
     estimate = preflight.estimate_cost(
         tcfg,
@@ -193,7 +191,7 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
         steps=cfg.steps,
         cfg_batch=cfg_batch,
         warm_runs=cfg.warm_runs,
-        kept_fraction=attention.kept_fraction,
+        kept_fraction=nominal_kept_fraction(cfg, tcfg.num_layers),
         noise_floor=cfg.noise_floor,
         param_dtype=cfg.model.param_dtype,
         dtype=cfg.dtype,
@@ -201,6 +199,7 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
     )
     what = f"model={cfg.model.name} resolution={cfg.resolution.name} schedule={cfg.schedule.name}"
     preflight.check(estimate, max_minutes=cfg.max_minutes, what=what)
+    attention = build_attention(cfg, geometry, tcfg)
     log.info(
         "preflight: %s tokens, attention %.0f%% of dense FLOPs, estimated %.1f min",
         f"{estimate.tokens:,}",
@@ -258,7 +257,7 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
 
 def _compare(cfg, geometry, sampler, shift, attention, run_dir, tracker, progress) -> dict:
     progress.phase("build model")
-    components = build_components(cfg.model, cfg.dtype)
+    components = build_components(cfg.model, cfg.dtype, cfg.cache_dir)
 
     progress.phase("encode prompts")
     start = time.perf_counter()
@@ -406,10 +405,12 @@ def _compare(cfg, geometry, sampler, shift, attention, run_dir, tracker, progres
         tracker.log_metrics({"psnr_frame_db": value, "ssim_frame": frames_q.ssim[i]}, step=i)
     if stats is not None:
         attention.save_stats(stats, run_dir)
-        for step, fraction in enumerate(stats.temporal_fraction_per_step()):
-            if not math.isnan(fraction):
+        per_cell = stats.temporal_fraction()  # [steps, layers], NaN where dense
+        for step, row in enumerate(per_cell):
+            if not np.isnan(row).all():
+                fraction = float(np.nanmean(row))
                 tracker.log_metrics({"routing_temporal_fraction": fraction}, step=step)
-        metrics["routing_temporal_fraction"] = stats.mean_temporal_fraction()
+        metrics["routing_temporal_fraction"] = stats.overall_temporal_fraction()
     (run_dir / "timings.json").write_text(
         json.dumps({"dense": _arm_meta(dense), "sparse": _arm_meta(sparse)}, indent=2)
     )

@@ -1,0 +1,167 @@
+"""The three attention functions of a comparison, built from the schedule and kernel configs.
+
+- dense arm: the dense executor (``kernel.dense_executor``, B0 by default) on the chosen backend;
+- noise floor: a second dense executor (``kernel.noise_floor_executor``), same model otherwise;
+- sparse arm: the schedule's policy (routing + B1/B2/B3), and a recording twin for routing stats.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from evalharness.config import EvalConfig
+from kernels.block_sizes import BlockSizes
+from kernels.geometry import TokenGeometry
+from kernels.policy import AttentionPolicy, make_dense_attend
+from kernels.routing import routing_flops_fraction
+from kernels.routing_stats import RoutingStats, plot_temporal_fraction
+from kernels.schedule import SparsitySchedule
+from models.config import WanTransformerConfig
+from models.video_geometry import VideoGeometry
+
+
+def resolve_backend(backend: str) -> str:
+    """``auto`` → the Pallas TPU kernel on a TPU, the block-sparse XLA executors elsewhere."""
+    if backend == "auto":
+        return "pallas_tpu" if jax.devices()[0].platform == "tpu" else "xla"
+    return backend
+
+
+def token_geometry(video: VideoGeometry) -> TokenGeometry:
+    """The transformer's token grid of a video (latent frames x latent H/2 x latent W/2)."""
+    frames, height, width = video.token_grid
+    return TokenGeometry(frames, height, width)
+
+
+def schedule_of(cfg: EvalConfig) -> SparsitySchedule:
+    """The kernels' schedule object from the ``schedule`` config group (validated there)."""
+    return SparsitySchedule.from_mapping(asdict(cfg.schedule))
+
+
+def nominal_kept_fraction(cfg: EvalConfig, layers: int) -> float:
+    """The schedule's kept fraction with the nominal density (no mask built): for preflight."""
+    schedule = schedule_of(cfg)
+    if not schedule.sparse:
+        return 1.0
+    dense_steps = schedule.dense_steps(cfg.steps)
+    dense_layers = schedule.dense_layers(layers)
+    sparse_cells = (cfg.steps - dense_steps) * (layers - dense_layers)
+    total = cfg.steps * layers
+    return (total - sparse_cells + sparse_cells * schedule.density) / total
+
+
+@dataclass
+class AttentionSetup:
+    """The attention functions of one comparison and what describes them."""
+
+    schedule: SparsitySchedule
+    geometry: TokenGeometry
+    backend: str
+    block_sizes: BlockSizes
+    dense: Any
+    noise_floor: Any
+    sparse: AttentionPolicy
+    recording: AttentionPolicy | None
+    kept_fraction: float
+    steps: int
+    layers: int
+
+    def describe(self) -> dict[str, Any]:
+        """Metrics that describe the sparse side (densities, dense cells, routing cost)."""
+        sparse = self.schedule.sparse
+        density = self.schedule.sparse_density(self.geometry, self.block_sizes) if sparse else 1.0
+        plan = self.sparse.plan
+        out: dict[str, Any] = {
+            "schedule_kept_fraction": self.kept_fraction,
+            "mask_density": density,
+            "mask_target_density": self.schedule.density,
+            "dense_steps": self.schedule.dense_steps(self.steps),
+            "dense_layers": self.schedule.dense_layers(self.layers),
+            "attention_backend": self.backend,
+        }
+        if sparse:
+            out["routing_flops_fraction"] = routing_flops_fraction(
+                self.geometry, density, self.schedule.routing_samples
+            )
+        if plan is not None:
+            stats = plan.stats() if callable(getattr(plan, "stats", None)) else None
+            if isinstance(stats, dict):
+                out.update({f"tiles.{k}": v for k, v in stats.items() if _number(v)})
+        return out
+
+    def collect_stats(self) -> RoutingStats:
+        """Routing of the recorded run: flags and errors per (step, layer, batch, head)."""
+        assert self.recording is not None
+        return self.recording.stats
+
+    def save_stats(self, stats: RoutingStats, run_dir: Path) -> None:
+        """``routing_stats.npz`` and ``routing_heatmap.png`` (temporal fraction, step x layer)."""
+        np.savez(
+            run_dir / "routing_stats.npz",
+            temporal=stats.temporal,
+            spatial_error=stats.spatial_error,
+            temporal_error=stats.temporal_error,
+            temporal_fraction=stats.temporal_fraction(),
+        )
+        plot_temporal_fraction(
+            stats,
+            run_dir / "routing_heatmap.png",
+            title=f"heads routed temporal · schedule {self.schedule.name}",
+        )
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def build_attention(
+    cfg: EvalConfig, video: VideoGeometry, model: WanTransformerConfig
+) -> AttentionSetup:
+    """Builds every attention function of the run (host-side plans only; nothing is traced).
+
+    Raises:
+        ValueError: a schedule, backend or tile size that does not suit the geometry.
+    """
+    geometry = token_geometry(video)
+    backend = resolve_backend(cfg.kernel.backend)
+    block_sizes = BlockSizes(cfg.kernel.block_q, cfg.kernel.block_kv)
+    plan_backend = "xla" if backend == "reference" else backend
+    block_sizes.validate(geometry.tokens, plan_backend)
+    schedule = schedule_of(cfg)
+    layers = model.num_layers
+    dense = make_dense_attend(cfg.kernel.dense_executor, backend=backend, block_sizes=block_sizes)
+    noise_floor = make_dense_attend(
+        cfg.kernel.noise_floor_executor, backend=backend, block_sizes=block_sizes
+    )
+    options = dict(
+        num_steps=cfg.steps,
+        num_layers=layers,
+        backend=backend,
+        block_sizes=block_sizes,
+        dense_attend=dense,
+        seed=cfg.seed,
+    )
+    sparse = AttentionPolicy(schedule, geometry, **options)
+    recording = None
+    if schedule.sparse and sparse.dense_steps < cfg.steps:
+        recording = AttentionPolicy(schedule, geometry, record_stats=True, **options)
+    kept = schedule.overall_kept_fraction(cfg.steps, layers, geometry, block_sizes)
+    return AttentionSetup(
+        schedule,
+        geometry,
+        backend,
+        block_sizes,
+        dense,
+        noise_floor,
+        sparse,
+        recording,
+        kept,
+        cfg.steps,
+        layers,
+    )
