@@ -39,6 +39,7 @@ class ResolutionConfig:
     height: int = MISSING
     width: int = MISSING
     flow_shift: float | None = None  # None: Wan's rule (3.0 at 480p and below, 5.0 above)
+    default_steps: int = 40  # denoising steps when the top-level ``steps`` is not set
 
 
 @dataclass
@@ -124,7 +125,7 @@ class EvalConfig:
     prompt: str = "A red fox trotting through fresh snow in a pine forest at sunrise"
     negative_prompt: str = "blurry, low quality, static, distorted"
     seed: int = 42
-    steps: int = 40
+    steps: int | None = None  # None: the resolution preset's default_steps
     sampler: str = "unipc"
     guidance_scale: float = 5.0
     dtype: str = "float32"

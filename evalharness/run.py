@@ -65,9 +65,17 @@ class GateFailed(RuntimeError):
 def to_config(cfg: EvalConfig | DictConfig | dict) -> EvalConfig:
     """Validates any config form against the schema and returns the dataclass."""
     if isinstance(cfg, EvalConfig):
-        return cfg
+        cfg = OmegaConf.structured(cfg)
+    known = {f.name for f in dataclasses.fields(EvalConfig)}
+    unknown = sorted(set(cfg.keys()) - known - {"hydra"})
+    if unknown:
+        raise ValueError(f"unknown config keys {unknown}; known keys: {sorted(known)}")
     schema = OmegaConf.structured(EvalConfig)
     merged = OmegaConf.merge(schema, cfg)
+    if merged.steps is None:
+        merged.steps = merged.resolution.default_steps
+    if merged.steps < 1 or merged.warm_runs < 1:
+        raise ValueError(f"steps={merged.steps} and warm_runs={merged.warm_runs} must both be >= 1")
     return OmegaConf.to_object(merged)
 
 
@@ -278,7 +286,7 @@ def _compare(cfg, geometry, sampler, shift, attention, run_dir, tracker, progres
     )
 
     # --- dense arm (cached) and the dense-vs-dense noise floor -------------------------------
-    cache = ArmCache(cfg.cache_dir)
+    cache = ArmCache(Path(cfg.cache_dir) / "dense_arms")
     dense_key = _dense_key(cfg, components.identity, shift)
     cached = cache.load(dense_key)
     progress.phase("dense arm")

@@ -26,14 +26,15 @@ SMALL = [
 ]
 
 
-def small_config(tmp_path: Path, *overrides: str) -> DictConfig:
-    """The default config with small sizes, outputs under ``tmp_path``, and ``overrides`` last."""
+def small_config(tmp_path: Path, *overrides: str, small: bool = True) -> DictConfig:
+    """The default config with small sizes (unless ``small`` is False), outputs under
+    ``tmp_path``, and ``overrides`` last."""
     register_configs()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         return compose(
             "config",
             overrides=[
-                *SMALL,
+                *(SMALL if small else []),
                 f"output_root={tmp_path / 'outputs'}",
                 f"cache_dir={tmp_path / 'cache'}",
                 *overrides,

@@ -118,8 +118,9 @@ def test_cli_gate_exit_codes_and_unknown_group(tmp_path):
     assert bad.returncode == 1 and "speedup" in bad.stderr
     typo = subprocess.run([*base, "schedule=agressive"], capture_output=True, text=True)
     assert typo.returncode == 1 and "aggressive" in typo.stderr  # Hydra lists the options
-    key = subprocess.run([*base, "+stepz=3"], capture_output=True, text=True)
-    assert key.returncode == 1 and "stepz" in key.stderr
+    for typo in ("stepz=3", "+stepz=3", "schedule.densty=0.3"):
+        key = subprocess.run([*base, typo], capture_output=True, text=True)
+        assert key.returncode == 1 and "stepz" in key.stderr or "densty" in key.stderr, typo
 
 
 def test_multirun_reuses_one_dense_arm_and_prints_table(tmp_path):
@@ -140,4 +141,4 @@ def test_multirun_reuses_one_dense_arm_and_prints_table(tmp_path):
     rows = [line for line in out.stdout.splitlines() if line.startswith("| ") and "x |" in line]
     assert [r.split("|")[1].strip() for r in rows] == ["conservative", "balanced", "aggressive"]
     assert [r.split("|")[-2].strip() for r in rows] == ["miss", "hit", "hit"]
-    assert len(list((tmp_path / "c").iterdir())) == 1
+    assert len(list((tmp_path / "c" / "dense_arms").iterdir())) == 1

@@ -67,9 +67,7 @@ def test_headline_1440p_on_cpu_is_refused_without_allocating(tmp_path, monkeypat
         raise AssertionError("preflight must refuse before any model is built")
 
     monkeypatch.setattr(run_module, "build_components", no_build)
-    cfg = small_config(
-        tmp_path, "resolution=1440p", "schedule=aggressive", "steps=40", "warm_runs=3"
-    )
+    cfg = small_config(tmp_path, "resolution=1440p", "schedule=aggressive", small=False)
     with pytest.raises(PreflightRefusal, match="302,400 tokens"):
         run(cfg)
     assert not (tmp_path / "outputs").exists()  # no run folder, no MLflow database

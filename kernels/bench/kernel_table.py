@@ -1,0 +1,81 @@
+"""The kernel table: B0, dot_product_attention, B1, B2, B3 on one geometry (seed Table 2 in spirit)."""
+
+from __future__ import annotations
+
+import jax
+
+from kernels.bench.inputs import random_qkv
+from kernels.bench.timing import time_call
+from kernels.block_sizes import BlockSizes
+from kernels.executors import attention
+from kernels.geometry import TokenGeometry
+from kernels.masks import band_for_density
+from kernels.tiles import build_plan
+from kernels.xla_blocksparse import schedule
+
+TABLE_VARIANTS = ("b0", "dot_product_attention", "b1", "b2", "b3")
+
+
+def plan_row(plan) -> dict:
+    """Tile statistics of a plan plus its XLA schedule's wasted share."""
+    sched = schedule(plan)
+    return {
+        "density": plan.density,
+        "tiles_visited_fraction": plan.tiles_visited_fraction,
+        "masked_fraction": plan.masked_fraction,
+        "wasted_fraction": sched.wasted_fraction,
+        "scan_groups": len(sched.groups),
+    }
+
+
+def kernel_table(
+    geometry: TokenGeometry,
+    density: float,
+    block_sizes: BlockSizes,
+    *,
+    heads: int,
+    head_dim: int,
+    dtype,
+    runs: int,
+    variants: tuple[str, ...] = TABLE_VARIANTS,
+) -> list[dict]:
+    """Times each variant on the spatial SVG mask (XLA backend).
+
+    Args:
+        geometry: token geometry.
+        density: target kept fraction.
+        block_sizes: tiles for b0-b3.
+        heads: attention heads.
+        head_dim: head dimension.
+        dtype: input dtype.
+        runs: timed warm runs per variant.
+        variants: which rows to run.
+
+    Returns:
+        One dict per variant: timing, tile statistics, speedup over B0, fraction of ideal.
+    """
+    mask = band_for_density(geometry, density)
+    q, k, v = random_qkv(geometry.tokens, heads, head_dim, dtype)
+    rows = []
+    for variant in variants:
+        row = {"variant": variant}
+        if variant == "dot_product_attention":
+            fn = jax.jit(lambda q, k, v: attention(q, k, v, variant="dot_product_attention"))
+            row.update(density=1.0, tiles_visited_fraction=1.0, masked_fraction=0.0)
+            row.update(wasted_fraction=0.0, scan_groups=0)
+        else:
+            plan = build_plan(mask, block_sizes, variant)
+            fn = jax.jit(lambda q, k, v, plan=plan: attention(q, k, v, plan, variant=None))
+            row.update(plan_row(plan))
+        row.update(time_call(lambda fn=fn: fn(q, k, v), runs))
+        rows.append(row)
+    base = next((r for r in rows if r["variant"] == "b0"), None)
+    for row in rows:
+        if base is not None:
+            row["speedup_vs_b0"] = base["median_ms"] / row["median_ms"]
+            row["cpu_speedup_vs_b0"] = base["cpu_median_ms"] / row["cpu_median_ms"]
+            # Ideal speedup is 1 / (exact kept fraction of the SVG mask) for every sparse row.
+            row["fraction_of_ideal"] = row["speedup_vs_b0"] * mask.density
+            row["cpu_fraction_of_ideal"] = row["cpu_speedup_vs_b0"] * mask.density
+        row["mask_density"] = mask.density
+    return rows

@@ -1,0 +1,63 @@
+"""Temporal heads: permute -> band -> un-permute versus the strided mask evaluated in place."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from kernels.bench.inputs import random_qkv
+from kernels.bench.kernel_table import plan_row
+from kernels.bench.timing import time_call
+from kernels.block_sizes import BlockSizes
+from kernels.executors import attention
+from kernels.geometry import TokenGeometry
+from kernels.layouts import from_head_layouts, to_head_layouts
+from kernels.masks import band_for_density, strided_temporal_mask
+from kernels.tiles import build_plan
+
+
+def temporal_comparison(
+    geometry: TokenGeometry,
+    density: float,
+    block_sizes: BlockSizes,
+    *,
+    heads: int,
+    head_dim: int,
+    dtype,
+    runs: int,
+    variant: str = "b2",
+) -> list[dict]:
+    """Both ways of running every head as a temporal head with the exact mask.
+
+    The permuted path includes the gathers into and out of the temporal layout (selected per head
+    with the routing flags, all True here). Both paths compute the same pairs, so their outputs
+    must agree; the largest difference is reported.
+
+    Returns:
+        Two dicts ("permute_band_unpermute", "strided_in_place") with timing and tile stats.
+    """
+    q, k, v = random_qkv(geometry.tokens, heads, head_dim, dtype)
+    flags = jnp.ones((heads,), bool)
+    band = build_plan(band_for_density(geometry, density), block_sizes, variant)
+    strided = build_plan(strided_temporal_mask(geometry, density), block_sizes, variant)
+
+    @jax.jit
+    def permuted(q, k, v):
+        q, k, v = (to_head_layouts(x, geometry, flags) for x in (q, k, v))
+        return from_head_layouts(attention(q, k, v, band, variant=None), geometry, flags)
+
+    @jax.jit
+    def in_place(q, k, v):
+        return attention(q, k, v, strided, variant=None)
+
+    difference = float(jnp.max(jnp.abs(permuted(q, k, v).astype(jnp.float32) - in_place(q, k, v))))
+    rows = []
+    for name, fn, plan in (
+        ("permute_band_unpermute", permuted, band),
+        ("strided_in_place", in_place, strided),
+    ):
+        row = {"path": name, "variant": variant, **plan_row(plan)}
+        row.update(time_call(lambda fn=fn: fn(q, k, v), runs))
+        row["max_abs_difference_between_paths"] = difference
+        rows.append(row)
+    return rows

@@ -1,0 +1,139 @@
+"""The one attention dispatch: q, k, v + mask (or plan) -> out, for every variant and backend.
+
+Numerical contract (the model's ``attend`` contract, docs/architecture.md): q, k, v and out are
+[batch, tokens, heads, head_dim]; out = softmax(q k^T / sqrt(head_dim), masked) v per batch and
+head; query rows whose mask keeps no key return zeros. The mask is given in the tokens' own order
+(a temporal head's tokens must already be in the temporal layout, see ``kernels.layouts``).
+
+Variants:
+- "reference": dense masked jnp, the oracle (O(N^2) memory, small N only).
+- "dot_product_attention": ``jax.nn.dot_product_attention`` (XLA), the outside dense peer; mask
+  must be None.
+- "b0" dense tiles, "b1" exact sparse, "b2" full/partial split, "b3" tile-rounded mask (see
+  ``kernels.tiles``), on backend "xla" (pure JAX) or "pallas_tpu" (``kernels.pallas_tpu``).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from kernels.block_sizes import BlockSizes, default_block_sizes
+from kernels.masks import PaddingMask
+from kernels.reference import reference_attention
+from kernels.tiles import VARIANTS, TilePlan, build_plan
+
+ALL_VARIANTS = ("reference", "dot_product_attention", *VARIANTS)
+BACKENDS = ("xla", "pallas_tpu")
+SUPPORTED_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
+# Head dims the block-sparse XLA path accepts; the Pallas kernel checks its own (64, 128).
+_XLA_HEAD_DIM_MULTIPLE = 8
+_XLA_MAX_HEAD_DIM = 256
+
+
+def _validate_qkv(q, k, v) -> None:
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if x.ndim != 4:
+            raise ValueError(
+                f"{name} has shape {x.shape}; expected [batch, tokens, heads, head_dim]"
+            )
+        if jnp.dtype(x.dtype) not in SUPPORTED_DTYPES:
+            raise ValueError(f"{name}.dtype={x.dtype}; supported: float32, bfloat16")
+    if not q.shape == k.shape == v.shape:
+        raise ValueError(f"q, k, v shapes differ: {q.shape}, {k.shape}, {v.shape}; they must match")
+    if not q.dtype == k.dtype == v.dtype:
+        raise ValueError(f"q, k, v dtypes differ: {q.dtype}, {k.dtype}, {v.dtype}")
+
+
+def _pallas_backend():
+    try:
+        from kernels import pallas_tpu
+    except ImportError as error:
+        raise ValueError(
+            "backend='pallas_tpu' needs kernels/pallas_tpu.py, which is not available "
+            f"({error}); use backend='xla'"
+        ) from error
+    return pallas_tpu
+
+
+def attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    mask=None,
+    *,
+    variant: str = "b2",
+    block_sizes: BlockSizes | None = None,
+    backend: str = "xla",
+    interpret: bool = False,
+    rounding_tolerance: float | None = 0.01,
+) -> jax.Array:
+    """Scaled dot-product attention under a mask, by the chosen variant and backend.
+
+    Args:
+        q: [batch, tokens, heads, head_dim], float32 or bfloat16 (unscaled).
+        k: [batch, tokens, heads, head_dim], same dtype.
+        v: [batch, tokens, heads, head_dim], same dtype.
+        mask: None (dense), a mask from ``kernels.masks`` with ``tokens`` equal to the sequence
+            length, or a prebuilt ``TilePlan`` (then ``variant`` must match it or be None and
+            ``block_sizes`` must be None or equal).
+        variant: one of ``ALL_VARIANTS``; "b0" ignores the mask (dense).
+        block_sizes: tiles for b0-b3; default ``default_block_sizes(tokens, backend)``.
+        backend: "xla" or "pallas_tpu" (b0-b3 only).
+        interpret: Pallas interpret mode (runs the TPU kernel on CPU); ignored by "xla".
+        rounding_tolerance: b3 only, see ``kernels.rounding.round_to_tiles``.
+
+    Returns:
+        [batch, tokens, heads, head_dim] in q's dtype.
+    """
+    _validate_qkv(q, k, v)
+    n, d = q.shape[1], q.shape[3]
+    plan = mask if isinstance(mask, TilePlan) else None
+    if plan is not None:
+        variant = plan.variant if variant is None else variant
+        if variant != plan.variant:
+            raise ValueError(f"variant={variant!r} but the TilePlan is for {plan.variant!r}")
+        if block_sizes is not None and block_sizes != plan.block_sizes:
+            raise ValueError(f"block_sizes={block_sizes} but the plan uses {plan.block_sizes}")
+        mask = plan.logical_mask
+    if variant not in ALL_VARIANTS:
+        raise ValueError(f"variant={variant!r}; use one of {ALL_VARIANTS}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r}; use one of {BACKENDS}")
+    if mask is not None and getattr(mask, "tokens", None) != n:
+        raise ValueError(
+            f"the mask covers {getattr(mask, 'tokens', None)} tokens but q has {n}; build the "
+            "mask for this sequence's geometry"
+        )
+    if variant == "reference":
+        return reference_attention(q, k, v, mask)
+    if variant == "dot_product_attention":
+        if mask is not None:
+            raise ValueError(
+                "variant='dot_product_attention' is the dense peer; pass mask=None or use b1-b3"
+            )
+        return jax.nn.dot_product_attention(q, k, v, implementation="xla")
+    if plan is None:
+        if block_sizes is None:
+            block_sizes = default_block_sizes(n, backend)
+        block_sizes.validate(n, backend)
+        plan = build_plan(
+            PaddingMask(n) if mask is None else mask,
+            block_sizes,
+            variant,
+            rounding_tolerance if variant == "b3" else 0.01,
+        )
+    else:
+        plan.block_sizes.validate(n, backend)
+    if backend == "pallas_tpu":
+        return _pallas_backend().pallas_blocksparse_attention(
+            q, k, v, plan, variant=plan.variant, interpret=interpret
+        )
+    if d % _XLA_HEAD_DIM_MULTIPLE or d > _XLA_MAX_HEAD_DIM:
+        raise ValueError(
+            f"head_dim={d} is not supported by the XLA block-sparse path; use a multiple of "
+            f"{_XLA_HEAD_DIM_MULTIPLE} up to {_XLA_MAX_HEAD_DIM} (e.g. 64 or 128)"
+        )
+    from kernels.xla_blocksparse import blocksparse_attention
+
+    return blocksparse_attention(q, k, v, plan)

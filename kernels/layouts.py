@@ -1,0 +1,131 @@
+"""Frame-major and temporal-major token layouts, and per-head layout selection.
+
+Frame-major is the model's order: token (f, y, x) sits at f * S + y * Wp + x. A temporal head's
+pattern (a token attends to the same place in nearby frames) is a set of stripes S apart in that
+order; in a temporal-major order, where the F copies of one spatial position sit side by side, the
+same pattern becomes one contiguous band that a tiled kernel can skip through cheaply.
+
+The temporal layout used here keeps frame 0 apart: its S tokens come first, in their frame-major
+order, and only the remaining N - S tokens are reordered as (Hp, Wp, F - 1). Both SVG masks give every
+query full attention to frame 0 (the attention sink). With a plain (Hp, Wp, F) order frame 0's tokens
+would be scattered every F positions, so the sink would be a comb of single columns that touches
+every key tile; keeping it as the first S positions makes the sink the same contiguous key range
+``k < S`` in both layouts, so one band-plus-sink mask and one tile plan serve both head types.
+
+Permutations are static NumPy index arrays (host side, cached per geometry); per-head selection uses
+``jnp.where`` over a gathered copy so shapes never depend on the (possibly traced) flags.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from kernels.geometry import TokenGeometry
+
+
+@functools.lru_cache(maxsize=64)
+def temporal_permutation(geometry: TokenGeometry) -> np.ndarray:
+    """Frame-major index of the token at each temporal-major position.
+
+    ``x_temporal = x_frame_major[perm]``.
+
+    Args:
+        geometry: the token geometry.
+
+    Returns:
+        int32 [N], a permutation of ``range(N)``; read-only.
+    """
+    s, f = geometry.tokens_per_frame, geometry.frames
+    rest = np.arange(s, geometry.tokens, dtype=np.int64).reshape(f - 1, s)  # [F-1, S]
+    perm = np.concatenate([np.arange(s, dtype=np.int64), rest.T.reshape(-1)]).astype(np.int32)
+    perm.setflags(write=False)
+    return perm
+
+
+@functools.lru_cache(maxsize=64)
+def inverse_temporal_permutation(geometry: TokenGeometry) -> np.ndarray:
+    """Temporal-major position of each frame-major token: ``x_frame_major = x_temporal[inv]``.
+
+    Args:
+        geometry: the token geometry.
+
+    Returns:
+        int32 [N]; read-only.
+    """
+    perm = temporal_permutation(geometry)
+    inv = np.empty_like(perm)
+    inv[perm] = np.arange(perm.size, dtype=np.int32)
+    inv.setflags(write=False)
+    return inv
+
+
+def temporal_position(frame_major_index, geometry: TokenGeometry):
+    """Arithmetic form of ``inverse_temporal_permutation`` for NumPy or jnp integer arrays.
+
+    Used where a gather is unwanted (e.g. evaluating the strided temporal mask from iota indices).
+
+    Args:
+        frame_major_index: integer array of frame-major token indices (any shape).
+        geometry: the token geometry.
+
+    Returns:
+        Array of the same shape: each token's position in the temporal layout.
+    """
+    s, f = geometry.tokens_per_frame, geometry.frames
+    frame = frame_major_index // s
+    pos = frame_major_index % s
+    # Frame 0 keeps its place; frame f >= 1 at spatial position p goes to S + p (F - 1) + f - 1.
+    moved = s + pos * (f - 1) + frame - 1
+    return pos + (frame > 0) * (moved - pos)
+
+
+def _check_flags(x: jax.Array, geometry: TokenGeometry, temporal_heads) -> jax.Array:
+    if x.ndim != 4:
+        raise ValueError(f"x has shape {x.shape}; expected [batch, tokens, heads, head_dim]")
+    if x.shape[1] != geometry.tokens:
+        raise ValueError(
+            f"x has {x.shape[1]} tokens but {geometry} has {geometry.tokens}; pass the geometry "
+            "the sequence was built from"
+        )
+    flags = jnp.asarray(temporal_heads)
+    if flags.shape != (x.shape[2],):
+        raise ValueError(
+            f"temporal_heads has shape {flags.shape}; expected ({x.shape[2]},), one bool per head"
+        )
+    return flags.astype(bool)
+
+
+def to_head_layouts(x: jax.Array, geometry: TokenGeometry, temporal_heads) -> jax.Array:
+    """Puts each temporal head's tokens in temporal-major order; spatial heads are untouched.
+
+    Args:
+        x: [batch, tokens, heads, head_dim] in frame-major order.
+        geometry: the token geometry (tokens must equal ``geometry.tokens``).
+        temporal_heads: bool [heads] (may be traced); True = temporal layout.
+
+    Returns:
+        [batch, tokens, heads, head_dim], same shape and dtype.
+    """
+    flags = _check_flags(x, geometry, temporal_heads)
+    permuted = jnp.take(x, jnp.asarray(temporal_permutation(geometry)), axis=1)
+    return jnp.where(flags[None, None, :, None], permuted, x)
+
+
+def from_head_layouts(x: jax.Array, geometry: TokenGeometry, temporal_heads) -> jax.Array:
+    """Inverse of ``to_head_layouts``: restores frame-major order for temporal heads.
+
+    Args:
+        x: [batch, tokens, heads, head_dim], temporal heads in temporal-major order.
+        geometry: the token geometry.
+        temporal_heads: bool [heads], the same flags given to ``to_head_layouts``.
+
+    Returns:
+        [batch, tokens, heads, head_dim] in frame-major order for every head.
+    """
+    flags = _check_flags(x, geometry, temporal_heads)
+    restored = jnp.take(x, jnp.asarray(inverse_temporal_permutation(geometry)), axis=1)
+    return jnp.where(flags[None, None, :, None], restored, x)

@@ -1,0 +1,234 @@
+"""SVG attention masks as predicates over (query, key) token indices.
+
+Every mask here is a frozen, hashable description with a vectorised predicate ``allowed(q, k)``
+written with plain operators, so the same code runs on NumPy arrays (host-side tile classification,
+dense oracle masks) and on jnp arrays inside a kernel (intra-tile masking from iota indices). Keys at
+or beyond ``tokens`` are sequence padding and never allowed.
+
+Both SVG head types use one mask, ``BandMask``: |q - k| <= w, or k in the sink (frame 0's S tokens).
+A spatial head applies it in frame-major order, a temporal head in the temporal layout of
+``kernels.layouts`` (where frame 0 is still the first S positions), so the two are the same object.
+``StridedTemporalMask`` is the temporal mask seen in frame-major order (stripes), for kernels that
+evaluate it in place instead of permuting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+from kernels.geometry import TokenGeometry
+from kernels.layouts import temporal_position
+
+
+def _check_int(owner: str, name: str, value, low: int, high: int | None = None) -> None:
+    if not isinstance(value, int | np.integer) or isinstance(value, bool):
+        raise ValueError(f"{owner}.{name}={value!r}: expected an int")
+    if value < low or (high is not None and value > high):
+        bound = f"[{low}, {high}]" if high is not None else f">= {low}"
+        raise ValueError(f"{owner}.{name}={value}: expected a value in {bound}")
+
+
+def band_kept_pairs(tokens: int, half_width: int, sink: int) -> int:
+    """Exact number of allowed (q, k) pairs of a band-plus-sink mask (overlap counted once).
+
+    Args:
+        tokens: N.
+        half_width: w.
+        sink: number of leading keys every query sees.
+
+    Returns:
+        |{(q, k) in [0, N)^2 : |q - k| <= w or k < sink}|.
+    """
+    n, w = tokens, min(half_width, tokens - 1)
+    band = n + 2 * (w * n - w * (w + 1) // 2)
+    k = np.arange(sink, dtype=np.int64)
+    overlap = int(np.sum(np.minimum(n - 1, k + w) - np.maximum(0, k - w) + 1))
+    return band + n * sink - overlap
+
+
+@dataclasses.dataclass(frozen=True)
+class BandMask:
+    """|q - k| <= half_width, or k < sink; keys >= tokens are padding.
+
+    Attributes:
+        tokens: sequence length N.
+        half_width: band half-width w (0 keeps the diagonal).
+        sink: leading keys every query attends to (S, frame 0's tokens, for SVG).
+    """
+
+    tokens: int
+    half_width: int
+    sink: int
+
+    def __post_init__(self) -> None:
+        _check_int("BandMask", "tokens", self.tokens, 1)
+        _check_int("BandMask", "half_width", self.half_width, 0)
+        _check_int("BandMask", "sink", self.sink, 0, self.tokens)
+
+    def allowed(self, q, k):
+        """Predicate on broadcastable integer index arrays (NumPy or jnp).
+
+        Args:
+            q: query token indices.
+            k: key token indices.
+
+        Returns:
+            bool array of the broadcast shape.
+        """
+        return ((abs(q - k) <= self.half_width) | (k < self.sink)) & (k < self.tokens)
+
+    @property
+    def kept_pairs(self) -> int:
+        """Exact allowed pairs within the N x N sequence."""
+        return band_kept_pairs(self.tokens, self.half_width, self.sink)
+
+    @property
+    def density(self) -> float:
+        """Exact kept fraction of the N^2 pairs, sink counted once."""
+        return self.kept_pairs / self.tokens**2
+
+    def coordinates(self, index: np.ndarray) -> np.ndarray:
+        """Position along which the band is measured (the index itself)."""
+        return index
+
+    def dense(self) -> np.ndarray:
+        """bool [N, N] (small N only: the oracle's mask)."""
+        idx = np.arange(self.tokens)
+        return self.allowed(idx[:, None], idx[None, :])
+
+
+@dataclasses.dataclass(frozen=True)
+class StridedTemporalMask:
+    """The temporal band evaluated in frame-major order: |t(q) - t(k)| <= w, or k in frame 0.
+
+    ``t`` is the temporal-layout position (``kernels.layouts.temporal_position``). Equivalent to
+    permuting to the temporal layout, applying ``BandMask(N, w, S)`` and permuting back.
+
+    Attributes:
+        geometry: token geometry.
+        half_width: band half-width w in the temporal layout.
+    """
+
+    geometry: TokenGeometry
+    half_width: int
+
+    def __post_init__(self) -> None:
+        _check_int("StridedTemporalMask", "half_width", self.half_width, 0)
+
+    @property
+    def tokens(self) -> int:
+        """N."""
+        return self.geometry.tokens
+
+    @property
+    def sink(self) -> int:
+        """S: frame 0's tokens (also the first S positions of the temporal layout)."""
+        return self.geometry.tokens_per_frame
+
+    def coordinates(self, index):
+        """Temporal-layout position of frame-major indices (NumPy or jnp)."""
+        return temporal_position(index, self.geometry)
+
+    def allowed(self, q, k):
+        """Predicate on broadcastable frame-major index arrays (NumPy or jnp)."""
+        near = abs(self.coordinates(q) - self.coordinates(k)) <= self.half_width
+        return (near | (k < self.sink)) & (k < self.tokens)
+
+    @property
+    def kept_pairs(self) -> int:
+        """Exact allowed pairs (a permutation of the band's pairs)."""
+        return band_kept_pairs(self.tokens, self.half_width, self.sink)
+
+    @property
+    def density(self) -> float:
+        """Exact kept fraction, sink counted once."""
+        return self.kept_pairs / self.tokens**2
+
+    def dense(self) -> np.ndarray:
+        """bool [N, N] (small N only)."""
+        idx = np.arange(self.tokens)
+        return self.allowed(idx[:, None], idx[None, :])
+
+
+@dataclasses.dataclass(frozen=True)
+class PaddingMask:
+    """Dense attention: every real key is allowed; only keys >= tokens (padding) are masked.
+
+    Attributes:
+        tokens: sequence length N.
+    """
+
+    tokens: int
+
+    def __post_init__(self) -> None:
+        _check_int("PaddingMask", "tokens", self.tokens, 1)
+
+    def allowed(self, q, k):
+        """Predicate on broadcastable integer index arrays (NumPy or jnp)."""
+        return (k < self.tokens) | (q < 0)  # `| (q < 0)` broadcasts to the pair shape
+
+    @property
+    def kept_pairs(self) -> int:
+        """N^2."""
+        return self.tokens**2
+
+    @property
+    def density(self) -> float:
+        """1.0."""
+        return 1.0
+
+    def dense(self) -> np.ndarray:
+        """bool [N, N] of ones (small N only)."""
+        return np.ones((self.tokens, self.tokens), dtype=bool)
+
+
+@functools.lru_cache(maxsize=256)
+def _band_for(tokens: int, sink: int, density: float) -> BandMask:
+    target = density * tokens * tokens
+    lo, hi = 0, tokens - 1  # kept_pairs is non-decreasing in w; find the first w reaching target
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if band_kept_pairs(tokens, mid, sink) >= target:
+            hi = mid
+        else:
+            lo = mid + 1
+    candidates = [w for w in (lo - 1, lo) if w >= 0]
+    best = min(candidates, key=lambda w: abs(band_kept_pairs(tokens, w, sink) - target))
+    return BandMask(tokens, best, sink)
+
+
+def band_for_density(geometry: TokenGeometry, density: float) -> BandMask:
+    """The SVG band-plus-sink mask whose exact kept fraction is closest to ``density``.
+
+    The sink is frame 0 (S tokens). The same mask serves spatial heads (frame-major order) and
+    temporal heads (temporal layout). The exact achieved density is ``mask.density``; it can exceed
+    the target when the target is below what the diagonal plus sink already keep.
+
+    Args:
+        geometry: token geometry.
+        density: target kept fraction in (0, 1].
+
+    Returns:
+        BandMask(tokens=N, half_width=w, sink=S).
+    """
+    if not isinstance(density, float | int) or not 0.0 < float(density) <= 1.0:
+        raise ValueError(f"density={density!r}: expected a kept fraction in (0, 1], e.g. 0.3")
+    return _band_for(geometry.tokens, geometry.tokens_per_frame, float(density))
+
+
+def spatial_mask(geometry: TokenGeometry, density: float) -> BandMask:
+    """Spatial-head mask (apply in frame-major order)."""
+    return band_for_density(geometry, density)
+
+
+def temporal_mask(geometry: TokenGeometry, density: float) -> BandMask:
+    """Temporal-head mask (apply in the temporal layout; same band and sink as spatial)."""
+    return band_for_density(geometry, density)
+
+
+def strided_temporal_mask(geometry: TokenGeometry, density: float) -> StridedTemporalMask:
+    """Temporal-head mask evaluated in frame-major order (no permutation)."""
+    return StridedTemporalMask(geometry, band_for_density(geometry, density).half_width)

@@ -1,0 +1,427 @@
+"""Pallas TPU block-sparse attention with scalar-prefetched visit lists (splash-attention style).
+
+The kernel runs on a grid ``(batch * heads, query tiles, visit slots)``. For every query tile a
+host-built list (``kernels.pallas_tpu_visits``) names the key tiles to visit; the list (each entry
+packing the key tile and a "masked" flag) and the per-tile visit count are scalar-prefetched into
+SMEM, so the K/V index maps read the key tile straight from the list and the pipeline DMAs only
+listed tiles. Slots past a query
+tile's count repeat its last key tile (no new DMA) and skip their compute with ``pl.when``.
+
+Each visit updates an online softmax held in VMEM scratch (running max ``m``, running sum ``l``,
+output accumulator ``acc``, all float32). Full tiles take a mask-free path; masked visits evaluate
+the plan mask's ``allowed(q, k)`` on iota-computed token indices (for ``kernels.masks.BandMask``:
+``|q - k| <= half_width or k < sink``, and ``k < tokens``) instead of loading a mask from memory.
+
+Variants follow the seed write-up and ``kernels.tiles``: b0 dense (a plan listing every tile), b1
+masks every visited tile, b2 masks only boundary tiles, b3 runs a tile-rounded plan whose partial
+tiles only hold padding (so its predicate is ``k < tokens`` alone).
+
+On CPU the same kernel runs with ``interpret=True``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from kernels.pallas_tpu_visits import (
+    PARTIAL_PREDICATE,
+    VARIANTS,
+    VisitSchedule,
+    build_visit_schedule,
+)
+
+# TPU vregs are 8 sublanes x 128 lanes; the running max and sum are kept lane-replicated
+# ([block_q, 128]) so their updates stay whole-vreg operations.
+NUM_LANES = 128
+NUM_SUBLANES = 8
+SUPPORTED_HEAD_DIMS = (64, 128)
+SUPPORTED_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
+# Finite "minus infinity": a row whose every score in a tile is masked then gives exp(0) = 1 terms
+# that the next real maximum rescales to exactly zero, instead of NaN from (-inf) - (-inf).
+MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
+# Default compute chunk along the key tile: bounds the [block_q, chunk] float32 score tile in VMEM
+# when block_kv is large (the seed runs block_kv = 1536).
+DEFAULT_BLOCK_KV_COMPUTE = 512
+
+_QK_DIMS = (((1,), (1,)), ((), ()))  # [q, d] x [k, d] -> [q, k]
+_PV_DIMS = (((1,), (0,)), ((), ()))  # [q, k] x [k, d] -> [q, d]
+
+
+class MaskLike(Protocol):
+    """A ``kernels.masks`` mask: ``allowed(q, k)`` on broadcastable int arrays, keys >= tokens out."""
+
+    tokens: int
+
+    def allowed(self, q: Any, k: Any) -> Any: ...
+
+
+class TilePlanLike(Protocol):
+    """What the kernel reads from a tile plan (``kernels.tiles``)."""
+
+    full_kv: np.ndarray
+    full_count: np.ndarray
+    partial_kv: np.ndarray
+    partial_count: np.ndarray
+    mask: MaskLike
+    tokens: int
+    block_sizes: Any
+
+
+def _block_sizes(plan: TilePlanLike) -> tuple[int, int]:
+    """Returns (block_q, block_kv) from a ``BlockSizes``-like object or a pair."""
+    sizes = plan.block_sizes
+    if hasattr(sizes, "block_q") and hasattr(sizes, "block_kv"):
+        return int(sizes.block_q), int(sizes.block_kv)
+    block_q, block_kv = sizes
+    return int(block_q), int(block_kv)
+
+
+def _padding_only(tokens: int, q: jax.Array, k: jax.Array) -> jax.Array:
+    """Predicate of b0/b3 masked visits: only padded keys are dropped."""
+    del q
+    return k < tokens
+
+
+def _partial_predicate(plan: TilePlanLike, variant: str, tokens: int) -> Callable:
+    """The ``allowed(q, k)`` predicate masked visits evaluate for ``variant``.
+
+    b1/b2 evaluate the plan's mask itself (band + sink + padding for ``BandMask``). b0 and b3 visit
+    exactly the tiles they mean to keep, so their masked tiles only need the padding test, the
+    cheapest predicate there is.
+    """
+    if PARTIAL_PREDICATE[variant] == "padding":
+        return functools.partial(_padding_only, tokens)
+    mask = plan.mask
+    if not callable(getattr(mask, "allowed", None)):
+        raise ValueError(
+            f"variant {variant} masks boundary tiles with plan.mask.allowed(q, k), but plan.mask "
+            f"is {type(mask).__name__}; build the plan from a kernels.masks mask"
+        )
+    if int(getattr(mask, "tokens", tokens)) != tokens:
+        raise ValueError(f"plan.mask is for {mask.tokens} tokens but q has {tokens}")
+    return mask.allowed
+
+
+def _blocksparse_kernel(
+    visit_ref,
+    count_ref,
+    q_ref,
+    k_ref,
+    v_ref,
+    o_ref,
+    m_ref,
+    l_ref,
+    acc_ref,
+    *,
+    slots: int,
+    block_q: int,
+    block_kv: int,
+    block_kv_compute: int,
+    head_dim: int,
+    allowed: Callable,
+    precision: lax.Precision,
+) -> None:
+    """One grid step: (batch*head, query tile i, visit slot j).
+
+    Refs: prefetched visit codes [num_q_tiles*slots] (``kv_index * 2 + masked``) and count
+    [num_q_tiles] (SMEM);
+    q_ref/o_ref [block_q, head_dim]; k_ref/v_ref [block_kv, head_dim]; scratch m_ref/l_ref
+    [block_q, 128] and acc_ref [block_q, head_dim] in float32.
+    """
+    i = pl.program_id(1)
+    j = pl.program_id(2)
+    code = visit_ref[i * slots + j]
+    kv_tile = lax.shift_right_logical(code, 1)
+
+    @pl.when(j == 0)
+    def _init():
+        m_ref[...] = jnp.full(m_ref.shape, MASK_VALUE, jnp.float32)
+        l_ref[...] = jnp.zeros(l_ref.shape, jnp.float32)
+        acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
+
+    def accumulate(apply_mask: bool) -> None:
+        q = q_ref[...]
+        q_start = i * block_q
+        k_tile_start = kv_tile * block_kv
+        # Static loop over compute chunks of the key tile; each chunk is one online-softmax update.
+        for start in range(0, block_kv, block_kv_compute):
+            k = k_ref[pl.ds(start, block_kv_compute), :]
+            s = lax.dot_general(
+                q, k, _QK_DIMS, precision=precision, preferred_element_type=jnp.float32
+            )  # [block_q, chunk]
+            if apply_mask:
+                # Token indices of this chunk from iotas: nothing mask-shaped is read from memory.
+                q_pos = q_start + lax.broadcasted_iota(jnp.int32, s.shape, 0)
+                k_pos = k_tile_start + start + lax.broadcasted_iota(jnp.int32, s.shape, 1)
+                keep = allowed(q_pos, k_pos)
+                s = jnp.where(keep, s, MASK_VALUE)
+            m_prev = m_ref[...]
+            m_next = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))  # [block_q, 128]
+            p = jnp.exp(s - jnp.tile(m_next, (1, block_kv_compute // NUM_LANES)))
+            alpha = jnp.exp(m_prev - m_next)  # rescales what was accumulated so far
+            l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=1, keepdims=True)
+            m_ref[...] = m_next
+            v = v_ref[pl.ds(start, block_kv_compute), :]
+            pv = lax.dot_general(
+                p.astype(v.dtype),
+                v,
+                _PV_DIMS,
+                precision=precision,
+                preferred_element_type=jnp.float32,
+            )  # [block_q, head_dim]
+            acc_ref[...] = alpha[:, :head_dim] * acc_ref[...] + pv
+
+    visit = j < count_ref[i]
+    masked = (code & 1) != 0
+
+    @pl.when(jnp.logical_and(visit, jnp.logical_not(masked)))
+    def _full_tile():
+        accumulate(apply_mask=False)
+
+    @pl.when(jnp.logical_and(visit, masked))
+    def _partial_tile():
+        accumulate(apply_mask=True)
+
+    @pl.when(j == slots - 1)
+    def _finalize():
+        denom = l_ref[...][:, :head_dim]
+        # A query tile with no visit at all (only possible for pure padding) has denom == 0.
+        denom = jnp.where(denom == 0.0, 1.0, denom)
+        o_ref[...] = (acc_ref[...] / denom).astype(o_ref.dtype)
+
+
+def _validate(q: jax.Array, k: jax.Array, v: jax.Array, plan: TilePlanLike, variant: str) -> None:
+    """Raises ValueError for inputs the kernel does not support."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+    plan_variant = getattr(plan, "variant", None)
+    if plan_variant is not None and str(plan_variant).lower() != variant:
+        raise ValueError(
+            f"plan was built for variant {plan_variant!r} but variant {variant!r} was requested; "
+            f"build the plan with kernels.tiles.build_plan(mask, block_sizes, {variant!r})"
+        )
+    if q.ndim != 4 or q.shape != k.shape or q.shape != v.shape:
+        raise ValueError(
+            "q, k, v must share the shape [batch, tokens, heads, head_dim]; got "
+            f"q {q.shape}, k {k.shape}, v {v.shape}"
+        )
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k, v must share one dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    if jnp.dtype(q.dtype) not in SUPPORTED_DTYPES:
+        raise ValueError(f"dtype {q.dtype} is not supported; use float32 or bfloat16")
+    head_dim = q.shape[-1]
+    if head_dim not in SUPPORTED_HEAD_DIMS:
+        raise ValueError(f"head_dim {head_dim} is not supported; use one of {SUPPORTED_HEAD_DIMS}")
+    if int(plan.tokens) != q.shape[1]:
+        raise ValueError(f"plan was built for {plan.tokens} tokens but q has {q.shape[1]}")
+    block_q, block_kv = _block_sizes(plan)
+    if block_q <= 0 or block_q % NUM_SUBLANES:
+        raise ValueError(
+            f"block_q {block_q} does not suit the TPU: use a positive multiple of {NUM_SUBLANES}"
+        )
+    if block_kv <= 0 or block_kv % NUM_LANES:
+        raise ValueError(
+            f"block_kv {block_kv} does not suit the TPU: use a positive multiple of {NUM_LANES}"
+        )
+    num_q_tiles = int(np.size(plan.full_count))
+    if num_q_tiles * block_q < q.shape[1]:
+        raise ValueError(
+            f"plan has {num_q_tiles} query tiles of {block_q}, fewer than {q.shape[1]} tokens; "
+            f"it needs at least {math.ceil(q.shape[1] / block_q)}"
+        )
+
+
+def _resolve_block_kv_compute(block_kv: int, block_kv_compute: int | None) -> int:
+    """The key chunk per online-softmax update: as requested, else gcd(block_kv, 512)."""
+    if block_kv_compute is None:
+        block_kv_compute = math.gcd(block_kv, DEFAULT_BLOCK_KV_COMPUTE)
+    if block_kv_compute % NUM_LANES or block_kv % block_kv_compute:
+        raise ValueError(
+            f"block_kv_compute {block_kv_compute} must be a multiple of {NUM_LANES} that divides "
+            f"block_kv {block_kv}"
+        )
+    return block_kv_compute
+
+
+def _to_heads_leading(x: jax.Array, padded: int) -> jax.Array:
+    """[batch, tokens, heads, d] -> [batch*heads, padded, d], zero-padded along tokens."""
+    b, n, h, d = x.shape
+    x = jnp.transpose(x, (0, 2, 1, 3)).reshape(b * h, n, d)
+    return jnp.pad(x, ((0, 0), (0, padded - n), (0, 0)))
+
+
+def pallas_blocksparse_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    plan: TilePlanLike,
+    *,
+    variant: str,
+    interpret: bool = False,
+    block_kv_compute: int | None = None,
+    vmem_limit_bytes: int | None = None,
+) -> jax.Array:
+    """Block-sparse softmax attention over the tiles a plan lists, as one Pallas TPU kernel.
+
+    Computes ``softmax(q k^T / sqrt(head_dim) + mask) v`` where the mask keeps every pair of a
+    full tile and, in partial tiles, the pairs the variant's predicate keeps (b1/b2: band + sink
+    + padding, i.e. ``plan.mask.allowed``; b0/b3: padding only). Pairs of unlisted tiles are
+    dropped.
+
+    Args:
+        q: [batch, tokens, heads, head_dim] queries (float32 or bfloat16; head_dim 64 or 128).
+        k: [batch, tokens, heads, head_dim] keys.
+        v: [batch, tokens, heads, head_dim] values.
+        plan: a tile plan (``kernels.tiles``): ``full_kv``/``partial_kv`` int32
+            [num_q_tiles, max_*], ``full_count``/``partial_count`` int32 [num_q_tiles], ``mask``
+            (a ``kernels.masks`` mask with ``allowed(q, k)``), ``tokens``, ``block_sizes``
+            (``BlockSizes`` or a (block_q, block_kv) pair).
+        variant: "b0", "b1", "b2" or "b3" (case-insensitive); must match ``plan.variant`` when
+            the plan has one.
+        interpret: run the kernel in the Pallas interpreter (needed on CPU).
+        block_kv_compute: key chunk per online-softmax update (multiple of 128 dividing
+            block_kv); defaults to gcd(block_kv, 512).
+        vmem_limit_bytes: scoped VMEM limit passed to Mosaic for large tiles; None keeps the
+            compiler default.
+
+    Returns:
+        [batch, tokens, heads, head_dim] attention output in q's dtype.
+
+    Raises:
+        ValueError: on unsupported shapes, dtypes, block sizes, variants or an inconsistent plan,
+            or when asked to compile (``interpret=False``) off a TPU.
+    """
+    variant = str(variant).lower()
+    _validate(q, k, v, plan, variant)
+    if not interpret and jax.default_backend() != "tpu":
+        raise ValueError(
+            f"the Pallas TPU kernel needs a TPU (backend is {jax.default_backend()!r}); "
+            "pass interpret=True to run it on this backend"
+        )
+    build = _build_forward
+    try:
+        hash(plan)
+    except TypeError:  # a plan holding arrays by value: build without the cache
+        build = _build_forward.__wrapped__
+    forward = build(
+        plan,
+        variant,
+        tuple(q.shape),
+        jnp.dtype(q.dtype),
+        interpret,
+        block_kv_compute,
+        vmem_limit_bytes,
+    )
+    return forward(q, k, v)
+
+
+@functools.lru_cache(maxsize=64)
+def _build_forward(
+    plan: TilePlanLike,
+    variant: str,
+    shape: tuple[int, int, int, int],
+    dtype: jnp.dtype,
+    interpret: bool,
+    block_kv_compute: int | None,
+    vmem_limit_bytes: int | None,
+) -> Callable[[jax.Array, jax.Array, jax.Array], jax.Array]:
+    """Builds the jitted (q, k, v) -> out function for one plan and input signature.
+
+    Cached by plan identity (``kernels.tiles.TilePlan`` hashes by identity), so repeated eager
+    calls reuse one compiled program.
+    """
+    batch, tokens, heads, head_dim = shape
+    block_q, block_kv = _block_sizes(plan)
+    chunk = _resolve_block_kv_compute(block_kv, block_kv_compute)
+    schedule: VisitSchedule = build_visit_schedule(
+        plan.full_kv,
+        plan.full_count,
+        plan.partial_kv,
+        plan.partial_count,
+        variant=variant,
+        tokens=tokens,
+        block_kv=block_kv,
+    )
+    allowed = _partial_predicate(plan, variant, tokens)
+
+    slots = schedule.slots
+    precision = lax.Precision.HIGHEST if dtype == jnp.float32 else lax.Precision.DEFAULT
+
+    def q_map(bh, i, j, visit_ref, count_ref):
+        del j, visit_ref, count_ref
+        return bh, i, 0
+
+    def kv_map(bh, i, j, visit_ref, count_ref):
+        del count_ref
+        return bh, lax.shift_right_logical(visit_ref[i * slots + j], 1), 0
+
+    kernel = functools.partial(
+        _blocksparse_kernel,
+        slots=slots,
+        block_q=block_q,
+        block_kv=block_kv,
+        block_kv_compute=chunk,
+        head_dim=head_dim,
+        allowed=allowed,
+        precision=precision,
+    )
+    grid_spec = pltpu.PrefetchScalarGridSpec(
+        num_scalar_prefetch=2,
+        grid=(batch * heads, schedule.num_q_tiles, slots),
+        in_specs=[
+            pl.BlockSpec((None, block_q, head_dim), q_map),
+            pl.BlockSpec((None, block_kv, head_dim), kv_map),
+            pl.BlockSpec((None, block_kv, head_dim), kv_map),
+        ],
+        out_specs=pl.BlockSpec((None, block_q, head_dim), q_map),
+        scratch_shapes=[
+            pltpu.VMEM((block_q, NUM_LANES), jnp.float32),
+            pltpu.VMEM((block_q, NUM_LANES), jnp.float32),
+            pltpu.VMEM((block_q, head_dim), jnp.float32),
+        ],
+    )
+    q_padded = schedule.num_q_tiles * block_q
+    kv_padded = schedule.num_kv_tiles * block_kv
+
+    def _forward(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+        # Scale q once here (fused with the layout change by XLA) rather than per visit in the kernel.
+        scale = 1.0 / math.sqrt(head_dim)
+        q_scaled = (q.astype(jnp.float32) * scale).astype(q.dtype)
+        qh = _to_heads_leading(q_scaled, q_padded)
+        kh = _to_heads_leading(k, kv_padded)
+        vh = _to_heads_leading(v, kv_padded)
+
+        out = pl.pallas_call(
+            kernel,
+            grid_spec=grid_spec,
+            out_shape=jax.ShapeDtypeStruct((batch * heads, q_padded, head_dim), q.dtype),
+            compiler_params=pltpu.CompilerParams(
+                # Query tiles are independent; only the visit axis carries the softmax state.
+                dimension_semantics=("parallel", "parallel", "arbitrary"),
+                vmem_limit_bytes=vmem_limit_bytes,
+            ),
+            interpret=interpret,
+            name=f"blocksparse_attention_{variant}",
+        )(
+            jnp.asarray(schedule.packed()),
+            jnp.asarray(schedule.count),
+            qh,
+            kh,
+            vh,
+        )
+        out = out[:, :tokens].reshape(batch, heads, tokens, head_dim)
+        return jnp.transpose(out, (0, 2, 1, 3))
+
+    # One XLA program for layout changes, kernel and slicing (instead of a dispatch per op when
+    # called eagerly); under an outer jit this simply inlines.
+    return jax.jit(_forward)

@@ -1,0 +1,171 @@
+"""Host-side visit schedule for the Pallas TPU block-sparse kernel.
+
+A tile plan keeps full and partial key tiles in two lists per query tile. The kernel walks one flat
+list of visit slots instead, so each grid step reads its key tile index and its "masked" flag from
+scalar-prefetched memory. This module merges the two lists (NumPy, once per plan) and decides which
+visits need the in-kernel mask.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from kernels.tiles import VARIANTS
+
+# What the in-kernel predicate of a masked visit checks, per variant (``kernels.tiles.VARIANTS``):
+# "mask" evaluates the plan's mask (band + sink + padding); "padding" only drops padded keys, since
+# for b0 (dense) and b3 (tile-rounded) the set of visited tiles already is the mask.
+PARTIAL_PREDICATE: dict[str, str] = {"b0": "padding", "b1": "mask", "b2": "mask", "b3": "padding"}
+
+
+@dataclasses.dataclass(frozen=True)
+class VisitSchedule:
+    """Flat per-query-tile visit lists, ready for scalar prefetch.
+
+    Attributes:
+        kv_index: int32 [num_q_tiles * slots]; key tile visited at (q tile i, slot j) sits at
+            ``i * slots + j``. Slots past a tile's count repeat its last visited index, so the
+            pipelined DMA sees an unchanged block index and fetches nothing new.
+        masked: int32 [num_q_tiles * slots]; 1 where the visit runs the masked path.
+        count: int32 [num_q_tiles]; number of real visits per query tile.
+        slots: visit slots per query tile (the third grid axis), at least 1.
+        num_q_tiles: number of query tiles.
+        num_kv_tiles: number of key tiles the padded key sequence must hold.
+    """
+
+    kv_index: np.ndarray
+    masked: np.ndarray
+    count: np.ndarray
+    slots: int
+    num_q_tiles: int
+    num_kv_tiles: int
+
+    def packed(self) -> np.ndarray:
+        """int32 [num_q_tiles * slots]: ``kv_index * 2 + masked``, one SMEM word per visit.
+
+        Scalar memory is small; one array instead of two halves what long sequences with small
+        tiles need there.
+        """
+        return (self.kv_index * 2 + self.masked).astype(np.int32)
+
+    @property
+    def visited(self) -> int:
+        """Total number of tile visits."""
+        return int(self.count.sum())
+
+    @property
+    def masked_visits(self) -> int:
+        """Number of visits that run the masked path."""
+        valid = np.arange(self.slots)[None, :] < self.count[:, None]
+        return int(self.masked.reshape(self.num_q_tiles, self.slots)[valid].sum())
+
+
+def _checked_lists(kv: np.ndarray, count: np.ndarray, name: str, num_q_tiles: int) -> np.ndarray:
+    """Validates one (tile list, count) pair of a plan and returns the count as int64."""
+    kv = np.asarray(kv)
+    count = np.asarray(count)
+    if kv.ndim != 2 or kv.shape[0] != num_q_tiles:
+        raise ValueError(
+            f"plan.{name}_kv must be [num_q_tiles={num_q_tiles}, max_{name}], got shape {kv.shape}"
+        )
+    if count.shape != (num_q_tiles,):
+        raise ValueError(
+            f"plan.{name}_count must be [num_q_tiles={num_q_tiles}], got shape {count.shape}"
+        )
+    if np.any(count < 0) or np.any(count > kv.shape[1]):
+        raise ValueError(
+            f"plan.{name}_count must lie in [0, {kv.shape[1]}] (the list width), "
+            f"got values in [{count.min()}, {count.max()}]"
+        )
+    return count.astype(np.int64)
+
+
+def build_visit_schedule(
+    full_kv: np.ndarray,
+    full_count: np.ndarray,
+    partial_kv: np.ndarray,
+    partial_count: np.ndarray,
+    *,
+    variant: str,
+    tokens: int,
+    block_kv: int,
+) -> VisitSchedule:
+    """Merges a plan's full and partial lists into one visit list per query tile.
+
+    Visits within a query tile are sorted by key tile index (one pass over K/V in memory order).
+    A listed tile that reaches past ``tokens`` is always masked, whatever the plan calls it: padded
+    keys must get exactly zero weight and only the masked path drops them.
+
+    Args:
+        full_kv: int32 [num_q_tiles, max_full] key tiles every pair of which is kept.
+        full_count: int32 [num_q_tiles] valid entries of ``full_kv`` per row.
+        partial_kv: int32 [num_q_tiles, max_partial] key tiles that need the element mask.
+        partial_count: int32 [num_q_tiles] valid entries of ``partial_kv`` per row.
+        variant: one of ``kernels.tiles.VARIANTS``; "b1" masks every visit.
+        tokens: real (unpadded) sequence length.
+        block_kv: key tile size.
+
+    Returns:
+        The merged ``VisitSchedule``.
+
+    Raises:
+        ValueError: on an unknown variant, inconsistent list shapes or counts, negative tile
+            indices, or a tile listed twice for one query tile.
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+    if np.ndim(full_count) != 1 or np.size(full_count) == 0:
+        raise ValueError(
+            f"plan.full_count must be a non-empty 1-D array, got shape {np.shape(full_count)}"
+        )
+    num_q_tiles = int(np.size(full_count))
+    full_n = _checked_lists(full_kv, full_count, "full", num_q_tiles)
+    part_n = _checked_lists(partial_kv, partial_count, "partial", num_q_tiles)
+    full_kv = np.asarray(full_kv, np.int64)
+    partial_kv = np.asarray(partial_kv, np.int64)
+
+    rows_index: list[np.ndarray] = []
+    rows_masked: list[np.ndarray] = []
+    for i in range(num_q_tiles):
+        full_i = full_kv[i, : full_n[i]]
+        part_i = partial_kv[i, : part_n[i]]
+        index = np.concatenate([full_i, part_i])
+        masked = np.concatenate([np.zeros(full_i.size, bool), np.ones(part_i.size, bool)])
+        if index.size and index.min() < 0:
+            raise ValueError(f"plan lists a negative key tile index for query tile {i}: {index}")
+        if np.unique(index).size != index.size:
+            raise ValueError(
+                f"plan lists a key tile twice for query tile {i} (full {full_i}, partial "
+                f"{part_i}); each tile must be either full or partial once"
+            )
+        order = np.argsort(index, kind="stable")
+        rows_index.append(index[order])
+        rows_masked.append(masked[order])
+
+    slots = max(1, max(row.size for row in rows_index))
+    max_index = max((int(row.max()) for row in rows_index if row.size), default=0)
+    num_kv_tiles = max(math.ceil(tokens / block_kv), max_index + 1)
+    kv_index = np.zeros((num_q_tiles, slots), np.int32)
+    masked = np.zeros((num_q_tiles, slots), np.int32)
+    for i, (index, flag) in enumerate(zip(rows_index, rows_masked, strict=True)):
+        if variant == "b1":
+            flag = np.ones_like(flag)
+        # Padded keys get zero weight only on the masked path.
+        flag = flag | ((index + 1) * block_kv > tokens)
+        n = index.size
+        if n:
+            kv_index[i, :n] = index
+            masked[i, :n] = flag
+            kv_index[i, n:] = index[-1]
+            masked[i, n:] = flag[-1]
+    return VisitSchedule(
+        kv_index=kv_index.reshape(-1),
+        masked=masked.reshape(-1),
+        count=np.array([row.size for row in rows_index], np.int32),
+        slots=slots,
+        num_q_tiles=num_q_tiles,
+        num_kv_tiles=num_kv_tiles,
+    )

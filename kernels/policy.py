@@ -1,0 +1,344 @@
+"""The attention policy: a schedule plus routing turned into the model's ``attend`` function.
+
+Contract (docs/architecture.md): ``attend(q, k, v, *, step, layer) -> out``, q/k/v/out
+[batch, tokens, heads, head_dim] frame-major, ``step`` a traced int32 scalar, ``layer`` a Python int.
+
+Per call:
+- non-sparse schedule: exactly the dense executor (no cond, so the output is bit-identical to a
+  model run with that executor);
+- a dense leading layer (static ``layer``): the dense executor;
+- otherwise ``lax.cond(step < dense_steps, dense, sparse)``: only the taken branch runs, and the
+  predicate is data, so the denoising loop compiles once for every step;
+- sparse: route heads (``kernels.routing``), move each temporal head's tokens into the temporal
+  layout by a per-(batch, head) select between the frame-major and the permuted copy (shapes never
+  depend on the flags), run the band executor (one tile plan serves both layouts), restore
+  frame-major order.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+
+from kernels.block_sizes import BlockSizes, default_block_sizes
+from kernels.executors import attention
+from kernels.geometry import TokenGeometry
+from kernels.layouts import inverse_temporal_permutation, temporal_permutation
+from kernels.masks import band_for_density
+from kernels.routing import ROUTING_MODES, route_heads, routing_key
+from kernels.routing_stats import RoutingRecorder, RoutingStats
+from kernels.schedule import SparsitySchedule
+from kernels.tiles import TilePlan, build_plan
+
+AttendFn = Callable[..., jax.Array]
+
+POLICY_BACKENDS = ("xla", "pallas_tpu", "reference")
+DENSE_EXECUTORS = ("b0", "dot_product_attention", "reference")
+
+
+def _check_backend(backend: str) -> None:
+    if backend not in POLICY_BACKENDS:
+        raise ValueError(f"backend={backend!r}; use one of {POLICY_BACKENDS}")
+
+
+def _plan_backend(backend: str) -> str:
+    # The reference backend computes the same logical mask densely; its tiles only shape the mask
+    # (B3 rounding), so they follow the XLA granularity.
+    return "xla" if backend == "reference" else backend
+
+
+def make_dense_attend(
+    executor: str = "b0",
+    *,
+    backend: str = "xla",
+    block_sizes: BlockSizes | None = None,
+    interpret: bool = False,
+) -> AttendFn:
+    """A dense ``attend`` function from the kernels executors.
+
+    Args:
+        executor: "b0" (tiled online softmax on ``backend``), "dot_product_attention" (XLA) or
+            "reference" (dense jnp oracle). Backend "reference" always uses "reference".
+        backend: "xla", "pallas_tpu" or "reference".
+        block_sizes: tiles for "b0"; default ``default_block_sizes(tokens, backend)``.
+        interpret: Pallas interpret mode (CPU tests of the TPU kernel).
+
+    Returns:
+        ``attend(q, k, v, *, step, layer) -> out`` ignoring step and layer.
+    """
+    _check_backend(backend)
+    if executor not in DENSE_EXECUTORS:
+        raise ValueError(f"executor={executor!r}; use one of {DENSE_EXECUTORS}")
+    if backend == "reference":
+        executor = "reference"
+
+    def dense_attend(q, k, v, *, step=None, layer=None):
+        del step, layer
+        if executor == "b0":
+            return attention(
+                q,
+                k,
+                v,
+                None,
+                variant="b0",
+                block_sizes=block_sizes,
+                backend=backend,
+                interpret=interpret,
+            )
+        return attention(q, k, v, None, variant=executor)
+
+    return dense_attend
+
+
+def _select_layout(x: jax.Array, index: jax.Array, temporal: jax.Array) -> jax.Array:
+    """Per (batch, head): the tokens gathered by ``index`` where ``temporal``, else ``x``.
+
+    ``kernels.layouts.to_head_layouts`` takes one flag per head; routing decides per (batch, head)
+    (the conditional and unconditional halves of a guided batch may route differently).
+
+    Args:
+        x: [batch, tokens, heads, head_dim].
+        index: int32 [tokens], a permutation.
+        temporal: bool [batch, heads].
+
+    Returns:
+        [batch, tokens, heads, head_dim].
+    """
+    moved = jnp.take(x, index, axis=1)
+    return jnp.where(temporal[:, None, :, None], moved, x)
+
+
+class AttentionPolicy:
+    """``attend`` for one (schedule, geometry, run length): dense or routed sparse per step/layer.
+
+    Attributes:
+        schedule: the sparsity schedule.
+        geometry: token geometry of every call (q's token count must match).
+        num_steps: denoising steps of the run.
+        num_layers: transformer blocks.
+        dense_steps: leading dense steps.
+        dense_layers: leading dense layers.
+        plan: the sparse executor's tile plan (None for a non-sparse schedule).
+        routing_mask: the mask routing compares (the plan's logical mask; rounded for b3).
+        dense_attend: the dense executor.
+        recorder: the routing recorder when built with ``record_stats=True``, else None.
+    """
+
+    def __init__(
+        self,
+        schedule: SparsitySchedule,
+        geometry: TokenGeometry,
+        *,
+        num_steps: int,
+        num_layers: int,
+        backend: str = "xla",
+        block_sizes: BlockSizes | None = None,
+        dense_attend: AttendFn | None = None,
+        routing_mode: str = "sampled",
+        seed: int = 0,
+        record_stats: bool = False,
+        interpret: bool = False,
+        rounding_tolerance: float | None = None,
+    ) -> None:
+        """Builds the policy and its host-side plans (nothing is traced).
+
+        Args:
+            schedule: the sparsity schedule.
+            geometry: token geometry of the video.
+            num_steps: denoising steps (the loop's length).
+            num_layers: transformer blocks.
+            backend: sparse (and default dense) backend: "xla", "pallas_tpu" or "reference".
+            block_sizes: tiles; default ``default_block_sizes(tokens, backend)``.
+            dense_attend: dense executor; default ``make_dense_attend("b0", backend=...)``.
+            routing_mode: "sampled" (``schedule.routing_samples`` rows) or "oracle" (all rows).
+            seed: routing seed; equal seeds sample equal rows at every (step, layer).
+            record_stats: send routing to the host (``stats``); for one extra, untimed run.
+            interpret: Pallas interpret mode.
+            rounding_tolerance: b3 rounding tolerance (None accepts what the tiles allow; the
+                rounded density is what ``schedule.overall_kept_fraction`` reports).
+
+        Raises:
+            ValueError: on an unknown backend or routing mode, or a schedule that does not suit
+                the geometry and tiles (see ``SparsitySchedule.validate``).
+        """
+        _check_backend(backend)
+        if routing_mode not in ROUTING_MODES:
+            raise ValueError(f"routing_mode={routing_mode!r}; use one of {ROUTING_MODES}")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"seed={seed!r}: expected an int")
+        self.schedule = schedule
+        self.geometry = geometry
+        self.num_steps = num_steps
+        self.num_layers = num_layers
+        self.dense_steps = schedule.dense_steps(num_steps)
+        self.dense_layers = schedule.dense_layers(num_layers)
+        self.backend = backend
+        self.routing_mode = routing_mode
+        self.seed = seed
+        self.interpret = interpret
+        if block_sizes is None:
+            block_sizes = default_block_sizes(geometry.tokens, _plan_backend(backend))
+        block_sizes.validate(geometry.tokens, _plan_backend(backend))
+        self.block_sizes = block_sizes
+        self.dense_attend = dense_attend or make_dense_attend(
+            "b0", backend=backend, block_sizes=block_sizes, interpret=interpret
+        )
+        self.recorder = RoutingRecorder(num_steps, num_layers) if record_stats else None
+        self.plan: TilePlan | None = None
+        self.routing_mask = None
+        if not schedule.sparse:
+            return
+        schedule.validate(geometry, block_sizes)
+        schedule.warn_if_dense(num_steps, num_layers)
+        band = band_for_density(geometry, schedule.density)
+        self.plan = build_plan(band, block_sizes, schedule.variant, rounding_tolerance)
+        self.routing_mask = self.plan.logical_mask
+
+    @property
+    def stats(self) -> RoutingStats:
+        """Recorded routing: [steps, layers, batch, heads] flags (-1 dense) and errors (NaN)."""
+        if self.recorder is None:
+            raise ValueError("this policy does not record; build it with record_stats=True")
+        return self.recorder.stats
+
+    def is_sparse_layer(self, layer: int) -> bool:
+        """Whether ``layer`` runs sparse at some step."""
+        return (
+            self.schedule.sparse
+            and layer >= self.dense_layers
+            and self.dense_steps < self.num_steps
+        )
+
+    def __call__(
+        self, q: jax.Array, k: jax.Array, v: jax.Array, *, step: jax.Array | int, layer: int
+    ) -> jax.Array:
+        """Self-attention of block ``layer`` at denoising step ``step``.
+
+        Args:
+            q: [batch, tokens, heads, head_dim], frame-major, unscaled.
+            k: [batch, tokens, heads, head_dim].
+            v: [batch, tokens, heads, head_dim].
+            step: denoising step (traced int32 scalar inside the loop).
+            layer: block index (Python int).
+
+        Returns:
+            [batch, tokens, heads, head_dim] in q's dtype.
+        """
+        if not self.schedule.sparse:
+            return self.dense_attend(q, k, v, step=step, layer=layer)
+        if q.ndim != 4 or q.shape[1] != self.geometry.tokens:
+            raise ValueError(
+                f"q has shape {q.shape}; expected [batch, {self.geometry.tokens}, heads, "
+                f"head_dim] for {self.geometry}"
+            )
+        if (
+            isinstance(layer, bool)
+            or not isinstance(layer, int)
+            or not 0 <= layer < self.num_layers
+        ):
+            raise ValueError(f"layer={layer!r}: expected a Python int in [0, {self.num_layers})")
+        if not self.is_sparse_layer(layer):
+            return self.dense_attend(q, k, v, step=step, layer=layer)
+        step = jnp.asarray(step, jnp.int32)
+        sparse = functools.partial(self._sparse, step=step, layer=layer)
+        if self.dense_steps == 0:
+            return sparse(q, k, v)
+
+        def dense(q, k, v):
+            return self.dense_attend(q, k, v, step=step, layer=layer)
+
+        return jax.lax.cond(step < self.dense_steps, dense, sparse, q, k, v)
+
+    def _sparse(self, q, k, v, *, step: jax.Array, layer: int) -> jax.Array:
+        routing = route_heads(
+            q,
+            k,
+            v,
+            self.routing_mask,
+            self.geometry,
+            key=routing_key(self.seed, step, layer),
+            samples=self.schedule.routing_samples,
+            mode=self.routing_mode,
+        )
+        if self.recorder is not None:
+            jax.debug.callback(
+                functools.partial(self.recorder.record, layer=layer),
+                step,
+                routing.temporal,
+                routing.spatial_error,
+                routing.temporal_error,
+            )
+        return self.sparse_attention(q, k, v, routing.temporal)
+
+    def sparse_attention(self, q, k, v, temporal: jax.Array) -> jax.Array:
+        """Band attention with the given routing: temporal heads in the temporal layout.
+
+        Args:
+            q: [batch, tokens, heads, head_dim], frame-major.
+            k: [batch, tokens, heads, head_dim].
+            v: [batch, tokens, heads, head_dim].
+            temporal: bool [batch, heads].
+
+        Returns:
+            [batch, tokens, heads, head_dim], frame-major.
+        """
+        if self.plan is None:
+            raise ValueError(f"schedule {self.schedule.name!r} is not sparse; it has no band")
+        if temporal.shape != (q.shape[0], q.shape[2]):
+            raise ValueError(
+                f"temporal has shape {temporal.shape}; expected {(q.shape[0], q.shape[2])} "
+                "(batch, heads)"
+            )
+        perm = jnp.asarray(temporal_permutation(self.geometry))
+        q_l, k_l, v_l = (_select_layout(x, perm, temporal) for x in (q, k, v))
+        out = self.execute_band(q_l, k_l, v_l)
+        inv = jnp.asarray(inverse_temporal_permutation(self.geometry))
+        return _select_layout(out, inv, temporal)
+
+    def execute_band(self, q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+        """The sparse executor alone: the band on tokens already in each head's own layout.
+
+        ``sparse_attention`` is this between a layout change and its inverse; sequence
+        parallelism calls it directly when the layout change happened elsewhere.
+
+        Args:
+            q: [batch, tokens, heads, head_dim], each head in its own layout.
+            k: [batch, tokens, heads, head_dim].
+            v: [batch, tokens, heads, head_dim].
+
+        Returns:
+            [batch, tokens, heads, head_dim] in the same per-head layouts.
+        """
+        if self.plan is None:
+            raise ValueError(f"schedule {self.schedule.name!r} is not sparse; it has no band")
+        if self.backend == "reference":
+            return attention(q, k, v, self.plan.logical_mask, variant="reference")
+        return attention(
+            q,
+            k,
+            v,
+            self.plan,
+            variant=self.plan.variant,
+            backend=self.backend,
+            interpret=self.interpret,
+        )
+
+
+def make_policy(
+    schedule: SparsitySchedule,
+    geometry: TokenGeometry,
+    *,
+    num_steps: int,
+    num_layers: int,
+    **options,
+) -> AttentionPolicy:
+    """Builds an ``AttentionPolicy`` (see its constructor for ``options``).
+
+    Warns (does not fail) when a sparse schedule never runs sparse at this run length.
+    """
+    return AttentionPolicy(
+        schedule, geometry, num_steps=num_steps, num_layers=num_layers, **options
+    )

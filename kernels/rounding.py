@@ -1,0 +1,109 @@
+"""Tile-aligned rounding of a mask (variant B3).
+
+Every partial tile of the exact mask is either kept whole (the boundary rounded outward, adding the
+tile's excluded pairs) or dropped (rounded inward, removing its kept pairs). The choice is a single
+threshold on each tile's fill ratio (kept pairs / real pairs): tiles are taken in order of decreasing
+fill until the kept-pair count is as close as possible to the exact mask's. Along every query-tile
+row of a band the fill ratio falls monotonically from the band's centre outward, so the threshold
+moves each band boundary to one tile edge, inward where the boundary tile is mostly empty and outward
+where it is mostly kept. Afterwards the mask is a set of whole tiles: only tiles that touch the
+sequence padding still need a predicate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+from kernels.block_sizes import BlockSizes
+from kernels.tiles import tile_areas, tile_counts
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TileMask:
+    """A mask made of whole tiles: pair (q, k) is kept when its tile is kept and k < tokens.
+
+    Attributes:
+        tokens: sequence length N.
+        block_sizes: the tiles the mask is aligned to.
+        blocks: bool [num_q_tiles, num_kv_tiles], read-only.
+        target_density: exact density of the mask that was rounded.
+    """
+
+    tokens: int
+    block_sizes: BlockSizes
+    blocks: np.ndarray
+    target_density: float
+
+    def allowed(self, q, k):
+        """Predicate on broadcastable integer index arrays (NumPy, or jnp when traced)."""
+        if isinstance(q, np.ndarray | int) and isinstance(k, np.ndarray | int):
+            table = self.blocks
+        else:
+            import jax.numpy as jnp
+
+            table = jnp.asarray(self.blocks)
+        nq, nkv = self.blocks.shape
+        qi = (q // self.block_sizes.block_q).clip(0, nq - 1)
+        ki = (k // self.block_sizes.block_kv).clip(0, nkv - 1)
+        return table[qi, ki] & (k < self.tokens)
+
+    def tile_counts(self, block_sizes: BlockSizes) -> np.ndarray:
+        """Kept real pairs per tile (only for the block sizes the mask is aligned to)."""
+        if block_sizes != self.block_sizes:
+            raise ValueError(
+                f"TileMask aligned to {self.block_sizes} cannot be tiled with {block_sizes}"
+            )
+        return np.where(self.blocks, tile_areas(self.tokens, block_sizes), 0)
+
+    @property
+    def kept_pairs(self) -> int:
+        """Kept real pairs."""
+        return int(self.tile_counts(self.block_sizes).sum())
+
+    @property
+    def density(self) -> float:
+        """Kept fraction of the N^2 real pairs (the rounded density)."""
+        return self.kept_pairs / self.tokens**2
+
+    def dense(self) -> np.ndarray:
+        """bool [N, N] (small N only)."""
+        idx = np.arange(self.tokens)
+        return self.allowed(idx[:, None], idx[None, :])
+
+
+@functools.lru_cache(maxsize=64)
+def round_to_tiles(mask, block_sizes: BlockSizes, tolerance: float | None = 0.01) -> TileMask:
+    """Rounds ``mask`` to whole tiles keeping about the same number of pairs.
+
+    Args:
+        mask: a band mask from ``kernels.masks`` (anything ``kernels.tiles.tile_counts`` accepts).
+        block_sizes: tiles to align to.
+        tolerance: maximum relative difference between rounded and exact kept-pair counts; None
+            accepts whatever the tiles allow (small sequences with big tiles cannot always meet 1%).
+
+    Returns:
+        The TileMask; its ``density`` is the rounded density, ``target_density`` the exact one.
+    """
+    counts = tile_counts(mask, block_sizes)
+    areas = tile_areas(mask.tokens, block_sizes)
+    target = int(counts.sum())
+    full = counts == areas
+    partial = (counts > 0) & ~full
+    rows, cols = np.nonzero(partial)
+    fill = counts[rows, cols] / areas[rows, cols]
+    order = np.argsort(-fill, kind="stable")
+    running = int(areas[full].sum()) + np.concatenate([[0], np.cumsum(areas[rows, cols][order])])
+    keep = int(np.argmin(np.abs(running - target)))
+    blocks = full.copy()
+    blocks[rows[order[:keep]], cols[order[:keep]]] = True
+    blocks.setflags(write=False)
+    error = abs(int(running[keep]) - target) / target
+    if tolerance is not None and error > tolerance:
+        raise ValueError(
+            f"rounding to {block_sizes} changes the kept pairs by {error:.2%} (> "
+            f"tolerance={tolerance:.2%}); use smaller tiles or tolerance=None"
+        )
+    return TileMask(mask.tokens, block_sizes, blocks, float(mask.density))

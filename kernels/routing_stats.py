@@ -1,0 +1,179 @@
+"""Routing statistics of a denoising run: per (step, layer, batch, head) flags and errors.
+
+The model's ``attend`` cannot return extra outputs, so a policy built with ``record_stats=True``
+sends each sparse (step, layer)'s routing to the host with ``jax.debug.callback`` into a
+``RoutingRecorder``. Cells that ran dense keep flag -1 and NaN errors. The recorded run is an extra
+run: host callbacks stall the device, so timed runs use a policy without recording.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from pathlib import Path
+
+import jax
+import numpy as np
+
+DENSE_FLAG = -1
+
+
+@dataclasses.dataclass(frozen=True)
+class RoutingStats:
+    """Routing of a whole run.
+
+    Attributes:
+        temporal: int8 [steps, layers, batch, heads]; 1 temporal, 0 spatial, -1 dense cell.
+        spatial_error: float32 [steps, layers, batch, heads]; NaN for dense cells.
+        temporal_error: float32 [steps, layers, batch, heads]; NaN for dense cells.
+    """
+
+    temporal: np.ndarray
+    spatial_error: np.ndarray
+    temporal_error: np.ndarray
+
+    @property
+    def sparse_cells(self) -> np.ndarray:
+        """bool [steps, layers]: cells where routing ran (all of a cell's heads are routed)."""
+        if self.temporal.shape[2] * self.temporal.shape[3] == 0:
+            return np.zeros(self.temporal.shape[:2], dtype=bool)
+        return np.all(self.temporal != DENSE_FLAG, axis=(2, 3))
+
+    def temporal_fraction(self) -> np.ndarray:
+        """float [steps, layers]: fraction of (batch, head) pairs routed temporal; NaN if dense."""
+        sparse = self.sparse_cells
+        out = np.full(self.temporal.shape[:2], np.nan)
+        if sparse.any():
+            out[sparse] = (self.temporal[sparse] == 1).mean(axis=(1, 2))
+        return out
+
+    def overall_temporal_fraction(self) -> float:
+        """Fraction of all routed (step, layer, batch, head) decisions that chose temporal."""
+        routed = self.temporal[self.temporal != DENSE_FLAG]
+        return float((routed == 1).mean()) if routed.size else float("nan")
+
+    def as_dict(self) -> dict[str, list]:
+        """Nested lists (NaN kept as float nan) for JSON-like logging."""
+        return {
+            "temporal": self.temporal.tolist(),
+            "spatial_error": self.spatial_error.tolist(),
+            "temporal_error": self.temporal_error.tolist(),
+        }
+
+
+class RoutingRecorder:
+    """Host-side sink for ``jax.debug.callback`` routing records.
+
+    Arrays are allocated at the first record (batch and heads come from the data), so one recorder
+    serves any batch size. A run overwrites the cells it routes; call ``reset`` between runs whose
+    records must not mix.
+
+    Args:
+        num_steps: denoising steps of the run.
+        num_layers: transformer blocks.
+    """
+
+    def __init__(self, num_steps: int, num_layers: int) -> None:
+        self.num_steps = num_steps
+        self.num_layers = num_layers
+        self._lock = threading.Lock()  # callbacks may arrive from runtime threads
+        self._temporal: np.ndarray | None = None
+        self._spatial_error: np.ndarray | None = None
+        self._temporal_error: np.ndarray | None = None
+
+    def reset(self) -> None:
+        """Forgets every record."""
+        with self._lock:
+            self._temporal = self._spatial_error = self._temporal_error = None
+
+    def record(
+        self,
+        step: np.ndarray,
+        temporal: np.ndarray,
+        spatial_error: np.ndarray,
+        temporal_error: np.ndarray,
+        *,
+        layer: int,
+    ) -> None:
+        """Stores one (step, layer)'s routing (called on the host by ``jax.debug.callback``).
+
+        Args:
+            step: int scalar, the denoising step.
+            temporal: bool [batch, heads].
+            spatial_error: float [batch, heads].
+            temporal_error: float [batch, heads].
+            layer: block index.
+        """
+        s = int(np.asarray(step))
+        flags = np.asarray(temporal)
+        with self._lock:
+            if self._temporal is None or self._temporal.shape[2:] != flags.shape:
+                shape = (self.num_steps, self.num_layers, *flags.shape)
+                self._temporal = np.full(shape, DENSE_FLAG, dtype=np.int8)
+                self._spatial_error = np.full(shape, np.nan, dtype=np.float32)
+                self._temporal_error = np.full(shape, np.nan, dtype=np.float32)
+            self._temporal[s, layer] = flags.astype(np.int8)
+            self._spatial_error[s, layer] = np.asarray(spatial_error, np.float32)
+            self._temporal_error[s, layer] = np.asarray(temporal_error, np.float32)
+
+    @property
+    def stats(self) -> RoutingStats:
+        """Copies of the records so far (waits for pending callbacks first).
+
+        Before any record the arrays are [steps, layers, 0, 0].
+        """
+        jax.effects_barrier()
+        with self._lock:
+            if self._temporal is None:
+                empty = (self.num_steps, self.num_layers, 0, 0)
+                return RoutingStats(
+                    np.full(empty, DENSE_FLAG, np.int8),
+                    np.full(empty, np.nan, np.float32),
+                    np.full(empty, np.nan, np.float32),
+                )
+            return RoutingStats(
+                self._temporal.copy(), self._spatial_error.copy(), self._temporal_error.copy()
+            )
+
+
+def plot_temporal_fraction(stats: RoutingStats, path: str | Path, *, title: str = "") -> Path:
+    """Writes the step x layer heat map of the temporal fraction as a PNG.
+
+    Dense cells are drawn grey; the colour scale is fixed to [0, 1] so maps compare across runs.
+
+    Args:
+        stats: recorded routing statistics.
+        path: output file (parent folders are created).
+        title: optional figure title.
+
+    Returns:
+        The written path.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on the machines this runs on
+    import matplotlib.pyplot as plt
+
+    fraction = stats.temporal_fraction()  # [steps, layers]
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    steps, layers = fraction.shape
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.25 * layers + 2.0), max(3.0, 0.2 * steps + 1.5)))
+    cmap = plt.get_cmap("viridis").with_extremes(bad="lightgrey")
+    image = ax.imshow(
+        np.ma.masked_invalid(fraction),
+        cmap=cmap,
+        vmin=0.0,
+        vmax=1.0,
+        aspect="auto",
+        origin="upper",
+        interpolation="nearest",
+    )
+    ax.set_xlabel("layer")
+    ax.set_ylabel("denoising step")
+    ax.set_title(title or "fraction of heads routed temporal (grey: dense)")
+    fig.colorbar(image, ax=ax, label="temporal fraction")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

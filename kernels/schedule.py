@@ -1,0 +1,238 @@
+"""Sparsity schedules: when attention stays dense and how sparse it is otherwise (SVG's knobs).
+
+A schedule keeps attention dense for the first ``floor(first_times_fp * steps)`` denoising steps
+(the layout of the video is decided early and is fragile) and for the first
+``floor(first_layers_fp * layers)`` transformer blocks; everywhere else each head attends through a
+band-plus-sink mask keeping ``density`` of the query-key pairs, executed by ``variant``.
+
+The schedule values themselves live in ``conf/schedule/*.yaml`` (the lead's files); this module only
+validates and interprets them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+from kernels.block_sizes import BlockSizes
+from kernels.geometry import TokenGeometry
+from kernels.masks import band_for_density
+
+# Variants that execute a sparse mask (b0 is the dense tiled loop, not a sparsity variant).
+SPARSE_VARIANTS = ("b1", "b2", "b3")
+
+# floor(0.29 * 100) would be 28 in binary floating point; a tolerance far below one step/layer keeps
+# the documented floor(fraction * count) exact for fractions written with a few decimals.
+_FLOOR_EPS = 1e-9
+
+
+def _floor_count(fraction: float, count: int) -> int:
+    return min(count, math.floor(fraction * count + _FLOOR_EPS))
+
+
+def _check_count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}={value!r}: expected a positive int")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class SparsitySchedule:
+    """One sparsity schedule.
+
+    Attributes:
+        name: schedule name, for reports.
+        first_times_fp: dense while ``step < floor(first_times_fp * steps)``; in [0, 1].
+        first_layers_fp: dense while ``layer < floor(first_layers_fp * layers)``; in [0, 1].
+        density: kept fraction of query-key pairs of the sparse masks (sink counted); in (0, 1].
+        variant: sparse executor variant, one of ``SPARSE_VARIANTS`` (tile-aligned b3 by default).
+        routing_samples: query rows sampled per (step, layer) to route heads; >= 1.
+        sparse: False for the dense control (every step and layer dense, the others ignored).
+    """
+
+    name: str
+    first_times_fp: float
+    first_layers_fp: float
+    density: float
+    variant: str = "b3"
+    routing_samples: int = 64
+    sparse: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"name={self.name!r}: expected a non-empty string")
+        if not isinstance(self.sparse, bool):
+            raise ValueError(f"sparse={self.sparse!r}: expected True or False")
+        for field in ("first_times_fp", "first_layers_fp"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"{field}={value!r}: expected a fraction in [0, 1], e.g. 0.2")
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{field}={value}: expected a fraction in [0, 1], e.g. 0.2")
+        if isinstance(self.density, bool) or not isinstance(self.density, int | float):
+            raise ValueError(f"density={self.density!r}: expected a kept fraction in (0, 1]")
+        if not 0.0 < self.density <= 1.0:
+            raise ValueError(
+                f"density={self.density}: expected a kept fraction in (0, 1], e.g. 0.35"
+            )
+        if self.variant not in SPARSE_VARIANTS:
+            raise ValueError(f"variant={self.variant!r}: use one of {SPARSE_VARIANTS}")
+        _check_count("routing_samples", self.routing_samples)
+        if self.sparse and (self.first_times_fp >= 1.0 or self.first_layers_fp >= 1.0):
+            field = "first_times_fp" if self.first_times_fp >= 1.0 else "first_layers_fp"
+            warnings.warn(
+                f"schedule {self.name!r}: {field}=1 keeps every step dense, so the sparse part "
+                "never runs and the run is dense",
+                UserWarning,
+                stacklevel=3,
+            )
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any] | Any) -> SparsitySchedule:
+        """Builds a schedule from a mapping or an object with the same attributes.
+
+        Accepts the harness's ``ScheduleConfig`` (or the plain dict of a ``conf/schedule`` file);
+        keys other than the dataclass fields (e.g. Hydra's ``defaults``) are ignored.
+
+        Args:
+            values: mapping or attribute object with at least ``name``, ``first_times_fp``,
+                ``first_layers_fp`` and ``density``.
+
+        Returns:
+            The validated schedule.
+        """
+        names = [f.name for f in dataclasses.fields(cls)]
+        if isinstance(values, Mapping):
+            given = {n: values[n] for n in names if n in values}
+        else:
+            given = {n: getattr(values, n) for n in names if hasattr(values, n)}
+        missing = [
+            n for n in ("name", "first_times_fp", "first_layers_fp", "density") if n not in given
+        ]
+        if missing:
+            raise ValueError(f"schedule is missing {missing}; expected fields {names}")
+        for n in ("first_times_fp", "first_layers_fp", "density"):
+            if isinstance(given[n], int) and not isinstance(given[n], bool):
+                given[n] = float(given[n])
+        return cls(**given)
+
+    def dense_steps(self, steps: int) -> int:
+        """Leading dense steps: ``floor(first_times_fp * steps)`` (all of them if not sparse)."""
+        _check_count("steps", steps)
+        return steps if not self.sparse else _floor_count(self.first_times_fp, steps)
+
+    def dense_layers(self, layers: int) -> int:
+        """Leading dense layers: ``floor(first_layers_fp * layers)`` (all if not sparse)."""
+        _check_count("layers", layers)
+        return layers if not self.sparse else _floor_count(self.first_layers_fp, layers)
+
+    def is_dense(self, step: int, layer: int, *, steps: int, layers: int) -> bool:
+        """Whether (step, layer) runs dense attention.
+
+        Args:
+            step: denoising step index in [0, steps).
+            layer: block index in [0, layers).
+            steps: denoising steps of the run.
+            layers: transformer blocks.
+
+        Returns:
+            True while ``step < floor(first_times_fp * steps)`` or
+            ``layer < floor(first_layers_fp * layers)``, and always for a non-sparse schedule.
+        """
+        if not 0 <= step < steps:
+            raise ValueError(f"step={step}: expected an index in [0, {steps})")
+        if not 0 <= layer < layers:
+            raise ValueError(f"layer={layer}: expected an index in [0, {layers})")
+        return step < self.dense_steps(steps) or layer < self.dense_layers(layers)
+
+    def runs_sparse(self, steps: int, layers: int) -> bool:
+        """Whether at least one (step, layer) of a run is sparse."""
+        return self.dense_steps(steps) < steps and self.dense_layers(layers) < layers
+
+    def warn_if_dense(self, steps: int, layers: int) -> None:
+        """Warns (does not fail) when a sparse schedule never runs sparse for this run's size."""
+        if self.sparse and not self.runs_sparse(steps, layers):
+            warnings.warn(
+                f"schedule {self.name!r}: with {steps} steps and {layers} layers "
+                f"(first_times_fp={self.first_times_fp}, first_layers_fp={self.first_layers_fp}) "
+                "no step is sparse, so the run is dense",
+                UserWarning,
+                stacklevel=3,
+            )
+
+    def validate(self, geometry: TokenGeometry, block_sizes: BlockSizes) -> None:
+        """Checks the schedule against one video geometry and tile size.
+
+        Args:
+            geometry: token geometry of the run.
+            block_sizes: tiles of the sparse executor.
+
+        Raises:
+            ValueError: when ``routing_samples`` exceeds the tokens, or the band the ``density``
+                gives is narrower than one tile (its full width 2w + 1 is below
+                ``min(block_q, block_kv)``, so tile skipping cannot follow it).
+        """
+        if self.routing_samples > geometry.tokens:
+            raise ValueError(
+                f"routing_samples={self.routing_samples} exceeds the {geometry.tokens} tokens of "
+                f"{geometry}; use at most {geometry.tokens}"
+            )
+        if not self.sparse:
+            return
+        band = band_for_density(geometry, self.density)
+        width = 2 * band.half_width + 1
+        tile = min(block_sizes.block_q, block_sizes.block_kv)
+        if width < tile:
+            raise ValueError(
+                f"density={self.density}: at {geometry.tokens} tokens its band is {width} tokens "
+                f"wide, narrower than one {tile}-token tile of {block_sizes}; raise density or "
+                f"use tiles of at most {width} tokens"
+            )
+
+    def sparse_density(self, geometry: TokenGeometry, block_sizes: BlockSizes) -> float:
+        """Exact kept fraction of the masks a sparse (step, layer) executes.
+
+        The spatial and the temporal mask are the same band in different layouts, so they keep the
+        same pairs count. For ``b3`` it is the density after tile rounding.
+
+        Args:
+            geometry: token geometry of the run.
+            block_sizes: tiles of the sparse executor.
+
+        Returns:
+            Kept fraction in (0, 1].
+        """
+        band = band_for_density(geometry, self.density)
+        if self.variant != "b3":
+            return float(band.density)
+        from kernels.tiles import build_plan  # plan building is cached per (mask, tiles)
+
+        return float(build_plan(band, block_sizes, "b3", None).density)
+
+    def overall_kept_fraction(
+        self, steps: int, layers: int, geometry: TokenGeometry, block_sizes: BlockSizes
+    ) -> float:
+        """Kept fraction of all attention pairs over a whole run, dense cells counted as 1.0.
+
+        Every (step, layer) computes the same N^2 pairs when dense, so the overall fraction is the
+        mean over the steps x layers grid of 1.0 (dense) and ``sparse_density`` (sparse).
+
+        Args:
+            steps: denoising steps.
+            layers: transformer blocks.
+            geometry: token geometry.
+            block_sizes: tiles of the sparse executor (matter for b3).
+
+        Returns:
+            Kept fraction in (0, 1].
+        """
+        dense_steps, dense_layers = self.dense_steps(steps), self.dense_layers(layers)
+        sparse_cells = (steps - dense_steps) * (layers - dense_layers)
+        if sparse_cells == 0:
+            return 1.0
+        density = self.sparse_density(geometry, block_sizes)
+        total = steps * layers
+        return ((total - sparse_cells) + sparse_cells * density) / total

@@ -1,0 +1,241 @@
+"""Tile classification and per-query-tile visit lists (the TilePlan shared by every backend).
+
+A tile is one (query tile, key/value tile) pair of BQ x BKV token pairs. It is *empty* when the mask
+keeps none of its pairs (skipped), *full* when it keeps all of them and holds no padding (computed
+without a mask), and *partial* otherwise (computed with the mask predicate). Tiles that touch the
+padding at the end of the query or key axis are partial whenever visited, as the issue's contract
+says; padded keys must get exactly zero weight and padded query rows are discarded.
+
+Variants (what a plan asks the executor to do):
+- "b0": dense; every tile visited; only padding tiles masked (``PaddingMask``).
+- "b1": the exact mask; every non-empty tile visited and masked.
+- "b2": the exact mask; full tiles mask-free, partial tiles masked.
+- "b3": the tile-rounded mask (``kernels.rounding``); visited tiles mask-free except padding tiles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+from kernels.block_sizes import BlockSizes
+from kernels.masks import PaddingMask
+
+VARIANTS = ("b0", "b1", "b2", "b3")
+
+
+def tile_grid(tokens: int, block_sizes: BlockSizes) -> tuple[int, int]:
+    """(num_q_tiles, num_kv_tiles) covering ``tokens`` with padding at the end."""
+    return -(-tokens // block_sizes.block_q), -(-tokens // block_sizes.block_kv)
+
+
+def tile_areas(tokens: int, block_sizes: BlockSizes) -> np.ndarray:
+    """int64 [nq, nkv]: real (unpadded) token pairs in each tile."""
+    nq, nkv = tile_grid(tokens, block_sizes)
+    bq, bkv = block_sizes.block_q, block_sizes.block_kv
+    rows = np.minimum(tokens, (np.arange(nq) + 1) * bq) - np.arange(nq) * bq
+    cols = np.minimum(tokens, (np.arange(nkv) + 1) * bkv) - np.arange(nkv) * bkv
+    return rows[:, None].astype(np.int64) * cols[None, :]
+
+
+def padding_tiles(tokens: int, block_sizes: BlockSizes) -> np.ndarray:
+    """bool [nq, nkv]: tiles reaching past the sequence end on either axis."""
+    nq, nkv = tile_grid(tokens, block_sizes)
+    q_pad = (np.arange(nq) + 1) * block_sizes.block_q > tokens
+    k_pad = (np.arange(nkv) + 1) * block_sizes.block_kv > tokens
+    return q_pad[:, None] | k_pad[None, :]
+
+
+def _band_tile_counts(mask, block_sizes: BlockSizes) -> np.ndarray:
+    """Counts for band-plus-sink masks measured along ``mask.coordinates`` (exact, O(N) memory).
+
+    For each key tile, sorting its keys' coordinates turns "keys within w of this query" into two
+    binary searches per query; the sink keys (whose coordinates equal their index) are counted the
+    same way to remove the band/sink overlap.
+    """
+    n, w = mask.tokens, mask.half_width
+    bq, bkv = block_sizes.block_q, block_sizes.block_kv
+    nq, nkv = tile_grid(n, block_sizes)
+    q_coord = np.asarray(mask.coordinates(np.arange(n, dtype=np.int64)))
+    low, high = q_coord - w, q_coord + w
+    counts = np.zeros((nq, nkv), dtype=np.int64)
+    starts = np.arange(nq) * bq
+    for j in range(nkv):
+        keys = np.arange(j * bkv, min((j + 1) * bkv, n), dtype=np.int64)
+        coord = np.sort(np.asarray(mask.coordinates(keys)))
+        band = np.searchsorted(coord, high, "right") - np.searchsorted(coord, low, "left")
+        sink = np.sort(np.asarray(mask.coordinates(keys[keys < mask.sink])))
+        overlap = np.searchsorted(sink, high, "right") - np.searchsorted(sink, low, "left")
+        counts[:, j] = np.add.reduceat(band + sink.size - overlap, starts)
+    return counts
+
+
+def tile_counts(mask, block_sizes: BlockSizes) -> np.ndarray:
+    """Allowed real (q, k) pairs per tile.
+
+    Args:
+        mask: a mask from ``kernels.masks`` or ``kernels.rounding.TileMask``.
+        block_sizes: tile sizes.
+
+    Returns:
+        int64 [nq, nkv].
+    """
+    if isinstance(mask, PaddingMask):
+        return tile_areas(mask.tokens, block_sizes)
+    if hasattr(mask, "tile_counts"):
+        return mask.tile_counts(block_sizes)
+    if hasattr(mask, "half_width") and hasattr(mask, "coordinates"):
+        return _band_tile_counts(mask, block_sizes)
+    raise ValueError(f"cannot classify tiles of {type(mask).__name__}; expected a kernels mask")
+
+
+def _visit_lists(selected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the column indices of ``selected`` padded with the row's last valid index.
+
+    Args:
+        selected: bool [nq, nkv].
+
+    Returns:
+        (kv int32 [nq, max(1, max_count)], count int32 [nq]). Rows with no entries repeat tile 0;
+        executors ignore entries at or beyond count.
+    """
+    count = selected.sum(axis=1).astype(np.int32)
+    width = max(1, int(count.max(initial=0)))
+    kv = np.zeros((selected.shape[0], width), dtype=np.int32)
+    for i, row in enumerate(selected):
+        idx = np.flatnonzero(row)
+        if idx.size:
+            kv[i, : idx.size] = idx
+            kv[i, idx.size :] = idx[-1]
+    return kv, count
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TilePlan:
+    """Static visit lists and statistics for one (mask, block sizes, variant).
+
+    Hashes by identity (plans are cached), so a plan can be a static argument of a jitted function.
+
+    Attributes:
+        full_kv: int32 [num_q_tiles, max_full]; kv tiles visited without a mask.
+        full_count: int32 [num_q_tiles]; valid entries per row of ``full_kv``.
+        partial_kv: int32 [num_q_tiles, max_partial]; kv tiles visited with ``mask``.
+        partial_count: int32 [num_q_tiles].
+        mask: predicate evaluated inside partial tiles (a band mask or ``PaddingMask``).
+        logical_mask: the mask the plan computes exactly (the oracle's mask; for b3 the rounded one).
+        tokens: sequence length N.
+        block_sizes: tile sizes.
+        variant: "b0" | "b1" | "b2" | "b3".
+        density: exact kept fraction of ``logical_mask``.
+        target_density: kept fraction of the mask the plan was built from (before rounding).
+        tiles_visited_fraction: visited tiles / all tiles.
+        masked_fraction: visited tiles that evaluate a mask / visited tiles.
+        padded_visit_fraction: padding entries in the rectangular visit arrays / all entries.
+    """
+
+    full_kv: np.ndarray
+    full_count: np.ndarray
+    partial_kv: np.ndarray
+    partial_count: np.ndarray
+    mask: object
+    logical_mask: object
+    tokens: int
+    block_sizes: BlockSizes
+    variant: str
+    density: float
+    target_density: float
+    tiles_visited_fraction: float
+    masked_fraction: float
+    padded_visit_fraction: float
+
+    @property
+    def num_q_tiles(self) -> int:
+        """Query tiles, padding included."""
+        return int(self.full_count.shape[0])
+
+    @property
+    def num_kv_tiles(self) -> int:
+        """Key/value tiles, padding included."""
+        return -(-self.tokens // self.block_sizes.block_kv)
+
+    def stats(self) -> dict[str, float | int | str]:
+        """The plan's statistics as a flat dict (JSON-friendly)."""
+        return {
+            "variant": self.variant,
+            "tokens": self.tokens,
+            "block_q": self.block_sizes.block_q,
+            "block_kv": self.block_sizes.block_kv,
+            "num_q_tiles": self.num_q_tiles,
+            "num_kv_tiles": self.num_kv_tiles,
+            "density": self.density,
+            "target_density": self.target_density,
+            "tiles_visited_fraction": self.tiles_visited_fraction,
+            "masked_fraction": self.masked_fraction,
+            "padded_visit_fraction": self.padded_visit_fraction,
+        }
+
+
+@functools.lru_cache(maxsize=128)
+def build_plan(
+    mask, block_sizes: BlockSizes, variant: str, rounding_tolerance: float | None = 0.01
+) -> TilePlan:
+    """Classifies tiles and builds the visit lists for ``variant``.
+
+    Args:
+        mask: the logical mask (``BandMask``, ``StridedTemporalMask`` or ``PaddingMask``); for "b0"
+            only its ``tokens`` matter.
+        block_sizes: tile sizes.
+        variant: one of ``VARIANTS``.
+        rounding_tolerance: for "b3", the allowed relative error of the rounded kept-pair count
+            (None accepts any); see ``kernels.rounding.round_to_tiles``.
+
+    Returns:
+        The TilePlan (cached: equal arguments return the same object).
+    """
+    from kernels.rounding import round_to_tiles  # rounding builds on tile_counts above
+
+    if variant not in VARIANTS:
+        raise ValueError(f"variant={variant!r}; use one of {VARIANTS}")
+    n = mask.tokens
+    areas = tile_areas(n, block_sizes)
+    padding = padding_tiles(n, block_sizes)
+    kernel_mask = mask
+    target = float(mask.density)
+    if variant == "b0":
+        logical = kernel_mask = PaddingMask(n)
+        visited = np.ones_like(padding)
+        target = 1.0
+        partial = padding
+    elif variant == "b3":
+        logical = round_to_tiles(mask, block_sizes, tolerance=rounding_tolerance)
+        kernel_mask = PaddingMask(n)
+        visited = logical.blocks
+        partial = visited & padding
+    else:
+        logical = mask
+        counts = tile_counts(mask, block_sizes)
+        visited = counts > 0
+        partial = visited if variant == "b1" else visited & ((counts < areas) | padding)
+    full = visited & ~partial
+    full_kv, full_count = _visit_lists(full)
+    partial_kv, partial_count = _visit_lists(partial)
+    n_visited = int(visited.sum())
+    entries = full_kv.size + partial_kv.size
+    return TilePlan(
+        full_kv=full_kv,
+        full_count=full_count,
+        partial_kv=partial_kv,
+        partial_count=partial_count,
+        mask=kernel_mask,
+        logical_mask=logical,
+        tokens=n,
+        block_sizes=block_sizes,
+        variant=variant,
+        density=float(logical.density),
+        target_density=target,
+        tiles_visited_fraction=n_visited / visited.size,
+        masked_fraction=int(partial.sum()) / max(1, n_visited),
+        padded_visit_fraction=(entries - n_visited) / entries,
+    )

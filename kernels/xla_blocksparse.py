@@ -1,0 +1,243 @@
+"""Block-sparse attention in pure JAX/XLA (runs on CPU, GPU and TPU): variants B0-B3.
+
+All query tiles advance together through an online-softmax ``lax.scan``; at step j every query
+tile gathers one K/V tile, the j-th entry of its static visit list. Gathering a single tile per step
+keeps memory at O(N * tile) and lets XLA fuse the gather into the matmul; gathering every listed tile
+at once was measured to be much slower.
+
+Query tiles visit different numbers of tiles, and a scan runs as long as its longest list. Padded
+steps cost a full tile product, so query tiles are grouped by visit count (a small dynamic
+programme over the sorted counts, ``schedule``) and each group runs its own scans. Within a group
+the full tiles run first in a mask-free scan, then the partial tiles in a masked scan that continues
+from the same running max / sum / accumulator, which is exactly how their softmax statistics combine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from kernels.tiles import TilePlan
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class VisitGroup:
+    """Query tiles scanned together.
+
+    Attributes:
+        q_tiles: int32 [g], query tile indices.
+        full_kv: int32 [g, Lf]; full tiles per step (Lf may be 0).
+        full_valid: bool [g, Lf], or None when no entry is padding.
+        partial_kv: int32 [g, Lp].
+        partial_valid: bool [g, Lp] or None.
+    """
+
+    q_tiles: np.ndarray
+    full_kv: np.ndarray
+    full_valid: np.ndarray | None
+    partial_kv: np.ndarray
+    partial_valid: np.ndarray | None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Schedule:
+    """The groups of one plan and what padding they cost.
+
+    Attributes:
+        groups: the visit groups.
+        restore: int32 [nq]; position of each query tile in the concatenated group outputs.
+        executed_visits: tile products the scans run (padding included).
+        wasted_fraction: padded tile products / executed tile products.
+    """
+
+    groups: tuple[VisitGroup, ...]
+    restore: np.ndarray
+    executed_visits: int
+    wasted_fraction: float
+
+
+def _group_bounds(full: np.ndarray, partial: np.ndarray, max_groups: int) -> list[int]:
+    """Splits rows (already sorted) into <= max_groups runs minimising padded tile products.
+
+    Returns the run boundaries [0, ..., n]. Among groupings within 1% of the best cost the one with
+    fewest groups wins (each group adds a scan).
+    """
+    n = full.size
+    inf = float("inf")
+    cost = np.full((n + 1, n + 1), inf)
+    for a in range(n):
+        mf = mp = 0
+        for b in range(a + 1, n + 1):
+            mf, mp = max(mf, full[b - 1]), max(mp, partial[b - 1])
+            cost[a, b] = (b - a) * (mf + mp)
+    best = np.full((max_groups + 1, n + 1), inf)
+    back = np.zeros((max_groups + 1, n + 1), dtype=np.int64)
+    best[0, 0] = 0.0
+    for g in range(1, max_groups + 1):
+        for b in range(1, n + 1):
+            totals = best[g - 1, :b] + cost[:b, b]
+            a = int(np.argmin(totals))
+            best[g, b], back[g, b] = totals[a], a
+    floor = best[1:, n].min()
+    groups = 1 + int(np.flatnonzero(best[1:, n] <= floor * 1.01 + 1e-9)[0])
+    bounds = [n]
+    for g in range(groups, 0, -1):
+        bounds.append(int(back[g, bounds[-1]]))
+    return bounds[::-1]
+
+
+def _trim(kv: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    width = int(count.max(initial=0))
+    kv = np.ascontiguousarray(kv[:, :width])
+    valid = np.arange(width)[None, :] < count[:, None]
+    return kv, (None if valid.all() else valid)
+
+
+@functools.lru_cache(maxsize=128)
+def schedule(plan: TilePlan, max_groups: int = 8) -> Schedule:
+    """Groups the plan's query tiles so little scan work is padding.
+
+    Args:
+        plan: the tile plan.
+        max_groups: upper bound on groups (scans per variant path).
+
+    Returns:
+        The Schedule (cached per plan).
+    """
+    fc, pc = plan.full_count.astype(np.int64), plan.partial_count.astype(np.int64)
+    order = np.lexsort((pc, fc + pc))
+    bounds = _group_bounds(fc[order], pc[order], max(1, max_groups))
+    groups = []
+    executed = 0
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        rows = order[a:b].astype(np.int32)
+        full_kv, full_valid = _trim(plan.full_kv[rows], plan.full_count[rows])
+        partial_kv, partial_valid = _trim(plan.partial_kv[rows], plan.partial_count[rows])
+        executed += rows.size * (full_kv.shape[1] + partial_kv.shape[1])
+        groups.append(VisitGroup(rows, full_kv, full_valid, partial_kv, partial_valid))
+    restore = np.empty_like(order)
+    restore[order] = np.arange(order.size)
+    visits = int(fc.sum() + pc.sum())
+    return Schedule(
+        groups=tuple(groups),
+        restore=restore.astype(np.int32),
+        executed_visits=executed,
+        wasted_fraction=(executed - visits) / max(1, executed),
+    )
+
+
+def _scan_tiles(state, q_tiles, k_tiles, v_tiles, kv, valid, masked_by, q_index):
+    """Online-softmax scan over one visit list.
+
+    Args:
+        state: (running max [B,H,g,BQ], running sum [B,H,g,BQ], acc [B,H,g,BQ,D]) float32.
+        q_tiles: [B,H,g,BQ,D], pre-scaled.
+        k_tiles, v_tiles: [B,H,nkv,BKV,D].
+        kv: int32 [g, L] static visit list.
+        valid: bool [g, L] or None.
+        masked_by: mask whose ``allowed`` is evaluated per tile, or None (mask-free path).
+        q_index: int32 [g, BQ] token index of every query row (used when masked).
+
+    Returns:
+        The updated state.
+    """
+    bkv = k_tiles.shape[3]
+    xs = (jnp.asarray(kv.T),) if valid is None else (jnp.asarray(kv.T), jnp.asarray(valid.T))
+
+    def step(carry, x):
+        m, total, acc = carry
+        idx = x[0]
+        k_blk = jnp.take(k_tiles, idx, axis=2)  # [B,H,g,BKV,D]
+        v_blk = jnp.take(v_tiles, idx, axis=2)
+        s = jnp.einsum("bhgqd,bhgkd->bhgqk", q_tiles, k_blk, preferred_element_type=jnp.float32)
+        if masked_by is not None:
+            k_index = idx[:, None] * bkv + jnp.arange(bkv, dtype=jnp.int32)[None, :]
+            keep = masked_by.allowed(q_index[:, :, None], k_index[:, None, :])  # [g,BQ,BKV]
+            s = jnp.where(keep, s, -jnp.inf)
+        m_new = jnp.maximum(m, s.max(axis=-1))
+        if masked_by is not None:
+            # A row with nothing kept so far has m_new = -inf; shifting by 0 keeps exp() at 0.
+            m_new_safe = jnp.where(jnp.isneginf(m_new), 0.0, m_new)
+        else:
+            m_new_safe = m_new
+        alpha = jnp.exp(m - m_new_safe)
+        p = jnp.exp(s - m_new_safe[..., None])
+        total_new = alpha * total + p.sum(axis=-1)
+        pv = jnp.einsum(
+            "bhgqk,bhgkd->bhgqd", p.astype(v_blk.dtype), v_blk, preferred_element_type=jnp.float32
+        )
+        acc_new = alpha[..., None] * acc + pv
+        if valid is not None:
+            ok = x[1][None, None, :, None]  # padded list entries leave the state untouched
+            m_new = jnp.where(ok, m_new, m)
+            total_new = jnp.where(ok, total_new, total)
+            acc_new = jnp.where(ok[..., None], acc_new, acc)
+        return (m_new, total_new, acc_new), None
+
+    state, _ = jax.lax.scan(step, state, xs)
+    return state
+
+
+@functools.partial(jax.jit, static_argnames=("plan", "sched"))
+def _blocksparse(q, k, v, *, plan: TilePlan, sched: Schedule):
+    b, n, h, d = q.shape
+    bq, bkv = plan.block_sizes.block_q, plan.block_sizes.block_kv
+    nq, nkv = plan.num_q_tiles, plan.num_kv_tiles
+    scale = 1.0 / np.sqrt(d)
+    qt = (jnp.transpose(q, (0, 2, 1, 3)).astype(jnp.float32) * scale).astype(q.dtype)
+    kt, vt = jnp.transpose(k, (0, 2, 1, 3)), jnp.transpose(v, (0, 2, 1, 3))
+    qt = jnp.pad(qt, ((0, 0), (0, 0), (0, nq * bq - n), (0, 0))).reshape(b, h, nq, bq, d)
+    kt = jnp.pad(kt, ((0, 0), (0, 0), (0, nkv * bkv - n), (0, 0))).reshape(b, h, nkv, bkv, d)
+    vt = jnp.pad(vt, ((0, 0), (0, 0), (0, nkv * bkv - n), (0, 0))).reshape(b, h, nkv, bkv, d)
+    outs = []
+    for group in sched.groups:
+        g = group.q_tiles.size
+        q_group = jnp.take(qt, jnp.asarray(group.q_tiles), axis=2)
+        state = (
+            jnp.full((b, h, g, bq), -jnp.inf, jnp.float32),
+            jnp.zeros((b, h, g, bq), jnp.float32),
+            jnp.zeros((b, h, g, bq, d), jnp.float32),
+        )
+        q_index = group.q_tiles[:, None] * bq + np.arange(bq, dtype=np.int32)[None, :]
+        if group.full_kv.shape[1]:
+            state = _scan_tiles(state, q_group, kt, vt, group.full_kv, group.full_valid, None, None)
+        if group.partial_kv.shape[1]:
+            state = _scan_tiles(
+                state,
+                q_group,
+                kt,
+                vt,
+                group.partial_kv,
+                group.partial_valid,
+                plan.mask,
+                jnp.asarray(q_index),
+            )
+        _, total, acc = state
+        outs.append(acc / jnp.where(total == 0, 1.0, total)[..., None])
+    out = jnp.concatenate(outs, axis=2) if len(outs) > 1 else outs[0]
+    out = jnp.take(out, jnp.asarray(sched.restore), axis=2).reshape(b, h, nq * bq, d)[:, :, :n]
+    return jnp.transpose(out, (0, 2, 1, 3)).astype(q.dtype)
+
+
+def blocksparse_attention(
+    q: jax.Array, k: jax.Array, v: jax.Array, plan: TilePlan, *, max_groups: int = 8
+) -> jax.Array:
+    """Runs a TilePlan with the XLA online-softmax scans.
+
+    Inputs are assumed validated by ``kernels.executors.attention``.
+
+    Args:
+        q: [batch, tokens, heads, head_dim] (float32 or bfloat16).
+        k: [batch, tokens, heads, head_dim].
+        v: [batch, tokens, heads, head_dim].
+        plan: the tile plan for this sequence.
+        max_groups: bound on query-tile groups (see ``schedule``).
+
+    Returns:
+        [batch, tokens, heads, head_dim] in q's dtype: softmax(q k^T / sqrt(d), masked) v.
+    """
+    return _blocksparse(q, k, v, plan=plan, sched=schedule(plan, max_groups))

@@ -1,0 +1,136 @@
+"""Attention of the Wan transformer: the injected-attention contract, its dense reference, and the
+projection module shared by self- and cross-attention.
+
+Contract (docs/architecture.md): ``attend(q, k, v, *, step, layer) -> out`` with q, k, v, out shaped
+[B, N, H, D], tokens frame-major, q/k after RMSNorm and RoPE; the function applies 1/sqrt(D) itself.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from models.layers import RMSNorm
+from models.rope import apply_rope
+
+
+class AttendFn(Protocol):
+    """Self-attention function injected into the transformer."""
+
+    def __call__(
+        self, q: jax.Array, k: jax.Array, v: jax.Array, *, step: jax.Array | int, layer: int
+    ) -> jax.Array: ...
+
+
+def dense_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    step: jax.Array | int | None = None,
+    layer: int | None = None,
+) -> jax.Array:
+    """Plain softmax(q k^T / sqrt(D)) v with float32 scores and softmax; the reference oracle.
+
+    Materialises the [B, H, Nq, Nk] score matrix, so it is for tests and short sequences.
+
+    Args:
+        q: [B, Nq, H, D] queries.
+        k: [B, Nk, H, D] keys.
+        v: [B, Nk, H, D] values.
+        step: denoising step (unused; part of the contract).
+        layer: block index (unused; part of the contract).
+
+    Returns:
+        [B, Nq, H, D] in q.dtype.
+    """
+    del step, layer
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
+    probs = jax.nn.softmax(scores, axis=-1)
+    out = jnp.einsum(
+        "bhqk,bkhd->bqhd", probs.astype(v.dtype), v, preferred_element_type=jnp.float32
+    )
+    return out.astype(q.dtype)
+
+
+class WanAttention(nnx.Module):
+    """q/k/v/out projections with RMSNorm across heads on q and k (diffusers' ``WanAttention``).
+
+    Args:
+        dim: model width (= heads * head_dim).
+        num_heads: attention heads H.
+        eps: RMSNorm epsilon.
+        dtype: compute dtype.
+        param_dtype: parameter dtype.
+        rngs: initialisation randomness.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        *,
+        eps: float,
+        dtype: jnp.dtype,
+        param_dtype: jnp.dtype,
+        rngs: nnx.Rngs,
+    ) -> None:
+        self.num_heads = num_heads
+        self.dtype = dtype
+        kw = {"dtype": dtype, "param_dtype": param_dtype, "rngs": rngs}
+        self.to_q = nnx.Linear(dim, dim, **kw)
+        self.to_k = nnx.Linear(dim, dim, **kw)
+        self.to_v = nnx.Linear(dim, dim, **kw)
+        self.to_out = nnx.Linear(dim, dim, **kw)
+        self.norm_q = RMSNorm(dim, eps=eps, param_dtype=param_dtype)
+        self.norm_k = RMSNorm(dim, eps=eps, param_dtype=param_dtype)
+
+    def _heads(self, x: jax.Array) -> jax.Array:
+        """[B, N, H * D] → [B, N, H, D]."""
+        return x.reshape(*x.shape[:2], self.num_heads, -1)
+
+    def __call__(
+        self,
+        x: jax.Array,
+        context: jax.Array | None = None,
+        *,
+        rope: tuple[jax.Array, jax.Array] | None = None,
+        attend: AttendFn = dense_attention,
+        step: jax.Array | int = 0,
+        layer: int = 0,
+    ) -> jax.Array:
+        """Attends from ``x`` to ``context`` (cross-attention) or to itself (self-attention).
+
+        Args:
+            x: [B, N, dim] queries' source.
+            context: [B, L, dim] keys'/values' source; None for self-attention.
+            rope: (cos, sin) [N, D // 2] applied to q and k; None for no rotation.
+            attend: attention function following the contract.
+            step: denoising step passed to ``attend``.
+            layer: block index passed to ``attend``.
+
+        Returns:
+            [B, N, dim] in the compute dtype.
+
+        Raises:
+            ValueError: if ``attend`` returns a shape other than q's.
+        """
+        source = x if context is None else context
+        q = self._heads(self.norm_q(self.to_q(x)))
+        k = self._heads(self.norm_k(self.to_k(source)))
+        v = self._heads(self.to_v(source))
+        if rope is not None:
+            q = apply_rope(q, *rope)
+            k = apply_rope(k, *rope)
+        out = attend(q, k, v, step=step, layer=layer)
+        if out.shape != q.shape:
+            raise ValueError(
+                f"attend returned shape {out.shape} at layer {layer}; it must return q's shape "
+                f"{q.shape} [B, N, H, D]"
+            )
+        return self.to_out(out.reshape(*x.shape[:2], -1).astype(self.dtype))

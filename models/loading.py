@@ -1,0 +1,304 @@
+"""Load a diffusers-format Wan transformer folder (safetensors only) into ``WanTransformer``.
+
+The folder's ``config.json`` decides the architecture. Loading first reads only the safetensors
+headers and checks every key, shape and dtype, then builds the model abstractly (``nnx.eval_shape``,
+no weights allocated) and fills it tensor by tensor, casting each as it is read, so peak host memory
+stays near the model's own size. Nothing is returned until every parameter is in place.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from safetensors import safe_open
+
+from models.config import (
+    ARCHITECTURE_FIELDS,
+    WanTransformerConfig,
+    config_differences,
+    get_transformer_config,
+)
+from models.transformer import WanTransformer, abstract_transformer
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "diffusion_pytorch_model.safetensors"
+INDEX_NAME = "diffusion_pytorch_model.safetensors.index.json"
+
+# Pickle-based formats can run arbitrary code when opened; they are refused, never opened.
+_PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+_SUPPORTED_DTYPES = ("F64", "F32", "F16", "BF16")
+# diffusers itself ignores these unexpected keys for WanTransformer3DModel.
+_IGNORED_KEY_FRAGMENTS = ("norm_added_q",)
+_MAX_LISTED = 20
+
+Path_ = tuple[str | int, ...]
+
+
+def _linear(x: jax.Array) -> jax.Array:
+    """PyTorch Linear weight [out, in] → NNX kernel [in, out]."""
+    return x.T
+
+
+def _conv3d(x: jax.Array) -> jax.Array:
+    """PyTorch Conv3d weight [out, in, t, h, w] → PatchEmbed kernel [in, t, h, w, out]."""
+    return jnp.transpose(x, (1, 2, 3, 4, 0))
+
+
+def _identity(x: jax.Array) -> jax.Array:
+    return x
+
+
+# Inverse layouts, to state the shape expected in the file from the NNX parameter's shape.
+_TORCH_SHAPE: dict[Callable, Callable[[tuple[int, ...]], tuple[int, ...]]] = {
+    _linear: lambda s: (s[1], s[0]),
+    _conv3d: lambda s: (s[4], s[0], s[1], s[2], s[3]),
+    _identity: lambda s: tuple(s),
+}
+
+
+def diffusers_key_map(config: WanTransformerConfig) -> dict[str, tuple[Path_, Callable]]:
+    """Every state-dict key of diffusers' ``WanTransformer3DModel`` → (NNX state path, transform).
+
+    Args:
+        config: the architecture.
+
+    Returns:
+        Mapping from PyTorch key (e.g. ``"blocks.0.attn1.to_q.weight"``) to the path of the NNX
+        variable (e.g. ``("blocks", 0, "attn1", "to_q", "kernel")``) and the function that turns
+        the PyTorch tensor into the NNX layout.
+    """
+    table: dict[str, tuple[Path_, Callable]] = {}
+
+    def linear(torch_name: str, path: Path_) -> None:
+        table[f"{torch_name}.weight"] = ((*path, "kernel"), _linear)
+        table[f"{torch_name}.bias"] = ((*path, "bias"), _identity)
+
+    table["patch_embedding.weight"] = (("patch_embedding", "kernel"), _conv3d)
+    table["patch_embedding.bias"] = (("patch_embedding", "bias"), _identity)
+    ce = "condition_embedder"
+    linear(f"{ce}.time_embedder.linear_1", (ce, "time_linear_1"))
+    linear(f"{ce}.time_embedder.linear_2", (ce, "time_linear_2"))
+    linear(f"{ce}.time_proj", (ce, "time_proj"))
+    linear(f"{ce}.text_embedder.linear_1", (ce, "text_linear_1"))
+    linear(f"{ce}.text_embedder.linear_2", (ce, "text_linear_2"))
+    for i in range(config.num_layers):
+        pre = f"blocks.{i}"
+        for attn in ("attn1", "attn2"):
+            for proj in ("to_q", "to_k", "to_v"):
+                linear(f"{pre}.{attn}.{proj}", ("blocks", i, attn, proj))
+            linear(f"{pre}.{attn}.to_out.0", ("blocks", i, attn, "to_out"))
+            for norm in ("norm_q", "norm_k"):
+                table[f"{pre}.{attn}.{norm}.weight"] = (
+                    ("blocks", i, attn, norm, "scale"),
+                    _identity,
+                )
+        if config.cross_attn_norm:
+            table[f"{pre}.norm2.weight"] = (("blocks", i, "norm2", "scale"), _identity)
+            table[f"{pre}.norm2.bias"] = (("blocks", i, "norm2", "bias"), _identity)
+        linear(f"{pre}.ffn.net.0.proj", ("blocks", i, "ffn", "proj_in"))
+        linear(f"{pre}.ffn.net.2", ("blocks", i, "ffn", "proj_out"))
+        table[f"{pre}.scale_shift_table"] = (("blocks", i, "scale_shift_table"), _identity)
+    linear("proj_out", ("proj_out",))
+    table["scale_shift_table"] = (("scale_shift_table",), _identity)
+    return table
+
+
+def _listing(keys: set[str] | list[str]) -> str:
+    keys = sorted(keys)
+    shown = ", ".join(keys[:_MAX_LISTED])
+    more = f" ... and {len(keys) - _MAX_LISTED} more" if len(keys) > _MAX_LISTED else ""
+    return f"{len(keys)}: [{shown}{more}]"
+
+
+def _check_folder(folder: Path) -> None:
+    if folder.is_file():
+        if folder.suffix in _PICKLE_SUFFIXES:
+            raise ValueError(
+                f"{folder}: pickle checkpoints ({', '.join(_PICKLE_SUFFIXES)}) are not loaded "
+                "(unsafe to open); convert to safetensors and pass the diffusers folder"
+            )
+        raise ValueError(
+            f"{folder} is a file; pass the diffusers transformer folder holding {CONFIG_NAME} "
+            f"and {WEIGHTS_NAME}"
+        )
+    if not folder.is_dir():
+        raise FileNotFoundError(f"checkpoint folder {folder} does not exist")
+    if not (folder / CONFIG_NAME).is_file():
+        raise FileNotFoundError(
+            f"{folder} has no {CONFIG_NAME}; pass a diffusers WanTransformer3DModel folder "
+            "(e.g. Wan2.1-T2V-1.3B-Diffusers/transformer)"
+        )
+
+
+def read_diffusers_config(folder: str | Path, *, text_len: int = 512) -> WanTransformerConfig:
+    """Reads ``config.json`` of a diffusers transformer folder.
+
+    Args:
+        folder: the folder (e.g. ``.../Wan2.1-T2V-14B-Diffusers/transformer``).
+        text_len: text tokens the model will be used with (not recorded in the JSON).
+
+    Raises:
+        FileNotFoundError: no folder or no config.json.
+        ValueError: a config this port does not support.
+    """
+    folder = Path(folder)
+    _check_folder(folder)
+    with open(folder / CONFIG_NAME) as f:
+        return WanTransformerConfig.from_diffusers_json(json.load(f), text_len=text_len)
+
+
+def _weight_files(folder: Path) -> dict[str, list[str]]:
+    """Shard file name → keys the index assigns to it (empty list for a single file)."""
+    index = folder / INDEX_NAME
+    if index.is_file():
+        with open(index) as f:
+            weight_map: dict[str, str] = json.load(f)["weight_map"]
+        shards: dict[str, list[str]] = {}
+        for key, name in weight_map.items():
+            shards.setdefault(name, []).append(key)
+        missing = sorted(n for n in shards if not (folder / n).is_file())
+        if missing:
+            raise FileNotFoundError(
+                f"{INDEX_NAME} in {folder} names shards that are absent: {missing}"
+            )
+        return shards
+    if (folder / WEIGHTS_NAME).is_file():
+        return {WEIGHTS_NAME: []}
+    pickles = sorted(p.name for p in folder.iterdir() if p.suffix in _PICKLE_SUFFIXES)
+    if pickles:
+        raise ValueError(
+            f"{folder} holds only pickle weights {pickles}; they are not loaded (unsafe to open). "
+            f"Save the model as safetensors ({WEIGHTS_NAME})"
+        )
+    raise FileNotFoundError(
+        f"{folder} has neither {WEIGHTS_NAME} nor {INDEX_NAME}; found: "
+        f"{sorted(p.name for p in folder.iterdir())}"
+    )
+
+
+def _resolve_config(
+    folder: Path,
+    config: str | WanTransformerConfig | None,
+    on_config_mismatch: Literal["raise", "warn"],
+) -> WanTransformerConfig:
+    if on_config_mismatch not in ("raise", "warn"):
+        raise ValueError(f"on_config_mismatch={on_config_mismatch!r}: use 'raise' or 'warn'")
+    wanted = get_transformer_config(config) if isinstance(config, str) else config
+    text_len = wanted.text_len if wanted is not None else 512
+    found = read_diffusers_config(folder, text_len=text_len)
+    if wanted is not None:
+        diffs = config_differences(wanted, found, ARCHITECTURE_FIELDS)
+        if diffs:
+            detail = "; ".join(f"{n}: requested {a!r}, config.json {b!r}" for n, a, b in diffs)
+            message = f"{folder / CONFIG_NAME} disagrees with the requested config: {detail}"
+            if on_config_mismatch == "raise":
+                raise ValueError(message)
+            warnings.warn(message + " (using config.json)", stacklevel=3)
+    return found
+
+
+def load_transformer(
+    folder: str | Path,
+    *,
+    config: str | WanTransformerConfig | None = None,
+    param_dtype: jnp.dtype = jnp.float32,
+    dtype: jnp.dtype = jnp.float32,
+    on_config_mismatch: Literal["raise", "warn"] = "raise",
+) -> WanTransformer:
+    """Loads a diffusers ``WanTransformer3DModel`` folder into a ``WanTransformer``.
+
+    Args:
+        folder: folder with ``config.json`` and ``diffusion_pytorch_model.safetensors`` (or shards
+            plus ``diffusion_pytorch_model.safetensors.index.json``).
+        config: preset name or config the caller expects; compared with config.json, which wins.
+        param_dtype: parameter dtype (float32 islands stay float32); tensors are cast as read.
+        dtype: compute dtype.
+        on_config_mismatch: "raise" (default) or "warn" when ``config`` and config.json differ.
+
+    Returns:
+        The fully loaded model.
+
+    Raises:
+        FileNotFoundError: missing folder, config.json or weight files.
+        ValueError: pickle weights, config mismatch, missing or unexpected keys, a shape
+            mismatch or an unsupported tensor dtype (all found before any weight is read).
+    """
+    folder = Path(folder)
+    _check_folder(folder)
+    cfg = _resolve_config(folder, config, on_config_mismatch)
+    key_map = diffusers_key_map(cfg)
+
+    graphdef, abstract_state = nnx.split(
+        abstract_transformer(cfg, param_dtype=param_dtype, dtype=dtype)
+    )
+    abstract = dict(nnx.to_flat_state(abstract_state))
+    unmapped = set(abstract) - {path for path, _ in key_map.values()}
+    if unmapped:  # a bug in this module, not in the checkpoint
+        raise RuntimeError(f"model parameters without a checkpoint key: {sorted(unmapped)}")
+
+    # Pass 1: headers only. Every problem is reported before any tensor is read.
+    shards = _weight_files(folder)
+    location: dict[str, str] = {}
+    problems: list[str] = []
+    for name, index_keys in shards.items():
+        with safe_open(folder / name, framework="flax") as f:
+            keys = set(f.keys())
+            absent = set(index_keys) - keys
+            if absent:
+                problems.append(
+                    f"{INDEX_NAME} places keys in {name} that it lacks: {_listing(absent)}"
+                )
+            for key in keys:
+                if key in location:
+                    problems.append(f"key {key} appears in both {location[key]} and {name}")
+                location[key] = name
+                if key not in key_map:
+                    continue
+                path, transform = key_map[key]
+                target = abstract[path].get_value()
+                expected = _TORCH_SHAPE[transform](target.shape)
+                found_slice = f.get_slice(key)
+                found_shape = tuple(found_slice.get_shape())
+                if found_shape != expected:
+                    problems.append(
+                        f"shape mismatch for {key}: expected {expected}, found {found_shape}"
+                    )
+                found_dtype = found_slice.get_dtype()
+                if found_dtype not in _SUPPORTED_DTYPES:
+                    problems.append(
+                        f"unsupported dtype {found_dtype} for {key}; supported: "
+                        f"{', '.join(_SUPPORTED_DTYPES)}"
+                    )
+    missing = set(key_map) - set(location)
+    unexpected = {
+        k for k in location if k not in key_map and not any(s in k for s in _IGNORED_KEY_FRAGMENTS)
+    }
+    if missing:
+        problems.append(f"missing keys {_listing(missing)}")
+    if unexpected:
+        problems.append(f"unexpected keys {_listing(unexpected)}")
+    if problems:
+        raise ValueError(f"cannot load {folder}: " + "; ".join(problems))
+
+    # Pass 2: stream tensor by tensor, converting layout and dtype as each is read.
+    values: dict[Path_, jax.Array] = {}
+    for name in shards:
+        with safe_open(folder / name, framework="flax") as f:
+            for key in f.keys():
+                if key not in key_map:
+                    continue
+                path, transform = key_map[key]
+                target = abstract[path].get_value()
+                values[path] = transform(f.get_tensor(key)).astype(target.dtype)
+
+    state = nnx.from_flat_state(
+        [(path, var.replace(values[path])) for path, var in abstract.items()]
+    )
+    return nnx.merge(graphdef, state)

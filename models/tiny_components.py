@@ -1,0 +1,80 @@
+"""Tiny VAE, UMT5 encoder and tokenizer with seeded random weights for the CPU default.
+
+Same classes and functions as a real checkpoint (``WanVAE`` + ``decode_to_frames``, ``UMT5Encoder``
+inside a ``PromptEncoder``); only the sizes and the weights' origin differ. The tiny UMT5's
+``d_model`` (64) is the tiny transformer's ``text_dim``; the VAE keeps 16 latent channels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from models.prompt_encoder import PromptEncoder
+from models.text_encoder import UMT5Config, UMT5Encoder
+from models.tokenizer import ByteTokenizer
+from models.vae import WanVAE, WanVAEConfig
+
+# Distinct per-channel latent statistics (not the real Wan ones) keep the un-normalisation
+# visible in tests.
+_TINY_Z = 16
+
+TINY_VAE_CONFIG = WanVAEConfig(
+    base_dim=8,
+    z_dim=_TINY_Z,
+    dim_mult=(1, 2, 4, 4),
+    num_res_blocks=1,
+    temperal_downsample=(False, True, True),
+    latents_mean=tuple(float(x) for x in np.linspace(-0.5, 0.5, _TINY_Z)),
+    latents_std=tuple(float(x) for x in np.linspace(0.8, 1.6, _TINY_Z)),
+)
+
+TINY_UMT5_CONFIG = UMT5Config(
+    vocab_size=ByteTokenizer.VOCAB_SIZE,
+    d_model=64,
+    d_kv=16,
+    d_ff=128,
+    num_layers=2,
+    num_heads=4,
+    relative_attention_num_buckets=32,
+    relative_attention_max_distance=128,
+)
+
+
+def tiny_vae(seed: int = 0, *, param_dtype=jnp.float32) -> WanVAE:
+    """The tiny Wan VAE decoder (base_dim 8, z_dim 16) with seeded random weights."""
+    return WanVAE(TINY_VAE_CONFIG, rngs=nnx.Rngs(seed), param_dtype=param_dtype)
+
+
+def tiny_prompt_encoder(
+    seed: int = 0,
+    *,
+    max_length: int = 32,
+    cache_dir: str | Path | None = None,
+    param_dtype=jnp.float32,
+) -> PromptEncoder:
+    """Byte tokenizer + tiny UMT5 (d_model 64, 2 layers, 4 heads) with seeded random weights.
+
+    Args:
+        seed: weight seed (part of the cache identity).
+        max_length: text length L (the tiny transformer's ``text_len``).
+        cache_dir: prompt-embedding cache folder, or None.
+        param_dtype: weights dtype.
+    """
+    encoder = UMT5Encoder(TINY_UMT5_CONFIG, rngs=nnx.Rngs(seed), param_dtype=param_dtype)
+    tokenizer = ByteTokenizer()
+    config_tag = ",".join(f"{k}={v}" for k, v in dataclasses.asdict(TINY_UMT5_CONFIG).items())
+    identity = (
+        f"tiny-umt5[{config_tag}]|seed={seed}|{jnp.dtype(param_dtype).name}|{tokenizer.identity}"
+    )
+    return PromptEncoder(
+        tokenizer=tokenizer,
+        encoder=encoder,
+        max_length=max_length,
+        identity=identity,
+        cache_dir=Path(cache_dir) if cache_dir is not None else None,
+    )

@@ -1,0 +1,91 @@
+"""Token geometry, temporal layout permutations and per-head layout selection."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from kernels.geometry import TokenGeometry
+from kernels.layouts import (
+    from_head_layouts,
+    inverse_temporal_permutation,
+    temporal_permutation,
+    temporal_position,
+    to_head_layouts,
+)
+from tests.numerics import assert_allclose
+
+
+def test_presets_match_wan_token_counts():
+    expected = {"480p": 32_760, "720p": 75_600, "1080p": 171_360, "1440p": 302_400}
+    for name, tokens in expected.items():
+        geometry = TokenGeometry.from_resolution(name)
+        assert geometry.tokens == tokens
+        assert geometry.frames == 21
+    assert TokenGeometry.from_resolution("720p").tokens_per_frame == 3_600
+
+
+@pytest.mark.parametrize("bad", [(0, 2, 2), (2, -1, 2), (2, 2, 1.5), (True, 2, 2)])
+def test_geometry_rejects_bad_sizes(bad):
+    with pytest.raises(ValueError, match="positive int"):
+        TokenGeometry(*bad)
+
+
+def test_unknown_resolution_lists_presets():
+    with pytest.raises(ValueError, match="720p"):
+        TokenGeometry.from_resolution("4k")
+
+
+def test_temporal_permutation_hand_written():
+    # F=3 frames of S=2 tokens: frame 0 stays first, then (position, frame) for frames 1..2.
+    geometry = TokenGeometry(3, 1, 2)
+    np.testing.assert_array_equal(temporal_permutation(geometry), [0, 1, 2, 4, 3, 5])
+    np.testing.assert_array_equal(inverse_temporal_permutation(geometry), [0, 1, 2, 4, 3, 5])
+    geometry = TokenGeometry(3, 1, 3)  # S=3: [0 1 2 | 3 6 | 4 7 | 5 8]
+    np.testing.assert_array_equal(temporal_permutation(geometry), [0, 1, 2, 3, 6, 4, 7, 5, 8])
+
+
+@pytest.mark.parametrize("geometry", [TokenGeometry(4, 2, 3), TokenGeometry(1, 3, 3)])
+def test_permutation_inverse_and_arithmetic_form_agree(geometry):
+    perm = temporal_permutation(geometry)
+    inv = inverse_temporal_permutation(geometry)
+    np.testing.assert_array_equal(np.sort(perm), np.arange(geometry.tokens))
+    np.testing.assert_array_equal(perm[inv], np.arange(geometry.tokens))
+    idx = np.arange(geometry.tokens)
+    np.testing.assert_array_equal(temporal_position(idx, geometry), inv)
+    np.testing.assert_array_equal(np.asarray(temporal_position(jnp.asarray(idx), geometry)), inv)
+    # Frame 0 (the sink) is the first S positions in both layouts.
+    np.testing.assert_array_equal(
+        perm[: geometry.tokens_per_frame], idx[: geometry.tokens_per_frame]
+    )
+
+
+def test_head_layouts_per_head_and_round_trip():
+    geometry = TokenGeometry(3, 2, 2)
+    x = jax.random.normal(jax.random.key(0), (2, geometry.tokens, 3, 8))
+    flags = jnp.array([True, False, True])
+    moved = to_head_layouts(x, geometry, flags)
+    perm = temporal_permutation(geometry)
+    assert_allclose(moved[:, :, 0], x[:, perm, 0])
+    assert_allclose(moved[:, :, 1], x[:, :, 1])
+    assert_allclose(moved[:, :, 2], x[:, perm, 2])
+    assert_allclose(from_head_layouts(moved, geometry, flags), x)
+
+
+def test_traced_flags_do_not_recompile():
+    geometry = TokenGeometry(3, 1, 2)  # with F=2 the temporal order would equal frame-major
+    x = jnp.arange(2 * geometry.tokens * 2 * 4, dtype=jnp.float32).reshape(2, geometry.tokens, 2, 4)
+    fn = jax.jit(lambda x, f: to_head_layouts(x, geometry, f))
+    a = fn(x, jnp.array([True, False]))
+    b = fn(x, jnp.array([False, True]))
+    assert fn._cache_size() == 1
+    assert not np.array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_layout_errors_name_the_problem():
+    geometry = TokenGeometry(2, 2, 2)
+    x = jnp.zeros((1, geometry.tokens, 2, 4))
+    with pytest.raises(ValueError, match="one bool per head"):
+        to_head_layouts(x, geometry, jnp.array([True, False, True]))
+    with pytest.raises(ValueError, match="tokens"):
+        to_head_layouts(jnp.zeros((1, 7, 2, 4)), geometry, jnp.array([True, False]))

@@ -1,0 +1,109 @@
+"""Tile classification, visit lists, B3 rounding and the seed's 720p tile statistics."""
+
+import numpy as np
+import pytest
+
+from kernels.block_sizes import BlockSizes, default_block_sizes
+from kernels.geometry import TokenGeometry
+from kernels.masks import BandMask, PaddingMask, band_for_density, strided_temporal_mask
+from kernels.rounding import round_to_tiles
+from kernels.tiles import build_plan, padding_tiles, tile_areas, tile_counts
+
+
+def _brute_counts(mask, bs):
+    dense = mask.dense()
+    n = mask.tokens
+    nq, nkv = -(-n // bs.block_q), -(-n // bs.block_kv)
+    padded = np.zeros((nq * bs.block_q, nkv * bs.block_kv), dtype=np.int64)
+    padded[:n, :n] = dense
+    return padded.reshape(nq, bs.block_q, nkv, bs.block_kv).sum(axis=(1, 3))
+
+
+def test_classification_hand_written():
+    # N=6, tiles of 2, |q-k| <= 2: full on the diagonal, partial beside it, empty in the corners.
+    plan = build_plan(BandMask(6, 2, 0), BlockSizes(2, 2), "b2")
+    np.testing.assert_array_equal(plan.full_count, [1, 1, 1])
+    np.testing.assert_array_equal(plan.full_kv, [[0], [1], [2]])
+    np.testing.assert_array_equal(plan.partial_count, [1, 2, 1])
+    np.testing.assert_array_equal(plan.partial_kv, [[1, 1], [0, 2], [1, 1]])  # padded by repeat
+    assert plan.tiles_visited_fraction == pytest.approx(7 / 9)
+    assert plan.masked_fraction == pytest.approx(4 / 7)
+    b1 = build_plan(BandMask(6, 2, 0), BlockSizes(2, 2), "b1")
+    np.testing.assert_array_equal(b1.full_count, [0, 0, 0])
+    np.testing.assert_array_equal(b1.partial_count, [2, 3, 2])
+    assert b1.masked_fraction == 1.0
+
+
+def test_padding_tiles_are_partial():
+    # N=5 with tiles of 2: the third row and column hold padding; dense b0 masks only those.
+    plan = build_plan(PaddingMask(5), BlockSizes(2, 2), "b0")
+    np.testing.assert_array_equal(plan.full_count, [2, 2, 0])
+    np.testing.assert_array_equal(plan.partial_count, [1, 1, 3])
+    np.testing.assert_array_equal(padding_tiles(5, BlockSizes(2, 2))[2], [True] * 3)
+    np.testing.assert_array_equal(tile_areas(5, BlockSizes(2, 2))[2], [2, 2, 1])
+
+
+@pytest.mark.parametrize("layout", ["band", "strided"])
+@pytest.mark.parametrize("bs", [BlockSizes(8, 8), BlockSizes(16, 24), BlockSizes(40, 8)])
+def test_tile_counts_match_brute_force(layout, bs):
+    geometry = TokenGeometry(4, 3, 3)  # 36 tokens: every block size leaves padding somewhere
+    make = band_for_density if layout == "band" else strided_temporal_mask
+    mask = make(geometry, 0.35)
+    np.testing.assert_array_equal(tile_counts(mask, bs), _brute_counts(mask, bs))
+
+
+def test_rounded_mask_is_whole_tiles_within_tolerance():
+    geometry = TokenGeometry(8, 8, 8)  # 512 tokens
+    mask = band_for_density(geometry, 0.3)
+    bs = BlockSizes(16, 16)
+    rounded = round_to_tiles(mask, bs)
+    assert abs(rounded.kept_pairs - mask.kept_pairs) <= 0.01 * mask.kept_pairs
+    counts = tile_counts(rounded, bs)
+    areas = tile_areas(mask.tokens, bs)
+    assert np.all((counts == 0) | (counts == areas))
+    np.testing.assert_array_equal(_brute_counts(rounded, bs), counts)
+    # Every tile the exact mask keeps fully stays; every empty tile stays empty.
+    exact = tile_counts(mask, bs)
+    assert np.all(rounded.blocks[exact == areas])
+    assert not np.any(rounded.blocks[exact == 0])
+    plan = build_plan(mask, bs, "b3")
+    assert plan.masked_fraction == 0.0  # 512 is a multiple of 16: no padding tiles
+    assert plan.density == pytest.approx(rounded.density)
+
+
+def test_rounding_tolerance_error():
+    mask = band_for_density(TokenGeometry(3, 8, 8), 0.39)
+    with pytest.raises(ValueError, match="tolerance"):
+        round_to_tiles(mask, BlockSizes(64, 64))
+    assert round_to_tiles(mask, BlockSizes(64, 64), None).density > 0
+
+
+@pytest.fixture(scope="module")
+def seed_mask():
+    return band_for_density(TokenGeometry.from_resolution("720p"), 0.3887)
+
+
+def test_seed_tile_statistics_720p(seed_mask):
+    b2 = build_plan(seed_mask, BlockSizes(3328, 1536), "b2")
+    assert b2.tiles_visited_fraction == pytest.approx(0.44, abs=0.015)
+    assert b2.masked_fraction == pytest.approx(0.2755, abs=0.02)
+    b2_small = build_plan(seed_mask, BlockSizes(1024, 1536), "b2")
+    assert b2_small.masked_fraction == pytest.approx(0.1695, abs=0.02)
+    b3 = build_plan(seed_mask, BlockSizes(3328, 1536), "b3")
+    assert b3.density == pytest.approx(0.3887, abs=0.01)
+    assert b3.masked_fraction <= 0.04
+
+
+def test_block_size_validation():
+    with pytest.raises(ValueError, match="positive int"):
+        BlockSizes(0, 8)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        BlockSizes(12, 8).validate(64)
+    with pytest.raises(ValueError, match="multiple of 128"):
+        BlockSizes(64, 128).validate(1024, "pallas_tpu")
+    with pytest.raises(ValueError, match="at most 72"):
+        BlockSizes(80, 8).validate(70)
+    with pytest.raises(ValueError, match="variant"):
+        build_plan(BandMask(8, 1, 0), BlockSizes(8, 8), "b4")
+    assert default_block_sizes(37) == BlockSizes(40, 40)
+    assert default_block_sizes(100_000) == BlockSizes(512, 512)

@@ -1,0 +1,307 @@
+"""Pallas TPU block-sparse kernel, run in interpret mode on CPU, against dense masked attention."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import hypothesis.strategies as st
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from kernels.block_sizes import BlockSizes
+from kernels.geometry import TokenGeometry
+from kernels.masks import BandMask, PaddingMask, StridedTemporalMask
+from kernels.pallas_tpu import pallas_blocksparse_attention
+from kernels.pallas_tpu_visits import build_visit_schedule
+from kernels.reference import reference_attention
+from kernels.tiles import build_plan
+from tests.numerics import assert_allclose
+
+F32_ATOL = 1e-5
+BF16_TOL = 2e-2
+
+
+# The project oracle, jitted once per (shape, mask): eager dispatch of its ops costs more CPU than
+# the interpreted kernel at these sizes.
+_oracle = jax.jit(reference_attention, static_argnums=3)
+
+
+def _qkv(seed: int, batch: int, tokens: int, heads: int, head_dim: int, dtype):
+    # NumPy draws: no per-shape compilation of a jax.random program.
+    rng = np.random.default_rng(seed)
+    shape = (batch, tokens, heads, head_dim)
+    return tuple(
+        jnp.asarray(rng.standard_normal(shape, np.float32).astype(jnp.dtype(dtype)))
+        for _ in range(3)
+    )
+
+
+def _check(out, q, k, v, mask) -> None:
+    """Compares with the dense masked oracle (``mask`` None means dense)."""
+    expected = _oracle(q, k, v, mask)
+    assert out.dtype == q.dtype
+    assert bool(jnp.all(jnp.isfinite(out.astype(jnp.float32))))
+    if q.dtype == jnp.float32:
+        assert_allclose(out, expected, atol=F32_ATOL)
+    else:
+        assert_allclose(out, expected, atol=BF16_TOL, rtol=BF16_TOL)
+
+
+# (variant, tokens, half_width, sink, block_q, block_kv, head_dim, dtype): band-only and band+sink,
+# padded and unpadded lengths, both head dims, both dtypes.
+CASES = [
+    ("b0", 300, 0, 0, 64, 128, 64, jnp.float32),
+    ("b1", 500, 90, 60, 64, 128, 64, jnp.float32),
+    ("b2", 512, 150, 0, 128, 128, 128, jnp.float32),
+    ("b2", 520, 200, 100, 64, 128, 64, jnp.float32),
+    ("b3", 600, 180, 64, 128, 128, 128, jnp.float32),
+    ("b2", 384, 120, 40, 64, 128, 128, jnp.bfloat16),
+    ("b3", 450, 140, 0, 64, 128, 64, jnp.bfloat16),
+]
+
+
+@pytest.mark.parametrize(
+    "variant, tokens, half_width, sink, block_q, block_kv, head_dim, dtype",
+    CASES,
+    ids=[f"{c[0]}-n{c[1]}-w{c[2]}-s{c[3]}-bq{c[4]}-d{c[6]}-{jnp.dtype(c[7]).name}" for c in CASES],
+)
+def test_matches_dense_masked_reference(
+    variant, tokens, half_width, sink, block_q, block_kv, head_dim, dtype
+):
+    mask = BandMask(tokens, half_width, sink)
+    plan = build_plan(mask, BlockSizes(block_q, block_kv), variant, rounding_tolerance=None)
+    q, k, v = _qkv(0, 2, tokens, 3, head_dim, dtype)
+    out = pallas_blocksparse_attention(q, k, v, plan, variant=variant, interpret=True)
+    # The plan's logical mask is the band (b1/b2), all pairs (b0) or the tile-rounded band (b3).
+    _check(out, q, k, v, plan.logical_mask)
+
+
+def test_b2_runs_both_paths_and_equals_b1():
+    """A wide band gives full and partial tiles; masking everything (b1) must not change a bit."""
+    tokens, block_sizes = 640, BlockSizes(64, 128)
+    mask = BandMask(tokens, 260, 64)
+    plan_b1 = build_plan(mask, block_sizes, "b1")
+    plan_b2 = build_plan(mask, block_sizes, "b2")
+    sched = build_visit_schedule(
+        plan_b2.full_kv,
+        plan_b2.full_count,
+        plan_b2.partial_kv,
+        plan_b2.partial_count,
+        variant="b2",
+        tokens=tokens,
+        block_kv=128,
+    )
+    assert 0 < sched.masked_visits < sched.visited
+    q, k, v = _qkv(1, 1, tokens, 2, 64, jnp.float32)
+    out_b1 = pallas_blocksparse_attention(q, k, v, plan_b1, variant="b1", interpret=True)
+    out_b2 = pallas_blocksparse_attention(q, k, v, plan_b2, variant="B2", interpret=True)
+    _check(out_b2, q, k, v, mask)
+    assert_allclose(out_b2, out_b1, atol=F32_ATOL)
+
+
+def test_key_chunking_and_strided_temporal_mask():
+    """block_kv split into compute chunks; a non-band predicate (strided temporal) in-kernel."""
+    geometry = TokenGeometry(4, 8, 12)  # 384 tokens, 96 per frame
+    mask = StridedTemporalMask(geometry, half_width=40)
+    plan = build_plan(mask, BlockSizes(64, 256), "b2")
+    q, k, v = _qkv(2, 1, geometry.tokens, 2, 128, jnp.float32)
+    out = pallas_blocksparse_attention(
+        q, k, v, plan, variant="b2", interpret=True, block_kv_compute=128
+    )
+    _check(out, q, k, v, mask)
+
+
+@dataclasses.dataclass(frozen=True)
+class _HandPlan:
+    """The TilePlan fields the kernel reads, filled in by hand."""
+
+    full_kv: np.ndarray
+    full_count: np.ndarray
+    partial_kv: np.ndarray
+    partial_count: np.ndarray
+    mask: object
+    tokens: int
+    block_sizes: tuple[int, int]
+
+
+def test_dense_plan_listing_padding_tiles_as_full_and_empty_query_tile():
+    """Tiles reaching past `tokens` are masked even when listed full; a query tile of pure
+    padding with no visit (count 0) leaves the real rows untouched."""
+    tokens, block_q, block_kv = 200, 64, 128
+    num_q, num_kv = 5, 2  # 320 query rows: tiles 0-3 hold tokens, tile 4 only padding
+    full_kv = np.tile(np.arange(num_kv, dtype=np.int32), (num_q, 1))
+    full_count = np.array([2, 2, 2, 2, 0], np.int32)
+    plan = _HandPlan(
+        full_kv=full_kv,
+        full_count=full_count,
+        partial_kv=np.zeros((num_q, 1), np.int32),
+        partial_count=np.zeros(num_q, np.int32),
+        mask=PaddingMask(tokens),
+        tokens=tokens,
+        block_sizes=(block_q, block_kv),
+    )
+    q, k, v = _qkv(3, 2, tokens, 2, 64, jnp.float32)
+    out = pallas_blocksparse_attention(q, k, v, plan, variant="b0", interpret=True)
+    _check(out, q, k, v, None)
+
+
+def test_visit_schedule_merges_sorts_pads_and_flags():
+    sched = build_visit_schedule(
+        full_kv=np.array([[2, 2], [0, 1], [0, 0]], np.int32),
+        full_count=np.array([1, 2, 0], np.int32),
+        partial_kv=np.array([[0, 3], [3, 3], [0, 0]], np.int32),
+        partial_count=np.array([2, 1, 0], np.int32),
+        variant="b2",
+        tokens=500,  # key tile 3 (384..511) holds padding
+        block_kv=128,
+    )
+    assert sched.slots == 3
+    assert sched.num_kv_tiles == 4
+    np.testing.assert_array_equal(sched.count, [3, 3, 0])
+    np.testing.assert_array_equal(sched.kv_index.reshape(3, 3), [[0, 2, 3], [0, 1, 3], [0, 0, 0]])
+    np.testing.assert_array_equal(sched.masked.reshape(3, 3), [[1, 0, 1], [0, 0, 1], [0, 0, 0]])
+    assert (sched.visited, sched.masked_visits) == (6, 3)
+
+
+def test_visit_schedule_b1_masks_every_visit_and_pads_with_last_tile():
+    sched = build_visit_schedule(
+        full_kv=np.array([[1, 2], [0, 0]], np.int32),
+        full_count=np.array([2, 1], np.int32),
+        partial_kv=np.array([[0], [0]], np.int32),
+        partial_count=np.array([0, 0], np.int32),
+        variant="b1",
+        tokens=384,
+        block_kv=128,
+    )
+    np.testing.assert_array_equal(sched.kv_index.reshape(2, 2), [[1, 2], [0, 0]])
+    np.testing.assert_array_equal(sched.masked.reshape(2, 2), [[1, 1], [1, 1]])
+
+
+def test_visit_schedule_rejects_duplicate_tiles():
+    with pytest.raises(ValueError, match="twice"):
+        build_visit_schedule(
+            np.array([[1]], np.int32),
+            np.array([1], np.int32),
+            np.array([[1]], np.int32),
+            np.array([1], np.int32),
+            variant="b2",
+            tokens=256,
+            block_kv=128,
+        )
+
+
+def _small_plan(block_sizes: BlockSizes | None = None, tokens: int = 256, variant: str = "b2"):
+    return build_plan(BandMask(tokens, 64, 0), block_sizes or BlockSizes(64, 128), variant)
+
+
+@pytest.mark.parametrize(
+    "kwargs, plan_kwargs, shape, dtype, match",
+    [
+        ({"variant": "b4"}, {}, (1, 256, 2, 64), jnp.float32, "variant"),
+        ({"variant": "b3"}, {}, (1, 256, 2, 64), jnp.float32, "built for variant 'b2'"),
+        ({"variant": "b2"}, {}, (1, 256, 2, 32), jnp.float32, "head_dim 32"),
+        ({"variant": "b2"}, {}, (1, 256, 2, 64), jnp.float16, "float16"),
+        ({"variant": "b2"}, {}, (1, 250, 2, 64), jnp.float32, "256 tokens"),
+        (
+            {"variant": "b2"},
+            {"block_sizes": BlockSizes(60, 128)},
+            (1, 256, 2, 64),
+            jnp.float32,
+            "block_q 60",
+        ),
+        (
+            {"variant": "b2"},
+            {"block_sizes": BlockSizes(64, 96)},
+            (1, 256, 2, 64),
+            jnp.float32,
+            "block_kv 96",
+        ),
+        (
+            {"variant": "b2", "block_kv_compute": 96},
+            {},
+            (1, 256, 2, 64),
+            jnp.float32,
+            "block_kv_compute 96",
+        ),
+    ],
+)
+def test_rejects_bad_input(kwargs, plan_kwargs, shape, dtype, match):
+    plan = _small_plan(**plan_kwargs)
+    x = jnp.zeros(shape, dtype)
+    with pytest.raises(ValueError, match=match):
+        pallas_blocksparse_attention(x, x, x, plan, interpret=True, **kwargs)
+
+
+def test_compiling_off_tpu_asks_for_interpret():
+    plan = _small_plan()
+    x = jnp.zeros((1, 256, 1, 64), jnp.float32)
+    if jax.default_backend() == "tpu":
+        pytest.skip("on a TPU the kernel compiles")
+    with pytest.raises(ValueError, match="interpret=True"):
+        pallas_blocksparse_attention(x, x, x, plan, variant="b2", interpret=False)
+
+
+@settings(
+    max_examples=5,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(
+    tokens=st.integers(130, 520),
+    block_q=st.sampled_from([32, 64, 128]),
+    block_kv=st.sampled_from([128, 256]),
+    width_fraction=st.floats(0.0, 1.0),
+    sink_fraction=st.floats(0.0, 0.3),
+    variant=st.sampled_from(["b1", "b2", "b3"]),
+    head_dim=st.sampled_from([64, 128]),
+    heads=st.integers(1, 2),
+)
+def test_random_shapes_blocks_and_density(
+    tokens, block_q, block_kv, width_fraction, sink_fraction, variant, head_dim, heads
+):
+    mask = BandMask(tokens, int(width_fraction * tokens / 2), int(sink_fraction * tokens))
+    plan = build_plan(mask, BlockSizes(block_q, block_kv), variant, rounding_tolerance=None)
+    q, k, v = _qkv(tokens, 1, tokens, heads, head_dim, jnp.float32)
+    out = pallas_blocksparse_attention(q, k, v, plan, variant=variant, interpret=True)
+    _check(out, q, k, v, plan.logical_mask)
+
+
+def test_executor_dispatch_runs_the_kernel():
+    """``kernels.executors.attention(backend="pallas_tpu")`` reaches this kernel, under jit."""
+    from kernels.executors import attention
+
+    tokens = 256
+    mask = BandMask(tokens, 100, 32)
+    q, k, v = _qkv(4, 1, tokens, 2, 128, jnp.float32)
+    run = jax.jit(
+        lambda q, k, v: attention(
+            q,
+            k,
+            v,
+            mask,
+            variant="b2",
+            block_sizes=BlockSizes(128, 128),
+            backend="pallas_tpu",
+            interpret=True,
+        )
+    )
+    _check(run(q, k, v), q, k, v, mask)
+
+
+@pytest.mark.tpu
+@pytest.mark.parametrize("variant", ["b0", "b1", "b2", "b3"])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_compiled_on_tpu(variant, dtype):
+    """The same checks with Mosaic compilation (run with JAX_PLATFORMS=tpu on a TPU host)."""
+    if jax.default_backend() != "tpu":
+        pytest.skip("needs a TPU backend")
+    tokens = 2000  # padded to the tiles
+    mask = BandMask(tokens, 400, 256)
+    plan = build_plan(mask, BlockSizes(256, 512), variant, rounding_tolerance=None)
+    q, k, v = _qkv(5, 2, tokens, 4, 128, dtype)
+    out = pallas_blocksparse_attention(q, k, v, plan, variant=variant, interpret=False)
+    _check(out, q, k, v, plan.logical_mask)
