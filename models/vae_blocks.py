@@ -97,14 +97,23 @@ class CausalConv3d(nnx.Module):
     def conv(self, x: jax.Array) -> jax.Array:
         """Valid convolution in time, padded in space. x: [B, T, H, W, C_in]."""
         ph, pw = self.spatial_pad
+        weight = self.weight[...].astype(x.dtype)  # [C_out, C_in, kt, kh, kw]
+        c_out, c_in, kt, kh, kw = weight.shape
+        b, t, h, w, _ = x.shape
+        t_out = t - kt + 1
+        # XLA's CPU 3D convolution is about 5x slower than a 2D one here, so the time taps are
+        # folded into the channels: one 2D convolution over (B * T_out) frames of kt * C_in.
+        taps = jnp.concatenate([x[:, i : i + t_out] for i in range(kt)], axis=-1)
+        taps = taps.reshape(b * t_out, h, w, kt * c_in)
+        kernel = jnp.transpose(weight, (3, 4, 2, 1, 0)).reshape(kh, kw, kt * c_in, c_out)
         y = jax.lax.conv_general_dilated(
-            x,
-            self.weight[...].astype(x.dtype),
-            window_strides=(1, 1, 1),
-            padding=((0, 0), (ph, ph), (pw, pw)),
-            dimension_numbers=("NDHWC", "OIDHW", "NDHWC"),
+            taps,
+            kernel,
+            window_strides=(1, 1),
+            padding=((ph, ph), (pw, pw)),
+            dimension_numbers=("NHWC", "HWIO", "NHWC"),
         )
-        return y + self.bias[...].astype(x.dtype)
+        return y.reshape(b, t_out, *y.shape[1:]) + self.bias[...].astype(x.dtype)
 
     def __call__(self, x: jax.Array, cursor: CacheCursor | None = None) -> jax.Array:
         """Applies the convolution to one chunk.

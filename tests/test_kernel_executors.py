@@ -162,7 +162,10 @@ def test_plan_variant_mismatch():
 
 
 def test_missing_pallas_backend_is_a_clear_error(monkeypatch):
+    import kernels
+
     monkeypatch.setitem(sys.modules, "kernels.pallas_tpu", None)  # import now raises ImportError
+    monkeypatch.delattr(kernels, "pallas_tpu", raising=False)  # an earlier import left it bound
     geometry = TokenGeometry(2, 8, 8)
     q, k, v = _qkv((1, geometry.tokens, 1, 64), jnp.float32)
     with pytest.raises(ValueError, match="backend='xla'"):
