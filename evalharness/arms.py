@@ -56,6 +56,7 @@ def run_arm(
     negative_context: jax.Array | None,
     warm_runs: int,
     on_event: Callable[[str], None] = lambda message: None,
+    on_step: Callable[[int], None] | None = None,
 ) -> ArmResult:
     """Compiles and runs one arm's denoising loop.
 
@@ -70,6 +71,7 @@ def run_arm(
         negative_context: [1, L, text_dim] negative-prompt embeddings, or None.
         warm_runs: timed runs after the warm-up; 0 runs the loop once, untimed.
         on_event: progress hook called with a short description of each phase.
+        on_step: per-step host callback (a step bar); None keeps the loop free of callbacks.
 
     Returns:
         The arm's latents and timings (frames are decoded separately).
@@ -77,7 +79,9 @@ def run_arm(
     Raises:
         NonFiniteLatents: when the final latents hold NaN or Inf.
     """
-    loop = DenoiseLoop(model, sampler, guidance_scale=guidance_scale, attend=attend)
+    loop = DenoiseLoop(
+        model, sampler, guidance_scale=guidance_scale, attend=attend, on_step=on_step
+    )
     on_event(f"{label}: compiling the {len(sampler.timesteps)}-step denoising loop")
     start = time.perf_counter()
     compiled = loop.compile(noise, context, negative_context)

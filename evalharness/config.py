@@ -136,6 +136,7 @@ class EvalConfig:
     cache_dir: str = "outputs/cache"
     fps: int = 16
     crf: int = 18
+    progress: str = "auto"  # auto (bars on a terminal), on, off; the step bar is a host callback
 
 
 def register_configs() -> None:

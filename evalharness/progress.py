@@ -12,18 +12,20 @@ log = logging.getLogger("evalharness")
 
 
 class Progress:
-    """A phase bar; ``event`` logs finer steps (compiling, warm-up, timed runs) under it.
+    """A phase bar and a denoising-step bar; ``event`` logs finer steps (compiling, warm-up,
+    timed runs).
 
     Args:
         phases: the phase names in order.
-        enabled: draw the bar (off when stderr is not a terminal, e.g. in CI logs, where the log
-            lines alone say where the run is).
+        enabled: draw the bars (default: only when stderr is a terminal; in CI logs the log lines
+            alone say where the run is, and the loop carries no per-step host callback).
     """
 
     def __init__(self, phases: Sequence[str], enabled: bool | None = None) -> None:
         self.phases = list(phases)
-        enabled = sys.stderr.isatty() if enabled is None else enabled
-        self.bar = tqdm(total=len(self.phases), unit="phase", disable=not enabled, leave=False)
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self.bar = tqdm(total=len(self.phases), unit="phase", disable=not self.enabled, leave=False)
+        self.steps_bar: tqdm | None = None
         self.current: str | None = None
 
     def phase(self, name: str) -> None:
@@ -41,5 +43,24 @@ class Progress:
         self.bar.set_postfix_str(message, refresh=True)
         log.info("  %s", message)
 
+    def step_callback(self, steps: int):
+        """A per-denoising-step callback driving a second bar, or None when not drawing.
+
+        The bar restarts whenever step 0 comes round again (each run of the loop).
+        """
+        if not self.enabled:
+            return None
+
+        def on_step(step: int) -> None:
+            if self.steps_bar is None:
+                self.steps_bar = tqdm(total=steps, unit="step", position=1, leave=False)
+            if step == 0:
+                self.steps_bar.reset(total=steps)
+            self.steps_bar.update(1)
+
+        return on_step
+
     def close(self) -> None:
+        if self.steps_bar is not None:
+            self.steps_bar.close()
         self.bar.close()

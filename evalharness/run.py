@@ -184,7 +184,9 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
         ValueError, FileNotFoundError: bad configuration or checkpoint, before any generation.
     """
     cfg = to_config(cfg)
-    progress = Progress(PHASES)
+    if cfg.progress not in ("auto", "on", "off"):
+        raise ValueError(f"progress={cfg.progress!r}; use auto, on or off")
+    progress = Progress(PHASES, enabled=None if cfg.progress == "auto" else cfg.progress == "on")
     started = time.perf_counter()
 
     # --- preflight: nothing is allocated before this passes --------------------------------
@@ -283,6 +285,7 @@ def _compare(cfg, geometry, sampler, shift, attention, run_dir, tracker, progres
         context=context,
         negative_context=negative,
         on_event=progress.event,
+        on_step=progress.step_callback(cfg.steps),
     )
 
     # --- dense arm (cached) and the dense-vs-dense noise floor -------------------------------

@@ -118,6 +118,7 @@ class DenoiseLoop:
         *,
         guidance_scale: float = DEFAULT_GUIDANCE_SCALE,
         attend: AttendFn | None = None,
+        on_step: Callable[[int], None] | None = None,
     ) -> None:
         """Builds the loop (nothing is traced or compiled yet).
 
@@ -126,6 +127,8 @@ class DenoiseLoop:
             sampler: from ``models.samplers.make_sampler``.
             guidance_scale: finite float >= 1.
             attend: ``attend(q, k, v, *, step, layer)``, or None.
+            on_step: called on the host with each finished step's index (a progress bar). It is a
+                ``jax.debug.callback`` per step, so leave it None where timings must be exact.
 
         Raises:
             ValueError: on a bad ``guidance_scale``.
@@ -133,6 +136,7 @@ class DenoiseLoop:
         self.sampler = sampler
         self.guidance_scale = _check_guidance(guidance_scale)
         self.attend = attend
+        self.on_step = on_step
         self._graphdef, self._params = nnx.split(model)
         self.trace_count = 0
         self._jitted = jax.jit(self._run)
@@ -168,7 +172,10 @@ class DenoiseLoop:
             v = model(x_in, t, ctx, attend=self.attend, step=i)
             if guided:
                 v = _combine(v[:batch], v[batch:], scale)
-            return sampler.step(state, v, i)
+            state = sampler.step(state, v, i)
+            if self.on_step is not None:
+                jax.debug.callback(lambda step: self.on_step(int(step)), i)
+            return state
 
         state = jax.lax.fori_loop(0, sampler.num_steps, body, sampler.init(latents))
         out = sampler.sample(state)

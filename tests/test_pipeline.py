@@ -163,6 +163,18 @@ def test_ahead_of_time_compile_matches_jit(model: StandInModel) -> None:
     assert "while" in loop.lower(latents, context, negative).as_text()
 
 
+def test_on_step_reports_every_step_without_changing_the_result(model: StandInModel) -> None:
+    seen: list[int] = []
+    sampler = make_sampler("unipc", 5, 5.0)
+    latents, context, negative = _inputs(7)
+    with_progress = DenoiseLoop(model, sampler, guidance_scale=5.0, on_step=seen.append)
+    out = with_progress(latents, context, negative)
+    jax.effects_barrier()
+    assert seen == [0, 1, 2, 3, 4]
+    plain = DenoiseLoop(model, sampler, guidance_scale=5.0)(latents, context, negative)
+    assert_allclose(out.latents, plain.latents, atol=0, rtol=0)
+
+
 def test_non_finite_latents_are_flagged(model: StandInModel) -> None:
     latents, context, negative = _inputs(7)
     sampler = make_sampler("unipc", 2, 5.0)
