@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+from hydra.errors import ConfigCompositionException
 from mlflow.tracking import MlflowClient
 
 from evalharness.run import GateFailed, run
@@ -101,8 +102,9 @@ def test_invalid_geometry_fails_before_work(tmp_path):
     assert not (tmp_path / "outputs").exists()
 
 
-def test_cli_gate_exit_codes_and_unknown_group(tmp_path):
-    base = [
+def test_cli_exit_code_on_a_missed_gate(tmp_path):
+    # The pass path (exit 0) is the multirun test below; this is the failing gate.
+    cmd = [
         sys.executable,
         "-m",
         "evalharness",
@@ -111,16 +113,22 @@ def test_cli_gate_exit_codes_and_unknown_group(tmp_path):
         f"cache_dir={tmp_path}/c",
         "logger=none",
         "noise_floor=false",
+        "gate.min_speedup=1000",
     ]
-    ok = subprocess.run([*base, "gate.min_psnr_db=0"], capture_output=True, text=True)
-    assert ok.returncode == 0, ok.stderr[-2000:]
-    bad = subprocess.run([*base, "gate.min_speedup=1000"], capture_output=True, text=True)
-    assert bad.returncode == 1 and "speedup" in bad.stderr
-    typo = subprocess.run([*base, "schedule=agressive"], capture_output=True, text=True)
-    assert typo.returncode == 1 and "aggressive" in typo.stderr  # Hydra lists the options
-    for typo in ("stepz=3", "+stepz=3", "schedule.densty=0.3"):
-        key = subprocess.run([*base, typo], capture_output=True, text=True)
-        assert key.returncode == 1 and "stepz" in key.stderr or "densty" in key.stderr, typo
+    bad = subprocess.run(cmd, capture_output=True, text=True)
+    assert bad.returncode == 1, bad.stderr[-2000:]
+    assert "speedup" in bad.stderr and "below the threshold 1000" in bad.stderr
+
+
+def test_unknown_group_option_and_misspelt_keys_fail_before_work(tmp_path):
+    with pytest.raises(ConfigCompositionException, match="aggressive"):  # Hydra lists the options
+        small_config(tmp_path, "schedule=agressive")
+    for typo in ("stepz=3", "schedule.densty=0.3"):
+        with pytest.raises(ConfigCompositionException):
+            small_config(tmp_path, typo)
+    with pytest.raises(ValueError, match="stepz"):  # "+key" appends; run() still refuses it
+        run(small_config(tmp_path, "+stepz=3"))
+    assert not (tmp_path / "outputs").exists()
 
 
 def test_multirun_reuses_one_dense_arm_and_prints_table(tmp_path):
