@@ -22,6 +22,8 @@ from kernels.policy import AttentionPolicy, make_dense_attend
 from kernels.routing import routing_flops_fraction
 from kernels.routing_stats import RoutingStats, plot_temporal_fraction
 from kernels.schedule import SparsitySchedule
+from kernels.sequence_parallel import parallelize
+from kernels.sp_mesh import check_same_config, make_mesh
 from models.config import WanTransformerConfig
 from models.video_geometry import VideoGeometry
 
@@ -42,6 +44,13 @@ def token_geometry(video: VideoGeometry) -> TokenGeometry:
 def schedule_of(cfg: EvalConfig) -> SparsitySchedule:
     """The kernels' schedule object from the ``schedule`` config group (validated there)."""
     return SparsitySchedule.from_mapping(asdict(cfg.schedule))
+
+
+def sequence_devices(cfg: EvalConfig) -> int:
+    """Devices the sequence is split over: ``parallel.sequence``, or every local device for 0."""
+    if cfg.parallel.sequence < 0:
+        raise ValueError(f"parallel.sequence={cfg.parallel.sequence}: use 0 (all devices) or >= 1")
+    return cfg.parallel.sequence or len(jax.devices())
 
 
 def nominal_kept_fraction(cfg: EvalConfig, layers: int) -> float:
@@ -66,11 +75,12 @@ class AttentionSetup:
     block_sizes: BlockSizes
     dense: Any
     noise_floor: Any
-    sparse: AttentionPolicy
-    recording: AttentionPolicy | None
+    sparse: Any  # an AttentionPolicy, or its sequence-parallel wrapper
+    recording: Any
     kept_fraction: float
     steps: int
     layers: int
+    mesh: Any = None  # the sequence-parallel mesh, or None on one device
 
     def describe(self) -> dict[str, Any]:
         """Metrics that describe the sparse side (densities, dense cells, routing cost)."""
@@ -152,6 +162,16 @@ def build_attention(
     if schedule.sparse and sparse.dense_steps < cfg.steps:
         recording = AttentionPolicy(schedule, geometry, record_stats=True, **options)
     kept = schedule.overall_kept_fraction(cfg.steps, layers, geometry, block_sizes)
+    mesh = None
+    if sequence_devices(cfg) > 1:
+        # Mesh size, token divisibility and (multi-host) identical configs are checked here,
+        # before any model is built or compiled.
+        mesh = make_mesh(sequence_devices(cfg))
+        check_same_config(repr(cfg))
+        dense, noise_floor, sparse, recording = (
+            parallelize(a, mesh, placement=cfg.parallel.permute_placement, tokens=geometry.tokens)
+            for a in (dense, noise_floor, sparse, recording)
+        )
     return AttentionSetup(
         schedule,
         geometry,
@@ -164,4 +184,5 @@ def build_attention(
         kept,
         cfg.steps,
         layers,
+        mesh,
     )

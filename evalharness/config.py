@@ -105,9 +105,11 @@ class GateConfig:
 
 @dataclass
 class ParallelConfig:
-    """Sequence parallelism: number of devices the token sequence is split over (1 = off)."""
+    """Sequence parallelism: devices the token sequence is split over (0 = all local devices,
+    1 = off); ``permute_placement`` is where temporal heads are permuted: ``head_local`` (after
+    the all-to-all, the fast one) or ``before_exchange`` (for comparison)."""
 
-    sequence: int = 1
+    sequence: int = 0
     permute_placement: str = "head_local"  # or "before_exchange"
 
 

@@ -39,7 +39,7 @@ class CostEstimate:
         total_flops_per_step: all transformer FLOPs of one dense denoising step.
         attention_share: attention / total FLOPs of a dense step.
         sparse_flops_per_step: FLOPs of an average step under the schedule's kept fraction.
-        weight_bytes: transformer parameters in the parameter dtype.
+        weight_bytes: transformer parameters per device in the parameter dtype.
         activation_bytes: peak activations of one forward (a documented rough model: a few
             [batch, N, dim] buffers, the FFN hidden buffer, attention O(N * tile) scratch).
         device_bytes: memory of one device (host RAM on CPU).
@@ -171,7 +171,8 @@ def estimate_cost(
     n = geometry.tokens
     attention, total = step_flops(cfg, n, cfg_batch)
     sparse = total - attention * (1.0 - kept_fraction)
-    weight_bytes = parameter_count(cfg) * _DTYPE_BYTES[param_dtype]
+    # Across several devices the large matrices are sharded (models.sharding "fsdp").
+    weight_bytes = parameter_count(cfg) * _DTYPE_BYTES[param_dtype] // devices
     act = _DTYPE_BYTES[dtype]
     # Residual stream, normed copy, q, k, v, attention out (6 x N x dim), the FFN hidden (N x ffn),
     # and float32 modulation/norm temporaries (2 x N x dim): the live set of one block.

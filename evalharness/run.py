@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from evalharness import artifacts, preflight
 from evalharness.arms import ArmResult, decode_arm, run_arm
-from evalharness.attention_setup import build_attention, nominal_kept_fraction
+from evalharness.attention_setup import build_attention, nominal_kept_fraction, sequence_devices
 from evalharness.cache import ArmCache, cache_key, code_version
 from evalharness.components import build_components, transformer_config_for
 from evalharness.config import EvalConfig
@@ -35,7 +35,9 @@ from evalharness.quality import ffmpeg_psnr, frame_quality
 from evalharness.timing import RunTimes
 from evalharness.tracking import flatten, make_tracker
 from evalharness.video import encode_mp4, side_by_side
+from kernels.sp_mesh import describe_mesh
 from models.samplers import default_flow_shift, make_sampler
+from models.sharding import place_params
 from models.video_geometry import VideoGeometry
 
 log = logging.getLogger(__name__)
@@ -205,7 +207,7 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
         noise_floor=cfg.noise_floor,
         param_dtype=cfg.model.param_dtype,
         dtype=cfg.dtype,
-        devices=max(cfg.parallel.sequence, 1),
+        devices=sequence_devices(cfg),
     )
     what = f"model={cfg.model.name} resolution={cfg.resolution.name} schedule={cfg.schedule.name}"
     preflight.check(estimate, max_minutes=cfg.max_minutes, what=what)
@@ -232,6 +234,8 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(resolved))
     try:
         tracker.log_params(flatten(resolved))
+        if attention.mesh is not None:
+            tracker.log_params(describe_mesh(attention.mesh))
         tracker.set_tags({**environment_tags(), "run_dir": str(run_dir.resolve())})
         tracker.log_metrics(estimate.as_metrics())
         metrics = _compare(cfg, geometry, sampler, shift, attention, run_dir, tracker, progress)
@@ -268,6 +272,11 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
 def _compare(cfg, geometry, sampler, shift, attention, run_dir, tracker, progress) -> dict:
     progress.phase("build model")
     components = build_components(cfg.model, cfg.dtype, cfg.cache_dir)
+    if attention.mesh is not None:
+        # DenoiseLoop captures the weights as built; put them on the mesh first. Models too big
+        # for one device shard their large matrices ("fsdp").
+        rule = "replicated" if cfg.model.name == "tiny" else "fsdp"
+        place_params(components.transformer, attention.mesh, rule)
 
     progress.phase("encode prompts")
     start = time.perf_counter()

@@ -1,6 +1,7 @@
 """End-to-end harness runs on the tiny model at a toy size: artifacts, cache, failures, gate."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -150,3 +151,24 @@ def test_multirun_reuses_one_dense_arm_and_prints_table(tmp_path):
     assert [r.split("|")[1].strip() for r in rows] == ["conservative", "balanced", "aggressive"]
     assert [r.split("|")[-2].strip() for r in rows] == ["miss", "hit", "hit"]
     assert len(list((tmp_path / "c" / "dense_arms").iterdir())) == 1
+
+
+def test_sequence_parallel_run_on_eight_forced_cpu_devices_logs_the_mesh(tmp_path):
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "evalharness",
+        *SMALL,
+        f"output_root={tmp_path}/o",
+        f"cache_dir={tmp_path}/c",
+        "noise_floor=false",
+        "parallel.sequence=8",
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    client = MlflowClient(default_tracking_uri(tmp_path / "o"))
+    (stored,) = client.search_runs([client.get_experiment_by_name("evalharness").experiment_id])
+    assert stored.data.params["mesh_axes"] == "seq=8"
+    assert stored.data.params["mesh_devices"] == "8"
+    assert stored.data.metrics["speedup"] > 0
