@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 
 from kernels.bench.inputs import random_qkv
-from kernels.bench.timing import time_call
+from kernels.bench.timing import time_interleaved
 from kernels.block_sizes import BlockSizes
 from kernels.executors import attention
 from kernels.geometry import TokenGeometry
@@ -57,6 +57,7 @@ def kernel_table(
     mask = band_for_density(geometry, density)
     q, k, v = random_qkv(geometry.tokens, heads, head_dim, dtype)
     rows = []
+    fns = {}
     for variant in variants:
         row = {"variant": variant}
         if variant == "dot_product_attention":
@@ -67,8 +68,12 @@ def kernel_table(
             plan = build_plan(mask, block_sizes, variant)
             fn = jax.jit(lambda q, k, v, plan=plan: attention(q, k, v, plan, variant=None))
             row.update(plan_row(plan))
-        row.update(time_call(lambda fn=fn: fn(q, k, v), runs))
+        fns[variant] = lambda fn=fn: fn(q, k, v)
         rows.append(row)
+    # Round-robin over the variants: drift on a shared machine affects every row alike.
+    timings = time_interleaved(fns, runs)
+    for row in rows:
+        row.update(timings[row["variant"]])
     base = next((r for r in rows if r["variant"] == "b0"), None)
     for row in rows:
         if base is not None:
