@@ -6,12 +6,13 @@ Numerically follows diffusers' ``FlowMatchEulerDiscreteScheduler(shift=shift)`` 
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from models.sampler_args import check_sampler_args
 
 NUM_TRAIN_TIMESTEPS = 1000
 
@@ -80,21 +81,7 @@ class EulerSampler:
         Raises:
             ValueError: on a bad ``num_steps`` or ``shift``.
         """
-        if isinstance(num_steps, bool) or not isinstance(num_steps, int | np.integer):
-            raise ValueError(f"num_steps must be an int >= 1, got {num_steps!r}")
-        if num_steps < 1:
-            raise ValueError(f"num_steps must be an int >= 1, got {num_steps}")
-        if (
-            isinstance(shift, bool)
-            or not isinstance(shift, int | float | np.integer | np.floating)
-            or not math.isfinite(shift)
-            or shift <= 0
-        ):
-            raise ValueError(
-                f"shift must be a finite float > 0 (Wan uses 3.0 or 5.0), got {shift!r}"
-            )
-        self.num_steps = int(num_steps)
-        self.shift = float(shift)
+        self.num_steps, self.shift = check_sampler_args(num_steps, shift)
         self.sigmas, self.timesteps = _euler_schedule(self.num_steps, self.shift)
         # The reference subtracts the float32 sigmas, so the step sizes are float32 differences.
         self._dt = self.sigmas[1:] - self.sigmas[:-1]

@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from models.sampler_args import check_sampler_args
+
 NUM_TRAIN_TIMESTEPS = 1000
 SOLVER_ORDER = 2
 
@@ -199,21 +201,7 @@ class UniPCSampler:
         Raises:
             ValueError: on a bad ``num_steps`` or ``shift``.
         """
-        if isinstance(num_steps, bool) or not isinstance(num_steps, int | np.integer):
-            raise ValueError(f"num_steps must be an int >= 1, got {num_steps!r}")
-        if num_steps < 1:
-            raise ValueError(f"num_steps must be an int >= 1, got {num_steps}")
-        if (
-            isinstance(shift, bool)
-            or not isinstance(shift, int | float | np.integer | np.floating)
-            or not math.isfinite(shift)
-            or shift <= 0
-        ):
-            raise ValueError(
-                f"shift must be a finite float > 0 (Wan uses 3.0 or 5.0), got {shift!r}"
-            )
-        self.num_steps = int(num_steps)
-        self.shift = float(shift)
+        self.num_steps, self.shift = check_sampler_args(num_steps, shift)
         self.sigmas, self.timesteps = _flow_sigmas(self.num_steps, self.shift)
         self._tables = _build_tables(self.sigmas)
 
