@@ -6,6 +6,7 @@ default exercises exactly the code a real ``Wan2.1-T2V-*-Diffusers`` folder take
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.sharding import Mesh
 
 from evalharness.config import ModelConfig
 from models.checkpoint import (
@@ -25,6 +27,7 @@ from models.checkpoint import (
 from models.config import WanTransformerConfig, config_differences, get_transformer_config
 from models.loading import load_transformer, read_diffusers_config
 from models.prompt_encoder import PromptEncoder
+from models.sharding import param_shardings, place_params
 from models.tiny_components import tiny_prompt_encoder, tiny_vae
 from models.transformer import WanTransformer
 from models.vae import TilingConfig, WanVAE, decode_to_frames
@@ -102,13 +105,17 @@ def _identity_of_folder(folder: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def build_components(model: ModelConfig, dtype: str, cache_dir: str | Path) -> Components:
+def build_components(
+    model: ModelConfig, dtype: str, cache_dir: str | Path, mesh: Mesh | None = None
+) -> Components:
     """Builds (tiny) or loads (checkpoint) the transformer, prompt encoder and VAE.
 
     Args:
         model: the model config group.
         dtype: compute dtype name.
         cache_dir: root of the prompt-embedding cache.
+        mesh: the sequence-parallel mesh, or None. The tiny model is replicated on it; a
+            checkpoint's large matrices are sharded over it ("fsdp") as they are read.
     """
     param_dtype = dtype_of(model.param_dtype)
     compute = dtype_of(dtype)
@@ -121,6 +128,8 @@ def build_components(model: ModelConfig, dtype: str, cache_dir: str | Path) -> C
                 cfg, rngs=nnx.Rngs(model.seed), param_dtype=param_dtype, dtype=compute
             )
         )()
+        if mesh is not None:
+            place_params(transformer, mesh, "replicated")
         return Components(
             name="tiny",
             config=cfg,
@@ -135,8 +144,15 @@ def build_components(model: ModelConfig, dtype: str, cache_dir: str | Path) -> C
     checkpoint = _checkpoint(model)
     cfg = transformer_config_for(model)
     log.info("loading %s from %s", model.name, checkpoint.root)
+    shardings = None
+    if mesh is not None:
+        shardings = functools.partial(param_shardings, mesh=mesh, rule="fsdp")
     transformer = load_transformer(
-        checkpoint.transformer, config=cfg, param_dtype=param_dtype, dtype=compute
+        checkpoint.transformer,
+        config=cfg,
+        param_dtype=param_dtype,
+        dtype=compute,
+        shardings=shardings,
     )
     encoder = checkpoint_prompt_encoder(
         checkpoint, max_length=cfg.text_len, cache_dir=prompts_cache, param_dtype=param_dtype

@@ -37,7 +37,6 @@ from evalharness.tracking import flatten, make_tracker
 from evalharness.video import encode_mp4, side_by_side
 from kernels.sp_mesh import describe_mesh
 from models.samplers import default_flow_shift, make_sampler
-from models.sharding import place_params
 from models.video_geometry import VideoGeometry
 
 log = logging.getLogger(__name__)
@@ -271,12 +270,9 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
 
 def _compare(cfg, geometry, sampler, shift, attention, run_dir, tracker, progress) -> dict:
     progress.phase("build model")
-    components = build_components(cfg.model, cfg.dtype, cfg.cache_dir)
-    if attention.mesh is not None:
-        # DenoiseLoop captures the weights as built; put them on the mesh first. Models too big
-        # for one device shard their large matrices ("fsdp").
-        rule = "replicated" if cfg.model.name == "tiny" else "fsdp"
-        place_params(components.transformer, attention.mesh, rule)
+    # On a mesh the weights are placed (or, for checkpoints, streamed) onto it here, before any
+    # DenoiseLoop captures them.
+    components = build_components(cfg.model, cfg.dtype, cfg.cache_dir, attention.mesh)
 
     progress.phase("encode prompts")
     start = time.perf_counter()

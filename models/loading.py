@@ -211,6 +211,7 @@ def load_transformer(
     param_dtype: jnp.dtype = jnp.float32,
     dtype: jnp.dtype = jnp.float32,
     on_config_mismatch: Literal["raise", "warn"] = "raise",
+    shardings: Callable[[WanTransformer], nnx.State] | None = None,
 ) -> WanTransformer:
     """Loads a diffusers ``WanTransformer3DModel`` folder into a ``WanTransformer``.
 
@@ -221,6 +222,10 @@ def load_transformer(
         param_dtype: parameter dtype (float32 islands stay float32); tensors are cast as read.
         dtype: compute dtype.
         on_config_mismatch: "raise" (default) or "warn" when ``config`` and config.json differ.
+        shardings: maps the abstract model to an ``nnx.State`` of ``jax.sharding.Sharding`` (e.g.
+            ``functools.partial(models.sharding.param_shardings, mesh=mesh, rule="fsdp")``).
+            Each tensor is placed on its devices as it is read, so no device ever holds the
+            whole model unsharded (14B on 8 devices). None keeps the default device.
 
     Returns:
         The fully loaded model.
@@ -287,6 +292,13 @@ def load_transformer(
     if problems:
         raise ValueError(f"cannot load {folder}: " + "; ".join(problems))
 
+    placement = {}
+    if shardings is not None:
+        placement = {
+            path: var.get_value()
+            for path, var in nnx.to_flat_state(shardings(nnx.merge(graphdef, abstract_state)))
+        }
+
     # Pass 2: stream tensor by tensor, converting layout and dtype as each is read.
     values: dict[Path_, jax.Array] = {}
     for name in shards:
@@ -296,7 +308,10 @@ def load_transformer(
                     continue
                 path, transform = key_map[key]
                 target = abstract[path].get_value()
-                values[path] = transform(f.get_tensor(key)).astype(target.dtype)
+                value = transform(f.get_tensor(key)).astype(target.dtype)
+                if path in placement:
+                    value = jax.device_put(value, placement[path])
+                values[path] = value
 
     state = nnx.from_flat_state(
         [(path, var.replace(values[path])) for path, var in abstract.items()]
