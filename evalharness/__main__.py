@@ -1,7 +1,8 @@
 """``python -m evalharness``: a matched dense-vs-sparse comparison configured by Hydra.
 
 With no arguments it runs the embedded default (the tiny model at the CPU preset, balanced
-schedule). Exit codes: 0 done, 1 failed or missed a gate threshold (the message names the metric).
+schedule). Exit codes: 0 done; 1 failed, or missed a gate threshold (the message names the
+metric); 2 refused by preflight (the message gives the numbers and the override).
 """
 
 from __future__ import annotations
