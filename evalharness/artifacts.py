@@ -12,6 +12,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only; no display on servers or CI
 import matplotlib.pyplot as plt  # noqa: E402
 
+from evalharness.formatting import format_cell  # noqa: E402
 from evalharness.quality import FFmpegPSNR, FrameQuality  # noqa: E402
 
 
@@ -52,17 +53,6 @@ def plot_frame_psnr(path: Path, frames: FrameQuality, ff: FFmpegPSNR) -> Path:
     return path
 
 
-def _fmt(value: Any, spec: str) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float) and math.isinf(value):
-        return "inf"
-    try:
-        return format(value, spec)
-    except (TypeError, ValueError):
-        return str(value)
-
-
 _REPORT_ROWS = (
     ("Dense denoising, median (min-max)", "dense", "s"),
     ("Sparse denoising, median (min-max)", "sparse", "s"),
@@ -83,33 +73,33 @@ def write_report(run_dir: Path, cfg, metrics: dict[str, Any], gate_failures) -> 
     ]
     for title, arm, _ in _REPORT_ROWS:
         lines.append(
-            f"| {title} | {_fmt(m.get(f'{arm}_median_s'), '.3f')} s "
-            f"({_fmt(m.get(f'{arm}_min_s'), '.3f')}-{_fmt(m.get(f'{arm}_max_s'), '.3f')}) |"
+            f"| {title} | {format_cell(m.get(f'{arm}_median_s'), '{:.3f}')} s "
+            f"({format_cell(m.get(f'{arm}_min_s'), '{:.3f}')}-{format_cell(m.get(f'{arm}_max_s'), '{:.3f}')}) |"
         )
     rows = (
-        ("Speedup (dense / sparse median)", "speedup", ".3f", "x"),
-        ("PSNR, FFmpeg on encoded videos", "psnr_ffmpeg_db", ".2f", " dB"),
-        ("PSNR, per frame (mean)", "psnr_frames_db", ".2f", " dB"),
-        ("SSIM, per frame (mean)", "ssim_frames", ".4f", ""),
-        ("Noise floor: dense vs dense, FFmpeg PSNR", "noise_floor_psnr_db", ".2f", " dB"),
+        ("Speedup (dense / sparse median)", "speedup", "{:.3f}", "x"),
+        ("PSNR, FFmpeg on encoded videos", "psnr_ffmpeg_db", "{:.2f}", " dB"),
+        ("PSNR, per frame (mean)", "psnr_frames_db", "{:.2f}", " dB"),
+        ("SSIM, per frame (mean)", "ssim_frames", "{:.4f}", ""),
+        ("Noise floor: dense vs dense, FFmpeg PSNR", "noise_floor_psnr_db", "{:.2f}", " dB"),
         (
             "Schedule kept fraction (dense steps/layers counted)",
             "schedule_kept_fraction",
-            ".4f",
+            "{:.4f}",
             "",
         ),
-        ("Sparse mask density", "mask_density", ".4f", ""),
-        ("Heads routed temporal (mean)", "routing_temporal_fraction", ".3f", ""),
-        ("Compile dense / sparse", None, "", ""),
-        ("Text encoding", "text_encode_s", ".2f", " s"),
-        ("VAE decode (sparse arm)", "decode_sparse_s", ".2f", " s"),
-        ("Dense arm", "dense_cache", "", ""),
+        ("Sparse mask density", "mask_density", "{:.4f}", ""),
+        ("Heads routed temporal (mean)", "routing_temporal_fraction", "{:.3f}", ""),
+        ("Compile dense / sparse", None, "{}", ""),
+        ("Text encoding", "text_encode_s", "{:.2f}", " s"),
+        ("VAE decode (sparse arm)", "decode_sparse_s", "{:.2f}", " s"),
+        ("Dense arm", "dense_cache", "{}", ""),
     )
     for title, key, spec, unit in rows:
         if key is None:
-            value = f"{_fmt(m.get('compile_dense_s'), '.2f')} s / {_fmt(m.get('compile_sparse_s'), '.2f')} s"
+            value = f"{format_cell(m.get('compile_dense_s'), '{:.2f}')} s / {format_cell(m.get('compile_sparse_s'), '{:.2f}')} s"
         else:
-            value = f"{_fmt(m.get(key), spec)}{unit if m.get(key) is not None else ''}"
+            value = f"{format_cell(m.get(key), spec)}{unit if m.get(key) is not None else ''}"
         lines.append(f"| {title} | {value} |")
     lines += ["", "## Gate", ""]
     if cfg.gate.min_psnr_db is None and cfg.gate.min_speedup is None:
@@ -138,9 +128,9 @@ def summary_lines(metrics: dict[str, Any]) -> str:
     """The few lines printed at the end of a run."""
     m = metrics
     return (
-        f"dense {_fmt(m.get('dense_median_s'), '.3f')} s | sparse {_fmt(m.get('sparse_median_s'), '.3f')} s"
-        f" | speedup {_fmt(m.get('speedup'), '.3f')}x | PSNR {_fmt(m.get('psnr_ffmpeg_db'), '.2f')} dB"
-        f" (noise floor {_fmt(m.get('noise_floor_psnr_db'), '.2f')} dB) | SSIM "
-        f"{_fmt(m.get('ssim_frames'), '.4f')} | dense arm {m.get('dense_cache')}\n"
+        f"dense {format_cell(m.get('dense_median_s'), '{:.3f}')} s | sparse {format_cell(m.get('sparse_median_s'), '{:.3f}')} s"
+        f" | speedup {format_cell(m.get('speedup'), '{:.3f}')}x | PSNR {format_cell(m.get('psnr_ffmpeg_db'), '{:.2f}')} dB"
+        f" (noise floor {format_cell(m.get('noise_floor_psnr_db'), '{:.2f}')} dB) | SSIM "
+        f"{format_cell(m.get('ssim_frames'), '{:.4f}')} | dense arm {m.get('dense_cache')}\n"
         f"run folder: {m.get('run_dir')}"
     )

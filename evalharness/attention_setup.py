@@ -56,13 +56,7 @@ def sequence_devices(cfg: EvalConfig) -> int:
 def nominal_kept_fraction(cfg: EvalConfig, layers: int) -> float:
     """The schedule's kept fraction with the nominal density (no mask built): for preflight."""
     schedule = schedule_of(cfg)
-    if not schedule.sparse:
-        return 1.0
-    dense_steps = schedule.dense_steps(cfg.steps)
-    dense_layers = schedule.dense_layers(layers)
-    sparse_cells = (cfg.steps - dense_steps) * (layers - dense_layers)
-    total = cfg.steps * layers
-    return (total - sparse_cells + sparse_cells * schedule.density) / total
+    return schedule.kept_fraction_at(cfg.steps, layers, schedule.density)
 
 
 @dataclass
@@ -100,9 +94,7 @@ class AttentionSetup:
                 self.geometry, density, self.schedule.routing_samples
             )
         if plan is not None:
-            stats = plan.stats() if callable(getattr(plan, "stats", None)) else None
-            if isinstance(stats, dict):
-                out.update({f"tiles.{k}": v for k, v in stats.items() if _number(v)})
+            out.update({f"tiles.{k}": v for k, v in plan.stats().items() if _number(v)})
         return out
 
     def collect_stats(self) -> RoutingStats:

@@ -57,26 +57,11 @@ def check_gate(
     return GateResult(not failures, tuple(failures))
 
 
-def _latest_run(client, experiment_name: str):
-    experiment = client.get_experiment_by_name(experiment_name)
-    if experiment is None:
-        raise SystemExit(f"gate: no MLflow experiment named {experiment_name!r}")
-    runs = client.search_runs(
-        [experiment.experiment_id],
-        filter_string="attributes.status = 'FINISHED'",
-        order_by=["attributes.start_time DESC"],
-        max_results=1,
-    )
-    if not runs:
-        raise SystemExit(f"gate: experiment {experiment_name!r} has no finished run")
-    return runs[0]
-
-
 def main(argv: list[str] | None = None) -> int:
     """Command-line gate over existing MLflow runs; returns the exit code."""
     from mlflow.tracking import MlflowClient
 
-    from evalharness.tracking import default_tracking_uri
+    from evalharness.tracking import default_tracking_uri, finished_runs
 
     parser = argparse.ArgumentParser(prog="python -m evalharness.gate", description=__doc__)
     which = parser.add_mutually_exclusive_group(required=True)
@@ -90,7 +75,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.min_psnr_db is None and args.min_speedup is None:
         parser.error("give at least one of --min-psnr-db and --min-speedup")
     client = MlflowClient(tracking_uri=args.tracking_uri or default_tracking_uri(args.output_root))
-    run = client.get_run(args.run_id) if args.run_id else _latest_run(client, args.experiment)
+    if args.run_id:
+        run = client.get_run(args.run_id)
+    else:
+        try:
+            runs = finished_runs(client, args.experiment, 1)
+        except LookupError as err:
+            raise SystemExit(f"gate: {err}") from None
+        if not runs:
+            raise SystemExit(f"gate: experiment {args.experiment!r} has no finished run")
+        run = runs[0]
     result = check_gate(
         run.data.metrics, min_psnr_db=args.min_psnr_db, min_speedup=args.min_speedup
     )

@@ -117,6 +117,12 @@ def environment_tags() -> dict[str, str]:
     }
 
 
+def _uses_guidance(cfg: EvalConfig) -> bool:
+    """Classifier-free guidance runs (a 2B batch per step) unless disabled by scale 1 or no
+    negative prompt; the same rule as the denoising loop's."""
+    return cfg.guidance_scale != 1.0 and cfg.negative_prompt is not None
+
+
 def _sampler_for(cfg: EvalConfig, geometry: VideoGeometry):
     shift = cfg.resolution.flow_shift or default_flow_shift(geometry.height, geometry.width)
     return make_sampler(cfg.sampler, cfg.steps, shift), shift
@@ -195,7 +201,7 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
     geometry = VideoGeometry(cfg.resolution.frames, cfg.resolution.height, cfg.resolution.width)
     tcfg = transformer_config_for(cfg.model)
     sampler, shift = _sampler_for(cfg, geometry)
-    cfg_batch = 2 if cfg.guidance_scale != 1.0 and cfg.negative_prompt is not None else 1
+    cfg_batch = 2 if _uses_guidance(cfg) else 1
     estimate = preflight.estimate_cost(
         tcfg,
         geometry,
@@ -278,7 +284,7 @@ def _compare(cfg, geometry, sampler, shift, attention, run_dir, tracker, progres
     start = time.perf_counter()
     context = jnp.asarray(components.encode([cfg.prompt]))
     negative = None
-    if cfg.guidance_scale != 1.0 and cfg.negative_prompt is not None:
+    if _uses_guidance(cfg):
         negative = jnp.asarray(components.encode([cfg.negative_prompt]))
     text_encode_s = time.perf_counter() - start
 

@@ -14,6 +14,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from evalharness.formatting import markdown_table
+
 log = logging.getLogger(__name__)
 
 SUMMARY_FILE = "summary.jsonl"
@@ -39,23 +41,9 @@ def append_summary(sweep_dir: str | Path, row: dict[str, Any]) -> None:
         f.write(json.dumps(row, default=str) + "\n")
 
 
-def _cell(fmt: str, value: Any) -> str:
-    if value is None:
-        return "-"
-    try:
-        return fmt.format(value)
-    except (ValueError, TypeError):
-        return str(value)
-
-
 def summary_table(rows: list[dict[str, Any]]) -> str:
     """A Markdown table of the jobs' headline metrics."""
-    header = "| " + " | ".join(title for title, _, _ in _COLUMNS) + " |"
-    rule = "|" + "|".join("---" for _ in _COLUMNS) + "|"
-    lines = [header, rule]
-    for row in rows:
-        lines.append("| " + " | ".join(_cell(fmt, row.get(key)) for _, key, fmt in _COLUMNS) + " |")
-    return "\n".join(lines)
+    return markdown_table(rows, _COLUMNS)
 
 
 class SweepSummary(Callback):

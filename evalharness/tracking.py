@@ -136,6 +136,29 @@ def _is_number(value: Any) -> bool:
     return True
 
 
+def finished_runs(client, experiment_name: str, max_results: int) -> list:
+    """Finished MLflow runs of an experiment, newest first.
+
+    Args:
+        client: an ``MlflowClient``.
+        experiment_name: the experiment.
+        max_results: how many runs at most.
+
+    Raises:
+        LookupError: no such experiment.
+    """
+    experiment = client.get_experiment_by_name(experiment_name)
+    if experiment is None:
+        raise LookupError(f"no MLflow experiment named {experiment_name!r}")
+    runs = client.search_runs(
+        [experiment.experiment_id],
+        filter_string="attributes.status = 'FINISHED'",
+        order_by=["attributes.start_time DESC"],
+        max_results=max_results,
+    )
+    return runs
+
+
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """Flattens a nested mapping to dotted keys, e.g. ``{"schedule": {"density": .3}}`` →
     ``{"schedule.density": .3}``."""

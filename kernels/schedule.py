@@ -229,10 +229,24 @@ class SparsitySchedule:
         Returns:
             Kept fraction in (0, 1].
         """
-        dense_steps, dense_layers = self.dense_steps(steps), self.dense_layers(layers)
-        sparse_cells = (steps - dense_steps) * (layers - dense_layers)
-        if sparse_cells == 0:
+        if not self.runs_sparse(steps, layers):
             return 1.0
-        density = self.sparse_density(geometry, block_sizes)
+        return self.kept_fraction_at(steps, layers, self.sparse_density(geometry, block_sizes))
+
+    def kept_fraction_at(self, steps: int, layers: int, density: float) -> float:
+        """Run-wide kept fraction if every sparse cell keeps ``density`` (dense cells count 1.0).
+
+        ``overall_kept_fraction`` passes the executed masks' exact density; a caller without a
+        mask at hand (e.g. a preflight estimate) can pass the schedule's nominal ``density``.
+
+        Args:
+            steps: denoising steps.
+            layers: transformer blocks.
+            density: kept fraction of a sparse cell, in (0, 1].
+
+        Returns:
+            Kept fraction in (0, 1].
+        """
+        sparse_cells = (steps - self.dense_steps(steps)) * (layers - self.dense_layers(layers))
         total = steps * layers
         return ((total - sparse_cells) + sparse_cells * density) / total

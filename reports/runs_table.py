@@ -14,14 +14,15 @@ from typing import Any
 
 import matplotlib
 
+from evalharness import formatting
+from evalharness.formatting import format_cell
+from evalharness.tracking import finished_runs
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-# MLflow stores an infinite metric (identical videos have infinite PSNR) as the largest float.
-_MLFLOW_INF = 1e300
-
 COLUMNS = (
-    ("run", None, "{}"),
+    ("run", "run", "{}"),
     ("model", "model.name", "{}"),
     ("resolution", "resolution.name", "{}"),
     ("schedule", "schedule.name", "{}"),
@@ -39,15 +40,10 @@ COLUMNS = (
 
 def run_rows(client, experiment_name: str, max_runs: int = 200) -> list[dict[str, Any]]:
     """Finished runs of an experiment, newest first, as flat dicts of params, metrics and tags."""
-    experiment = client.get_experiment_by_name(experiment_name)
-    if experiment is None:
-        raise SystemExit(f"reports: no MLflow experiment named {experiment_name!r}")
-    runs = client.search_runs(
-        [experiment.experiment_id],
-        filter_string="attributes.status = 'FINISHED'",
-        order_by=["attributes.start_time DESC"],
-        max_results=max_runs,
-    )
+    try:
+        runs = finished_runs(client, experiment_name, max_runs)
+    except LookupError as err:
+        raise SystemExit(f"reports: {err}") from None
     rows = []
     for r in runs:
         row: dict[str, Any] = {"run": r.info.run_name or r.info.run_id[:8]}
@@ -58,28 +54,9 @@ def run_rows(client, experiment_name: str, max_runs: int = 200) -> list[dict[str
     return rows
 
 
-def _cell(fmt: str, value: Any) -> str:
-    if value is None:
-        return "-"
-    try:
-        value = float(value) if fmt != "{}" else value
-    except (TypeError, ValueError):
-        return str(value)
-    if isinstance(value, float) and (math.isinf(value) or value > _MLFLOW_INF):
-        return "inf"
-    return fmt.format(value)
-
-
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     """Rows as a Markdown table with the COLUMNS above."""
-    lines = [
-        "| " + " | ".join(c[0] for c in COLUMNS) + " |",
-        "|" + "|".join("---" for _ in COLUMNS) + "|",
-    ]
-    for row in rows:
-        cells = [_cell(fmt, row.get(key or "run")) for _, key, fmt in COLUMNS]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return formatting.markdown_table(rows, COLUMNS)
 
 
 def quality_vs_speed_plot(rows: list[dict[str, Any]], path: Path) -> Path:
@@ -87,7 +64,7 @@ def quality_vs_speed_plot(rows: list[dict[str, Any]], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 4))
     for row in rows:
         speedup, psnr = row.get("speedup"), row.get("psnr_ffmpeg_db")
-        if speedup is None or psnr is None or float(psnr) > _MLFLOW_INF:
+        if speedup is None or psnr is None or format_cell(psnr) == "inf":
             continue
         ax.scatter(float(speedup), float(psnr))
         label = f"{row.get('schedule.name', '?')} {row.get('resolution.name', '')}"

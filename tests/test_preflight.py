@@ -18,31 +18,11 @@ def test_parameter_count_matches_wan_sizes():
     )
 
 
-def test_attention_share_grows_with_resolution():
-    cfg = get_transformer_config("wan2.1-t2v-14b")
-    shares = []
-    for h, w in ((720, 1280), (1088, 1920), (1440, 2560)):
-        est = estimate_cost(
-            cfg,
-            VideoGeometry(81, h, w),
-            steps=40,
-            cfg_batch=2,
-            warm_runs=3,
-            kept_fraction=0.4,
-            noise_floor=True,
-            param_dtype="bfloat16",
-            dtype="bfloat16",
-            device_flops_per_s=1e12,
-            device_bytes=2**40,
-        )
-        shares.append(est.attention_share)
-    assert shares == sorted(shares) and shares[0] > 0.5 and shares[-1] > 0.85
-
-
-def test_refusal_names_numbers_and_override():
-    est = estimate_cost(
+def _estimate_14b(height: int, width: int, **device):
+    """14B, 81 frames, 40 guided steps, 3 warm runs, bf16, kept fraction 0.4."""
+    return estimate_cost(
         get_transformer_config("wan2.1-t2v-14b"),
-        VideoGeometry(81, 720, 1280),
+        VideoGeometry(81, height, width),
         steps=40,
         cfg_batch=2,
         warm_runs=3,
@@ -50,9 +30,20 @@ def test_refusal_names_numbers_and_override():
         noise_floor=True,
         param_dtype="bfloat16",
         dtype="bfloat16",
-        device_flops_per_s=1e11,
-        device_bytes=24 * 2**30,
+        **device,
     )
+
+
+def test_attention_share_grows_with_resolution():
+    shares = [
+        _estimate_14b(h, w, device_flops_per_s=1e12, device_bytes=2**40).attention_share
+        for h, w in ((720, 1280), (1088, 1920), (1440, 2560))
+    ]
+    assert shares == sorted(shares) and shares[0] > 0.5 and shares[-1] > 0.85
+
+
+def test_refusal_names_numbers_and_override():
+    est = _estimate_14b(720, 1280, device_flops_per_s=1e11, device_bytes=24 * 2**30)
     with pytest.raises(PreflightRefusal) as info:
         check(est, max_minutes=30, what="test")
     message = str(info.value)
