@@ -35,7 +35,7 @@ from evalharness.quality import ffmpeg_psnr, frame_quality
 from evalharness.timing import RunTimes
 from evalharness.tracking import flatten, make_tracker
 from evalharness.video import encode_mp4, side_by_side
-from kernels.sp_mesh import describe_mesh
+from kernels.parallel.mesh import describe_mesh
 from models.samplers import default_flow_shift, make_sampler
 from models.video_geometry import VideoGeometry
 

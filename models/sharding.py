@@ -11,7 +11,7 @@ Rules (``PARAM_RULES``):
   about 3.5 GB per device on 8 devices (``param_bytes_per_device``).
 
 The functions take a ``jax.sharding.Mesh`` and an axis name, so this module depends on nothing
-outside ``models`` (the mesh comes from ``kernels.sp_mesh.make_mesh``).
+outside ``models`` (the mesh comes from ``kernels.parallel.mesh.make_mesh``).
 """
 
 from __future__ import annotations

@@ -158,7 +158,7 @@ class WanTransformer(nnx.Module):
             context: [B, L, text_dim] text-encoder embeddings.
             attend: self-attention function ``attend(q, k, v, *, step, layer)``; dense when None.
                 If it has a ``shard_tokens`` attribute (sequence parallelism, e.g.
-                ``kernels.sequence_parallel``), that function ``[B, N, dim] -> [B, N, dim]`` is
+                ``kernels.parallel.attend``), that function ``[B, N, dim] -> [B, N, dim]`` is
                 applied to the token activations from the patch embedding to the unpatchify
                 (a sharding constraint: it changes placement, never values).
             step: denoising step index handed to ``attend`` (traced int32 inside the loop).

@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kernels.geometry import TokenGeometry
-from kernels.layouts import (
+from kernels.masks.geometry import TokenGeometry
+from kernels.masks.layouts import (
     from_head_layouts,
     inverse_temporal_permutation,
     temporal_permutation,

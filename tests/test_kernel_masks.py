@@ -4,9 +4,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kernels.geometry import TokenGeometry
-from kernels.layouts import inverse_temporal_permutation, temporal_permutation
-from kernels.masks import (
+from kernels.masks.geometry import TokenGeometry
+from kernels.masks.layouts import inverse_temporal_permutation, temporal_permutation
+from kernels.masks.band import (
     BandMask,
     PaddingMask,
     StridedTemporalMask,

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from kernels.block_sizes import BlockSizes
-from kernels.geometry import TokenGeometry
-from kernels.masks import BandMask, PaddingMask, StridedTemporalMask
-from kernels.pallas_tpu import pallas_blocksparse_attention
-from kernels.pallas_tpu_visits import build_visit_schedule
-from kernels.reference import reference_attention
-from kernels.tiles import build_plan
+from kernels.plans.block_sizes import BlockSizes
+from kernels.masks.geometry import TokenGeometry
+from kernels.masks.band import BandMask, PaddingMask, StridedTemporalMask
+from kernels.executors.pallas_tpu import pallas_blocksparse_attention
+from kernels.executors.pallas_tpu_visits import build_visit_schedule
+from kernels.executors.reference import reference_attention
+from kernels.plans.tiles import build_plan
 from tests.numerics import assert_allclose
 
 F32_ATOL = 1e-5
@@ -271,8 +271,8 @@ def test_random_shapes_blocks_and_density(
 
 
 def test_executor_dispatch_runs_the_kernel():
-    """``kernels.executors.attention(backend="pallas_tpu")`` reaches this kernel, under jit."""
-    from kernels.executors import attention
+    """``kernels.executors.dispatch.attention(backend="pallas_tpu")`` reaches this kernel, under jit."""
+    from kernels.executors.dispatch import attention
 
     tokens = 256
     mask = BandMask(tokens, 100, 32)

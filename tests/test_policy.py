@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from kernels.block_sizes import BlockSizes
-from kernels.geometry import TokenGeometry
-from kernels.masks import StridedTemporalMask, band_for_density
-from kernels.policy import AttentionPolicy, make_dense_attend, make_policy
-from kernels.reference import reference_attention
-from kernels.routing_stats import plot_temporal_fraction
-from kernels.schedule import SparsitySchedule
+from kernels.plans.block_sizes import BlockSizes
+from kernels.masks.geometry import TokenGeometry
+from kernels.masks.band import StridedTemporalMask, band_for_density
+from kernels.policy.attention_policy import AttentionPolicy, make_dense_attend, make_policy
+from kernels.executors.reference import reference_attention
+from kernels.policy.routing_stats import plot_temporal_fraction
+from kernels.policy.schedule import SparsitySchedule
 from models.attention import dense_attention
 from models.config import get_transformer_config
 from models.pipeline import DenoiseLoop

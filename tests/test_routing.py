@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import yaml
 
-from kernels.block_sizes import BlockSizes
-from kernels.geometry import TokenGeometry
-from kernels.layouts import temporal_position
-from kernels.masks import StridedTemporalMask, band_for_density
-from kernels.policy import AttentionPolicy
-from kernels.reference import reference_attention
-from kernels.routing import (
+from kernels.plans.block_sizes import BlockSizes
+from kernels.masks.geometry import TokenGeometry
+from kernels.masks.layouts import temporal_position
+from kernels.masks.band import StridedTemporalMask, band_for_density
+from kernels.policy.attention_policy import AttentionPolicy
+from kernels.executors.reference import reference_attention
+from kernels.policy.routing import (
     route_heads,
     route_rows,
     routing_flops,
@@ -22,7 +22,7 @@ from kernels.routing import (
     routing_key,
     sample_rows,
 )
-from kernels.schedule import SparsitySchedule
+from kernels.policy.schedule import SparsitySchedule
 from tests.numerics import assert_allclose
 from tests.test_schedule import SCHEDULE_DIR
 

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import yaml
 
-from kernels.block_sizes import BlockSizes
-from kernels.geometry import TokenGeometry
-from kernels.masks import band_for_density
-from kernels.rounding import round_to_tiles
-from kernels.schedule import SparsitySchedule
+from kernels.plans.block_sizes import BlockSizes
+from kernels.masks.geometry import TokenGeometry
+from kernels.masks.band import band_for_density
+from kernels.plans.rounding import round_to_tiles
+from kernels.policy.schedule import SparsitySchedule
 
 SCHEDULE_DIR = Path(__file__).resolve().parents[1] / "conf" / "schedule"
 SCHEDULE_NAMES = ("dense", "conservative", "balanced", "aggressive")

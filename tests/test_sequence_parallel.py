@@ -15,9 +15,9 @@ import jax
 import numpy as np
 import pytest
 
-from kernels.sequence_parallel import SequenceParallelAttend, parallelize
-from kernels.sp_exchange import exchange_bytes, padded_heads
-from kernels.sp_mesh import (
+from kernels.parallel.attend import SequenceParallelAttend, parallelize
+from kernels.parallel.exchange import exchange_bytes, padded_heads
+from kernels.parallel.mesh import (
     check_same_config,
     config_digest,
     describe_mesh,

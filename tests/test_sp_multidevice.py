@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from kernels.block_sizes import BlockSizes
-from kernels.geometry import TokenGeometry
-from kernels.policy import AttentionPolicy
-from kernels.routing import route_heads, routing_key
-from kernels.schedule import SparsitySchedule
-from kernels.sequence_parallel import SequenceParallelAttend, parallelize
-from kernels.sp_mesh import make_mesh
+from kernels.plans.block_sizes import BlockSizes
+from kernels.masks.geometry import TokenGeometry
+from kernels.policy.attention_policy import AttentionPolicy
+from kernels.policy.routing import route_heads, routing_key
+from kernels.policy.schedule import SparsitySchedule
+from kernels.parallel.attend import SequenceParallelAttend, parallelize
+from kernels.parallel.mesh import make_mesh
 from models.attention import dense_attention
 from models.config import get_transformer_config
 from models.pipeline import DenoiseLoop

@@ -4,7 +4,7 @@ Times one sparse self-attention call (routing + permutation + head exchange + B3
 back) on P devices for both placements, "head_local" (permute after the all-to-all, a local gather)
 and "before_exchange" (permute while the tokens are still sequence-sharded, which needs the whole
 sequence on every device), beside the single-device policy without any exchange. It also prints
-the bytes each placement sends between devices, computed (``kernels.sp_exchange.exchange_bytes``)
+the bytes each placement sends between devices, computed (``kernels.parallel.exchange.exchange_bytes``)
 for the benchmarked shape and for the real 720p geometry of Wan 14B.
 
 The 720p attention geometry (21 latent frames x 45 x 80 tokens, 40 heads x 128) is scaled to what a
@@ -43,13 +43,13 @@ import jax.numpy as jnp  # noqa: E402
 from kernels.bench.machine import machine_info  # noqa: E402
 from kernels.bench.report import markdown_table  # noqa: E402
 from kernels.bench.timing import time_call  # noqa: E402
-from kernels.block_sizes import BlockSizes  # noqa: E402
-from kernels.geometry import TokenGeometry  # noqa: E402
-from kernels.policy import AttentionPolicy  # noqa: E402
-from kernels.schedule import SparsitySchedule  # noqa: E402
-from kernels.sequence_parallel import PLACEMENTS, SequenceParallelAttend  # noqa: E402
-from kernels.sp_exchange import exchange_bytes  # noqa: E402
-from kernels.sp_mesh import make_mesh  # noqa: E402
+from kernels.plans.block_sizes import BlockSizes  # noqa: E402
+from kernels.masks.geometry import TokenGeometry  # noqa: E402
+from kernels.policy.attention_policy import AttentionPolicy  # noqa: E402
+from kernels.policy.schedule import SparsitySchedule  # noqa: E402
+from kernels.parallel.attend import PLACEMENTS, SequenceParallelAttend  # noqa: E402
+from kernels.parallel.exchange import exchange_bytes  # noqa: E402
+from kernels.parallel.mesh import make_mesh  # noqa: E402
 
 # Wan 2.1 14B at 720p, guided batch of 2 in bfloat16: the shape the byte counts are scaled to.
 FULL_720P = {"batch": 2, "tokens": 21 * 45 * 80, "heads": 40, "head_dim": 128, "itemsize": 2}

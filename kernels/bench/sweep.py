@@ -7,11 +7,11 @@ import jax
 from kernels.bench.inputs import random_qkv
 from kernels.bench.kernel_table import plan_row
 from kernels.bench.timing import time_call
-from kernels.block_sizes import BlockSizes
-from kernels.executors import attention
-from kernels.geometry import TokenGeometry
-from kernels.masks import band_for_density
-from kernels.tiles import build_plan
+from kernels.plans.block_sizes import BlockSizes
+from kernels.executors.dispatch import attention
+from kernels.masks.geometry import TokenGeometry
+from kernels.masks.band import band_for_density
+from kernels.plans.tiles import build_plan
 
 
 def block_q_sweep(

@@ -8,12 +8,12 @@ import jax.numpy as jnp
 from kernels.bench.inputs import random_qkv
 from kernels.bench.kernel_table import plan_row
 from kernels.bench.timing import time_call
-from kernels.block_sizes import BlockSizes
-from kernels.executors import attention
-from kernels.geometry import TokenGeometry
-from kernels.layouts import from_head_layouts, to_head_layouts
-from kernels.masks import band_for_density, strided_temporal_mask
-from kernels.tiles import build_plan
+from kernels.plans.block_sizes import BlockSizes
+from kernels.executors.dispatch import attention
+from kernels.masks.geometry import TokenGeometry
+from kernels.masks.layouts import from_head_layouts, to_head_layouts
+from kernels.masks.band import band_for_density, strided_temporal_mask
+from kernels.plans.tiles import build_plan
 
 
 def temporal_comparison(

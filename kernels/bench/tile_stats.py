@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from kernels.block_sizes import BlockSizes
-from kernels.geometry import TokenGeometry
-from kernels.masks import band_for_density
-from kernels.tiles import build_plan
+from kernels.plans.block_sizes import BlockSizes
+from kernels.masks.geometry import TokenGeometry
+from kernels.masks.band import band_for_density
+from kernels.plans.tiles import build_plan
 
 
 def tile_stats(geometry: TokenGeometry, density: float, block_sizes: BlockSizes) -> dict:

@@ -7,7 +7,7 @@ or beyond ``tokens`` are sequence padding and never allowed.
 
 Both SVG head types use one mask, ``BandMask``: |q - k| <= w, or k in the sink (frame 0's S tokens).
 A spatial head applies it in frame-major order, a temporal head in the temporal layout of
-``kernels.layouts`` (where frame 0 is still the first S positions), so the two are the same object.
+``kernels.masks.layouts`` (where frame 0 is still the first S positions), so the two are the same object.
 ``StridedTemporalMask`` is the temporal mask seen in frame-major order (stripes), for kernels that
 evaluate it in place instead of permuting.
 """
@@ -19,8 +19,8 @@ import functools
 
 import numpy as np
 
-from kernels.geometry import TokenGeometry
-from kernels.layouts import temporal_position
+from kernels.masks.geometry import TokenGeometry
+from kernels.masks.layouts import temporal_position
 
 
 def _check_int(owner: str, name: str, value, low: int, high: int | None = None) -> None:
@@ -104,7 +104,7 @@ class BandMask:
 class StridedTemporalMask:
     """The temporal band evaluated in frame-major order: |t(q) - t(k)| <= w, or k in frame 0.
 
-    ``t`` is the temporal-layout position (``kernels.layouts.temporal_position``). Equivalent to
+    ``t`` is the temporal-layout position (``kernels.masks.layouts.temporal_position``). Equivalent to
     permuting to the temporal layout, applying ``BandMask(N, w, S)`` and permuting back.
 
     Attributes:

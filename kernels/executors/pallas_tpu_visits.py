@@ -13,9 +13,9 @@ import math
 
 import numpy as np
 
-from kernels.tiles import VARIANTS
+from kernels.plans.tiles import VARIANTS
 
-# What the in-kernel predicate of a masked visit checks, per variant (``kernels.tiles.VARIANTS``):
+# What the in-kernel predicate of a masked visit checks, per variant (``kernels.plans.tiles.VARIANTS``):
 # "mask" evaluates the plan's mask (band + sink + padding); "padding" only drops padded keys, since
 # for b0 (dense) and b3 (tile-rounded) the set of visited tiles already is the mask.
 PARTIAL_PREDICATE: dict[str, str] = {"b0": "padding", "b1": "mask", "b2": "mask", "b3": "padding"}
@@ -104,7 +104,7 @@ def build_visit_schedule(
         full_count: int32 [num_q_tiles] valid entries of ``full_kv`` per row.
         partial_kv: int32 [num_q_tiles, max_partial] key tiles that need the element mask.
         partial_count: int32 [num_q_tiles] valid entries of ``partial_kv`` per row.
-        variant: one of ``kernels.tiles.VARIANTS``; "b1" masks every visit.
+        variant: one of ``kernels.plans.tiles.VARIANTS``; "b1" masks every visit.
         tokens: real (unpadded) sequence length.
         block_kv: key tile size.
 

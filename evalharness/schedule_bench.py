@@ -1,4 +1,4 @@
-"""``python -m kernels.bench.schedules``: denoising time of every sparsity schedule against dense.
+"""``python -m evalharness.schedule_bench``: denoising time of every sparsity schedule against dense.
 
 Runs the tiny Wan transformer (random weights) through ``models.pipeline.DenoiseLoop`` with the
 attention policy of each ``conf/schedule`` file at the default CPU resolution (17 frames x 256 x 384
@@ -8,7 +8,7 @@ run of each per round, so that load from other processes on a shared machine hit
 The speedup is the dense schedule's median over the arm's median, measured in the same process.
 
 Usage:
-    python -m kernels.bench.schedules [--steps 8] [--runs 3] [--block 64] [--json]
+    python -m evalharness.schedule_bench [--steps 8] [--runs 3] [--block 64] [--json]
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ import jax
 import yaml
 
 from kernels.bench.machine import machine_info
-from kernels.block_sizes import BlockSizes
-from kernels.geometry import TokenGeometry
-from kernels.policy import make_policy
-from kernels.routing import routing_flops_fraction
-from kernels.schedule import SparsitySchedule
+from kernels.plans.block_sizes import BlockSizes
+from kernels.masks.geometry import TokenGeometry
+from kernels.policy.attention_policy import make_policy
+from kernels.policy.routing import routing_flops_fraction
+from kernels.policy.schedule import SparsitySchedule
 
 SCHEDULE_NAMES = ("dense", "conservative", "balanced", "aggressive")
 PLAIN = "model default (jnp dense)"
@@ -199,7 +199,7 @@ def format_table(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
-    parser = argparse.ArgumentParser(prog="python -m kernels.bench.schedules", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m evalharness.schedule_bench", description=__doc__)
     parser.add_argument("--frames", type=int, default=17, help="pixel frames (4k + 1)")
     parser.add_argument("--height", type=int, default=256, help="pixel height (multiple of 16)")
     parser.add_argument("--width", type=int, default=384, help="pixel width (multiple of 16)")

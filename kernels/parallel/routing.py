@@ -2,14 +2,14 @@
 
 Each device holds a run of N / P frame-major tokens. The R sampled query rows (the same global rows
 on every device: same key, same ``sample_rows``) are gathered by a psum of each device's own rows.
-Each device scores them against its own keys; the three softmaxes of ``kernels.routing.route_rows``
+Each device scores them against its own keys; the three softmaxes of ``kernels.policy.routing.route_rows``
 (dense, spatial mask, temporal mask) are combined across devices as an online softmax: the global
 row maximum by ``pmax``, then the exponent sums and the exponent-weighted values by ``psum``. Every
 device ends with the same [B, H] errors and flags, equal to single-device routing up to float
-rounding (``kernels.routing.route_rows`` is the oracle).
+rounding (``kernels.policy.routing.route_rows`` is the oracle).
 
 Cost per device: [R, N / P] scores, a 1 / P share of the single-device routing, plus all-reduces of
-[B, R, H, D] and [B, H, R, D] (``kernels.sp_exchange.exchange_bytes``).
+[B, R, H, D] and [B, H, R, D] (``kernels.parallel.exchange.exchange_bytes``).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from kernels.geometry import TokenGeometry
-from kernels.layouts import temporal_position
-from kernels.routing import Routing
+from kernels.masks.geometry import TokenGeometry
+from kernels.masks.layouts import temporal_position
+from kernels.policy.routing import Routing
 
 
 def gather_rows(x: jax.Array, rows: jax.Array, axis_name: str) -> jax.Array:
@@ -67,7 +67,7 @@ def route_rows_sharded(
     geometry: TokenGeometry,
     axis_name: str,
 ) -> Routing:
-    """``kernels.routing.route_rows`` on sequence-sharded inputs (call inside ``shard_map``).
+    """``kernels.policy.routing.route_rows`` on sequence-sharded inputs (call inside ``shard_map``).
 
     Args:
         q: [B, N / P, H, D], this device's frame-major run of tokens.

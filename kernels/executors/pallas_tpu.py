@@ -1,7 +1,7 @@
 """Pallas TPU block-sparse attention with scalar-prefetched visit lists (splash-attention style).
 
 The kernel runs on a grid ``(batch * heads, query tiles, visit slots)``. For every query tile a
-host-built list (``kernels.pallas_tpu_visits``) names the key tiles to visit; the list (each entry
+host-built list (``kernels.executors.pallas_tpu_visits``) names the key tiles to visit; the list (each entry
 packing the key tile and a "masked" flag) and the per-tile visit count are scalar-prefetched into
 SMEM, so the K/V index maps read the key tile straight from the list and the pipeline DMAs only
 listed tiles. Slots past a query
@@ -9,10 +9,10 @@ tile's count repeat its last key tile (no new DMA) and skip their compute with `
 
 Each visit updates an online softmax held in VMEM scratch (running max ``m``, running sum ``l``,
 output accumulator ``acc``, all float32). Full tiles take a mask-free path; masked visits evaluate
-the plan mask's ``allowed(q, k)`` on iota-computed token indices (for ``kernels.masks.BandMask``:
+the plan mask's ``allowed(q, k)`` on iota-computed token indices (for ``kernels.masks.band.BandMask``:
 ``|q - k| <= half_width or k < sink``, and ``k < tokens``) instead of loading a mask from memory.
 
-Variants follow the seed write-up and ``kernels.tiles``: b0 dense (a plan listing every tile), b1
+Variants follow the seed write-up and ``kernels.plans.tiles``: b0 dense (a plan listing every tile), b1
 masks every visited tile, b2 masks only boundary tiles, b3 runs a tile-rounded plan whose partial
 tiles only hold padding (so its predicate is ``k < tokens`` alone).
 
@@ -33,7 +33,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from kernels.pallas_tpu_visits import (
+from kernels.executors.pallas_tpu_visits import (
     PARTIAL_PREDICATE,
     VARIANTS,
     VisitSchedule,
@@ -58,7 +58,7 @@ _PV_DIMS = (((1,), (0,)), ((), ()))  # [q, k] x [k, d] -> [q, d]
 
 
 class MaskLike(Protocol):
-    """A ``kernels.masks`` mask: ``allowed(q, k)`` on broadcastable int arrays, keys >= tokens out."""
+    """A ``kernels.masks.band`` mask: ``allowed(q, k)`` on broadcastable int arrays, keys >= tokens out."""
 
     tokens: int
 
@@ -66,7 +66,7 @@ class MaskLike(Protocol):
 
 
 class TilePlanLike(Protocol):
-    """What the kernel reads from a tile plan (``kernels.tiles``)."""
+    """What the kernel reads from a tile plan (``kernels.plans.tiles``)."""
 
     full_kv: np.ndarray
     full_count: np.ndarray
@@ -105,7 +105,7 @@ def _partial_predicate(plan: TilePlanLike, variant: str, tokens: int) -> Callabl
     if not callable(getattr(mask, "allowed", None)):
         raise ValueError(
             f"variant {variant} masks boundary tiles with plan.mask.allowed(q, k), but plan.mask "
-            f"is {type(mask).__name__}; build the plan from a kernels.masks mask"
+            f"is {type(mask).__name__}; build the plan from a kernels.masks.band mask"
         )
     if int(getattr(mask, "tokens", tokens)) != tokens:
         raise ValueError(f"plan.mask is for {mask.tokens} tokens but q has {tokens}")
@@ -208,7 +208,7 @@ def _validate(q: jax.Array, k: jax.Array, v: jax.Array, plan: TilePlanLike, vari
     if plan_variant is not None and str(plan_variant).lower() != variant:
         raise ValueError(
             f"plan was built for variant {plan_variant!r} but variant {variant!r} was requested; "
-            f"build the plan with kernels.tiles.build_plan(mask, block_sizes, {variant!r})"
+            f"build the plan with kernels.plans.tiles.build_plan(mask, block_sizes, {variant!r})"
         )
     if q.ndim != 4 or q.shape != k.shape or q.shape != v.shape:
         raise ValueError(
@@ -282,9 +282,9 @@ def pallas_blocksparse_attention(
         q: [batch, tokens, heads, head_dim] queries (float32 or bfloat16; head_dim 64 or 128).
         k: [batch, tokens, heads, head_dim] keys.
         v: [batch, tokens, heads, head_dim] values.
-        plan: a tile plan (``kernels.tiles``): ``full_kv``/``partial_kv`` int32
+        plan: a tile plan (``kernels.plans.tiles``): ``full_kv``/``partial_kv`` int32
             [num_q_tiles, max_*], ``full_count``/``partial_count`` int32 [num_q_tiles], ``mask``
-            (a ``kernels.masks`` mask with ``allowed(q, k)``), ``tokens``, ``block_sizes``
+            (a ``kernels.masks.band`` mask with ``allowed(q, k)``), ``tokens``, ``block_sizes``
             (``BlockSizes`` or a (block_q, block_kv) pair).
         variant: "b0", "b1", "b2" or "b3" (case-insensitive); must match ``plan.variant`` when
             the plan has one.
@@ -337,7 +337,7 @@ def _build_forward(
 ) -> Callable[[jax.Array, jax.Array, jax.Array], jax.Array]:
     """Builds the jitted (q, k, v) -> out function for one plan and input signature.
 
-    Cached by plan identity (``kernels.tiles.TilePlan`` hashes by identity), so repeated eager
+    Cached by plan identity (``kernels.plans.tiles.TilePlan`` hashes by identity), so repeated eager
     calls reuse one compiled program.
     """
     batch, tokens, heads, head_dim = shape

@@ -10,7 +10,7 @@ Variants (what a plan asks the executor to do):
 - "b0": dense; every tile visited; only padding tiles masked (``PaddingMask``).
 - "b1": the exact mask; every non-empty tile visited and masked.
 - "b2": the exact mask; full tiles mask-free, partial tiles masked.
-- "b3": the tile-rounded mask (``kernels.rounding``); visited tiles mask-free except padding tiles.
+- "b3": the tile-rounded mask (``kernels.plans.rounding``); visited tiles mask-free except padding tiles.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import functools
 
 import numpy as np
 
-from kernels.block_sizes import BlockSizes
-from kernels.masks import PaddingMask
+from kernels.plans.block_sizes import BlockSizes
+from kernels.masks.band import PaddingMask
 
 VARIANTS = ("b0", "b1", "b2", "b3")
 
@@ -76,7 +76,7 @@ def tile_counts(mask, block_sizes: BlockSizes) -> np.ndarray:
     """Allowed real (q, k) pairs per tile.
 
     Args:
-        mask: a mask from ``kernels.masks`` or ``kernels.rounding.TileMask``.
+        mask: a mask from ``kernels.masks.band`` or ``kernels.plans.rounding.TileMask``.
         block_sizes: tile sizes.
 
     Returns:
@@ -189,12 +189,12 @@ def build_plan(
         block_sizes: tile sizes.
         variant: one of ``VARIANTS``.
         rounding_tolerance: for "b3", the allowed relative error of the rounded kept-pair count
-            (None accepts any); see ``kernels.rounding.round_to_tiles``.
+            (None accepts any); see ``kernels.plans.rounding.round_to_tiles``.
 
     Returns:
         The TilePlan (cached: equal arguments return the same object).
     """
-    from kernels.rounding import round_to_tiles  # rounding builds on tile_counts above
+    from kernels.plans.rounding import round_to_tiles  # rounding builds on tile_counts above
 
     if variant not in VARIANTS:
         raise ValueError(f"variant={variant!r}; use one of {VARIANTS}")

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels.tiles import TilePlan
+from kernels.plans.tiles import TilePlan
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -228,7 +228,7 @@ def blocksparse_attention(
 ) -> jax.Array:
     """Runs a TilePlan with the XLA online-softmax scans.
 
-    Inputs are assumed validated by ``kernels.executors.attention``.
+    Inputs are assumed validated by ``kernels.executors.dispatch.attention``.
 
     Args:
         q: [batch, tokens, heads, head_dim] (float32 or bfloat16).

@@ -17,9 +17,9 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from kernels.block_sizes import BlockSizes
-from kernels.geometry import TokenGeometry
-from kernels.masks import band_for_density
+from kernels.plans.block_sizes import BlockSizes
+from kernels.masks.geometry import TokenGeometry
+from kernels.masks.band import band_for_density
 
 # Variants that execute a sparse mask (b0 is the dense tiled loop, not a sparsity variant).
 SPARSE_VARIANTS = ("b1", "b2", "b3")
@@ -208,7 +208,7 @@ class SparsitySchedule:
         band = band_for_density(geometry, self.density)
         if self.variant != "b3":
             return float(band.density)
-        from kernels.tiles import build_plan  # plan building is cached per (mask, tiles)
+        from kernels.plans.tiles import build_plan  # plan building is cached per (mask, tiles)
 
         return float(build_plan(band, block_sizes, "b3", None).density)
 

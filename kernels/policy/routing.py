@@ -3,7 +3,7 @@
 For a sparse (step, layer), R query rows are sampled; for those rows the dense attention output and
 the outputs under the spatial mask (the band in frame-major order) and the temporal mask (the same
 band in the temporal layout, evaluated here in frame-major coordinates through
-``kernels.layouts.temporal_position``) are computed from one score matrix. Each head goes to the
+``kernels.masks.layouts.temporal_position``) are computed from one score matrix. Each head goes to the
 mask whose output is closer to dense in mean squared error. Flags are data (a bool array), never
 shapes, so a different routing never recompiles.
 
@@ -24,8 +24,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from kernels.geometry import TokenGeometry
-from kernels.layouts import temporal_position
+from kernels.masks.geometry import TokenGeometry
+from kernels.masks.layouts import temporal_position
 
 ROUTING_MODES = ("sampled", "oracle")
 # "oracle" scores every query against every key ([batch, heads, N, N] float32): beyond this many

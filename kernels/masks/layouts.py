@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels.geometry import TokenGeometry
+from kernels.masks.geometry import TokenGeometry
 
 
 @functools.lru_cache(maxsize=64)

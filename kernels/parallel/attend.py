@@ -6,7 +6,7 @@ so projections, cross-attention and the FFN run on each device's own N / P token
 needs every token, so each call (inside ``jax.shard_map``):
 
 1. routing (sparse steps and layers): the sampled query rows are gathered and scored against every
-   device's keys with an online softmax across devices (``kernels.sp_routing``), so every device
+   device's keys with an online softmax across devices (``kernels.parallel.routing``), so every device
    holds the same per-(batch, head) flags as single-device routing;
 2. ``all_to_all``: sequence-sharded [B, N / P, H, D] → head-sharded [B, N, H_pad / P, D]; each
    device takes the flags of the heads it received;
@@ -19,11 +19,11 @@ needs every token, so each call (inside ``jax.shard_map``):
 4. ``all_to_all`` back to sequence-sharded.
 Dense steps and layers use the same exchange around the dense executor.
 
-Heads that do not divide by the device count are zero-padded (``kernels.sp_exchange``). Tokens that
+Heads that do not divide by the device count are zero-padded (``kernels.parallel.exchange``). Tokens that
 do not divide by it are an error (padding tokens would change the softmax of real ones): pick a
 resolution whose token count N = F·Hp·Wp divides by ``parallel.sequence``.
 
-The single-device ``kernels.policy.AttentionPolicy`` is the oracle: same routing rows, same plan,
+The single-device ``kernels.policy.attention_policy.AttentionPolicy`` is the oracle: same routing rows, same plan,
 same executor per head, so outputs agree to float rounding.
 """
 
@@ -37,17 +37,17 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from kernels.layouts import inverse_temporal_permutation, temporal_permutation
-from kernels.policy import AttendFn, AttentionPolicy
-from kernels.routing import Routing, routing_key, sample_rows
-from kernels.sp_exchange import (
+from kernels.masks.layouts import inverse_temporal_permutation, temporal_permutation
+from kernels.policy.attention_policy import AttendFn, AttentionPolicy
+from kernels.policy.routing import Routing, routing_key, sample_rows
+from kernels.parallel.exchange import (
     heads_to_sequence,
     local_head_flags,
     permute_sharded,
     sequence_to_heads,
 )
-from kernels.sp_mesh import SEQ_AXIS
-from kernels.sp_routing import route_rows_sharded
+from kernels.parallel.mesh import SEQ_AXIS
+from kernels.parallel.routing import route_rows_sharded
 
 PLACEMENTS = ("head_local", "before_exchange")
 _TOKENS = P(None, SEQ_AXIS)  # [B, N, ...] split along N
@@ -78,7 +78,7 @@ class SequenceParallelAttend:
         Args:
             inner: dense head-local attention, or an ``AttentionPolicy`` (then it is the policy
                 and its ``dense_attend`` the dense executor).
-            mesh: mesh with axis ``"seq"`` (``kernels.sp_mesh.make_mesh``).
+            mesh: mesh with axis ``"seq"`` (``kernels.parallel.mesh.make_mesh``).
             placement: where temporal heads are permuted: "head_local" or "before_exchange".
             policy: schedule and routing; overrides an ``AttentionPolicy`` given as ``inner``.
 
@@ -90,13 +90,13 @@ class SequenceParallelAttend:
         if SEQ_AXIS not in mesh.axis_names:
             raise ValueError(
                 f"mesh axes {mesh.axis_names} lack {SEQ_AXIS!r}; build it with "
-                "kernels.sp_mesh.make_mesh"
+                "kernels.parallel.mesh.make_mesh"
             )
         if isinstance(inner, AttentionPolicy):
             policy = inner if policy is None else policy
             inner = inner.dense_attend
         if policy is not None and not isinstance(policy, AttentionPolicy):
-            raise ValueError(f"policy={policy!r}: expected a kernels.policy.AttentionPolicy")
+            raise ValueError(f"policy={policy!r}: expected a kernels.policy.attention_policy.AttentionPolicy")
         self.inner = inner
         self.policy = policy
         self.mesh = mesh
@@ -343,7 +343,7 @@ def parallelize(
 
     Args:
         attend: a dense attend, an ``AttentionPolicy``, or None (passed through).
-        mesh: from ``kernels.sp_mesh.make_mesh``.
+        mesh: from ``kernels.parallel.mesh.make_mesh``.
         placement: ``parallel.permute_placement``.
         tokens: the video's token count, checked now (before anything is compiled) when given.
 

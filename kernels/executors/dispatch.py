@@ -3,14 +3,14 @@
 Numerical contract (the model's ``attend`` contract, docs/architecture.md): q, k, v and out are
 [batch, tokens, heads, head_dim]; out = softmax(q k^T / sqrt(head_dim), masked) v per batch and
 head; query rows whose mask keeps no key return zeros. The mask is given in the tokens' own order
-(a temporal head's tokens must already be in the temporal layout, see ``kernels.layouts``).
+(a temporal head's tokens must already be in the temporal layout, see ``kernels.masks.layouts``).
 
 Variants:
 - "reference": dense masked jnp, the oracle (O(N^2) memory, small N only).
 - "dot_product_attention": ``jax.nn.dot_product_attention`` (XLA), the outside dense peer; mask
   must be None.
 - "b0" dense tiles, "b1" exact sparse, "b2" full/partial split, "b3" tile-rounded mask (see
-  ``kernels.tiles``), on backend "xla" (pure JAX) or "pallas_tpu" (``kernels.pallas_tpu``).
+  ``kernels.plans.tiles``), on backend "xla" (pure JAX) or "pallas_tpu" (``kernels.executors.pallas_tpu``).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from kernels.block_sizes import BlockSizes, default_block_sizes
-from kernels.masks import PaddingMask
-from kernels.reference import reference_attention
-from kernels.tiles import VARIANTS, TilePlan, build_plan
+from kernels.plans.block_sizes import BlockSizes, default_block_sizes
+from kernels.masks.band import PaddingMask
+from kernels.executors.reference import reference_attention
+from kernels.plans.tiles import VARIANTS, TilePlan, build_plan
 
 ALL_VARIANTS = ("reference", "dot_product_attention", *VARIANTS)
 BACKENDS = ("xla", "pallas_tpu")
@@ -47,10 +47,10 @@ def _validate_qkv(q, k, v) -> None:
 
 def _pallas_backend():
     try:
-        from kernels import pallas_tpu
+        from kernels.executors import pallas_tpu
     except ImportError as error:
         raise ValueError(
-            "backend='pallas_tpu' needs kernels/pallas_tpu.py, which is not available "
+            "backend='pallas_tpu' needs kernels/executors/pallas_tpu.py, which is not available "
             f"({error}); use backend='xla'"
         ) from error
     return pallas_tpu
@@ -74,14 +74,14 @@ def attention(
         q: [batch, tokens, heads, head_dim], float32 or bfloat16 (unscaled).
         k: [batch, tokens, heads, head_dim], same dtype.
         v: [batch, tokens, heads, head_dim], same dtype.
-        mask: None (dense), a mask from ``kernels.masks`` with ``tokens`` equal to the sequence
+        mask: None (dense), a mask from ``kernels.masks.band`` with ``tokens`` equal to the sequence
             length, or a prebuilt ``TilePlan`` (then ``variant`` must match it or be None and
             ``block_sizes`` must be None or equal).
         variant: one of ``ALL_VARIANTS``; "b0" ignores the mask (dense).
         block_sizes: tiles for b0-b3; default ``default_block_sizes(tokens, backend)``.
         backend: "xla" or "pallas_tpu" (b0-b3 only).
         interpret: Pallas interpret mode (runs the TPU kernel on CPU); ignored by "xla".
-        rounding_tolerance: b3 only, see ``kernels.rounding.round_to_tiles``.
+        rounding_tolerance: b3 only, see ``kernels.plans.rounding.round_to_tiles``.
 
     Returns:
         [batch, tokens, heads, head_dim] in q's dtype.
@@ -134,6 +134,6 @@ def attention(
             f"head_dim={d} is not supported by the XLA block-sparse path; use a multiple of "
             f"{_XLA_HEAD_DIM_MULTIPLE} up to {_XLA_MAX_HEAD_DIM} (e.g. 64 or 128)"
         )
-    from kernels.xla_blocksparse import blocksparse_attention
+    from kernels.executors.xla_blocksparse import blocksparse_attention
 
     return blocksparse_attention(q, k, v, plan)

@@ -17,8 +17,8 @@ import functools
 
 import numpy as np
 
-from kernels.block_sizes import BlockSizes
-from kernels.tiles import tile_areas, tile_counts
+from kernels.plans.block_sizes import BlockSizes
+from kernels.plans.tiles import tile_areas, tile_counts
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -79,7 +79,7 @@ def round_to_tiles(mask, block_sizes: BlockSizes, tolerance: float | None = 0.01
     """Rounds ``mask`` to whole tiles keeping about the same number of pairs.
 
     Args:
-        mask: a band mask from ``kernels.masks`` (anything ``kernels.tiles.tile_counts`` accepts).
+        mask: a band mask from ``kernels.masks.band`` (anything ``kernels.plans.tiles.tile_counts`` accepts).
         block_sizes: tiles to align to.
         tolerance: maximum relative difference between rounded and exact kept-pair counts; None
             accepts whatever the tiles allow (small sequences with big tiles cannot always meet 1%).

@@ -9,7 +9,7 @@ Per call:
 - a dense leading layer (static ``layer``): the dense executor;
 - otherwise ``lax.cond(step < dense_steps, dense, sparse)``: only the taken branch runs, and the
   predicate is data, so the denoising loop compiles once for every step;
-- sparse: route heads (``kernels.routing``), move each temporal head's tokens into the temporal
+- sparse: route heads (``kernels.policy.routing``), move each temporal head's tokens into the temporal
   layout by a per-(batch, head) select between the frame-major and the permuted copy (shapes never
   depend on the flags), run the band executor (one tile plan serves both layouts), restore
   frame-major order.
@@ -23,15 +23,15 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from kernels.block_sizes import BlockSizes, default_block_sizes
-from kernels.executors import attention
-from kernels.geometry import TokenGeometry
-from kernels.layouts import inverse_temporal_permutation, temporal_permutation
-from kernels.masks import band_for_density
-from kernels.routing import ROUTING_MODES, route_heads, routing_key
-from kernels.routing_stats import RoutingRecorder, RoutingStats
-from kernels.schedule import SparsitySchedule
-from kernels.tiles import TilePlan, build_plan
+from kernels.plans.block_sizes import BlockSizes, default_block_sizes
+from kernels.executors.dispatch import attention
+from kernels.masks.geometry import TokenGeometry
+from kernels.masks.layouts import inverse_temporal_permutation, temporal_permutation
+from kernels.masks.band import band_for_density
+from kernels.policy.routing import ROUTING_MODES, route_heads, routing_key
+from kernels.policy.routing_stats import RoutingRecorder, RoutingStats
+from kernels.policy.schedule import SparsitySchedule
+from kernels.plans.tiles import TilePlan, build_plan
 
 AttendFn = Callable[..., jax.Array]
 
@@ -96,7 +96,7 @@ def make_dense_attend(
 def _select_layout(x: jax.Array, index: jax.Array, temporal: jax.Array) -> jax.Array:
     """Per (batch, head): the tokens gathered by ``index`` where ``temporal``, else ``x``.
 
-    ``kernels.layouts.to_head_layouts`` takes one flag per head; routing decides per (batch, head)
+    ``kernels.masks.layouts.to_head_layouts`` takes one flag per head; routing decides per (batch, head)
     (the conditional and unconditional halves of a guided batch may route differently).
 
     Args:
