@@ -16,14 +16,14 @@ import jax
 import numpy as np
 
 from evalharness.config import EvalConfig
-from kernels.plans.block_sizes import BlockSizes
 from kernels.masks.geometry import TokenGeometry
+from kernels.parallel.attend import parallelize
+from kernels.parallel.mesh import check_same_config, make_mesh
+from kernels.plans.block_sizes import BlockSizes
 from kernels.policy.attention_policy import AttentionPolicy, make_dense_attend
 from kernels.policy.routing import routing_flops_fraction
 from kernels.policy.routing_stats import RoutingStats, plot_temporal_fraction
 from kernels.policy.schedule import SparsitySchedule
-from kernels.parallel.attend import parallelize
-from kernels.parallel.mesh import check_same_config, make_mesh
 from models.config import WanTransformerConfig
 from models.video_geometry import VideoGeometry
 

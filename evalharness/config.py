@@ -6,10 +6,11 @@ wrong type fails before any work starts, with Hydra naming the key.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 
 @dataclass
@@ -150,3 +151,20 @@ def register_configs() -> None:
     cs.store(group="schedule", name="schedule_schema", node=ScheduleConfig)
     cs.store(group="kernel", name="kernel_schema", node=KernelConfig)
     cs.store(group="logger", name="logger_schema", node=LoggerConfig)
+
+
+def to_config(cfg: EvalConfig | DictConfig | dict) -> EvalConfig:
+    """Validates any config form against the schema and returns the dataclass."""
+    if isinstance(cfg, EvalConfig):
+        cfg = OmegaConf.structured(cfg)
+    known = {f.name for f in dataclasses.fields(EvalConfig)}
+    unknown = sorted(set(cfg.keys()) - known - {"hydra"})
+    if unknown:
+        raise ValueError(f"unknown config keys {unknown}; known keys: {sorted(known)}")
+    schema = OmegaConf.structured(EvalConfig)
+    merged = OmegaConf.merge(schema, cfg)
+    if merged.steps is None:
+        merged.steps = merged.resolution.default_steps
+    if merged.steps < 1 or merged.warm_runs < 1:
+        raise ValueError(f"steps={merged.steps} and warm_runs={merged.warm_runs} must both be >= 1")
+    return OmegaConf.to_object(merged)

@@ -28,7 +28,7 @@ from evalharness.arms import ArmResult, decode_arm, run_arm
 from evalharness.attention_setup import build_attention, nominal_kept_fraction, sequence_devices
 from evalharness.cache import ArmCache, cache_key, code_version
 from evalharness.components import build_components, transformer_config_for
-from evalharness.config import EvalConfig
+from evalharness.config import EvalConfig, to_config
 from evalharness.gate import check_gate
 from evalharness.progress import Progress
 from evalharness.quality import ffmpeg_psnr, frame_quality
@@ -36,6 +36,7 @@ from evalharness.timing import RunTimes
 from evalharness.tracking import flatten, make_tracker
 from evalharness.video import encode_mp4, side_by_side
 from kernels.parallel.mesh import describe_mesh
+from models.pipeline import uses_guidance
 from models.samplers import default_flow_shift, make_sampler
 from models.video_geometry import VideoGeometry
 
@@ -61,23 +62,6 @@ class GateFailed(RuntimeError):
     def __init__(self, message: str, metrics: dict[str, Any]) -> None:
         super().__init__(message)
         self.metrics = metrics
-
-
-def to_config(cfg: EvalConfig | DictConfig | dict) -> EvalConfig:
-    """Validates any config form against the schema and returns the dataclass."""
-    if isinstance(cfg, EvalConfig):
-        cfg = OmegaConf.structured(cfg)
-    known = {f.name for f in dataclasses.fields(EvalConfig)}
-    unknown = sorted(set(cfg.keys()) - known - {"hydra"})
-    if unknown:
-        raise ValueError(f"unknown config keys {unknown}; known keys: {sorted(known)}")
-    schema = OmegaConf.structured(EvalConfig)
-    merged = OmegaConf.merge(schema, cfg)
-    if merged.steps is None:
-        merged.steps = merged.resolution.default_steps
-    if merged.steps < 1 or merged.warm_runs < 1:
-        raise ValueError(f"steps={merged.steps} and warm_runs={merged.warm_runs} must both be >= 1")
-    return OmegaConf.to_object(merged)
 
 
 def make_run_dir(output_root: Path, name: str) -> Path:
@@ -115,12 +99,6 @@ def environment_tags() -> dict[str, str]:
         "host": socket.gethostname(),
         "machine": f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cpus".strip(),
     }
-
-
-def _uses_guidance(cfg: EvalConfig) -> bool:
-    """Classifier-free guidance runs (a 2B batch per step) unless disabled by scale 1 or no
-    negative prompt; the same rule as the denoising loop's."""
-    return cfg.guidance_scale != 1.0 and cfg.negative_prompt is not None
 
 
 def _sampler_for(cfg: EvalConfig, geometry: VideoGeometry):
@@ -201,7 +179,7 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
     geometry = VideoGeometry(cfg.resolution.frames, cfg.resolution.height, cfg.resolution.width)
     tcfg = transformer_config_for(cfg.model)
     sampler, shift = _sampler_for(cfg, geometry)
-    cfg_batch = 2 if _uses_guidance(cfg) else 1
+    cfg_batch = 2 if uses_guidance(cfg.guidance_scale, cfg.negative_prompt) else 1
     estimate = preflight.estimate_cost(
         tcfg,
         geometry,
@@ -284,7 +262,7 @@ def _compare(cfg, geometry, sampler, shift, attention, run_dir, tracker, progres
     start = time.perf_counter()
     context = jnp.asarray(components.encode([cfg.prompt]))
     negative = None
-    if _uses_guidance(cfg):
+    if uses_guidance(cfg.guidance_scale, cfg.negative_prompt):
         negative = jnp.asarray(components.encode([cfg.negative_prompt]))
     text_encode_s = time.perf_counter() - start
 

@@ -24,8 +24,8 @@ import jax
 import yaml
 
 from kernels.bench.machine import machine_info
-from kernels.plans.block_sizes import BlockSizes
 from kernels.masks.geometry import TokenGeometry
+from kernels.plans.block_sizes import BlockSizes
 from kernels.policy.attention_policy import make_policy
 from kernels.policy.routing import routing_flops_fraction
 from kernels.policy.schedule import SparsitySchedule
@@ -199,7 +199,9 @@ def format_table(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
-    parser = argparse.ArgumentParser(prog="python -m evalharness.schedule_bench", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m evalharness.schedule_bench", description=__doc__
+    )
     parser.add_argument("--frames", type=int, default=17, help="pixel frames (4k + 1)")
     parser.add_argument("--height", type=int, default=256, help="pixel height (multiple of 16)")
     parser.add_argument("--width", type=int, default=384, help="pixel width (multiple of 16)")

@@ -64,7 +64,16 @@ def _check_inputs(latents: Any, context: Any, negative_context: Any) -> None:
         )
 
 
-def _uses_guidance(guidance_scale: float, negative_context: Any) -> bool:
+def uses_guidance(guidance_scale: float, negative_context: Any) -> bool:
+    """Whether classifier-free guidance runs (a batch of 2B per step).
+
+    Guidance is off at scale 1 (the guided output equals the conditional one) and without a
+    negative context.
+
+    Args:
+        guidance_scale: the guidance scale g.
+        negative_context: the unconditional context (or the negative prompt), or None.
+    """
     return guidance_scale != 1.0 and negative_context is not None
 
 
@@ -157,7 +166,7 @@ class DenoiseLoop:
         self.trace_count += 1
         sampler, scale = self.sampler, self.guidance_scale
         batch = latents.shape[0]
-        guided = _uses_guidance(scale, negative_context)
+        guided = uses_guidance(scale, negative_context)
         if guided:
             # One model call per step on [cond; uncond]: half the weight reads of two calls.
             ctx = jnp.concatenate([context, negative_context], axis=0)
@@ -276,7 +285,7 @@ def denoise_reference(
     """
     scale = _check_guidance(guidance_scale)
     _check_inputs(latents, context, negative_context)
-    guided = _uses_guidance(scale, negative_context)
+    guided = uses_guidance(scale, negative_context)
     batch = latents.shape[0]
     state = sampler.init(latents)
     for k in range(sampler.num_steps):

@@ -11,7 +11,7 @@ from mlflow.tracking import MlflowClient
 
 from evalharness.run import GateFailed, run
 from evalharness.tracking import default_tracking_uri
-from tests.harness_config import SMALL, small_config
+from tests.helpers.harness_config import SMALL, small_config
 
 
 @pytest.fixture(scope="module")

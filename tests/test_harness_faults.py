@@ -10,7 +10,7 @@ from evalharness.run import make_run_dir, run
 from evalharness.tracking import default_tracking_uri
 from models.checkpoint import CheckpointError
 from models.samplers import make_sampler
-from tests.harness_config import small_config
+from tests.helpers.harness_config import small_config
 
 
 def _latest(tmp_path):

@@ -9,15 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernels.plans.block_sizes import BlockSizes
 from kernels.executors.dispatch import attention
+from kernels.executors.reference import reference_attention
+from kernels.executors.xla_blocksparse import schedule
+from kernels.masks.band import band_for_density, strided_temporal_mask
 from kernels.masks.geometry import TokenGeometry
 from kernels.masks.layouts import from_head_layouts, to_head_layouts
-from kernels.masks.band import band_for_density, strided_temporal_mask
-from kernels.executors.reference import reference_attention
+from kernels.plans.block_sizes import BlockSizes
 from kernels.plans.tiles import build_plan
-from kernels.executors.xla_blocksparse import schedule
-from tests.numerics import assert_allclose
+from tests.helpers.numerics import assert_allclose
 
 TOLERANCE = {jnp.float32: {"atol": 1e-5}, jnp.bfloat16: {"atol": 2e-2, "rtol": 2e-2}}
 
@@ -164,8 +164,12 @@ def test_plan_variant_mismatch():
 def test_missing_pallas_backend_is_a_clear_error(monkeypatch):
     import kernels.executors
 
-    monkeypatch.setitem(sys.modules, "kernels.executors.pallas_tpu", None)  # import now raises ImportError
-    monkeypatch.delattr(kernels.executors, "pallas_tpu", raising=False)  # an earlier import left it bound
+    monkeypatch.setitem(
+        sys.modules, "kernels.executors.pallas_tpu", None
+    )  # import now raises ImportError
+    monkeypatch.delattr(
+        kernels.executors, "pallas_tpu", raising=False
+    )  # an earlier import left it bound
     geometry = TokenGeometry(2, 8, 8)
     q, k, v = _qkv((1, geometry.tokens, 1, 64), jnp.float32)
     with pytest.raises(ValueError, match="backend='xla'"):

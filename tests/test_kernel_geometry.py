@@ -13,7 +13,7 @@ from kernels.masks.layouts import (
     temporal_position,
     to_head_layouts,
 )
-from tests.numerics import assert_allclose
+from tests.helpers.numerics import assert_allclose
 
 
 def test_presets_match_wan_token_counts():

@@ -4,8 +4,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kernels.masks.geometry import TokenGeometry
-from kernels.masks.layouts import inverse_temporal_permutation, temporal_permutation
 from kernels.masks.band import (
     BandMask,
     PaddingMask,
@@ -14,6 +12,8 @@ from kernels.masks.band import (
     band_kept_pairs,
     strided_temporal_mask,
 )
+from kernels.masks.geometry import TokenGeometry
+from kernels.masks.layouts import inverse_temporal_permutation, temporal_permutation
 
 
 def test_band_mask_hand_written():

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from kernels.plans.block_sizes import BlockSizes, default_block_sizes
-from kernels.masks.geometry import TokenGeometry
 from kernels.masks.band import BandMask, PaddingMask, band_for_density, strided_temporal_mask
+from kernels.masks.geometry import TokenGeometry
+from kernels.plans.block_sizes import BlockSizes, default_block_sizes
 from kernels.plans.rounding import round_to_tiles
 from kernels.plans.tiles import build_plan, padding_tiles, tile_areas, tile_counts
 

@@ -13,7 +13,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from evalharness.run import run
-from tests.harness_config import small_config
+from tests.helpers.harness_config import small_config
 
 
 def _free_port() -> int:

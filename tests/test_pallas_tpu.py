@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from kernels.plans.block_sizes import BlockSizes
-from kernels.masks.geometry import TokenGeometry
-from kernels.masks.band import BandMask, PaddingMask, StridedTemporalMask
 from kernels.executors.pallas_tpu import pallas_blocksparse_attention
 from kernels.executors.pallas_tpu_visits import build_visit_schedule
 from kernels.executors.reference import reference_attention
+from kernels.masks.band import BandMask, PaddingMask, StridedTemporalMask
+from kernels.masks.geometry import TokenGeometry
+from kernels.plans.block_sizes import BlockSizes
 from kernels.plans.tiles import build_plan
-from tests.numerics import assert_allclose
+from tests.helpers.numerics import assert_allclose
 
 F32_ATOL = 1e-5
 BF16_TOL = 2e-2

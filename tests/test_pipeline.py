@@ -12,7 +12,7 @@ from flax import nnx
 
 from models.pipeline import DenoiseLoop, DenoiseOutput, denoise, denoise_reference
 from models.samplers import make_sampler
-from tests.numerics import assert_allclose
+from tests.helpers.numerics import assert_allclose
 
 B, C, F, H, W = 1, 4, 2, 2, 3
 L, TEXT_DIM = 3, 5

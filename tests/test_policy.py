@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from kernels.plans.block_sizes import BlockSizes
-from kernels.masks.geometry import TokenGeometry
-from kernels.masks.band import StridedTemporalMask, band_for_density
-from kernels.policy.attention_policy import AttentionPolicy, make_dense_attend, make_policy
 from kernels.executors.reference import reference_attention
+from kernels.masks.band import StridedTemporalMask, band_for_density
+from kernels.masks.geometry import TokenGeometry
+from kernels.plans.block_sizes import BlockSizes
+from kernels.policy.attention_policy import AttentionPolicy, make_dense_attend, make_policy
 from kernels.policy.routing_stats import plot_temporal_fraction
 from kernels.policy.schedule import SparsitySchedule
 from models.attention import dense_attention
@@ -20,7 +20,7 @@ from models.config import get_transformer_config
 from models.pipeline import DenoiseLoop
 from models.samplers import make_sampler
 from models.transformer import WanTransformer
-from tests.numerics import assert_allclose
+from tests.helpers.numerics import assert_allclose
 from tests.test_schedule import SCHEDULE_NAMES, load_schedule
 
 # 17 frames at 64 x 128 pixels: 5 latent frames of 8 x 16 latents, 5 x 4 x 8 = 160 tokens. Five

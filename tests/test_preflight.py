@@ -6,7 +6,7 @@ from evalharness.preflight import PreflightRefusal, check, estimate_cost, parame
 from evalharness.run import run
 from models.config import get_transformer_config
 from models.video_geometry import VideoGeometry
-from tests.harness_config import small_config
+from tests.helpers.harness_config import small_config
 
 
 def test_parameter_count_matches_wan_sizes():

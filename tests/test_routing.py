@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import yaml
 
-from kernels.plans.block_sizes import BlockSizes
+from kernels.executors.reference import reference_attention
+from kernels.masks.band import StridedTemporalMask, band_for_density
 from kernels.masks.geometry import TokenGeometry
 from kernels.masks.layouts import temporal_position
-from kernels.masks.band import StridedTemporalMask, band_for_density
+from kernels.plans.block_sizes import BlockSizes
 from kernels.policy.attention_policy import AttentionPolicy
-from kernels.executors.reference import reference_attention
 from kernels.policy.routing import (
     route_heads,
     route_rows,
@@ -23,8 +23,8 @@ from kernels.policy.routing import (
     sample_rows,
 )
 from kernels.policy.schedule import SparsitySchedule
-from tests.numerics import assert_allclose
-from tests.test_schedule import SCHEDULE_DIR
+from tests.helpers.numerics import assert_allclose
+from tests.helpers.paths import SCHEDULE_DIR
 
 GEOMETRY = TokenGeometry(6, 6, 8)  # 288 tokens, 48 per frame
 DENSITY = 0.3

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from models.samplers import make_sampler
-from tests.numerics import assert_allclose
+from tests.helpers.numerics import assert_allclose
 
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from models.samplers import SAMPLER_NAMES, default_flow_shift, make_sampler
-from tests.numerics import assert_allclose
+from tests.helpers.numerics import assert_allclose
 
 SHAPE = (2, 4, 2, 3, 3)
 

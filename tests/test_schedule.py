@@ -5,19 +5,18 @@ from __future__ import annotations
 import math
 import types
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 
-from kernels.plans.block_sizes import BlockSizes
-from kernels.masks.geometry import TokenGeometry
 from kernels.masks.band import band_for_density
+from kernels.masks.geometry import TokenGeometry
+from kernels.plans.block_sizes import BlockSizes
 from kernels.plans.rounding import round_to_tiles
 from kernels.policy.schedule import SparsitySchedule
+from tests.helpers.paths import SCHEDULE_DIR
 
-SCHEDULE_DIR = Path(__file__).resolve().parents[1] / "conf" / "schedule"
 SCHEDULE_NAMES = ("dense", "conservative", "balanced", "aggressive")
 
 

@@ -18,20 +18,20 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from kernels.plans.block_sizes import BlockSizes
 from kernels.masks.geometry import TokenGeometry
+from kernels.parallel.attend import SequenceParallelAttend, parallelize
+from kernels.parallel.mesh import make_mesh
+from kernels.plans.block_sizes import BlockSizes
 from kernels.policy.attention_policy import AttentionPolicy
 from kernels.policy.routing import route_heads, routing_key
 from kernels.policy.schedule import SparsitySchedule
-from kernels.parallel.attend import SequenceParallelAttend, parallelize
-from kernels.parallel.mesh import make_mesh
 from models.attention import dense_attention
 from models.config import get_transformer_config
 from models.pipeline import DenoiseLoop
 from models.samplers import make_sampler
 from models.sharding import param_bytes_per_device, place_params, shard_model_inputs
 from models.transformer import WanTransformer, abstract_transformer
-from tests.numerics import assert_allclose
+from tests.helpers.numerics import assert_allclose
 
 pytestmark = pytest.mark.skipif(
     jax.device_count() < 8,

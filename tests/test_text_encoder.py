@@ -13,7 +13,7 @@ from models.safetensors_reader import WeightsError
 from models.text_encoder import UMT5Config, load_umt5_encoder, relative_position_bucket
 from models.tiny_components import TINY_UMT5_CONFIG, tiny_prompt_encoder
 from models.tokenizer import ByteTokenizer, tokenize_batch
-from tests.numerics import assert_allclose
+from tests.helpers.numerics import assert_allclose
 
 PROMPTS = ["A cat walks on grass.", "Waves crash on the rocks at sunset, slow motion, 4k"]
 

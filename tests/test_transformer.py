@@ -19,7 +19,7 @@ from models.config import (
 from models.embeddings import timestep_embedding
 from models.rope import apply_rope, rope_axis_dims, rope_tables
 from models.transformer import WanTransformer
-from tests.numerics import assert_allclose
+from tests.helpers.numerics import assert_allclose
 
 # A config smaller than "tiny" keeps these tests quick; head_dim 32 exercises an uneven RoPE split.
 SMALL = WanTransformerConfig(

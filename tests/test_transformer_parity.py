@@ -9,7 +9,7 @@ import torch
 from diffusers import WanTransformer3DModel
 
 from models.loading import load_transformer
-from tests.numerics import assert_allclose
+from tests.helpers.numerics import assert_allclose
 
 pytestmark = pytest.mark.parity
 

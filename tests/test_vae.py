@@ -21,7 +21,7 @@ from models.vae import (
     estimate_tile_memory,
     load_vae,
 )
-from tests.numerics import assert_allclose
+from tests.helpers.numerics import assert_allclose
 
 GiB = 2**30
 # One latent shape (multi-frame, non-square) for every untiled decode: one compile for the module.

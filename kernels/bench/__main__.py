@@ -28,10 +28,10 @@ from kernels.bench.report import TILE_COLUMNS, TIMING_COLUMNS, markdown_table
 from kernels.bench.sweep import block_q_sweep, plot_sweep
 from kernels.bench.temporal import temporal_comparison
 from kernels.bench.tile_stats import tile_stats
-from kernels.plans.block_sizes import BlockSizes
 from kernels.executors.dispatch import attention
-from kernels.masks.geometry import RESOLUTION_PRESETS, TokenGeometry
 from kernels.masks.band import band_for_density
+from kernels.masks.geometry import RESOLUTION_PRESETS, TokenGeometry
+from kernels.plans.block_sizes import BlockSizes
 from kernels.plans.tiles import build_plan
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}

@@ -6,12 +6,12 @@ import jax
 
 from kernels.bench.inputs import random_qkv
 from kernels.bench.timing import time_interleaved
-from kernels.plans.block_sizes import BlockSizes
 from kernels.executors.dispatch import attention
-from kernels.masks.geometry import TokenGeometry
-from kernels.masks.band import band_for_density
-from kernels.plans.tiles import build_plan
 from kernels.executors.xla_blocksparse import schedule
+from kernels.masks.band import band_for_density
+from kernels.masks.geometry import TokenGeometry
+from kernels.plans.block_sizes import BlockSizes
+from kernels.plans.tiles import build_plan
 
 TABLE_VARIANTS = ("b0", "dot_product_attention", "b1", "b2", "b3")
 

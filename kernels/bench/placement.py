@@ -43,13 +43,13 @@ import jax.numpy as jnp  # noqa: E402
 from kernels.bench.machine import machine_info  # noqa: E402
 from kernels.bench.report import markdown_table  # noqa: E402
 from kernels.bench.timing import time_call  # noqa: E402
-from kernels.plans.block_sizes import BlockSizes  # noqa: E402
 from kernels.masks.geometry import TokenGeometry  # noqa: E402
-from kernels.policy.attention_policy import AttentionPolicy  # noqa: E402
-from kernels.policy.schedule import SparsitySchedule  # noqa: E402
 from kernels.parallel.attend import PLACEMENTS, SequenceParallelAttend  # noqa: E402
 from kernels.parallel.exchange import exchange_bytes  # noqa: E402
 from kernels.parallel.mesh import make_mesh  # noqa: E402
+from kernels.plans.block_sizes import BlockSizes  # noqa: E402
+from kernels.policy.attention_policy import AttentionPolicy  # noqa: E402
+from kernels.policy.schedule import SparsitySchedule  # noqa: E402
 
 # Wan 2.1 14B at 720p, guided batch of 2 in bfloat16: the shape the byte counts are scaled to.
 FULL_720P = {"batch": 2, "tokens": 21 * 45 * 80, "heads": 40, "head_dim": 128, "itemsize": 2}

@@ -7,10 +7,10 @@ import jax
 from kernels.bench.inputs import random_qkv
 from kernels.bench.kernel_table import plan_row
 from kernels.bench.timing import time_call
-from kernels.plans.block_sizes import BlockSizes
 from kernels.executors.dispatch import attention
-from kernels.masks.geometry import TokenGeometry
 from kernels.masks.band import band_for_density
+from kernels.masks.geometry import TokenGeometry
+from kernels.plans.block_sizes import BlockSizes
 from kernels.plans.tiles import build_plan
 
 

@@ -8,11 +8,11 @@ import jax.numpy as jnp
 from kernels.bench.inputs import random_qkv
 from kernels.bench.kernel_table import plan_row
 from kernels.bench.timing import time_call
-from kernels.plans.block_sizes import BlockSizes
 from kernels.executors.dispatch import attention
+from kernels.masks.band import band_for_density, strided_temporal_mask
 from kernels.masks.geometry import TokenGeometry
 from kernels.masks.layouts import from_head_layouts, to_head_layouts
-from kernels.masks.band import band_for_density, strided_temporal_mask
+from kernels.plans.block_sizes import BlockSizes
 from kernels.plans.tiles import build_plan
 
 

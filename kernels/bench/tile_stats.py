@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from kernels.plans.block_sizes import BlockSizes
-from kernels.masks.geometry import TokenGeometry
 from kernels.masks.band import band_for_density
+from kernels.masks.geometry import TokenGeometry
+from kernels.plans.block_sizes import BlockSizes
 from kernels.plans.tiles import build_plan
 
 

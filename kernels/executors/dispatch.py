@@ -18,9 +18,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from kernels.plans.block_sizes import BlockSizes, default_block_sizes
-from kernels.masks.band import PaddingMask
 from kernels.executors.reference import reference_attention
+from kernels.masks.band import PaddingMask
+from kernels.plans.block_sizes import BlockSizes, default_block_sizes
 from kernels.plans.tiles import VARIANTS, TilePlan, build_plan
 
 ALL_VARIANTS = ("reference", "dot_product_attention", *VARIANTS)

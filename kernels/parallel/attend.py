@@ -38,8 +38,6 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from kernels.masks.layouts import inverse_temporal_permutation, temporal_permutation
-from kernels.policy.attention_policy import AttendFn, AttentionPolicy
-from kernels.policy.routing import Routing, routing_key, sample_rows
 from kernels.parallel.exchange import (
     heads_to_sequence,
     local_head_flags,
@@ -48,6 +46,8 @@ from kernels.parallel.exchange import (
 )
 from kernels.parallel.mesh import SEQ_AXIS
 from kernels.parallel.routing import route_rows_sharded
+from kernels.policy.attention_policy import AttendFn, AttentionPolicy
+from kernels.policy.routing import Routing, routing_key, sample_rows
 
 PLACEMENTS = ("head_local", "before_exchange")
 _TOKENS = P(None, SEQ_AXIS)  # [B, N, ...] split along N
@@ -96,7 +96,9 @@ class SequenceParallelAttend:
             policy = inner if policy is None else policy
             inner = inner.dense_attend
         if policy is not None and not isinstance(policy, AttentionPolicy):
-            raise ValueError(f"policy={policy!r}: expected a kernels.policy.attention_policy.AttentionPolicy")
+            raise ValueError(
+                f"policy={policy!r}: expected a kernels.policy.attention_policy.AttentionPolicy"
+            )
         self.inner = inner
         self.policy = policy
         self.mesh = mesh

@@ -20,8 +20,8 @@ import functools
 
 import numpy as np
 
-from kernels.plans.block_sizes import BlockSizes
 from kernels.masks.band import PaddingMask
+from kernels.plans.block_sizes import BlockSizes
 
 VARIANTS = ("b0", "b1", "b2", "b3")
 

@@ -23,15 +23,15 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from kernels.plans.block_sizes import BlockSizes, default_block_sizes
 from kernels.executors.dispatch import attention
+from kernels.masks.band import band_for_density
 from kernels.masks.geometry import TokenGeometry
 from kernels.masks.layouts import inverse_temporal_permutation, temporal_permutation
-from kernels.masks.band import band_for_density
+from kernels.plans.block_sizes import BlockSizes, default_block_sizes
+from kernels.plans.tiles import TilePlan, build_plan
 from kernels.policy.routing import ROUTING_MODES, route_heads, routing_key
 from kernels.policy.routing_stats import RoutingRecorder, RoutingStats
 from kernels.policy.schedule import SparsitySchedule
-from kernels.plans.tiles import TilePlan, build_plan
 
 AttendFn = Callable[..., jax.Array]
 

@@ -17,9 +17,9 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from kernels.plans.block_sizes import BlockSizes
-from kernels.masks.geometry import TokenGeometry
 from kernels.masks.band import band_for_density
+from kernels.masks.geometry import TokenGeometry
+from kernels.plans.block_sizes import BlockSizes
 
 # Variants that execute a sparse mask (b0 is the dense tiled loop, not a sparsity variant).
 SPARSE_VARIANTS = ("b1", "b2", "b3")

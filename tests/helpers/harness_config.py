@@ -8,8 +8,9 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from evalharness.config import register_configs
+from tests.helpers.paths import REPO_ROOT
 
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+CONF_DIR = str(REPO_ROOT / "conf")
 
 # 33 frames at 64x64 px: 9 latent frames x 4x4 tokens = 144 tokens (enough for an 8-token band
 # at the aggressive density); 2 steps; one timed run.

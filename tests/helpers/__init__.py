@@ -1,0 +1,1 @@
+"""Helpers the tests share: tolerances, small harness configs, paths into the repository."""
