@@ -15,6 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from evalharness.artifacts import headline_row
 from evalharness.config import register_configs
 from evalharness.preflight import PreflightRefusal
 from evalharness.run import GateFailed, run
@@ -23,23 +24,6 @@ from evalharness.sweep import append_summary
 log = logging.getLogger("evalharness")
 register_configs()
 _failed_gates: list[str] = []
-
-
-def _summary_row(metrics: dict) -> dict:
-    keys = (
-        "schedule",
-        "schedule_kept_fraction",
-        "dense_median_s",
-        "sparse_median_s",
-        "speedup",
-        "psnr_ffmpeg_db",
-        "psnr_frames_db",
-        "ssim_frames",
-        "noise_floor_psnr_db",
-        "dense_cache",
-        "run_dir",
-    )
-    return {k: metrics.get(k) for k in keys}
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -57,7 +41,7 @@ def main(cfg: DictConfig) -> float | None:
         metrics = failure.metrics
         _failed_gates.append(str(failure))
     if hydra_cfg.mode == RunMode.MULTIRUN:
-        append_summary(hydra_cfg.sweep.dir, _summary_row(metrics))
+        append_summary(hydra_cfg.sweep.dir, headline_row(metrics))
     return metrics.get("speedup")
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import jax
 import numpy as np
+from flax import nnx
 
 from evalharness.timing import RunTimes, time_warm_runs, timed
 from models.pipeline import DenoiseLoop
@@ -46,7 +47,7 @@ class ArmResult:
 
 def run_arm(
     label: str,
-    model,
+    model: nnx.Module,
     sampler: Sampler,
     *,
     guidance_scale: float,

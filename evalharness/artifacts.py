@@ -1,9 +1,12 @@
-"""Run-folder artifacts: metrics.json, report.md, the per-frame PSNR plot, the console summary."""
+"""Run-folder artifacts: videos, metrics.json, report.md, per-frame quality, timings, the console
+summary, and the headline metrics that the summary and the sweep table show."""
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +14,117 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only; no display on servers or CI
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 
+from evalharness.arms import ArmResult  # noqa: E402
+from evalharness.cache import arm_meta  # noqa: E402
+from evalharness.config import EvalConfig  # noqa: E402
 from evalharness.formatting import format_cell  # noqa: E402
-from evalharness.quality import FFmpegPSNR, FrameQuality  # noqa: E402
+from evalharness.quality import FFmpegPSNR, FrameQuality, VideoQuality  # noqa: E402
+from evalharness.video import encode_mp4, side_by_side  # noqa: E402
+
+# Name patterns of the video files, which ``logger.log_videos=false`` keeps out of MLflow.
+VIDEO_PATTERNS = ("*.mp4",)
+
+
+@dataclass(frozen=True)
+class HeadlineMetric:
+    """A metric that sums up a run, with how to show it.
+
+    Attributes:
+        key: the metric's key in the run's metrics.
+        title: column title in the sweep table.
+        fmt: ``str.format`` pattern, as :func:`evalharness.formatting.format_cell` takes it.
+    """
+
+    key: str
+    title: str
+    fmt: str
+
+
+# The headline metrics, in table order: the sweep table shows them all, each job's summary row
+# records them, and the console summary prints a subset with the same formats.
+HEADLINE_METRICS = (
+    HeadlineMetric("schedule", "schedule", "{}"),
+    HeadlineMetric("schedule_kept_fraction", "kept fraction", "{:.3f}"),
+    HeadlineMetric("dense_median_s", "dense median s", "{:.3f}"),
+    HeadlineMetric("sparse_median_s", "sparse median s", "{:.3f}"),
+    HeadlineMetric("speedup", "speedup", "{:.3f}x"),
+    HeadlineMetric("psnr_ffmpeg_db", "PSNR FFmpeg dB", "{:.2f}"),
+    HeadlineMetric("psnr_frames_db", "PSNR frames dB", "{:.2f}"),
+    HeadlineMetric("ssim_frames", "SSIM", "{:.4f}"),
+    HeadlineMetric("noise_floor_psnr_db", "noise floor dB", "{:.2f}"),
+    HeadlineMetric("dense_cache", "dense arm", "{}"),
+)
+_HEADLINE_BY_KEY = {h.key: h for h in HEADLINE_METRICS}
+
+
+def headline_columns() -> list[tuple[str, str, str]]:
+    """The headline metrics as ``(title, key, fmt)`` Markdown table columns."""
+    return [(h.title, h.key, h.fmt) for h in HEADLINE_METRICS]
+
+
+def headline_row(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's headline metrics (None where missing) and its run folder, for the sweep table."""
+    row = {h.key: metrics.get(h.key) for h in HEADLINE_METRICS}
+    row["run_dir"] = metrics.get("run_dir")
+    return row
+
+
+def _headline_cell(metrics: Mapping[str, Any], key: str) -> str:
+    return format_cell(metrics.get(key), _HEADLINE_BY_KEY[key].fmt)
+
+
+@dataclass(frozen=True)
+class ArmVideos:
+    """The encoded videos of a comparison's arms (``noise_floor`` is None when not run)."""
+
+    dense: Path
+    sparse: Path
+    noise_floor: Path | None
+
+
+def write_arm_videos(
+    run_dir: Path,
+    dense: ArmResult,
+    sparse: ArmResult,
+    noise_floor: ArmResult | None,
+    cfg: EvalConfig,
+) -> ArmVideos:
+    """Encodes each decoded arm to ``<label>.mp4`` at the configured frame rate and quality."""
+
+    def encode(arm: ArmResult) -> Path:
+        return encode_mp4(arm.frames, run_dir / f"{arm.label}.mp4", fps=cfg.fps, crf=cfg.crf)
+
+    dense_video, sparse_video = encode(dense), encode(sparse)
+    floor_video = encode(noise_floor) if noise_floor is not None else None
+    return ArmVideos(dense_video, sparse_video, floor_video)
+
+
+def write_side_by_side(run_dir: Path, dense: ArmResult, sparse: ArmResult, cfg: EvalConfig) -> Path:
+    """``side_by_side.mp4``: dense | sparse | amplified difference."""
+    frames = side_by_side(dense.frames, sparse.frames)
+    return encode_mp4(frames, run_dir / "side_by_side.mp4", fps=cfg.fps, crf=cfg.crf)
+
+
+def write_frame_quality(run_dir: Path, quality: VideoQuality) -> tuple[Path, Path]:
+    """``psnr_per_frame.png`` and ``quality_per_frame.npz``: the per-frame curves of a measurement."""
+    plot = plot_frame_psnr(run_dir / "psnr_per_frame.png", quality.frames, quality.encoded)
+    arrays = run_dir / "quality_per_frame.npz"
+    np.savez(
+        arrays,
+        psnr_frames_db=quality.frames.psnr_db,
+        ssim_frames=quality.frames.ssim,
+        psnr_ffmpeg_db=quality.encoded.per_frame_db,
+    )
+    return plot, arrays
+
+
+def write_timings(run_dir: Path, dense: ArmResult, sparse: ArmResult) -> Path:
+    """``timings.json``: every warm run, compile, warm-up and decode time of both arms."""
+    path = run_dir / "timings.json"
+    path.write_text(json.dumps({"dense": arm_meta(dense), "sparse": arm_meta(sparse)}, indent=2))
+    return path
 
 
 def _jsonable(value: Any) -> Any:
@@ -53,70 +164,95 @@ def plot_frame_psnr(path: Path, frames: FrameQuality, ff: FFmpegPSNR) -> Path:
     return path
 
 
+_TIMING_ROWS = (
+    ("Dense denoising, median (min-max)", "dense"),
+    ("Sparse denoising, median (min-max)", "sparse"),
+)
+# (title, metric key, format, unit); the key None marks the compile row, which shows two metrics.
 _REPORT_ROWS = (
-    ("Dense denoising, median (min-max)", "dense", "s"),
-    ("Sparse denoising, median (min-max)", "sparse", "s"),
+    ("Speedup (dense / sparse median)", "speedup", "{:.3f}", "x"),
+    ("PSNR, FFmpeg on encoded videos", "psnr_ffmpeg_db", "{:.2f}", " dB"),
+    ("PSNR, per frame (mean)", "psnr_frames_db", "{:.2f}", " dB"),
+    ("SSIM, per frame (mean)", "ssim_frames", "{:.4f}", ""),
+    ("Noise floor: dense vs dense, FFmpeg PSNR", "noise_floor_psnr_db", "{:.2f}", " dB"),
+    (
+        "Schedule kept fraction (dense steps/layers counted)",
+        "schedule_kept_fraction",
+        "{:.4f}",
+        "",
+    ),
+    ("Sparse mask density", "mask_density", "{:.4f}", ""),
+    ("Heads routed temporal (mean)", "routing_temporal_fraction", "{:.3f}", ""),
+    ("Compile dense / sparse", None, "{}", ""),
+    ("Text encoding", "text_encode_s", "{:.2f}", " s"),
+    ("VAE decode (sparse arm)", "decode_sparse_s", "{:.2f}", " s"),
+    ("Dense arm", "dense_cache", "{}", ""),
+)
+_REPORT_FILES = (
+    "`dense.mp4`, `sparse.mp4`, `side_by_side.mp4` (dense | sparse | 8x difference), "
+    "`psnr_per_frame.png`, `routing_heatmap.png`, `routing_stats.npz`, `metrics.json`, "
+    "`config.yaml`."
 )
 
 
-def write_report(run_dir: Path, cfg, metrics: dict[str, Any], gate_failures) -> Path:
-    """Writes ``report.md``: the comparison in one table, then the settings and the verdict."""
-    m = metrics
+def _report_table(m: Mapping[str, Any]) -> list[str]:
+    """The report's metric table, one line per row."""
+
+    def seconds(key: str, fmt: str) -> str:
+        return format_cell(m.get(key), fmt)
+
+    lines = ["| metric | value |", "|---|---|"]
+    for title, arm in _TIMING_ROWS:
+        median, low, high = (seconds(f"{arm}_{s}_s", "{:.3f}") for s in ("median", "min", "max"))
+        lines.append(f"| {title} | {median} s ({low}-{high}) |")
+    for title, key, fmt, unit in _REPORT_ROWS:
+        if key is None:
+            compile_dense = seconds("compile_dense_s", "{:.2f}")
+            value = f"{compile_dense} s / {seconds('compile_sparse_s', '{:.2f}')} s"
+        else:
+            value = f"{format_cell(m.get(key), fmt)}{unit if m.get(key) is not None else ''}"
+        lines.append(f"| {title} | {value} |")
+    return lines
+
+
+def _gate_section(cfg: EvalConfig, gate_failures: Sequence[str]) -> list[str]:
+    """The report's verdict: no thresholds, the failed ones, or a pass with the thresholds."""
+    if cfg.gate.min_psnr_db is None and cfg.gate.min_speedup is None:
+        return ["No thresholds set."]
+    if gate_failures:
+        return [f"- FAILED: {f}" for f in gate_failures]
+    return [f"Passed (min PSNR {cfg.gate.min_psnr_db} dB, min speedup {cfg.gate.min_speedup})."]
+
+
+def write_report(
+    run_dir: Path, cfg: EvalConfig, metrics: Mapping[str, Any], gate_failures: Sequence[str]
+) -> Path:
+    """Writes ``report.md``: the comparison in one table, then the settings and the verdict.
+
+    Args:
+        run_dir: the run folder.
+        cfg: the run's configuration (title, prompt line, gate thresholds).
+        metrics: the run's metrics.
+        gate_failures: one line per missed gate threshold (empty when the gate passed).
+
+    Returns:
+        The report's path.
+    """
     lines = [
         f"# {cfg.model.name} · {cfg.resolution.name} · schedule {cfg.schedule.name}",
         "",
         f"Prompt: “{cfg.prompt}” · seed {cfg.seed} · {cfg.steps} steps ({cfg.sampler}) · "
-        f"guidance {cfg.guidance_scale} · dtype {cfg.dtype} · {m.get('tokens', 0):,} tokens",
+        f"guidance {cfg.guidance_scale} · dtype {cfg.dtype} · {metrics.get('tokens', 0):,} tokens",
         "",
-        "| metric | value |",
-        "|---|---|",
-    ]
-    for title, arm, _ in _REPORT_ROWS:
-        lines.append(
-            f"| {title} | {format_cell(m.get(f'{arm}_median_s'), '{:.3f}')} s "
-            f"({format_cell(m.get(f'{arm}_min_s'), '{:.3f}')}-{format_cell(m.get(f'{arm}_max_s'), '{:.3f}')}) |"
-        )
-    rows = (
-        ("Speedup (dense / sparse median)", "speedup", "{:.3f}", "x"),
-        ("PSNR, FFmpeg on encoded videos", "psnr_ffmpeg_db", "{:.2f}", " dB"),
-        ("PSNR, per frame (mean)", "psnr_frames_db", "{:.2f}", " dB"),
-        ("SSIM, per frame (mean)", "ssim_frames", "{:.4f}", ""),
-        ("Noise floor: dense vs dense, FFmpeg PSNR", "noise_floor_psnr_db", "{:.2f}", " dB"),
-        (
-            "Schedule kept fraction (dense steps/layers counted)",
-            "schedule_kept_fraction",
-            "{:.4f}",
-            "",
-        ),
-        ("Sparse mask density", "mask_density", "{:.4f}", ""),
-        ("Heads routed temporal (mean)", "routing_temporal_fraction", "{:.3f}", ""),
-        ("Compile dense / sparse", None, "{}", ""),
-        ("Text encoding", "text_encode_s", "{:.2f}", " s"),
-        ("VAE decode (sparse arm)", "decode_sparse_s", "{:.2f}", " s"),
-        ("Dense arm", "dense_cache", "{}", ""),
-    )
-    for title, key, spec, unit in rows:
-        if key is None:
-            value = f"{format_cell(m.get('compile_dense_s'), '{:.2f}')} s / {format_cell(m.get('compile_sparse_s'), '{:.2f}')} s"
-        else:
-            value = f"{format_cell(m.get(key), spec)}{unit if m.get(key) is not None else ''}"
-        lines.append(f"| {title} | {value} |")
-    lines += ["", "## Gate", ""]
-    if cfg.gate.min_psnr_db is None and cfg.gate.min_speedup is None:
-        lines.append("No thresholds set.")
-    elif gate_failures:
-        lines += [f"- FAILED: {f}" for f in gate_failures]
-    else:
-        lines.append(
-            f"Passed (min PSNR {cfg.gate.min_psnr_db} dB, min speedup {cfg.gate.min_speedup})."
-        )
-    lines += [
+        *_report_table(metrics),
+        "",
+        "## Gate",
+        "",
+        *_gate_section(cfg, gate_failures),
         "",
         "## Files",
         "",
-        "`dense.mp4`, `sparse.mp4`, `side_by_side.mp4` (dense | sparse | 8x difference), "
-        "`psnr_per_frame.png`, `routing_heatmap.png`, `routing_stats.npz`, `metrics.json`, "
-        "`config.yaml`.",
+        _REPORT_FILES,
         "",
     ]
     path = run_dir / "report.md"
@@ -124,13 +260,16 @@ def write_report(run_dir: Path, cfg, metrics: dict[str, Any], gate_failures) -> 
     return path
 
 
-def summary_lines(metrics: dict[str, Any]) -> str:
-    """The few lines printed at the end of a run."""
-    m = metrics
+def summary_lines(metrics: Mapping[str, Any]) -> str:
+    """The few lines printed at the end of a run: headline metrics, then the run folder."""
+
+    def cell(key: str) -> str:
+        return _headline_cell(metrics, key)
+
     return (
-        f"dense {format_cell(m.get('dense_median_s'), '{:.3f}')} s | sparse {format_cell(m.get('sparse_median_s'), '{:.3f}')} s"
-        f" | speedup {format_cell(m.get('speedup'), '{:.3f}')}x | PSNR {format_cell(m.get('psnr_ffmpeg_db'), '{:.2f}')} dB"
-        f" (noise floor {format_cell(m.get('noise_floor_psnr_db'), '{:.2f}')} dB) | SSIM "
-        f"{format_cell(m.get('ssim_frames'), '{:.4f}')} | dense arm {m.get('dense_cache')}\n"
-        f"run folder: {m.get('run_dir')}"
+        f"dense {cell('dense_median_s')} s | sparse {cell('sparse_median_s')} s"
+        f" | speedup {cell('speedup')} | PSNR {cell('psnr_ffmpeg_db')} dB"
+        f" (noise floor {cell('noise_floor_psnr_db')} dB) | SSIM {cell('ssim_frames')}"
+        f" | dense arm {cell('dense_cache')}\n"
+        f"run folder: {metrics.get('run_dir')}"
     )

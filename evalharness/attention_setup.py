@@ -8,42 +8,39 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 
-from evalharness.config import EvalConfig
+from evalharness.config import EvalConfig, KernelBackend
+from evalharness.routing_plots import plot_temporal_fraction
 from kernels.masks.geometry import TokenGeometry
 from kernels.parallel.attend import parallelize
 from kernels.parallel.mesh import check_same_config, make_mesh
 from kernels.plans.block_sizes import BlockSizes
 from kernels.policy.attention_policy import AttentionPolicy, make_dense_attend
 from kernels.policy.routing import routing_flops_fraction
-from kernels.policy.routing_stats import RoutingStats, plot_temporal_fraction
+from kernels.policy.routing_stats import RoutingStats
 from kernels.policy.schedule import SparsitySchedule
 from models.config import WanTransformerConfig
 from models.video_geometry import VideoGeometry
 
 
-def resolve_backend(backend: str) -> str:
-    """``auto`` → the Pallas TPU kernel on a TPU, the block-sparse XLA executors elsewhere."""
-    if backend == "auto":
+def resolve_backend(backend: KernelBackend | str) -> str:
+    """The kernels' backend string: ``auto`` → ``pallas_tpu`` on a TPU, ``xla`` elsewhere."""
+    backend = KernelBackend(backend)
+    if backend is KernelBackend.auto:
         return "pallas_tpu" if jax.devices()[0].platform == "tpu" else "xla"
-    return backend
+    return backend.value
 
 
 def token_geometry(video: VideoGeometry) -> TokenGeometry:
     """The transformer's token grid of a video (latent frames x latent H/2 x latent W/2)."""
     frames, height, width = video.token_grid
     return TokenGeometry(frames, height, width)
-
-
-def schedule_of(cfg: EvalConfig) -> SparsitySchedule:
-    """The kernels' schedule object from the ``schedule`` config group (validated there)."""
-    return SparsitySchedule.from_mapping(asdict(cfg.schedule))
 
 
 def sequence_devices(cfg: EvalConfig) -> int:
@@ -55,7 +52,7 @@ def sequence_devices(cfg: EvalConfig) -> int:
 
 def nominal_kept_fraction(cfg: EvalConfig, layers: int) -> float:
     """The schedule's kept fraction with the nominal density (no mask built): for preflight."""
-    schedule = schedule_of(cfg)
+    schedule = cfg.schedule
     return schedule.kept_fraction_at(cfg.steps, layers, schedule.density)
 
 
@@ -127,20 +124,23 @@ def build_attention(
 ) -> AttentionSetup:
     """Builds every attention function of the run (host-side plans only; nothing is traced).
 
+    Args:
+        cfg: the run's configuration.
+        video: the video size.
+        model: the transformer architecture (its layer count).
+
+    Returns:
+        The dense, noise-floor, sparse and recording attention functions and their description.
+
     Raises:
         ValueError: a schedule, backend or tile size that does not suit the geometry.
     """
     geometry = token_geometry(video)
     backend = resolve_backend(cfg.kernel.backend)
     block_sizes = BlockSizes(cfg.kernel.block_q, cfg.kernel.block_kv)
-    plan_backend = "xla" if backend == "reference" else backend
-    block_sizes.validate(geometry.tokens, plan_backend)
-    schedule = schedule_of(cfg)
+    schedule = cfg.schedule
     layers = model.num_layers
-    dense = make_dense_attend(cfg.kernel.dense_executor, backend=backend, block_sizes=block_sizes)
-    noise_floor = make_dense_attend(
-        cfg.kernel.noise_floor_executor, backend=backend, block_sizes=block_sizes
-    )
+    dense, noise_floor = _dense_attends(cfg, backend, block_sizes)
     options = dict(
         num_steps=cfg.steps,
         num_layers=layers,
@@ -156,13 +156,9 @@ def build_attention(
     kept = schedule.overall_kept_fraction(cfg.steps, layers, geometry, block_sizes)
     mesh = None
     if sequence_devices(cfg) > 1:
-        # Mesh size, token divisibility and (multi-host) identical configs are checked here,
-        # before any model is built or compiled.
         mesh = make_mesh(sequence_devices(cfg))
-        check_same_config(repr(cfg))
-        dense, noise_floor, sparse, recording = (
-            parallelize(a, mesh, placement=cfg.parallel.permute_placement, tokens=geometry.tokens)
-            for a in (dense, noise_floor, sparse, recording)
+        dense, noise_floor, sparse, recording = _on_mesh(
+            cfg, mesh, geometry, (dense, noise_floor, sparse, recording)
         )
     return AttentionSetup(
         schedule,
@@ -178,3 +174,24 @@ def build_attention(
         layers,
         mesh,
     )
+
+
+def _dense_attends(cfg: EvalConfig, backend: str, block_sizes: BlockSizes) -> tuple[Any, Any]:
+    """The dense arm's and the noise floor's attention functions."""
+    return tuple(
+        make_dense_attend(executor.value, backend=backend, block_sizes=block_sizes)
+        for executor in (cfg.kernel.dense_executor, cfg.kernel.noise_floor_executor)
+    )
+
+
+def _on_mesh(
+    cfg: EvalConfig, mesh: Any, geometry: TokenGeometry, attends: tuple[Any, ...]
+) -> tuple[Any, ...]:
+    """Wraps each attention function (None stays None) for sequence parallelism on ``mesh``.
+
+    Token divisibility and, on several hosts, identical configs are checked here, before any
+    model is built or compiled.
+    """
+    check_same_config(repr(cfg))
+    placement = cfg.parallel.permute_placement.value
+    return tuple(parallelize(a, mesh, placement=placement, tokens=geometry.tokens) for a in attends)

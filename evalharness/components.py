@@ -17,7 +17,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
 
-from evalharness.config import ModelConfig
+from evalharness.config import DType, ModelConfig
 from models.checkpoint import (
     WanCheckpoint,
     checkpoint_prompt_encoder,
@@ -34,15 +34,12 @@ from models.vae import TilingConfig, WanVAE, decode_to_frames
 
 log = logging.getLogger(__name__)
 
-_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+_DTYPES = {DType.float32: jnp.float32, DType.bfloat16: jnp.bfloat16}
 
 
-def dtype_of(name: str):
-    """JAX dtype for a config name; a clear error for anything else."""
-    try:
-        return _DTYPES[name]
-    except KeyError:
-        raise ValueError(f"dtype {name!r} is not supported; use one of {sorted(_DTYPES)}") from None
+def dtype_of(name: DType | str):
+    """JAX dtype of a config dtype (a ``DType`` or its string)."""
+    return _DTYPES[DType(name)]
 
 
 @dataclass
@@ -106,41 +103,59 @@ def _identity_of_folder(folder: Path) -> str:
 
 
 def build_components(
-    model: ModelConfig, dtype: str, cache_dir: str | Path, mesh: Mesh | None = None
+    model: ModelConfig, dtype: DType | str, cache_dir: str | Path, mesh: Mesh | None = None
 ) -> Components:
     """Builds (tiny) or loads (checkpoint) the transformer, prompt encoder and VAE.
 
     Args:
         model: the model config group.
-        dtype: compute dtype name.
+        dtype: compute dtype.
         cache_dir: root of the prompt-embedding cache.
         mesh: the sequence-parallel mesh, or None. The tiny model is replicated on it; a
             checkpoint's large matrices are sharded over it ("fsdp") as they are read.
+
+    Returns:
+        The model's parts and their identity.
     """
-    param_dtype = dtype_of(model.param_dtype)
-    compute = dtype_of(dtype)
+    dtypes = (dtype_of(model.param_dtype), dtype_of(dtype))
     prompts_cache = Path(cache_dir) / "prompts"
     if model.name == "tiny":
-        cfg = get_transformer_config("tiny")
-        # One compiled init program instead of an eager dispatch per parameter.
-        transformer = nnx.jit(
-            lambda: WanTransformer(
-                cfg, rngs=nnx.Rngs(model.seed), param_dtype=param_dtype, dtype=compute
-            )
-        )()
-        if mesh is not None:
-            place_params(transformer, mesh, "replicated")
-        return Components(
-            name="tiny",
-            config=cfg,
-            transformer=transformer,
-            prompt_encoder=tiny_prompt_encoder(
-                model.seed, max_length=cfg.text_len, cache_dir=prompts_cache
-            ),
-            vae=tiny_vae(model.seed),
-            identity=f"tiny|seed={model.seed}",
-            tiling=None,
+        return _tiny_components(model, dtypes, prompts_cache, mesh)
+    return _checkpoint_components(model, dtypes, prompts_cache, mesh)
+
+
+def _tiny_components(
+    model: ModelConfig, dtypes: tuple, prompts_cache: Path, mesh: Mesh | None
+) -> Components:
+    """The ``tiny`` preset: seeded random weights, replicated on the mesh if there is one."""
+    param_dtype, compute = dtypes
+    cfg = get_transformer_config("tiny")
+    # One compiled init program instead of an eager dispatch per parameter.
+    transformer = nnx.jit(
+        lambda: WanTransformer(
+            cfg, rngs=nnx.Rngs(model.seed), param_dtype=param_dtype, dtype=compute
         )
+    )()
+    if mesh is not None:
+        place_params(transformer, mesh, "replicated")
+    return Components(
+        name="tiny",
+        config=cfg,
+        transformer=transformer,
+        prompt_encoder=tiny_prompt_encoder(
+            model.seed, max_length=cfg.text_len, cache_dir=prompts_cache
+        ),
+        vae=tiny_vae(model.seed),
+        identity=f"tiny|seed={model.seed}",
+        tiling=None,
+    )
+
+
+def _checkpoint_components(
+    model: ModelConfig, dtypes: tuple, prompts_cache: Path, mesh: Mesh | None
+) -> Components:
+    """A Wan preset read from its checkpoint folder, sharded onto the mesh as it is read."""
+    param_dtype, compute = dtypes
     checkpoint = _checkpoint(model)
     cfg = transformer_config_for(model)
     log.info("loading %s from %s", model.name, checkpoint.root)

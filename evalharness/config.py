@@ -1,16 +1,92 @@
 """Structured configuration for the harness: dataclasses registered in Hydra's ConfigStore.
 
-Every group in ``conf/`` is validated against these schemas, so a misspelt key or a value of the
-wrong type fails before any work starts, with Hydra naming the key.
+Every group in ``conf/`` is validated against these schemas, so a misspelt key, a value of the
+wrong type or a choice outside its Enum fails when the config is composed, with OmegaConf naming
+the key and listing the valid values.
+
+Choices are ``StrEnum`` members whose names equal their values: OmegaConf reads an Enum field from a
+string by member name, so ``kernel.backend=xla`` works on the command line, and the member still is
+the string ``"xla"`` for comparisons, f-strings and JSON. Plain strings for YAML and MLflow come
+from :func:`to_plain_dict`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 from dataclasses import dataclass, field
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
+
+from kernels.policy.schedule import SparsitySchedule
+
+
+class DType(enum.StrEnum):
+    """Parameter or compute dtype."""
+
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+
+
+class KernelBackend(enum.StrEnum):
+    """Attention backend; ``auto`` is the Pallas TPU kernel on a TPU and XLA elsewhere."""
+
+    auto = "auto"
+    xla = "xla"
+    pallas_tpu = "pallas_tpu"
+    reference = "reference"
+
+
+class DenseExecutor(enum.StrEnum):
+    """Executor of a dense arm (the values ``kernels.policy.make_dense_attend`` accepts).
+
+    ``b0`` is the tiled online softmax on the chosen backend, ``dot_product_attention`` JAX's
+    fused attention, ``reference`` the plain softmax oracle.
+    """
+
+    b0 = "b0"
+    dot_product_attention = "dot_product_attention"
+    reference = "reference"
+
+
+class SamplerName(enum.StrEnum):
+    """Flow-matching sampler: Wan's default UniPC, or first-order Euler."""
+
+    unipc = "unipc"
+    euler = "euler"
+
+
+class ProgressMode(enum.StrEnum):
+    """Progress bars: ``auto`` draws them only when stderr is a terminal."""
+
+    auto = "auto"
+    on = "on"
+    off = "off"
+
+    @property
+    def enabled(self) -> bool | None:
+        """``Progress(enabled=...)``: None lets the terminal decide."""
+        return None if self is ProgressMode.auto else self is ProgressMode.on
+
+
+class LoggerKind(enum.StrEnum):
+    """Result tracking: MLflow, or nothing (files in the run folder only)."""
+
+    mlflow = "mlflow"
+    none = "none"
+
+
+class PermutePlacement(enum.StrEnum):
+    """Where sequence-parallel attention permutes temporal heads.
+
+    ``head_local`` permutes after the all-to-all (the fast one); ``before_exchange`` permutes
+    before it, for comparison.
+    """
+
+    head_local = "head_local"
+    before_exchange = "before_exchange"
 
 
 @dataclass
@@ -21,13 +97,13 @@ class ModelConfig:
         name: preset name: ``tiny`` (seeded random weights, no checkpoint), ``wan2.1-t2v-1.3b`` or
             ``wan2.1-t2v-14b``.
         checkpoint: a diffusers-format ``Wan2.1-T2V-*-Diffusers`` folder (required for Wan presets).
-        param_dtype: ``float32`` or ``bfloat16``.
+        param_dtype: dtype of the weights.
         seed: seed of the random weights of the ``tiny`` preset.
     """
 
     name: str = "tiny"
     checkpoint: str | None = None
-    param_dtype: str = "float32"
+    param_dtype: DType = DType.float32
     seed: int = 0
 
 
@@ -44,54 +120,38 @@ class ResolutionConfig:
 
 
 @dataclass
-class ScheduleConfig:
-    """When attention stays dense and how sparse it is otherwise (Sparse VideoGen knobs).
-
-    Attributes:
-        name: schedule name, for reports.
-        first_times_fp: dense while ``step < floor(first_times_fp * steps)``.
-        first_layers_fp: dense while ``layer < floor(first_layers_fp * layers)``.
-        density: kept fraction of query-key pairs of the sparse masks (sink counted).
-        variant: sparse executor variant: ``b1``, ``b2`` or ``b3`` (tile-aligned, the default).
-        routing_samples: query rows sampled per head to route spatial vs temporal.
-        sparse: False for the dense control schedule.
-    """
-
-    name: str = MISSING
-    first_times_fp: float = 1.0
-    first_layers_fp: float = 0.0
-    density: float = 1.0
-    variant: str = "b3"
-    routing_samples: int = 64
-    sparse: bool = True
-
-
-@dataclass
 class KernelConfig:
     """Attention executors and tile sizes.
 
     Attributes:
-        backend: ``auto`` (Pallas on TPU, XLA elsewhere), ``xla``, ``pallas_tpu`` or ``reference``.
+        backend: where the tiled executors run.
         block_q: query tile size.
         block_kv: key/value tile size.
-        dense_executor: executor of the dense arm: ``b0`` (tiled online softmax on ``backend``) or
-            ``dot_product_attention``.
+        dense_executor: executor of the dense arm.
         noise_floor_executor: the other dense executor, used for the dense-vs-dense noise floor.
     """
 
-    backend: str = "auto"
+    backend: KernelBackend = KernelBackend.auto
     block_q: int = 128
     block_kv: int = 128
-    dense_executor: str = "b0"
-    noise_floor_executor: str = "dot_product_attention"
+    dense_executor: DenseExecutor = DenseExecutor.b0
+    noise_floor_executor: DenseExecutor = DenseExecutor.dot_product_attention
 
 
 @dataclass
 class LoggerConfig:
-    """Where results are tracked: ``mlflow`` (local sqlite by default) or ``none``."""
+    """Where results are tracked.
 
-    kind: str = "mlflow"
-    tracking_uri: str | None = None  # None: sqlite database under output_root
+    Attributes:
+        kind: ``mlflow`` or ``none``.
+        tracking_uri: MLflow tracking URI; None is a sqlite database under ``output_root``.
+        experiment_name: MLflow experiment of the run.
+        log_videos: upload the run folder's videos as MLflow artifacts; False keeps them in the
+            run folder only (they are the largest artifacts by far).
+    """
+
+    kind: LoggerKind = LoggerKind.mlflow
+    tracking_uri: str | None = None
     experiment_name: str = "evalharness"
     log_videos: bool = True
 
@@ -106,21 +166,28 @@ class GateConfig:
 
 @dataclass
 class ParallelConfig:
-    """Sequence parallelism: devices the token sequence is split over (0 = all local devices,
-    1 = off); ``permute_placement`` is where temporal heads are permuted: ``head_local`` (after
-    the all-to-all, the fast one) or ``before_exchange`` (for comparison)."""
+    """Sequence parallelism.
+
+    Attributes:
+        sequence: devices the token sequence is split over (0 = all local devices, 1 = off).
+        permute_placement: where temporal heads are permuted.
+    """
 
     sequence: int = 0
-    permute_placement: str = "head_local"  # or "before_exchange"
+    permute_placement: PermutePlacement = PermutePlacement.head_local
 
 
 @dataclass
 class EvalConfig:
-    """The whole run; see ``conf/config.yaml`` for the defaults list."""
+    """The whole run; see ``conf/config.yaml`` for the defaults list.
+
+    ``schedule`` is the kernels' own ``SparsitySchedule`` (its fields and defaults are the schema of
+    ``conf/schedule``); it has no default because a schedule needs a name.
+    """
 
     model: ModelConfig = field(default_factory=ModelConfig)
     resolution: ResolutionConfig = field(default_factory=ResolutionConfig)
-    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    schedule: SparsitySchedule = MISSING
     kernel: KernelConfig = field(default_factory=KernelConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     gate: GateConfig = field(default_factory=GateConfig)
@@ -129,9 +196,9 @@ class EvalConfig:
     negative_prompt: str = "blurry, low quality, static, distorted"
     seed: int = 42
     steps: int | None = None  # None: the resolution preset's default_steps
-    sampler: str = "unipc"
+    sampler: SamplerName = SamplerName.unipc
     guidance_scale: float = 5.0
-    dtype: str = "float32"
+    dtype: DType = DType.float32
     warm_runs: int = 3
     noise_floor: bool = True
     max_minutes: float = 30.0
@@ -139,32 +206,72 @@ class EvalConfig:
     cache_dir: str = "outputs/cache"
     fps: int = 16
     crf: int = 18
-    progress: str = "auto"  # auto (bars on a terminal), on, off; the step bar is a host callback
+    progress: ProgressMode = ProgressMode.auto  # the step bar is a host callback in the loop
+
+
+def schema(node_type: type) -> DictConfig:
+    """The structured config of ``node_type`` with every node writable.
+
+    OmegaConf makes the node of a frozen dataclass (``SparsitySchedule``) read-only, which would
+    refuse Hydra's merging of ``conf/schedule/*.yaml`` and of command-line overrides into it; the
+    frozen dataclass is still what ``OmegaConf.to_object`` builds, and it validates itself there.
+    """
+    node = OmegaConf.structured(node_type)
+    _make_writable(node)
+    return node
+
+
+def _make_writable(node: DictConfig) -> None:
+    OmegaConf.set_readonly(node, None)
+    for key in node:
+        child = node._get_node(key)
+        if isinstance(child, DictConfig):
+            _make_writable(child)
 
 
 def register_configs() -> None:
     """Registers the schemas so Hydra validates ``conf/`` against them."""
     cs = ConfigStore.instance()
-    cs.store(name="eval_schema", node=EvalConfig)
+    cs.store(name="eval_schema", node=schema(EvalConfig))
     cs.store(group="model", name="model_schema", node=ModelConfig)
     cs.store(group="resolution", name="resolution_schema", node=ResolutionConfig)
-    cs.store(group="schedule", name="schedule_schema", node=ScheduleConfig)
+    cs.store(group="schedule", name="schedule_schema", node=schema(SparsitySchedule))
     cs.store(group="kernel", name="kernel_schema", node=KernelConfig)
     cs.store(group="logger", name="logger_schema", node=LoggerConfig)
 
 
 def to_config(cfg: EvalConfig | DictConfig | dict) -> EvalConfig:
-    """Validates any config form against the schema and returns the dataclass."""
+    """Validates any config form against the schema and returns the dataclass.
+
+    Args:
+        cfg: Hydra's composed config, a plain dict, or an ``EvalConfig``.
+
+    Returns:
+        The config with ``steps`` filled in, every choice an Enum member and ``schedule`` a
+        validated ``SparsitySchedule``.
+
+    Raises:
+        ValueError: an unknown top-level key, a bad schedule, or ``steps``/``warm_runs`` below 1.
+        omegaconf.errors.ValidationError: a value of the wrong type or outside its choices.
+    """
     if isinstance(cfg, EvalConfig):
         cfg = OmegaConf.structured(cfg)
     known = {f.name for f in dataclasses.fields(EvalConfig)}
     unknown = sorted(set(cfg.keys()) - known - {"hydra"})
     if unknown:
         raise ValueError(f"unknown config keys {unknown}; known keys: {sorted(known)}")
-    schema = OmegaConf.structured(EvalConfig)
-    merged = OmegaConf.merge(schema, cfg)
+    merged = OmegaConf.merge(schema(EvalConfig), cfg)
     if merged.steps is None:
         merged.steps = merged.resolution.default_steps
     if merged.steps < 1 or merged.warm_runs < 1:
         raise ValueError(f"steps={merged.steps} and warm_runs={merged.warm_runs} must both be >= 1")
     return OmegaConf.to_object(merged)
+
+
+def to_plain_dict(cfg: EvalConfig) -> dict[str, Any]:
+    """The resolved config as nested plain dicts, every choice its string value.
+
+    This is what ``config.yaml`` in the run folder and the MLflow params hold, so
+    ``kernel.backend`` is ``"auto"`` there, never an Enum's repr.
+    """
+    return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True, enum_to_str=True)

@@ -25,6 +25,7 @@ class GateResult:
 
     @property
     def exit_code(self) -> int:
+        """0 when every threshold was met, else 1."""
         return 0 if self.passed else 1
 
 

@@ -61,6 +61,7 @@ class CostEstimate:
     estimated_minutes: float
 
     def as_metrics(self) -> dict[str, float]:
+        """Every field as a ``preflight.<field>`` metric."""
         return {f"preflight.{k}": float(v) for k, v in asdict(self).items()}
 
 
@@ -163,25 +164,14 @@ def estimate_cost(
         device_flops_per_s: measured throughput; measured now when None.
         device_bytes: device memory; read now when None.
     """
-    for name, value in (("param_dtype", param_dtype), ("dtype", dtype)):
-        if value not in _DTYPE_BYTES:
-            raise ValueError(
-                f"{name}={value!r} is not supported; use one of {sorted(_DTYPE_BYTES)}"
-            )
+    weight, act = _dtype_bytes("param_dtype", param_dtype), _dtype_bytes("dtype", dtype)
     n = geometry.tokens
     attention, total = step_flops(cfg, n, cfg_batch)
-    sparse = total - attention * (1.0 - kept_fraction)
-    # Across several devices the large matrices are sharded (models.sharding "fsdp").
-    weight_bytes = parameter_count(cfg) * _DTYPE_BYTES[param_dtype] // devices
-    act = _DTYPE_BYTES[dtype]
-    # Residual stream, normed copy, q, k, v, attention out (6 x N x dim), the FFN hidden (N x ffn),
-    # and float32 modulation/norm temporaries (2 x N x dim): the live set of one block.
-    activation_bytes = int(
-        cfg_batch * n * ((6 * cfg.dim + cfg.ffn_dim) * act + 8 * cfg.dim) / devices
-    )
-    flops_per_s = device_flops_per_s or measure_matmul_flops(dtype)
+    weight_bytes, activation_bytes = _memory_bytes(cfg, n, cfg_batch, devices, weight, act)
+    flops_per_s = device_flops_per_s or measure_matmul_flops(str(dtype))
     runs_per_arm = warm_runs + 1
     dense_arms = 2 if noise_floor else 1
+    sparse = total - attention * (1.0 - kept_fraction)
     total_flops = steps * (total * runs_per_arm * dense_arms + sparse * runs_per_arm)
     return CostEstimate(
         tokens=n,
@@ -196,6 +186,27 @@ def estimate_cost(
         total_flops=total_flops,
         estimated_minutes=total_flops / (flops_per_s * devices) / 60.0,
     )
+
+
+def _dtype_bytes(name: str, value: str) -> int:
+    """Bytes per element of a dtype name; a clear error naming ``name`` for anything else."""
+    if value not in _DTYPE_BYTES:
+        raise ValueError(f"{name}={value!r} is not supported; use one of {sorted(_DTYPE_BYTES)}")
+    return _DTYPE_BYTES[value]
+
+
+def _memory_bytes(
+    cfg: WanTransformerConfig, tokens: int, cfg_batch: int, devices: int, weight: int, act: int
+) -> tuple[int, int]:
+    """(weight bytes, peak activation bytes) per device, from bytes per weight and activation."""
+    # Across several devices the large matrices are sharded (models.sharding "fsdp").
+    weight_bytes = parameter_count(cfg) * weight // devices
+    # Residual stream, normed copy, q, k, v, attention out (6 x N x dim), the FFN hidden (N x ffn),
+    # and float32 modulation/norm temporaries (2 x N x dim): the live set of one block.
+    activation_bytes = int(
+        cfg_batch * tokens * ((6 * cfg.dim + cfg.ffn_dim) * act + 8 * cfg.dim) / devices
+    )
+    return weight_bytes, activation_bytes
 
 
 def check(estimate: CostEstimate, *, max_minutes: float, what: str) -> None:

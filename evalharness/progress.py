@@ -61,6 +61,7 @@ class Progress:
         return on_step
 
     def close(self) -> None:
+        """Closes both bars (the run is over, or failed)."""
         if self.steps_bar is not None:
             self.steps_bar.close()
         self.bar.close()

@@ -8,12 +8,21 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import ffmpeg
 import numpy as np
 from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 
 from evalharness.video import VideoError, _tail, ffmpeg_executable
+
+
+class ArmOutput(Protocol):
+    """What quality reads from an arm (``evalharness.arms.ArmResult`` fits)."""
+
+    latents: np.ndarray
+    frames: np.ndarray
+
 
 _AVERAGE = re.compile(r"PSNR .*average:(inf|[-\d.]+)")
 _FRAME_AVG = re.compile(r"psnr_avg:(inf|[-\d.]+)")
@@ -37,7 +46,7 @@ def _to_float(text: str) -> float:
 
 
 def ffmpeg_psnr(reference: str | Path, distorted: str | Path) -> FFmpegPSNR:
-    """PSNR between two encoded videos with FFmpeg's ``psnr`` filter, as the seed measures it.
+    """PSNR between two encoded videos with FFmpeg's ``psnr`` filter (the headline quality figure).
 
     Args:
         reference: the dense video file.
@@ -133,3 +142,61 @@ def frame_quality(reference: np.ndarray, distorted: np.ndarray) -> FrameQuality:
     else:
         whole = float(peak_signal_noise_ratio(reference, distorted, data_range=255))
     return FrameQuality(np.asarray(psnr), np.asarray(ssim), whole)
+
+
+@dataclass(frozen=True)
+class VideoQuality:
+    """One arm's output against the reference arm's, measured three ways.
+
+    Attributes:
+        encoded: FFmpeg's PSNR of the encoded videos (the headline figure).
+        frames: per-frame PSNR and SSIM of the raw frames.
+        max_abs_latent_diff: largest absolute difference of the final latents.
+    """
+
+    encoded: FFmpegPSNR
+    frames: FrameQuality
+    max_abs_latent_diff: float
+
+
+def measure(
+    reference_video: str | Path,
+    distorted_video: str | Path,
+    reference: ArmOutput,
+    distorted: ArmOutput,
+) -> VideoQuality:
+    """Measures an arm against the reference arm.
+
+    Args:
+        reference_video: the reference arm's encoded video.
+        distorted_video: the measured arm's encoded video.
+        reference: the reference arm's latents and frames.
+        distorted: the measured arm's latents and frames.
+    """
+    return VideoQuality(
+        ffmpeg_psnr(reference_video, distorted_video),
+        frame_quality(reference.frames, distorted.frames),
+        float(np.max(np.abs(reference.latents - distorted.latents))),
+    )
+
+
+def quality_metrics(sparse: VideoQuality, noise_floor: VideoQuality | None) -> dict[str, float]:
+    """Run metrics of the sparse arm's quality and, when measured, of the dense-vs-dense floor.
+
+    Args:
+        sparse: the sparse arm against the dense arm.
+        noise_floor: the second dense executor against the dense arm, or None.
+    """
+    metrics = {
+        "psnr_ffmpeg_db": sparse.encoded.average_db,
+        "psnr_frames_db": sparse.frames.mean_psnr_db,
+        "psnr_video_db": sparse.frames.video_psnr_db,
+        "ssim_frames": sparse.frames.mean_ssim,
+    }
+    if noise_floor is not None:
+        metrics["noise_floor_psnr_db"] = noise_floor.encoded.average_db
+        metrics["noise_floor_psnr_frames_db"] = noise_floor.frames.mean_psnr_db
+        metrics["noise_floor_ssim_frames"] = noise_floor.frames.mean_ssim
+        metrics["noise_floor_max_abs_latent_diff"] = noise_floor.max_abs_latent_diff
+    metrics["max_abs_latent_diff"] = sparse.max_abs_latent_diff
+    return metrics

@@ -2,42 +2,56 @@
 
 ``run(cfg) -> metrics``: preflight, prompt encoding, one initial noise, the dense arm (cached on disk),
 the dense-vs-dense noise floor, the sparse arm, decoding, quality, artifacts, MLflow and the gate.
+:func:`run` is the orchestration; :func:`_compare` is the comparison itself, a sequence of named
+steps over one :class:`Comparison`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
-import os
-import platform
-import socket
-import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from evalharness import artifacts, preflight
 from evalharness.arms import ArmResult, decode_arm, run_arm
-from evalharness.attention_setup import build_attention, nominal_kept_fraction, sequence_devices
-from evalharness.cache import ArmCache, cache_key, code_version
-from evalharness.components import build_components, transformer_config_for
-from evalharness.config import EvalConfig, to_config
-from evalharness.gate import check_gate
+from evalharness.attention_setup import (
+    AttentionSetup,
+    build_attention,
+    nominal_kept_fraction,
+    sequence_devices,
+)
+from evalharness.cache import (
+    ArmCache,
+    DenseArms,
+    dense_arm_key,
+    load_dense_arms,
+    store_dense_arms,
+)
+from evalharness.components import Components, build_components, transformer_config_for
+from evalharness.config import EvalConfig, to_config, to_plain_dict
+from evalharness.gate import GateResult, check_gate
 from evalharness.progress import Progress
-from evalharness.quality import ffmpeg_psnr, frame_quality
-from evalharness.timing import RunTimes
-from evalharness.tracking import flatten, make_tracker
-from evalharness.video import encode_mp4, side_by_side
+from evalharness.quality import VideoQuality, measure, quality_metrics
+from evalharness.timing import timing_metrics
+from evalharness.tracking import (
+    Tracker,
+    environment_tags,
+    flatten,
+    log_frame_curves,
+    log_routing_curve,
+    make_tracker,
+)
 from kernels.parallel.mesh import describe_mesh
+from kernels.policy.routing_stats import RoutingStats
 from models.pipeline import uses_guidance
-from models.samplers import default_flow_shift, make_sampler
+from models.samplers import Sampler, default_flow_shift, make_sampler
 from models.video_geometry import VideoGeometry
 
 log = logging.getLogger(__name__)
@@ -72,85 +86,57 @@ def make_run_dir(output_root: Path, name: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{stamp}-{name}-", dir=runs))
 
 
-def _git_commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=Path(__file__).resolve().parent,
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=False,
+@dataclass
+class Comparison:
+    """Everything one comparison reads and fills in, step by step.
+
+    Attributes:
+        cfg: the validated configuration.
+        geometry: the video's pixel and latent sizes.
+        sampler: the sampler every arm shares.
+        shift: the sampler's flow shift.
+        attention: the dense, noise-floor and sparse attention functions.
+        estimate: preflight's cost estimate.
+        run_dir: the run folder every file goes to (set once the run is opened).
+        tracker: the experiment tracker (set once the run is opened).
+        progress: phase and step bars.
+        components: transformer, prompt encoder and VAE (set by the "build model" step).
+        noise: [1, 16, F, H, W] initial noise every arm starts from (set by "encode prompts").
+        context: [1, L, text_dim] prompt embeddings (set by "encode prompts").
+        negative_context: negative-prompt embeddings, None without guidance.
+        text_encode_s: seconds spent encoding the prompts.
+    """
+
+    cfg: EvalConfig
+    geometry: VideoGeometry
+    sampler: Sampler
+    shift: float
+    attention: AttentionSetup
+    estimate: preflight.CostEstimate
+    progress: Progress
+    run_dir: Path | None = None
+    tracker: Tracker | None = None
+    components: Components | None = None
+    noise: jax.Array | None = None
+    context: jax.Array | None = None
+    negative_context: jax.Array | None = None
+    text_encode_s: float = float("nan")
+
+    def run_arm(self, label: str, attend: Any, warm_runs: int) -> ArmResult:
+        """Runs one arm on the shared model, sampler, noise and prompts."""
+        return run_arm(
+            label,
+            self.components.transformer,
+            self.sampler,
+            guidance_scale=self.cfg.guidance_scale,
+            attend=attend,
+            noise=self.noise,
+            context=self.context,
+            negative_context=self.negative_context,
+            warm_runs=warm_runs,
+            on_event=self.progress.event,
+            on_step=self.progress.step_callback(self.cfg.steps),
         )
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    return out.stdout.strip() or "unknown"
-
-
-def environment_tags() -> dict[str, str]:
-    """Where and with what the run happened (MLflow tags)."""
-    devices = jax.devices()
-    return {
-        "git_commit": _git_commit(),
-        "jax_version": jax.__version__,
-        "device_kind": devices[0].device_kind,
-        "device_platform": devices[0].platform,
-        "device_count": str(len(devices)),
-        "host": socket.gethostname(),
-        "machine": f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cpus".strip(),
-    }
-
-
-def _sampler_for(cfg: EvalConfig, geometry: VideoGeometry):
-    shift = cfg.resolution.flow_shift or default_flow_shift(geometry.height, geometry.width)
-    return make_sampler(cfg.sampler, cfg.steps, shift), shift
-
-
-def _dense_key(cfg: EvalConfig, identity: str, shift: float) -> str:
-    return cache_key(
-        {
-            "model": identity,
-            "param_dtype": cfg.model.param_dtype,
-            "dtype": cfg.dtype,
-            "resolution": [cfg.resolution.frames, cfg.resolution.height, cfg.resolution.width],
-            "steps": cfg.steps,
-            "sampler": cfg.sampler,
-            "flow_shift": shift,
-            "seed": cfg.seed,
-            "prompt": cfg.prompt,
-            "negative_prompt": cfg.negative_prompt,
-            "guidance_scale": cfg.guidance_scale,
-            "kernel": dataclasses.asdict(cfg.kernel),
-            "parallel": dataclasses.asdict(cfg.parallel),
-            "warm_runs": cfg.warm_runs,
-            "noise_floor": cfg.noise_floor,
-            "code": code_version(),
-            "jax": jax.__version__,
-            "device": jax.devices()[0].device_kind,
-        }
-    )
-
-
-def _arm_meta(arm: ArmResult) -> dict[str, Any]:
-    return {
-        "times": arm.times.to_json() if arm.times else None,
-        "compile_s": arm.compile_s,
-        "warmup_s": arm.warmup_s,
-        "decode_s": arm.decode_s,
-    }
-
-
-def _arm_from_cache(label: str, arrays: dict, meta: dict) -> ArmResult:
-    times = RunTimes.from_json(meta["times"]) if meta.get("times") else None
-    return ArmResult(
-        label,
-        arrays[f"{label}_latents"],
-        times,
-        meta["compile_s"],
-        meta["warmup_s"],
-        arrays[f"{label}_frames"],
-        meta["decode_s"],
-    )
 
 
 def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
@@ -169,71 +155,18 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
         ValueError, FileNotFoundError: bad configuration or checkpoint, before any generation.
     """
     cfg = to_config(cfg)
-    if cfg.progress not in ("auto", "on", "off"):
-        raise ValueError(f"progress={cfg.progress!r}; use auto, on or off")
-    progress = Progress(PHASES, enabled=None if cfg.progress == "auto" else cfg.progress == "on")
+    progress = Progress(PHASES, enabled=cfg.progress.enabled)
     started = time.perf_counter()
-
-    # --- preflight: nothing is allocated before this passes --------------------------------
     progress.phase("preflight")
-    geometry = VideoGeometry(cfg.resolution.frames, cfg.resolution.height, cfg.resolution.width)
-    tcfg = transformer_config_for(cfg.model)
-    sampler, shift = _sampler_for(cfg, geometry)
-    cfg_batch = 2 if uses_guidance(cfg.guidance_scale, cfg.negative_prompt) else 1
-    estimate = preflight.estimate_cost(
-        tcfg,
-        geometry,
-        steps=cfg.steps,
-        cfg_batch=cfg_batch,
-        warm_runs=cfg.warm_runs,
-        kept_fraction=nominal_kept_fraction(cfg, tcfg.num_layers),
-        noise_floor=cfg.noise_floor,
-        param_dtype=cfg.model.param_dtype,
-        dtype=cfg.dtype,
-        devices=sequence_devices(cfg),
-    )
-    what = f"model={cfg.model.name} resolution={cfg.resolution.name} schedule={cfg.schedule.name}"
-    preflight.check(estimate, max_minutes=cfg.max_minutes, what=what)
-    attention = build_attention(cfg, geometry, tcfg)
-    log.info(
-        "preflight: %s tokens, attention %.0f%% of dense FLOPs, estimated %.1f min",
-        f"{estimate.tokens:,}",
-        100 * estimate.attention_share,
-        estimate.estimated_minutes,
-    )
-
-    output_root = Path(cfg.output_root)
-    run_dir = make_run_dir(
-        output_root, f"{cfg.model.name}-{cfg.resolution.name}-{cfg.schedule.name}"
-    )
-    tracker = make_tracker(
-        cfg.logger.kind,
-        tracking_uri=cfg.logger.tracking_uri,
-        experiment_name=cfg.logger.experiment_name,
-        run_name=run_dir.name,
-        output_root=output_root,
-    )
-    resolved = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(resolved))
+    comparison = _preflight(cfg, progress)  # nothing is allocated before this passes
+    run_dir, tracker = _open_run(cfg)
+    comparison.run_dir, comparison.tracker = run_dir, tracker
     try:
-        tracker.log_params(flatten(resolved))
-        if attention.mesh is not None:
-            tracker.log_params(describe_mesh(attention.mesh))
-        tracker.set_tags({**environment_tags(), "run_dir": str(run_dir.resolve())})
-        tracker.log_metrics(estimate.as_metrics())
-        metrics = _compare(cfg, geometry, sampler, shift, attention, run_dir, tracker, progress)
-        metrics.update(estimate.as_metrics())
+        _record_start(comparison)
+        metrics = _compare(comparison)
+        metrics.update(comparison.estimate.as_metrics())
         metrics["total_wall_s"] = time.perf_counter() - started
-        gate = check_gate(
-            metrics, min_psnr_db=cfg.gate.min_psnr_db, min_speedup=cfg.gate.min_speedup
-        )
-        metrics["gate_passed"] = gate.passed
-        artifacts.write_metrics(run_dir, metrics)
-        artifacts.write_report(run_dir, cfg, metrics, gate.failures)
-        tracker.log_metrics({k: v for k, v in metrics.items() if isinstance(v, int | float)})
-        tracker.set_tags({"gate": "passed" if gate.passed else "failed"})
-        tracker.log_artifacts(run_dir)
-        tracker.finish("FINISHED")
+        gate = _finish(comparison, metrics)
     except KeyboardInterrupt:
         tracker.set_tags({"error": "interrupted (KeyboardInterrupt)"})
         tracker.finish("KILLED")
@@ -252,166 +185,206 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
     return metrics
 
 
-def _compare(cfg, geometry, sampler, shift, attention, run_dir, tracker, progress) -> dict:
-    progress.phase("build model")
+def _preflight(cfg: EvalConfig, progress: Progress) -> Comparison:
+    """Estimates the cost, refuses what does not fit, and builds the attention functions."""
+    geometry = VideoGeometry(cfg.resolution.frames, cfg.resolution.height, cfg.resolution.width)
+    tcfg = transformer_config_for(cfg.model)
+    shift = cfg.resolution.flow_shift or default_flow_shift(geometry.height, geometry.width)
+    sampler = make_sampler(cfg.sampler.value, cfg.steps, shift)
+    estimate = preflight.estimate_cost(
+        tcfg,
+        geometry,
+        steps=cfg.steps,
+        cfg_batch=2 if uses_guidance(cfg.guidance_scale, cfg.negative_prompt) else 1,
+        warm_runs=cfg.warm_runs,
+        kept_fraction=nominal_kept_fraction(cfg, tcfg.num_layers),
+        noise_floor=cfg.noise_floor,
+        param_dtype=cfg.model.param_dtype,
+        dtype=cfg.dtype,
+        devices=sequence_devices(cfg),
+    )
+    what = f"model={cfg.model.name} resolution={cfg.resolution.name} schedule={cfg.schedule.name}"
+    preflight.check(estimate, max_minutes=cfg.max_minutes, what=what)
+    attention = build_attention(cfg, geometry, tcfg)
+    log.info(
+        "preflight: %s tokens, attention %.0f%% of dense FLOPs, estimated %.1f min",
+        f"{estimate.tokens:,}",
+        100 * estimate.attention_share,
+        estimate.estimated_minutes,
+    )
+    return Comparison(cfg, geometry, sampler, shift, attention, estimate, progress)
+
+
+def _open_run(cfg: EvalConfig) -> tuple[Path, Tracker]:
+    """Creates the run folder and the tracker's run."""
+    output_root = Path(cfg.output_root)
+    run_dir = make_run_dir(
+        output_root, f"{cfg.model.name}-{cfg.resolution.name}-{cfg.schedule.name}"
+    )
+    tracker = make_tracker(
+        cfg.logger.kind,
+        tracking_uri=cfg.logger.tracking_uri,
+        experiment_name=cfg.logger.experiment_name,
+        run_name=run_dir.name,
+        output_root=output_root,
+    )
+    return run_dir, tracker
+
+
+def _record_start(comparison: Comparison) -> None:
+    """``config.yaml``, then the config as params, the mesh, environment tags and the estimate."""
+    resolved = to_plain_dict(comparison.cfg)
+    (comparison.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(resolved))
+    tracker = comparison.tracker
+    tracker.log_params(flatten(resolved))
+    if comparison.attention.mesh is not None:
+        tracker.log_params(describe_mesh(comparison.attention.mesh))
+    tracker.set_tags({**environment_tags(), "run_dir": str(comparison.run_dir.resolve())})
+    tracker.log_metrics(comparison.estimate.as_metrics())
+
+
+def _finish(comparison: Comparison, metrics: dict[str, Any]) -> GateResult:
+    """Checks the gate, writes ``metrics.json`` and ``report.md``, and closes the tracker's run."""
+    cfg, run_dir, tracker = comparison.cfg, comparison.run_dir, comparison.tracker
+    gate = check_gate(metrics, min_psnr_db=cfg.gate.min_psnr_db, min_speedup=cfg.gate.min_speedup)
+    metrics["gate_passed"] = gate.passed
+    artifacts.write_metrics(run_dir, metrics)
+    artifacts.write_report(run_dir, cfg, metrics, gate.failures)
+    tracker.log_metrics({k: v for k, v in metrics.items() if isinstance(v, int | float)})
+    tracker.set_tags({"gate": "passed" if gate.passed else "failed"})
+    tracker.log_artifacts(
+        run_dir, exclude=() if cfg.logger.log_videos else artifacts.VIDEO_PATTERNS
+    )
+    tracker.finish("FINISHED")
+    return gate
+
+
+def _compare(comparison: Comparison) -> dict[str, Any]:
+    """The comparison proper: model, prompts, dense arms, sparse arm, quality and files.
+
+    Returns:
+        The comparison's metrics (run-level ones such as the estimate and the gate come later).
+    """
+    _build_model(comparison)
+    _encode_prompts(comparison)
+    dense = _dense_arms(comparison)
+    sparse, stats = _sparse_arm(comparison)
+    comparison.progress.phase("decode")
+    decode_arm(sparse, comparison.components.decode)
+    comparison.progress.phase("quality")
+    quality, metrics = _quality(comparison, dense, sparse)
+    metrics.update(_speed_and_setup(comparison, dense, sparse))
+    comparison.progress.phase("artifacts")
+    metrics.update(_write_artifacts(comparison, dense, sparse, quality, stats))
+    return metrics
+
+
+def _build_model(comparison: Comparison) -> None:
+    """Transformer, prompt encoder and VAE, on the mesh when there is one."""
+    comparison.progress.phase("build model")
+    cfg = comparison.cfg
     # On a mesh the weights are placed (or, for checkpoints, streamed) onto it here, before any
     # DenoiseLoop captures them.
-    components = build_components(cfg.model, cfg.dtype, cfg.cache_dir, attention.mesh)
-
-    progress.phase("encode prompts")
-    start = time.perf_counter()
-    context = jnp.asarray(components.encode([cfg.prompt]))
-    negative = None
-    if uses_guidance(cfg.guidance_scale, cfg.negative_prompt):
-        negative = jnp.asarray(components.encode([cfg.negative_prompt]))
-    text_encode_s = time.perf_counter() - start
-
-    key = jax.random.key(cfg.seed)
-    noise = jax.random.normal(key, (1, *geometry.latent_shape()), jnp.float32)
-    common = dict(
-        guidance_scale=cfg.guidance_scale,
-        noise=noise,
-        context=context,
-        negative_context=negative,
-        on_event=progress.event,
-        on_step=progress.step_callback(cfg.steps),
+    comparison.components = build_components(
+        cfg.model, cfg.dtype, cfg.cache_dir, comparison.attention.mesh
     )
 
-    # --- dense arm (cached) and the dense-vs-dense noise floor -------------------------------
+
+def _encode_prompts(comparison: Comparison) -> None:
+    """Prompt embeddings, timed, and the one initial noise every arm starts from."""
+    comparison.progress.phase("encode prompts")
+    cfg, components = comparison.cfg, comparison.components
+    start = time.perf_counter()
+    comparison.context = jnp.asarray(components.encode([cfg.prompt]))
+    if uses_guidance(cfg.guidance_scale, cfg.negative_prompt):
+        comparison.negative_context = jnp.asarray(components.encode([cfg.negative_prompt]))
+    comparison.text_encode_s = time.perf_counter() - start
+    comparison.noise = jax.random.normal(
+        jax.random.key(cfg.seed), (1, *comparison.geometry.latent_shape()), jnp.float32
+    )
+
+
+def _dense_arms(comparison: Comparison) -> DenseArms:
+    """The dense arm and its noise floor: from the cache when present, else computed and stored."""
+    cfg, progress = comparison.cfg, comparison.progress
     cache = ArmCache(Path(cfg.cache_dir) / "dense_arms")
-    dense_key = _dense_key(cfg, components.identity, shift)
-    cached = cache.load(dense_key)
+    key = dense_arm_key(cfg, comparison.components.identity, comparison.shift)
+    cached = load_dense_arms(cache, key)
     progress.phase("dense arm")
     if cached is not None:
-        arrays, meta = cached
-        log.info("dense arm: cache hit %s (reused, not recomputed)", dense_key)
-        dense = _arm_from_cache("dense", arrays, meta["dense"])
-        floor = (
-            _arm_from_cache("noise_floor", arrays, meta["noise_floor"])
-            if meta.get("noise_floor")
-            else None
-        )
         progress.phase("noise floor")
-    else:
-        log.info("dense arm: cache miss %s (computing)", dense_key)
-        dense = run_arm(
-            "dense",
-            components.transformer,
-            sampler,
-            attend=attention.dense,
-            warm_runs=cfg.warm_runs,
-            **common,
-        )
-        decode_arm(dense, components.decode)
-        progress.phase("noise floor")
-        floor = None
-        if cfg.noise_floor:
-            floor = run_arm(
-                "noise_floor",
-                components.transformer,
-                sampler,
-                attend=attention.noise_floor,
-                warm_runs=0,
-                **common,
-            )
-            decode_arm(floor, components.decode)
-        arrays = {"dense_latents": dense.latents, "dense_frames": dense.frames}
-        meta = {"dense": _arm_meta(dense), "noise_floor": None}
-        if floor is not None:
-            arrays.update(noise_floor_latents=floor.latents, noise_floor_frames=floor.frames)
-            meta["noise_floor"] = _arm_meta(floor)
-        cache.store(dense_key, arrays, meta)
-
-    # --- sparse arm ------------------------------------------------------------------------
-    progress.phase("sparse arm")
-    sparse = run_arm(
-        "sparse",
-        components.transformer,
-        sampler,
-        attend=attention.sparse,
-        warm_runs=cfg.warm_runs,
-        **common,
+        return cached
+    decode = comparison.components.decode
+    dense = decode_arm(
+        comparison.run_arm("dense", comparison.attention.dense, cfg.warm_runs), decode
     )
-    progress.phase("routing statistics")
-    stats = None
-    if attention.recording is not None:
-        recorded = run_arm(
-            "sparse (recording routing)",
-            components.transformer,
-            sampler,
-            attend=attention.recording,
-            warm_runs=0,
-            **common,
+    progress.phase("noise floor")
+    floor = None
+    if cfg.noise_floor:
+        floor = decode_arm(
+            comparison.run_arm("noise_floor", comparison.attention.noise_floor, 0), decode
         )
-        del recorded
-        stats = attention.collect_stats()
-    progress.phase("decode")
-    decode_arm(sparse, components.decode)
+    arms = DenseArms(dense, floor, key, hit=False)
+    store_dense_arms(cache, arms)
+    return arms
 
-    # --- quality -----------------------------------------------------------------------------
-    progress.phase("quality")
-    dense_mp4 = encode_mp4(dense.frames, run_dir / "dense.mp4", fps=cfg.fps, crf=cfg.crf)
-    sparse_mp4 = encode_mp4(sparse.frames, run_dir / "sparse.mp4", fps=cfg.fps, crf=cfg.crf)
-    ff = ffmpeg_psnr(dense_mp4, sparse_mp4)
-    frames_q = frame_quality(dense.frames, sparse.frames)
-    metrics: dict[str, Any] = {
-        "psnr_ffmpeg_db": ff.average_db,
-        "psnr_frames_db": frames_q.mean_psnr_db,
-        "psnr_video_db": frames_q.video_psnr_db,
-        "ssim_frames": frames_q.mean_ssim,
-    }
-    if floor is not None:
-        floor_mp4 = encode_mp4(floor.frames, run_dir / "noise_floor.mp4", fps=cfg.fps, crf=cfg.crf)
-        metrics["noise_floor_psnr_db"] = ffmpeg_psnr(dense_mp4, floor_mp4).average_db
-        floor_q = frame_quality(dense.frames, floor.frames)
-        metrics["noise_floor_psnr_frames_db"] = floor_q.mean_psnr_db
-        metrics["noise_floor_ssim_frames"] = floor_q.mean_ssim
-        metrics["noise_floor_max_abs_latent_diff"] = float(
-            np.max(np.abs(dense.latents - floor.latents))
-        )
-    metrics["max_abs_latent_diff"] = float(np.max(np.abs(dense.latents - sparse.latents)))
 
-    # --- timing --------------------------------------------------------------------------------
-    for arm in (dense, sparse):
-        for name, value in arm.times.summary().items():
-            metrics[f"{arm.label}_{name}"] = value
-        metrics[f"compile_{arm.label}_s"] = arm.compile_s
-        metrics[f"warmup_{arm.label}_s"] = arm.warmup_s
-        metrics[f"decode_{arm.label}_s"] = arm.decode_s
-    metrics["speedup"] = dense.times.median_s / sparse.times.median_s
-    metrics["text_encode_s"] = text_encode_s
-    metrics["dense_cache"] = "hit" if cached is not None else "miss"
-    metrics["dense_cache_key"] = dense_key
-    metrics["tokens"] = geometry.tokens
-    metrics["schedule"] = cfg.schedule.name
-    metrics.update(attention.describe())
+def _sparse_arm(comparison: Comparison) -> tuple[ArmResult, RoutingStats | None]:
+    """The timed sparse arm (not yet decoded) and, when any step routes, a recorded run's
+    routing statistics."""
+    comparison.progress.phase("sparse arm")
+    attention = comparison.attention
+    sparse = comparison.run_arm("sparse", attention.sparse, comparison.cfg.warm_runs)
+    comparison.progress.phase("routing statistics")
+    if attention.recording is None:
+        return sparse, None
+    # A separate untimed run records routing, so recording never slows the timed sparse arm.
+    comparison.run_arm("sparse (recording routing)", attention.recording, 0)
+    return sparse, attention.collect_stats()
 
-    # --- artifacts ----------------------------------------------------------------------------
-    progress.phase("artifacts")
-    encode_mp4(
-        side_by_side(dense.frames, sparse.frames),
-        run_dir / "side_by_side.mp4",
-        fps=cfg.fps,
-        crf=cfg.crf,
+
+def _quality(
+    comparison: Comparison, dense: DenseArms, sparse: ArmResult
+) -> tuple[VideoQuality, dict[str, Any]]:
+    """Encodes the videos and measures the sparse arm (and the noise floor) against the dense arm."""
+    videos = artifacts.write_arm_videos(
+        comparison.run_dir, dense.dense, sparse, dense.noise_floor, comparison.cfg
     )
-    artifacts.plot_frame_psnr(run_dir / "psnr_per_frame.png", frames_q, ff)
-    np.savez(
-        run_dir / "quality_per_frame.npz",
-        psnr_frames_db=frames_q.psnr_db,
-        ssim_frames=frames_q.ssim,
-        psnr_ffmpeg_db=ff.per_frame_db,
-    )
-    for i, value in enumerate(frames_q.psnr_db):
-        tracker.log_metrics({"psnr_frame_db": value, "ssim_frame": frames_q.ssim[i]}, step=i)
+    sparse_q = measure(videos.dense, videos.sparse, dense.dense, sparse)
+    floor_q = None
+    if dense.noise_floor is not None:
+        floor_q = measure(videos.dense, videos.noise_floor, dense.dense, dense.noise_floor)
+    return sparse_q, quality_metrics(sparse_q, floor_q)
+
+
+def _speed_and_setup(comparison: Comparison, dense: DenseArms, sparse: ArmResult) -> dict[str, Any]:
+    """Timing metrics, where the dense arm came from, and what the sparse side was."""
+    metrics: dict[str, Any] = timing_metrics(dense.dense, sparse)
+    metrics["text_encode_s"] = comparison.text_encode_s
+    metrics.update(dense.metrics())
+    metrics["tokens"] = comparison.geometry.tokens
+    metrics["schedule"] = comparison.cfg.schedule.name
+    metrics.update(comparison.attention.describe())
+    return metrics
+
+
+def _write_artifacts(
+    comparison: Comparison,
+    dense: DenseArms,
+    sparse: ArmResult,
+    quality: VideoQuality,
+    stats: RoutingStats | None,
+) -> dict[str, Any]:
+    """Side-by-side video, per-frame quality, routing statistics and timings; returns the
+    metrics only these files' inputs give (the overall routing fraction)."""
+    run_dir, tracker = comparison.run_dir, comparison.tracker
+    artifacts.write_side_by_side(run_dir, dense.dense, sparse, comparison.cfg)
+    artifacts.write_frame_quality(run_dir, quality)
+    log_frame_curves(tracker, quality.frames.psnr_db, quality.frames.ssim)
+    metrics: dict[str, Any] = {}
     if stats is not None:
-        attention.save_stats(stats, run_dir)
-        per_cell = stats.temporal_fraction()  # [steps, layers], NaN where dense
-        for step, row in enumerate(per_cell):
-            if not np.isnan(row).all():
-                fraction = float(np.nanmean(row))
-                tracker.log_metrics({"routing_temporal_fraction": fraction}, step=step)
+        comparison.attention.save_stats(stats, run_dir)
+        log_routing_curve(tracker, stats.temporal_fraction())  # [steps, layers], NaN where dense
         metrics["routing_temporal_fraction"] = stats.overall_temporal_fraction()
-    (run_dir / "timings.json").write_text(
-        json.dumps({"dense": _arm_meta(dense), "sparse": _arm_meta(sparse)}, indent=2)
-    )
+    artifacts.write_timings(run_dir, dense.dense, sparse)
     return metrics

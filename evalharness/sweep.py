@@ -14,23 +14,12 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from evalharness.artifacts import headline_columns
 from evalharness.formatting import markdown_table
 
 log = logging.getLogger(__name__)
 
 SUMMARY_FILE = "summary.jsonl"
-_COLUMNS = (
-    ("schedule", "schedule", "{}"),
-    ("kept fraction", "schedule_kept_fraction", "{:.3f}"),
-    ("dense median s", "dense_median_s", "{:.3f}"),
-    ("sparse median s", "sparse_median_s", "{:.3f}"),
-    ("speedup", "speedup", "{:.3f}x"),
-    ("PSNR FFmpeg dB", "psnr_ffmpeg_db", "{:.2f}"),
-    ("PSNR frames dB", "psnr_frames_db", "{:.2f}"),
-    ("SSIM", "ssim_frames", "{:.4f}"),
-    ("noise floor dB", "noise_floor_psnr_db", "{:.2f}"),
-    ("dense arm", "dense_cache", "{}"),
-)
 
 
 def append_summary(sweep_dir: str | Path, row: dict[str, Any]) -> None:
@@ -43,18 +32,20 @@ def append_summary(sweep_dir: str | Path, row: dict[str, Any]) -> None:
 
 def summary_table(rows: list[dict[str, Any]]) -> str:
     """A Markdown table of the jobs' headline metrics."""
-    return markdown_table(rows, _COLUMNS)
+    return markdown_table(rows, headline_columns())
 
 
 class SweepSummary(Callback):
     """Prints the per-job table when a multirun ends."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Starts a new table: drops the summary file a previous sweep left in the same folder."""
         path = Path(config.hydra.sweep.dir) / SUMMARY_FILE
         if path.exists():
-            path.unlink()  # a new sweep into the same folder starts a new table
+            path.unlink()
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        """Prints the table of the jobs' rows and writes it to ``summary.md``."""
         path = Path(config.hydra.sweep.dir) / SUMMARY_FILE
         if not path.is_file():
             log.warning("no job of this multirun recorded a summary (%s)", path)

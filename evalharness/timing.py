@@ -6,7 +6,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 
@@ -25,18 +25,22 @@ class RunTimes:
 
     @property
     def median_s(self) -> float:
+        """Median seconds of a warm run."""
         return float(statistics.median(self.runs_s))
 
     @property
     def min_s(self) -> float:
+        """Fastest warm run, in seconds."""
         return float(min(self.runs_s))
 
     @property
     def max_s(self) -> float:
+        """Slowest warm run, in seconds."""
         return float(max(self.runs_s))
 
     @property
     def per_step_s(self) -> float:
+        """Median seconds per denoising step."""
         return self.median_s / self.steps
 
     def summary(self) -> dict[str, float]:
@@ -49,10 +53,12 @@ class RunTimes:
         }
 
     def to_json(self) -> dict[str, Any]:
+        """The runs as a JSON-able dict (read back by :meth:`from_json`)."""
         return asdict(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunTimes:
+        """Reads what :meth:`to_json` wrote."""
         return cls(tuple(data["runs_s"]), int(data["steps"]))
 
 
@@ -89,3 +95,36 @@ def time_warm_runs(
         result, seconds = timed(fn, *args)
         runs.append(seconds)
     return result, RunTimes(tuple(runs), steps)
+
+
+class TimedArm(Protocol):
+    """What the timing metrics read from an arm (``evalharness.arms.ArmResult`` fits)."""
+
+    label: str
+    times: RunTimes | None
+    compile_s: float
+    warmup_s: float
+    decode_s: float
+
+
+def arm_timing_metrics(arm: TimedArm) -> dict[str, float]:
+    """One timed arm's metrics: ``<label>_{median,min,max,per_step}_s`` and
+    ``{compile,warmup,decode}_<label>_s``.
+
+    Raises:
+        ValueError: the arm was not timed (no warm runs).
+    """
+    if arm.times is None:
+        raise ValueError(f"the {arm.label} arm has no warm-run timings")
+    metrics = {f"{arm.label}_{name}": value for name, value in arm.times.summary().items()}
+    metrics[f"compile_{arm.label}_s"] = arm.compile_s
+    metrics[f"warmup_{arm.label}_s"] = arm.warmup_s
+    metrics[f"decode_{arm.label}_s"] = arm.decode_s
+    return metrics
+
+
+def timing_metrics(dense: TimedArm, sparse: TimedArm) -> dict[str, float]:
+    """Both arms' timing metrics, then ``speedup``: dense median over sparse median."""
+    metrics = {**arm_timing_metrics(dense), **arm_timing_metrics(sparse)}
+    metrics["speedup"] = dense.times.median_s / sparse.times.median_s
+    return metrics

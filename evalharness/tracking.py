@@ -6,10 +6,22 @@ The run loop only calls :class:`Tracker` methods, so tracking is never wired int
 
 from __future__ import annotations
 
+import fnmatch
 import logging
-from collections.abc import Mapping
+import os
+import platform
+import socket
+import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+import jax
+import numpy as np
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
+    from mlflow.tracking import MlflowClient
 
 log = logging.getLogger(__name__)
 
@@ -19,11 +31,25 @@ class Tracker(Protocol):
 
     run_id: str | None
 
-    def log_params(self, params: Mapping[str, Any]) -> None: ...
-    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None: ...
-    def set_tags(self, tags: Mapping[str, str]) -> None: ...
-    def log_artifacts(self, folder: Path) -> None: ...
-    def finish(self, status: str) -> None: ...
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        """Records the run's settings (flat names to values)."""
+        ...
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        """Records numeric metrics; ``step`` places them on a curve (frame, denoising step)."""
+        ...
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        """Sets string tags (environment, gate verdict, error)."""
+        ...
+
+    def log_artifacts(self, folder: Path, exclude: Sequence[str] = ()) -> None:
+        """Uploads a folder's files, except names matching a shell pattern of ``exclude``."""
+        ...
+
+    def finish(self, status: str) -> None:
+        """Closes the run as ``FINISHED``, ``FAILED`` or ``KILLED``."""
+        ...
 
 
 class NullTracker:
@@ -32,19 +58,19 @@ class NullTracker:
     run_id: str | None = None
 
     def log_params(self, params: Mapping[str, Any]) -> None:
-        pass
+        """Ignores the params."""
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-        pass
+        """Ignores the metrics."""
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
-        pass
+        """Ignores the tags."""
 
-    def log_artifacts(self, folder: Path) -> None:
-        pass
+    def log_artifacts(self, folder: Path, exclude: Sequence[str] = ()) -> None:
+        """Leaves the files where they are."""
 
     def finish(self, status: str) -> None:
-        pass
+        """Nothing to close."""
 
 
 def default_tracking_uri(output_root: str | Path) -> str:
@@ -91,6 +117,7 @@ class MlflowTracker:
         self.run_id: str | None = run.info.run_id
 
     def log_params(self, params: Mapping[str, Any]) -> None:
+        """Logs params in batches, each value cut to MLflow's length limit."""
         from mlflow.entities import Param
 
         items = [Param(k, _param_text(v)) for k, v in params.items()]
@@ -98,6 +125,7 @@ class MlflowTracker:
             self.client.log_batch(self.run_id, params=items[start : start + 100])
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        """Logs the numeric metrics in batches; None and non-numbers are skipped."""
         import time
 
         from mlflow.entities import Metric
@@ -112,15 +140,34 @@ class MlflowTracker:
             self.client.log_batch(self.run_id, metrics=items[start : start + 1000])
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
+        """Sets the tags, each value cut to MLflow's length limit."""
         from mlflow.entities import RunTag
 
         self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items()])
 
-    def log_artifacts(self, folder: Path) -> None:
-        self.client.log_artifacts(self.run_id, str(folder))
+    def log_artifacts(self, folder: Path, exclude: Sequence[str] = ()) -> None:
+        """Uploads a folder's files, except those whose name matches a pattern of ``exclude``."""
+        if not exclude:
+            self.client.log_artifacts(self.run_id, str(folder))
+            return
+        for path in artifact_files(folder, exclude):
+            parent = path.parent.relative_to(folder).as_posix()
+            artifact_path = None if parent == "." else parent
+            self.client.log_artifact(self.run_id, str(path), artifact_path=artifact_path)
 
     def finish(self, status: str) -> None:
+        """Marks the run terminated with ``status``."""
         self.client.set_terminated(self.run_id, status=status)
+
+
+def artifact_files(folder: Path, exclude: Sequence[str] = ()) -> list[Path]:
+    """Files under ``folder``, sorted, without those whose name matches a pattern of ``exclude``
+    (shell-style, e.g. ``*.mp4``)."""
+    return sorted(
+        path
+        for path in Path(folder).rglob("*")
+        if path.is_file() and not any(fnmatch.fnmatch(path.name, p) for p in exclude)
+    )
 
 
 def _param_text(value: Any) -> str:
@@ -136,7 +183,7 @@ def _is_number(value: Any) -> bool:
     return True
 
 
-def finished_runs(client, experiment_name: str, max_results: int) -> list:
+def finished_runs(client: MlflowClient, experiment_name: str, max_results: int) -> list[Run]:
     """Finished MLflow runs of an experiment, newest first.
 
     Args:
@@ -190,3 +237,52 @@ def make_tracker(
             uri, experiment_name, run_name, artifact_root=output_root / "mlartifacts"
         )
     raise ValueError(f"logger.kind must be 'mlflow' or 'none', got {kind!r}")
+
+
+def git_commit() -> str:
+    """The checked-out commit of the harness's repository, or ``unknown`` outside git."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return out.stdout.strip() or "unknown"
+
+
+def environment_tags() -> dict[str, str]:
+    """Where and with what the run happened (MLflow tags)."""
+    devices = jax.devices()
+    return {
+        "git_commit": git_commit(),
+        "jax_version": jax.__version__,
+        "device_kind": devices[0].device_kind,
+        "device_platform": devices[0].platform,
+        "device_count": str(len(devices)),
+        "host": socket.gethostname(),
+        "machine": f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cpus".strip(),
+    }
+
+
+def log_frame_curves(tracker: Tracker, psnr_db: np.ndarray, ssim: np.ndarray) -> None:
+    """Per-frame PSNR and SSIM as metric histories (``psnr_frame_db``, ``ssim_frame``), step = frame."""
+    for i, value in enumerate(psnr_db):
+        tracker.log_metrics({"psnr_frame_db": value, "ssim_frame": ssim[i]}, step=i)
+
+
+def log_routing_curve(tracker: Tracker, per_cell: np.ndarray) -> None:
+    """The temporal fraction per denoising step (``routing_temporal_fraction``, step = step).
+
+    Args:
+        tracker: where to log.
+        per_cell: [steps, layers] temporal fraction, NaN where attention stayed dense; all-dense
+            steps are skipped.
+    """
+    for step, row in enumerate(per_cell):
+        if not np.isnan(row).all():
+            tracker.log_metrics({"routing_temporal_fraction": float(np.nanmean(row))}, step=step)

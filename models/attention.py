@@ -19,7 +19,13 @@ from models.rope import apply_rope
 
 
 class AttendFn(Protocol):
-    """Self-attention function injected into the transformer."""
+    """Self-attention function injected into the transformer (and driven by the denoising loop).
+
+    The one contract every attention function follows, dense or sparse (``kernels.policy`` builds
+    them): q, k, v and the output are [batch, tokens, heads, head_dim] in frame-major token order,
+    q unscaled; ``step`` is the denoising step (a traced int32 scalar inside the loop) and ``layer``
+    the block index (a Python int).
+    """
 
     def __call__(
         self, q: jax.Array, k: jax.Array, v: jax.Array, *, step: jax.Array | int, layer: int

@@ -17,12 +17,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from models.attention import AttendFn
 from models.samplers import Sampler
 
 # Wan 2.1's default classifier-free guidance scale.
 DEFAULT_GUIDANCE_SCALE = 5.0
-
-AttendFn = Callable[..., jax.Array]
 
 
 class DenoiseOutput(NamedTuple):

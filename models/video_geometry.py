@@ -114,28 +114,3 @@ class VideoGeometry:
     def latent_shape(self, channels: int = LATENT_CHANNELS) -> tuple[int, int, int, int]:
         """Shape of one video's latents, without batch: [C, F_lat, H/8, W/8]."""
         return (channels, self.latent_frames, self.latent_height, self.latent_width)
-
-
-# Named resolutions (width x height); 1080p uses 1088 because 1080 is not a multiple of 16.
-RESOLUTIONS: dict[str, tuple[int, int]] = {
-    "480p": (832, 480),
-    "720p": (1280, 720),
-    "1080p": (1920, 1088),
-    "1440p": (2560, 1440),
-}
-
-
-def get_video_geometry(resolution: str, frames: int = 81) -> VideoGeometry:
-    """Geometry of a named resolution preset.
-
-    Args:
-        resolution: one of ``RESOLUTIONS`` ("480p", "720p", "1080p", "1440p").
-        frames: pixel frames (4k+1).
-
-    Raises:
-        ValueError: for an unknown name (the message lists the known ones) or invalid frames.
-    """
-    if resolution not in RESOLUTIONS:
-        raise ValueError(f"unknown resolution {resolution!r}; known: {', '.join(RESOLUTIONS)}")
-    width, height = RESOLUTIONS[resolution]
-    return VideoGeometry(frames=frames, height=height, width=width)

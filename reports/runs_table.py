@@ -14,13 +14,13 @@ from typing import Any
 
 import matplotlib
 
-from evalharness import formatting
-from evalharness.formatting import format_cell
+from evalharness.formatting import format_cell, markdown_table
 from evalharness.tracking import finished_runs
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+# The runs table: (title, key, fmt) per column, as evalharness.formatting.markdown_table takes them.
 COLUMNS = (
     ("run", "run", "{}"),
     ("model", "model.name", "{}"),
@@ -52,11 +52,6 @@ def run_rows(client, experiment_name: str, max_runs: int = 200) -> list[dict[str
         row.update(r.data.tags)
         rows.append(row)
     return rows
-
-
-def markdown_table(rows: list[dict[str, Any]]) -> str:
-    """Rows as a Markdown table with the COLUMNS above."""
-    return formatting.markdown_table(rows, COLUMNS)
 
 
 def quality_vs_speed_plot(rows: list[dict[str, Any]], path: Path) -> Path:
@@ -99,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = run_rows(client, args.experiment)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    table = markdown_table(rows)
+    table = markdown_table(rows, COLUMNS)
     (out / "runs.md").write_text(table + "\n")
     quality_vs_speed_plot(rows, out / "quality_vs_speed.png")
     print(table)

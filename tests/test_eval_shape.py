@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
+from evalharness.resolutions import load_resolution
 from models.config import WanTransformerConfig, get_transformer_config
 from models.transformer import WanTransformer, abstract_transformer
-from models.video_geometry import get_video_geometry
 
 
 def _expected_param_count(cfg) -> int:
@@ -42,7 +42,8 @@ def test_14b_is_abstract_with_expected_size(abstract_14b):
     ("resolution", "tokens"), [("720p", 75600), ("1080p", 171360), ("1440p", 302400)]
 )
 def test_14b_output_shape_and_tokens(abstract_14b, resolution, tokens):
-    geometry = get_video_geometry(resolution, frames=81)
+    geometry = load_resolution(resolution).video
+    assert geometry.frames == 81
     assert geometry.tokens == tokens
     cfg = abstract_14b.config
     latents = jax.ShapeDtypeStruct((2, *geometry.latent_shape()), jnp.bfloat16)

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hydra.errors import ConfigCompositionException
@@ -60,11 +61,79 @@ def test_run_writes_videos_metrics_and_mlflow_run(first_run):
     assert {"dense.mp4", "sparse.mp4", "report.md"} <= names
 
 
+# The metric keys of the default job (tiny model, balanced schedule, noise floor on, MLflow).
+# Dashboards, sweep tables and gates read these names: a change here is a change of interface.
+DEFAULT_JOB_METRIC_KEYS = {
+    *(f"{arm}_{t}_s" for arm in ("dense", "sparse") for t in ("median", "min", "max", "per_step")),
+    *(f"{what}_{arm}_s" for what in ("compile", "warmup", "decode") for arm in ("dense", "sparse")),
+    "speedup",
+    "psnr_ffmpeg_db",
+    "psnr_frames_db",
+    "psnr_video_db",
+    "ssim_frames",
+    "max_abs_latent_diff",
+    "noise_floor_psnr_db",
+    "noise_floor_psnr_frames_db",
+    "noise_floor_ssim_frames",
+    "noise_floor_max_abs_latent_diff",
+    "text_encode_s",
+    "dense_cache",
+    "dense_cache_key",
+    "tokens",
+    "schedule",
+    "schedule_kept_fraction",
+    "mask_density",
+    "mask_target_density",
+    "dense_steps",
+    "dense_layers",
+    "attention_backend",
+    "routing_flops_fraction",
+    "routing_temporal_fraction",
+    "tiles.tokens",
+    "tiles.block_q",
+    "tiles.block_kv",
+    "tiles.num_q_tiles",
+    "tiles.num_kv_tiles",
+    "tiles.density",
+    "tiles.target_density",
+    "tiles.tiles_visited_fraction",
+    "tiles.masked_fraction",
+    "tiles.padded_visit_fraction",
+    "preflight.tokens",
+    "preflight.attention_flops_per_step",
+    "preflight.total_flops_per_step",
+    "preflight.attention_share",
+    "preflight.sparse_flops_per_step",
+    "preflight.weight_bytes",
+    "preflight.activation_bytes",
+    "preflight.device_bytes",
+    "preflight.device_flops_per_s",
+    "preflight.total_flops",
+    "preflight.estimated_minutes",
+    "total_wall_s",
+    "gate_passed",
+    "run_dir",
+    "mlflow_run_id",
+}
+
+
+def test_default_job_metric_keys_are_unchanged(first_run):
+    _, metrics = first_run
+    assert set(metrics) == DEFAULT_JOB_METRIC_KEYS
+
+
 def test_dense_cache_hit_then_invalidation(first_run):
     tmp, metrics = first_run
-    again = run(small_config(tmp, "schedule=aggressive"))
+    # Also the videos-off run: mp4 files stay in the run folder but are not uploaded.
+    again = run(small_config(tmp, "schedule=aggressive", "logger.log_videos=false"))
     assert again["dense_cache"] == "hit"
     assert again["dense_median_s"] == metrics["dense_median_s"]  # the cached timings, reused
+    videos = {"dense.mp4", "sparse.mp4", "side_by_side.mp4", "noise_floor.mp4"}
+    assert videos <= {p.name for p in Path(again["run_dir"]).iterdir()}
+    client = MlflowClient(default_tracking_uri(tmp / "outputs"))
+    uploaded = {a.path for a in client.list_artifacts(again["mlflow_run_id"])}
+    assert not videos & uploaded
+    assert {"metrics.json", "report.md", "config.yaml", "routing_stats.npz"} <= uploaded
     changed = run(small_config(tmp, "seed=7", "noise_floor=false", "logger=none"))
     assert changed["dense_cache"] == "miss"
 
@@ -79,12 +148,12 @@ def test_gate_failure_raises_after_the_run_is_recorded(first_run):
 
 def test_failed_run_is_marked_failed_and_keeps_the_dense_arm(first_run, monkeypatch):
     tmp, _ = first_run
-    import evalharness.run as run_module
+    import evalharness.artifacts as artifacts_module
 
     def broken(*args, **kwargs):
         raise OSError("disk full while writing the video")
 
-    monkeypatch.setattr(run_module, "encode_mp4", broken)
+    monkeypatch.setattr(artifacts_module, "encode_mp4", broken)
     with pytest.raises(OSError, match="disk full"):
         run(small_config(tmp, "schedule=conservative"))
     client = MlflowClient(default_tracking_uri(tmp / "outputs"))

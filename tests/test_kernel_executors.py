@@ -11,12 +11,13 @@ from hypothesis import strategies as st
 
 from kernels.executors.dispatch import attention
 from kernels.executors.reference import reference_attention
-from kernels.executors.xla_blocksparse import schedule
+from kernels.executors.xla_blocksparse import visit_groups
 from kernels.masks.band import band_for_density, strided_temporal_mask
 from kernels.masks.geometry import TokenGeometry
 from kernels.masks.layouts import from_head_layouts, to_head_layouts
 from kernels.plans.block_sizes import BlockSizes
 from kernels.plans.tiles import build_plan
+from tests.helpers.geometry import preset_tokens
 from tests.helpers.numerics import assert_allclose
 
 TOLERANCE = {jnp.float32: {"atol": 1e-5}, jnp.bfloat16: {"atol": 2e-2, "rtol": 2e-2}}
@@ -108,10 +109,10 @@ def test_dense_peers_agree_and_jit_inside_model_call():
     assert_allclose(fn(q, k, v), expected, atol=1e-5)
 
 
-def test_schedule_groups_remove_padding_work():
+def test_visit_groups_remove_padding_work():
     mask = band_for_density(TokenGeometry(8, 8, 8), 0.3)
     plan = build_plan(mask, BlockSizes(32, 32), "b3")
-    grouped, single = schedule(plan, 8), schedule(plan, 1)
+    grouped, single = visit_groups(plan, 8), visit_groups(plan, 1)
     assert grouped.wasted_fraction < single.wasted_fraction
     assert grouped.executed_visits <= single.executed_visits
     assert sorted(np.concatenate([g.q_tiles for g in grouped.groups])) == list(
@@ -121,7 +122,7 @@ def test_schedule_groups_remove_padding_work():
 
 def test_memory_stays_linear_in_tokens():
     # Compile-only check at 32K tokens: no N x N buffer (which alone would be 8 GiB here).
-    geometry = TokenGeometry.from_resolution("480p")
+    geometry = preset_tokens("480p")
     shape = jax.ShapeDtypeStruct((1, geometry.tokens, 2, 128), jnp.float32)
     plan = build_plan(band_for_density(geometry, 0.39), BlockSizes(512, 512), "b2")
     compiled = (
@@ -185,7 +186,7 @@ def test_single_group_with_padded_visit_lists(variant):
 
     geometry = TokenGeometry(4, 3, 5)  # 60 tokens
     plan = build_plan(band_for_density(geometry, 0.3), BlockSizes(8, 8), variant, None)
-    assert schedule(plan, 1).wasted_fraction > 0
+    assert visit_groups(plan, 1).wasted_fraction > 0
     q, k, v = _qkv((1, geometry.tokens, 2, 64), jnp.float32, 3)
     out = blocksparse_attention(q, k, v, plan, max_groups=1)
     assert_allclose(out, reference_attention(q, k, v, plan.logical_mask), atol=1e-5)

@@ -13,16 +13,17 @@ from kernels.masks.layouts import (
     temporal_position,
     to_head_layouts,
 )
+from tests.helpers.geometry import preset_tokens
 from tests.helpers.numerics import assert_allclose
 
 
 def test_presets_match_wan_token_counts():
     expected = {"480p": 32_760, "720p": 75_600, "1080p": 171_360, "1440p": 302_400}
     for name, tokens in expected.items():
-        geometry = TokenGeometry.from_resolution(name)
+        geometry = preset_tokens(name)
         assert geometry.tokens == tokens
         assert geometry.frames == 21
-    assert TokenGeometry.from_resolution("720p").tokens_per_frame == 3_600
+    assert preset_tokens("720p").tokens_per_frame == 3_600
 
 
 @pytest.mark.parametrize("bad", [(0, 2, 2), (2, -1, 2), (2, 2, 1.5), (True, 2, 2)])
@@ -33,7 +34,7 @@ def test_geometry_rejects_bad_sizes(bad):
 
 def test_unknown_resolution_lists_presets():
     with pytest.raises(ValueError, match="720p"):
-        TokenGeometry.from_resolution("4k")
+        preset_tokens("4k")
 
 
 def test_temporal_permutation_hand_written():

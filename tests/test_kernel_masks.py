@@ -14,6 +14,7 @@ from kernels.masks.band import (
 )
 from kernels.masks.geometry import TokenGeometry
 from kernels.masks.layouts import inverse_temporal_permutation, temporal_permutation
+from tests.helpers.geometry import preset_tokens
 
 
 def test_band_mask_hand_written():
@@ -77,7 +78,7 @@ def test_band_for_density_is_closest(density):
 
 
 def test_band_for_density_720p():
-    mask = band_for_density(TokenGeometry.from_resolution("720p"), 0.3887)
+    mask = band_for_density(preset_tokens("720p"), 0.3887)
     assert mask.density == pytest.approx(0.3887, abs=1e-4)
 
 

@@ -5,18 +5,12 @@ import pytest
 
 from kernels.masks.band import BandMask, PaddingMask, band_for_density, strided_temporal_mask
 from kernels.masks.geometry import TokenGeometry
+from kernels.masks.tile_grid import padding_tiles, tile_areas
 from kernels.plans.block_sizes import BlockSizes, default_block_sizes
 from kernels.plans.rounding import round_to_tiles
-from kernels.plans.tiles import build_plan, padding_tiles, tile_areas, tile_counts
-
-
-def _brute_counts(mask, bs):
-    dense = mask.dense()
-    n = mask.tokens
-    nq, nkv = -(-n // bs.block_q), -(-n // bs.block_kv)
-    padded = np.zeros((nq * bs.block_q, nkv * bs.block_kv), dtype=np.int64)
-    padded[:n, :n] = dense
-    return padded.reshape(nq, bs.block_q, nkv, bs.block_kv).sum(axis=(1, 3))
+from kernels.plans.tiles import build_plan
+from tests.helpers.geometry import preset_tokens
+from tests.helpers.masks import brute_tile_counts
 
 
 def test_classification_hand_written():
@@ -49,7 +43,7 @@ def test_tile_counts_match_brute_force(layout, bs):
     geometry = TokenGeometry(4, 3, 3)  # 36 tokens: every block size leaves padding somewhere
     make = band_for_density if layout == "band" else strided_temporal_mask
     mask = make(geometry, 0.35)
-    np.testing.assert_array_equal(tile_counts(mask, bs), _brute_counts(mask, bs))
+    np.testing.assert_array_equal(mask.tile_counts(bs), brute_tile_counts(mask, bs))
 
 
 def test_rounded_mask_is_whole_tiles_within_tolerance():
@@ -58,12 +52,12 @@ def test_rounded_mask_is_whole_tiles_within_tolerance():
     bs = BlockSizes(16, 16)
     rounded = round_to_tiles(mask, bs)
     assert abs(rounded.kept_pairs - mask.kept_pairs) <= 0.01 * mask.kept_pairs
-    counts = tile_counts(rounded, bs)
+    counts = rounded.tile_counts(bs)
     areas = tile_areas(mask.tokens, bs)
     assert np.all((counts == 0) | (counts == areas))
-    np.testing.assert_array_equal(_brute_counts(rounded, bs), counts)
+    np.testing.assert_array_equal(brute_tile_counts(rounded, bs), counts)
     # Every tile the exact mask keeps fully stays; every empty tile stays empty.
-    exact = tile_counts(mask, bs)
+    exact = mask.tile_counts(bs)
     assert np.all(rounded.blocks[exact == areas])
     assert not np.any(rounded.blocks[exact == 0])
     plan = build_plan(mask, bs, "b3")
@@ -80,7 +74,7 @@ def test_rounding_tolerance_error():
 
 @pytest.fixture(scope="module")
 def seed_mask():
-    return band_for_density(TokenGeometry.from_resolution("720p"), 0.3887)
+    return band_for_density(preset_tokens("720p"), 0.3887)
 
 
 def test_seed_tile_statistics_720p(seed_mask):

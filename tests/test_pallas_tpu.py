@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from kernels.executors.pallas_tpu import pallas_blocksparse_attention
-from kernels.executors.pallas_tpu_visits import build_visit_schedule
+from kernels.executors.pallas_tpu_visits import build_visit_slots
 from kernels.executors.reference import reference_attention
 from kernels.masks.band import BandMask, PaddingMask, StridedTemporalMask
 from kernels.masks.geometry import TokenGeometry
@@ -85,7 +85,7 @@ def test_b2_runs_both_paths_and_equals_b1():
     mask = BandMask(tokens, 260, 64)
     plan_b1 = build_plan(mask, block_sizes, "b1")
     plan_b2 = build_plan(mask, block_sizes, "b2")
-    sched = build_visit_schedule(
+    slots = build_visit_slots(
         plan_b2.full_kv,
         plan_b2.full_count,
         plan_b2.partial_kv,
@@ -94,7 +94,7 @@ def test_b2_runs_both_paths_and_equals_b1():
         tokens=tokens,
         block_kv=128,
     )
-    assert 0 < sched.masked_visits < sched.visited
+    assert 0 < slots.masked_visits < slots.visited
     q, k, v = _qkv(1, 1, tokens, 2, 64, jnp.float32)
     out_b1 = pallas_blocksparse_attention(q, k, v, plan_b1, variant="b1", interpret=True)
     out_b2 = pallas_blocksparse_attention(q, k, v, plan_b2, variant="B2", interpret=True)
@@ -148,8 +148,8 @@ def test_dense_plan_listing_padding_tiles_as_full_and_empty_query_tile():
     _check(out, q, k, v, None)
 
 
-def test_visit_schedule_merges_sorts_pads_and_flags():
-    sched = build_visit_schedule(
+def test_visit_slots_merges_sorts_pads_and_flags():
+    slots = build_visit_slots(
         full_kv=np.array([[2, 2], [0, 1], [0, 0]], np.int32),
         full_count=np.array([1, 2, 0], np.int32),
         partial_kv=np.array([[0, 3], [3, 3], [0, 0]], np.int32),
@@ -158,16 +158,16 @@ def test_visit_schedule_merges_sorts_pads_and_flags():
         tokens=500,  # key tile 3 (384..511) holds padding
         block_kv=128,
     )
-    assert sched.slots == 3
-    assert sched.num_kv_tiles == 4
-    np.testing.assert_array_equal(sched.count, [3, 3, 0])
-    np.testing.assert_array_equal(sched.kv_index.reshape(3, 3), [[0, 2, 3], [0, 1, 3], [0, 0, 0]])
-    np.testing.assert_array_equal(sched.masked.reshape(3, 3), [[1, 0, 1], [0, 0, 1], [0, 0, 0]])
-    assert (sched.visited, sched.masked_visits) == (6, 3)
+    assert slots.slots == 3
+    assert slots.num_kv_tiles == 4
+    np.testing.assert_array_equal(slots.count, [3, 3, 0])
+    np.testing.assert_array_equal(slots.kv_index.reshape(3, 3), [[0, 2, 3], [0, 1, 3], [0, 0, 0]])
+    np.testing.assert_array_equal(slots.masked.reshape(3, 3), [[1, 0, 1], [0, 0, 1], [0, 0, 0]])
+    assert (slots.visited, slots.masked_visits) == (6, 3)
 
 
-def test_visit_schedule_b1_masks_every_visit_and_pads_with_last_tile():
-    sched = build_visit_schedule(
+def test_visit_slots_b1_masks_every_visit_and_pads_with_last_tile():
+    slots = build_visit_slots(
         full_kv=np.array([[1, 2], [0, 0]], np.int32),
         full_count=np.array([2, 1], np.int32),
         partial_kv=np.array([[0], [0]], np.int32),
@@ -176,13 +176,13 @@ def test_visit_schedule_b1_masks_every_visit_and_pads_with_last_tile():
         tokens=384,
         block_kv=128,
     )
-    np.testing.assert_array_equal(sched.kv_index.reshape(2, 2), [[1, 2], [0, 0]])
-    np.testing.assert_array_equal(sched.masked.reshape(2, 2), [[1, 1], [1, 1]])
+    np.testing.assert_array_equal(slots.kv_index.reshape(2, 2), [[1, 2], [0, 0]])
+    np.testing.assert_array_equal(slots.masked.reshape(2, 2), [[1, 1], [1, 1]])
 
 
-def test_visit_schedule_rejects_duplicate_tiles():
+def test_visit_slots_rejects_duplicate_tiles():
     with pytest.raises(ValueError, match="twice"):
-        build_visit_schedule(
+        build_visit_slots(
             np.array([[1]], np.int32),
             np.array([1], np.int32),
             np.array([[1]], np.int32),

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from evalharness.routing_plots import plot_temporal_fraction
 from kernels.executors.reference import reference_attention
 from kernels.masks.band import StridedTemporalMask, band_for_density
 from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes
-from kernels.policy.attention_policy import AttentionPolicy, make_dense_attend, make_policy
-from kernels.policy.routing_stats import plot_temporal_fraction
+from kernels.policy.attention_policy import AttentionPolicy, make_dense_attend
 from kernels.policy.schedule import SparsitySchedule
 from models.attention import dense_attention
 from models.config import get_transformer_config
@@ -39,7 +39,7 @@ def random_qkv(geometry: TokenGeometry, batch: int = 2, heads: int = 3, head_dim
 
 def test_dense_schedule_is_exactly_the_dense_executor():
     q, k, v = random_qkv(GEOMETRY)
-    policy = make_policy(load_schedule("dense"), GEOMETRY, num_steps=3, num_layers=2)
+    policy = AttentionPolicy(load_schedule("dense"), GEOMETRY, num_steps=3, num_layers=2)
     dense = make_dense_attend("b0", block_sizes=policy.block_sizes)
     step = jnp.int32(1)
     np.testing.assert_array_equal(
@@ -108,7 +108,7 @@ def tiny():
 @pytest.mark.parametrize("name", SCHEDULE_NAMES)
 def test_every_schedule_runs_the_tiny_model_compiling_once(tiny, name):
     config, model, sampler, (latents, other, context, negative), plain = tiny
-    policy = make_policy(
+    policy = AttentionPolicy(
         load_schedule(name),
         GEOMETRY,
         num_steps=STEPS,
@@ -131,7 +131,7 @@ def test_recorded_routing_flips_without_recompiling(tiny, tmp_path):
     config, model, sampler, (latents, other, context, negative), _ = tiny
     # floor(0.4 * 5) = 2 dense steps and floor(0.5 * 2) = 1 dense layer.
     schedule = SparsitySchedule("probe", 0.4, 0.5, 0.35)
-    policy = make_policy(
+    policy = AttentionPolicy(
         schedule,
         GEOMETRY,
         num_steps=STEPS,
@@ -184,7 +184,7 @@ def test_bad_input_is_rejected_clearly():
     with pytest.raises(ValueError, match="routing_mode='all'"):
         AttentionPolicy(schedule, GEOMETRY, num_steps=2, num_layers=2, routing_mode="all")
     with pytest.raises(ValueError, match="density=0.25"):
-        make_policy(
+        AttentionPolicy(
             SparsitySchedule("s", 0.0, 0.0, 0.25),
             GEOMETRY,
             num_steps=2,

@@ -62,3 +62,36 @@ def test_headline_1440p_on_cpu_is_refused_without_allocating(tmp_path, monkeypat
     with pytest.raises(PreflightRefusal, match="302,400 tokens"):
         run(cfg)
     assert not (tmp_path / "outputs").exists()  # no run folder, no MLflow database
+
+
+def test_config_dtypes_are_accepted_and_unknown_dtypes_named():
+    from evalharness.config import DType
+
+    kwargs = dict(device_flops_per_s=1e12, device_bytes=2**40)
+    plain = _estimate_14b(720, 1280, **kwargs)
+    typed = estimate_cost(
+        get_transformer_config("wan2.1-t2v-14b"),
+        VideoGeometry(81, 720, 1280),
+        steps=40,
+        cfg_batch=2,
+        warm_runs=3,
+        kept_fraction=0.4,
+        noise_floor=True,
+        param_dtype=DType.bfloat16,
+        dtype=DType.bfloat16,
+        **kwargs,
+    )
+    assert typed == plain
+    with pytest.raises(ValueError, match="param_dtype='float64'"):
+        estimate_cost(
+            get_transformer_config("tiny"),
+            VideoGeometry(5, 16, 16),
+            steps=1,
+            cfg_batch=1,
+            warm_runs=1,
+            kept_fraction=1.0,
+            noise_floor=False,
+            param_dtype="float64",
+            dtype="float32",
+            **kwargs,
+        )

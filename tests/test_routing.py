@@ -23,6 +23,7 @@ from kernels.policy.routing import (
     sample_rows,
 )
 from kernels.policy.schedule import SparsitySchedule
+from tests.helpers.geometry import preset_tokens
 from tests.helpers.numerics import assert_allclose
 from tests.helpers.paths import SCHEDULE_DIR
 
@@ -164,7 +165,7 @@ def test_routing_flops_match_xla_and_stay_under_two_percent_at_720p():
     cost = cost[0] if isinstance(cost, list | tuple) else cost
     matmuls = routing_flops(geometry.tokens, head_dim, samples) * batch * heads
     assert matmuls <= cost["flops"] <= 1.15 * matmuls  # the rest is softmax and masking
-    hd720 = TokenGeometry.from_resolution("720p")
+    hd720 = preset_tokens("720p")
     for name in ("conservative", "balanced", "aggressive"):
         with open(SCHEDULE_DIR / f"{name}.yaml") as f:
             schedule = SparsitySchedule.from_mapping(yaml.safe_load(f))

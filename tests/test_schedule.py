@@ -14,7 +14,8 @@ from kernels.masks.band import band_for_density
 from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes
 from kernels.plans.rounding import round_to_tiles
-from kernels.policy.schedule import SparsitySchedule
+from kernels.policy.schedule import SparseVariant, SparsitySchedule
+from tests.helpers.geometry import preset_tokens
 from tests.helpers.paths import SCHEDULE_DIR
 
 SCHEDULE_NAMES = ("dense", "conservative", "balanced", "aggressive")
@@ -37,7 +38,7 @@ def test_conf_schedules_load_without_warnings(name):
 
 
 def test_sparse_schedules_keep_progressively_fewer_pairs_at_720p():
-    geometry = TokenGeometry.from_resolution("720p")
+    geometry = preset_tokens("720p")
     tiles = BlockSizes(3328, 1536)
     kept = [
         load_schedule(name).overall_kept_fraction(50, 40, geometry, tiles)
@@ -108,6 +109,24 @@ def test_from_mapping_accepts_attribute_objects_and_ignores_extra_keys():
     assert schedule == SparsitySchedule("x", 0.2, 0.0, 1.0, variant="b2")
     with pytest.raises(ValueError, match="density"):
         SparsitySchedule.from_mapping({"name": "x", "first_times_fp": 0.1, "first_layers_fp": 0})
+
+
+def test_variant_is_stored_as_its_enum_and_compares_as_the_string():
+    schedule = SparsitySchedule("s", 0.2, 0.0, 0.3, variant="b2")
+    assert schedule.variant is SparseVariant.b2
+    assert schedule.variant == "b2" and f"{schedule.variant}" == "b2"
+    assert schedule == SparsitySchedule("s", 0.2, 0.0, 0.3, variant=SparseVariant.b2)
+    with pytest.raises(ValueError, match=r"variant='b0'.*'b1', 'b2', 'b3'"):
+        SparsitySchedule("s", 0.2, 0.0, 0.3, variant="b0")
+
+
+def test_defaults_are_the_config_schema_defaults():
+    # The harness composes conf/schedule files over these defaults; a file that leaves a knob
+    # out gets the dense-leaning value, so an incomplete schedule never silently prunes more.
+    with pytest.warns(UserWarning, match="run is dense"):
+        schedule = SparsitySchedule("s")
+    assert (schedule.first_times_fp, schedule.first_layers_fp, schedule.density) == (1.0, 0.0, 1.0)
+    assert (schedule.variant, schedule.routing_samples, schedule.sparse) == ("b3", 64, True)
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,8 @@
 
 import pytest
 
-from models.video_geometry import RESOLUTIONS, VideoGeometry, get_video_geometry
+from evalharness.resolutions import load_resolution, resolution_names
+from models.video_geometry import VideoGeometry
 
 
 @pytest.mark.parametrize(
@@ -15,7 +16,8 @@ from models.video_geometry import RESOLUTIONS, VideoGeometry, get_video_geometry
     ],
 )
 def test_presets_at_81_frames(name, latent_hw, per_frame, tokens):
-    g = get_video_geometry(name, frames=81)
+    g = load_resolution(name).video
+    assert g.frames == 81
     assert (g.latent_height, g.latent_width) == latent_hw
     assert g.latent_frames == 21
     assert g.tokens_per_frame == per_frame
@@ -66,6 +68,27 @@ def test_non_positive_sizes_rejected(bad):
 
 
 def test_unknown_resolution_lists_known():
-    with pytest.raises(ValueError, match="480p, 720p, 1080p, 1440p"):
-        get_video_geometry("4k")
-    assert set(RESOLUTIONS) == {"480p", "720p", "1080p", "1440p"}
+    with pytest.raises(ValueError, match="unknown resolution '4k'") as err:
+        load_resolution("4k")
+    for name in ("480p", "720p", "1080p", "1440p", "cpu"):
+        assert name in str(err.value)
+    assert set(resolution_names()) == {"480p", "720p", "1080p", "1440p", "cpu"}
+
+
+def test_preset_geometries_agree():
+    # The pixel config, the model's geometry and the kernels' token geometry describe one video.
+    for name in resolution_names():
+        preset = load_resolution(name)
+        assert preset.config.name == name
+        sizes = (preset.config.frames, preset.config.height, preset.config.width)
+        assert (preset.video.frames, preset.video.height, preset.video.width) == sizes
+        grid = (preset.tokens.frames, preset.tokens.height, preset.tokens.width)
+        assert grid == preset.video.token_grid
+        assert preset.tokens.tokens == preset.video.tokens
+
+
+def test_cpu_preset():
+    preset = load_resolution("cpu")
+    assert preset.video.token_grid == (9, 12, 20)
+    assert preset.tokens.tokens == 2_160
+    assert preset.config.default_steps == 10

@@ -76,7 +76,8 @@ def attention(
         v: [batch, tokens, heads, head_dim], same dtype.
         mask: None (dense), a mask from ``kernels.masks.band`` with ``tokens`` equal to the sequence
             length, or a prebuilt ``TilePlan`` (then ``variant`` must match it or be None and
-            ``block_sizes`` must be None or equal).
+            ``block_sizes`` must be None or equal; its tiles are not revalidated: whoever built
+            the plan validated them).
         variant: one of ``ALL_VARIANTS``; "b0" ignores the mask (dense).
         block_sizes: tiles for b0-b3; default ``default_block_sizes(tokens, backend)``.
         backend: "xla" or "pallas_tpu" (b0-b3 only).
@@ -114,6 +115,8 @@ def attention(
             )
         return jax.nn.dot_product_attention(q, k, v, implementation="xla")
     if plan is None:
+        # Whoever builds a plan validates its tiles; a prebuilt plan was validated by its builder
+        # (e.g. the attention policy, once per run), so it is not rechecked on every call.
         if block_sizes is None:
             block_sizes = default_block_sizes(n, backend)
         block_sizes.validate(n, backend)
@@ -123,8 +126,6 @@ def attention(
             variant,
             rounding_tolerance if variant == "b3" else 0.01,
         )
-    else:
-        plan.block_sizes.validate(n, backend)
     if backend == "pallas_tpu":
         return _pallas_backend().pallas_blocksparse_attention(
             q, k, v, plan, variant=plan.variant, interpret=interpret

@@ -12,7 +12,7 @@ output accumulator ``acc``, all float32). Full tiles take a mask-free path; mask
 the plan mask's ``allowed(q, k)`` on iota-computed token indices (for ``kernels.masks.band.BandMask``:
 ``|q - k| <= half_width or k < sink``, and ``k < tokens``) instead of loading a mask from memory.
 
-Variants follow the seed write-up and ``kernels.plans.tiles``: b0 dense (a plan listing every tile), b1
+Variants follow ``kernels.plans.tiles``: b0 dense (a plan listing every tile), b1
 masks every visited tile, b2 masks only boundary tiles, b3 runs a tile-rounded plan whose partial
 tiles only hold padding (so its predicate is ``k < tokens`` alone).
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -36,9 +35,10 @@ from jax.experimental.pallas import tpu as pltpu
 from kernels.executors.pallas_tpu_visits import (
     PARTIAL_PREDICATE,
     VARIANTS,
-    VisitSchedule,
-    build_visit_schedule,
+    VisitSlots,
+    build_visit_slots,
 )
+from kernels.masks.protocols import TilePlanLike
 
 # TPU vregs are 8 sublanes x 128 lanes; the running max and sum are kept lane-replicated
 # ([block_q, 128]) so their updates stay whole-vreg operations.
@@ -55,26 +55,6 @@ DEFAULT_BLOCK_KV_COMPUTE = 512
 
 _QK_DIMS = (((1,), (1,)), ((), ()))  # [q, d] x [k, d] -> [q, k]
 _PV_DIMS = (((1,), (0,)), ((), ()))  # [q, k] x [k, d] -> [q, d]
-
-
-class MaskLike(Protocol):
-    """A ``kernels.masks.band`` mask: ``allowed(q, k)`` on broadcastable int arrays, keys >= tokens out."""
-
-    tokens: int
-
-    def allowed(self, q: Any, k: Any) -> Any: ...
-
-
-class TilePlanLike(Protocol):
-    """What the kernel reads from a tile plan (``kernels.plans.tiles``)."""
-
-    full_kv: np.ndarray
-    full_count: np.ndarray
-    partial_kv: np.ndarray
-    partial_count: np.ndarray
-    mask: MaskLike
-    tokens: int
-    block_sizes: Any
 
 
 def _block_sizes(plan: TilePlanLike) -> tuple[int, int]:
@@ -343,7 +323,7 @@ def _build_forward(
     batch, tokens, heads, head_dim = shape
     block_q, block_kv = _block_sizes(plan)
     chunk = _resolve_block_kv_compute(block_kv, block_kv_compute)
-    schedule: VisitSchedule = build_visit_schedule(
+    visits: VisitSlots = build_visit_slots(
         plan.full_kv,
         plan.full_count,
         plan.partial_kv,
@@ -354,7 +334,7 @@ def _build_forward(
     )
     allowed = _partial_predicate(plan, variant, tokens)
 
-    slots = schedule.slots
+    slots = visits.slots
     precision = lax.Precision.HIGHEST if dtype == jnp.float32 else lax.Precision.DEFAULT
 
     def q_map(bh, i, j, visit_ref, count_ref):
@@ -377,7 +357,7 @@ def _build_forward(
     )
     grid_spec = pltpu.PrefetchScalarGridSpec(
         num_scalar_prefetch=2,
-        grid=(batch * heads, schedule.num_q_tiles, slots),
+        grid=(batch * heads, visits.num_q_tiles, slots),
         in_specs=[
             pl.BlockSpec((None, block_q, head_dim), q_map),
             pl.BlockSpec((None, block_kv, head_dim), kv_map),
@@ -390,8 +370,8 @@ def _build_forward(
             pltpu.VMEM((block_q, head_dim), jnp.float32),
         ],
     )
-    q_padded = schedule.num_q_tiles * block_q
-    kv_padded = schedule.num_kv_tiles * block_kv
+    q_padded = visits.num_q_tiles * block_q
+    kv_padded = visits.num_kv_tiles * block_kv
 
     def _forward(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
         # Scale q once here (fused with the layout change by XLA) rather than per visit in the kernel.
@@ -413,8 +393,8 @@ def _build_forward(
             interpret=interpret,
             name=f"blocksparse_attention_{variant}",
         )(
-            jnp.asarray(schedule.packed()),
-            jnp.asarray(schedule.count),
+            jnp.asarray(visits.packed()),
+            jnp.asarray(visits.count),
             qh,
             kh,
             vh,

@@ -1,4 +1,4 @@
-"""Host-side visit schedule for the Pallas TPU block-sparse kernel.
+"""Host-side visit slots for the Pallas TPU block-sparse kernel.
 
 A tile plan keeps full and partial key tiles in two lists per query tile. The kernel walks one flat
 list of visit slots instead, so each grid step reads its key tile index and its "masked" flag from
@@ -22,7 +22,7 @@ PARTIAL_PREDICATE: dict[str, str] = {"b0": "padding", "b1": "mask", "b2": "mask"
 
 
 @dataclasses.dataclass(frozen=True)
-class VisitSchedule:
+class VisitSlots:
     """Flat per-query-tile visit lists, ready for scalar prefetch.
 
     Attributes:
@@ -83,7 +83,7 @@ def _checked_lists(kv: np.ndarray, count: np.ndarray, name: str, num_q_tiles: in
     return count.astype(np.int64)
 
 
-def build_visit_schedule(
+def build_visit_slots(
     full_kv: np.ndarray,
     full_count: np.ndarray,
     partial_kv: np.ndarray,
@@ -92,7 +92,7 @@ def build_visit_schedule(
     variant: str,
     tokens: int,
     block_kv: int,
-) -> VisitSchedule:
+) -> VisitSlots:
     """Merges a plan's full and partial lists into one visit list per query tile.
 
     Visits within a query tile are sorted by key tile index (one pass over K/V in memory order).
@@ -109,7 +109,7 @@ def build_visit_schedule(
         block_kv: key tile size.
 
     Returns:
-        The merged ``VisitSchedule``.
+        The merged ``VisitSlots``.
 
     Raises:
         ValueError: on an unknown variant, inconsistent list shapes or counts, negative tile
@@ -161,7 +161,7 @@ def build_visit_schedule(
             masked[i, :n] = flag
             kv_index[i, n:] = index[-1]
             masked[i, n:] = flag[-1]
-    return VisitSchedule(
+    return VisitSlots(
         kv_index=kv_index.reshape(-1),
         masked=masked.reshape(-1),
         count=np.array([row.size for row in rows_index], np.int32),

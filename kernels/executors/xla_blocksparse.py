@@ -7,7 +7,7 @@ at once was measured to be much slower.
 
 Query tiles visit different numbers of tiles, and a scan runs as long as its longest list. Padded
 steps cost a full tile product, so query tiles are grouped by visit count (a small dynamic
-programme over the sorted counts, ``schedule``) and each group runs its own scans. Within a group
+programme over the sorted counts, ``visit_groups``) and each group runs its own scans. Within a group
 the full tiles run first in a mask-free scan, then the partial tiles in a masked scan that continues
 from the same running max / sum / accumulator, which is exactly how their softmax statistics combine.
 """
@@ -44,8 +44,8 @@ class VisitGroup:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class Schedule:
-    """The groups of one plan and what padding they cost.
+class VisitGroups:
+    """The visit groups of one plan and what padding they cost.
 
     Attributes:
         groups: the visit groups.
@@ -98,7 +98,7 @@ def _trim(kv: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray | N
 
 
 @functools.lru_cache(maxsize=128)
-def schedule(plan: TilePlan, max_groups: int = 8) -> Schedule:
+def visit_groups(plan: TilePlan, max_groups: int = 8) -> VisitGroups:
     """Groups the plan's query tiles so little scan work is padding.
 
     Args:
@@ -106,7 +106,7 @@ def schedule(plan: TilePlan, max_groups: int = 8) -> Schedule:
         max_groups: upper bound on groups (scans per variant path).
 
     Returns:
-        The Schedule (cached per plan).
+        The VisitGroups (cached per plan).
     """
     fc, pc = plan.full_count.astype(np.int64), plan.partial_count.astype(np.int64)
     order = np.lexsort((pc, fc + pc))
@@ -122,7 +122,7 @@ def schedule(plan: TilePlan, max_groups: int = 8) -> Schedule:
     restore = np.empty_like(order)
     restore[order] = np.arange(order.size)
     visits = int(fc.sum() + pc.sum())
-    return Schedule(
+    return VisitGroups(
         groups=tuple(groups),
         restore=restore.astype(np.int32),
         executed_visits=executed,
@@ -182,8 +182,8 @@ def _scan_tiles(state, q_tiles, k_tiles, v_tiles, kv, valid, masked_by, q_index)
     return state
 
 
-@functools.partial(jax.jit, static_argnames=("plan", "sched"))
-def _blocksparse(q, k, v, *, plan: TilePlan, sched: Schedule):
+@functools.partial(jax.jit, static_argnames=("plan", "visits"))
+def _blocksparse(q, k, v, *, plan: TilePlan, visits: VisitGroups):
     b, n, h, d = q.shape
     bq, bkv = plan.block_sizes.block_q, plan.block_sizes.block_kv
     nq, nkv = plan.num_q_tiles, plan.num_kv_tiles
@@ -194,7 +194,7 @@ def _blocksparse(q, k, v, *, plan: TilePlan, sched: Schedule):
     kt = jnp.pad(kt, ((0, 0), (0, 0), (0, nkv * bkv - n), (0, 0))).reshape(b, h, nkv, bkv, d)
     vt = jnp.pad(vt, ((0, 0), (0, 0), (0, nkv * bkv - n), (0, 0))).reshape(b, h, nkv, bkv, d)
     outs = []
-    for group in sched.groups:
+    for group in visits.groups:
         g = group.q_tiles.size
         q_group = jnp.take(qt, jnp.asarray(group.q_tiles), axis=2)
         state = (
@@ -219,7 +219,7 @@ def _blocksparse(q, k, v, *, plan: TilePlan, sched: Schedule):
         _, total, acc = state
         outs.append(acc / jnp.where(total == 0, 1.0, total)[..., None])
     out = jnp.concatenate(outs, axis=2) if len(outs) > 1 else outs[0]
-    out = jnp.take(out, jnp.asarray(sched.restore), axis=2).reshape(b, h, nq * bq, d)[:, :, :n]
+    out = jnp.take(out, jnp.asarray(visits.restore), axis=2).reshape(b, h, nq * bq, d)[:, :, :n]
     return jnp.transpose(out, (0, 2, 1, 3)).astype(q.dtype)
 
 
@@ -235,9 +235,9 @@ def blocksparse_attention(
         k: [batch, tokens, heads, head_dim].
         v: [batch, tokens, heads, head_dim].
         plan: the tile plan for this sequence.
-        max_groups: bound on query-tile groups (see ``schedule``).
+        max_groups: bound on query-tile groups (see ``visit_groups``).
 
     Returns:
         [batch, tokens, heads, head_dim] in q's dtype: softmax(q k^T / sqrt(d), masked) v.
     """
-    return _blocksparse(q, k, v, plan=plan, sched=schedule(plan, max_groups))
+    return _blocksparse(q, k, v, plan=plan, visits=visit_groups(plan, max_groups))

@@ -3,7 +3,8 @@
 Every mask here is a frozen, hashable description with a vectorised predicate ``allowed(q, k)``
 written with plain operators, so the same code runs on NumPy arrays (host-side tile classification,
 dense oracle masks) and on jnp arrays inside a kernel (intra-tile masking from iota indices). Keys at
-or beyond ``tokens`` are sequence padding and never allowed.
+or beyond ``tokens`` are sequence padding and never allowed. Each implements the ``Mask`` protocol
+(``kernels.masks.protocols``), counting its own kept pairs per tile with ``tile_counts``.
 
 Both SVG head types use one mask, ``BandMask``: |q - k| <= w, or k in the sink (frame 0's S tokens).
 A spatial head applies it in frame-major order, a temporal head in the temporal layout of
@@ -21,6 +22,8 @@ import numpy as np
 
 from kernels.masks.geometry import TokenGeometry
 from kernels.masks.layouts import temporal_position
+from kernels.masks.protocols import BlockSizesLike
+from kernels.masks.tile_grid import band_tile_counts, tile_areas
 
 
 def _check_int(owner: str, name: str, value, low: int, high: int | None = None) -> None:
@@ -99,6 +102,10 @@ class BandMask:
         idx = np.arange(self.tokens)
         return self.allowed(idx[:, None], idx[None, :])
 
+    def tile_counts(self, block_sizes: BlockSizesLike) -> np.ndarray:
+        """int64 [nq, nkv]: kept real pairs per tile (exact, O(N) memory)."""
+        return band_tile_counts(self, block_sizes)
+
 
 @dataclasses.dataclass(frozen=True)
 class StridedTemporalMask:
@@ -152,6 +159,10 @@ class StridedTemporalMask:
         idx = np.arange(self.tokens)
         return self.allowed(idx[:, None], idx[None, :])
 
+    def tile_counts(self, block_sizes: BlockSizesLike) -> np.ndarray:
+        """int64 [nq, nkv]: kept real pairs per tile, the band counted along ``coordinates``."""
+        return band_tile_counts(self, block_sizes)
+
 
 @dataclasses.dataclass(frozen=True)
 class PaddingMask:
@@ -183,6 +194,10 @@ class PaddingMask:
     def dense(self) -> np.ndarray:
         """bool [N, N] of ones (small N only)."""
         return np.ones((self.tokens, self.tokens), dtype=bool)
+
+    def tile_counts(self, block_sizes: BlockSizesLike) -> np.ndarray:
+        """int64 [nq, nkv]: every real pair of each tile."""
+        return tile_areas(self.tokens, block_sizes)
 
 
 @functools.lru_cache(maxsize=256)

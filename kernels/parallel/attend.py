@@ -30,6 +30,7 @@ same executor per head, so outputs agree to float rounding.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -46,7 +47,7 @@ from kernels.parallel.exchange import (
 )
 from kernels.parallel.mesh import SEQ_AXIS
 from kernels.parallel.routing import route_rows_sharded
-from kernels.policy.attention_policy import AttendFn, AttentionPolicy
+from kernels.policy.attention_policy import AttentionPolicy
 from kernels.policy.routing import Routing, routing_key, sample_rows
 
 PLACEMENTS = ("head_local", "before_exchange")
@@ -67,7 +68,7 @@ class SequenceParallelAttend:
 
     def __init__(
         self,
-        inner: AttendFn,
+        inner: Callable[..., jax.Array],
         mesh: Mesh,
         *,
         placement: str = "head_local",
@@ -313,29 +314,8 @@ class SequenceParallelAttend:
         return self.sparse_attention(q, k, v, routing.temporal)
 
 
-def make_sequence_parallel_attend(
-    inner: AttendFn,
-    mesh: Mesh,
-    *,
-    placement: str = "head_local",
-    policy: AttentionPolicy | None = None,
-) -> SequenceParallelAttend:
-    """Sequence-parallel ``attend`` (see ``SequenceParallelAttend``).
-
-    Args:
-        inner: dense head-local attention, or an ``AttentionPolicy``.
-        mesh: mesh with axis ``"seq"``.
-        placement: "head_local" (permute after the exchange) or "before_exchange".
-        policy: schedule and routing (default: ``inner`` when it is a policy, else all dense).
-
-    Returns:
-        ``attend(q, k, v, *, step, layer)`` with a ``shard_tokens`` hook for the transformer.
-    """
-    return SequenceParallelAttend(inner, mesh, placement=placement, policy=policy)
-
-
 def parallelize(
-    attend: AttendFn | None,
+    attend: Callable[..., jax.Array] | None,
     mesh: Mesh,
     *,
     placement: str = "head_local",

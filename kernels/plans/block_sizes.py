@@ -9,6 +9,22 @@ import dataclasses
 BACKEND_MULTIPLE: dict[str, int] = {"xla": 8, "pallas_tpu": 128}
 
 
+def plan_backend(backend: str) -> str:
+    """The backend whose tile granularity plans the tiles of a run on ``backend``.
+
+    The reference backend computes the same logical mask densely; its tiles only shape the mask
+    (B3 rounding), so they follow the XLA granularity. Other backends plan their own tiles.
+
+    Args:
+        backend: a run's attention backend ("xla", "pallas_tpu" or "reference").
+
+    Returns:
+        A key of ``BACKEND_MULTIPLE`` for the known backends; anything else unchanged (so
+        ``BlockSizes.validate`` names it in its error).
+    """
+    return "xla" if backend == "reference" else backend
+
+
 @dataclasses.dataclass(frozen=True)
 class BlockSizes:
     """Query and key/value tile sizes.

@@ -17,8 +17,9 @@ import functools
 
 import numpy as np
 
+from kernels.masks.protocols import BlockSizesLike, Mask
+from kernels.masks.tile_grid import tile_areas
 from kernels.plans.block_sizes import BlockSizes
-from kernels.plans.tiles import tile_areas, tile_counts
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -50,7 +51,7 @@ class TileMask:
         ki = (k // self.block_sizes.block_kv).clip(0, nkv - 1)
         return table[qi, ki] & (k < self.tokens)
 
-    def tile_counts(self, block_sizes: BlockSizes) -> np.ndarray:
+    def tile_counts(self, block_sizes: BlockSizesLike) -> np.ndarray:
         """Kept real pairs per tile (only for the block sizes the mask is aligned to)."""
         if block_sizes != self.block_sizes:
             raise ValueError(
@@ -75,11 +76,11 @@ class TileMask:
 
 
 @functools.lru_cache(maxsize=64)
-def round_to_tiles(mask, block_sizes: BlockSizes, tolerance: float | None = 0.01) -> TileMask:
+def round_to_tiles(mask: Mask, block_sizes: BlockSizes, tolerance: float | None = 0.01) -> TileMask:
     """Rounds ``mask`` to whole tiles keeping about the same number of pairs.
 
     Args:
-        mask: a band mask from ``kernels.masks.band`` (anything ``kernels.plans.tiles.tile_counts`` accepts).
+        mask: the exact mask (any ``kernels.masks.Mask``, typically a band).
         block_sizes: tiles to align to.
         tolerance: maximum relative difference between rounded and exact kept-pair counts; None
             accepts whatever the tiles allow (small sequences with big tiles cannot always meet 1%).
@@ -87,7 +88,7 @@ def round_to_tiles(mask, block_sizes: BlockSizes, tolerance: float | None = 0.01
     Returns:
         The TileMask; its ``density`` is the rounded density, ``target_density`` the exact one.
     """
-    counts = tile_counts(mask, block_sizes)
+    counts = mask.tile_counts(block_sizes)
     areas = tile_areas(mask.tokens, block_sizes)
     target = int(counts.sum())
     full = counts == areas

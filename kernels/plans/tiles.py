@@ -3,8 +3,10 @@
 A tile is one (query tile, key/value tile) pair of BQ x BKV token pairs. It is *empty* when the mask
 keeps none of its pairs (skipped), *full* when it keeps all of them and holds no padding (computed
 without a mask), and *partial* otherwise (computed with the mask predicate). Tiles that touch the
-padding at the end of the query or key axis are partial whenever visited, as the issue's contract
-says; padded keys must get exactly zero weight and padded query rows are discarded.
+padding at the end of the query or key axis are partial whenever visited, because padded keys must
+get exactly zero weight and only the masked path drops them (padded query rows are discarded). Each
+mask counts its kept pairs per tile itself (``Mask.tile_counts``); the tile-grid arithmetic lives in
+``kernels.masks.tile_grid``.
 
 Variants (what a plan asks the executor to do):
 - "b0": dense; every tile visited; only padding tiles masked (``PaddingMask``).
@@ -21,74 +23,12 @@ import functools
 import numpy as np
 
 from kernels.masks.band import PaddingMask
+from kernels.masks.protocols import Mask
+from kernels.masks.tile_grid import padding_tiles, tile_areas
 from kernels.plans.block_sizes import BlockSizes
+from kernels.plans.rounding import round_to_tiles
 
 VARIANTS = ("b0", "b1", "b2", "b3")
-
-
-def tile_grid(tokens: int, block_sizes: BlockSizes) -> tuple[int, int]:
-    """(num_q_tiles, num_kv_tiles) covering ``tokens`` with padding at the end."""
-    return -(-tokens // block_sizes.block_q), -(-tokens // block_sizes.block_kv)
-
-
-def tile_areas(tokens: int, block_sizes: BlockSizes) -> np.ndarray:
-    """int64 [nq, nkv]: real (unpadded) token pairs in each tile."""
-    nq, nkv = tile_grid(tokens, block_sizes)
-    bq, bkv = block_sizes.block_q, block_sizes.block_kv
-    rows = np.minimum(tokens, (np.arange(nq) + 1) * bq) - np.arange(nq) * bq
-    cols = np.minimum(tokens, (np.arange(nkv) + 1) * bkv) - np.arange(nkv) * bkv
-    return rows[:, None].astype(np.int64) * cols[None, :]
-
-
-def padding_tiles(tokens: int, block_sizes: BlockSizes) -> np.ndarray:
-    """bool [nq, nkv]: tiles reaching past the sequence end on either axis."""
-    nq, nkv = tile_grid(tokens, block_sizes)
-    q_pad = (np.arange(nq) + 1) * block_sizes.block_q > tokens
-    k_pad = (np.arange(nkv) + 1) * block_sizes.block_kv > tokens
-    return q_pad[:, None] | k_pad[None, :]
-
-
-def _band_tile_counts(mask, block_sizes: BlockSizes) -> np.ndarray:
-    """Counts for band-plus-sink masks measured along ``mask.coordinates`` (exact, O(N) memory).
-
-    For each key tile, sorting its keys' coordinates turns "keys within w of this query" into two
-    binary searches per query; the sink keys (whose coordinates equal their index) are counted the
-    same way to remove the band/sink overlap.
-    """
-    n, w = mask.tokens, mask.half_width
-    bq, bkv = block_sizes.block_q, block_sizes.block_kv
-    nq, nkv = tile_grid(n, block_sizes)
-    q_coord = np.asarray(mask.coordinates(np.arange(n, dtype=np.int64)))
-    low, high = q_coord - w, q_coord + w
-    counts = np.zeros((nq, nkv), dtype=np.int64)
-    starts = np.arange(nq) * bq
-    for j in range(nkv):
-        keys = np.arange(j * bkv, min((j + 1) * bkv, n), dtype=np.int64)
-        coord = np.sort(np.asarray(mask.coordinates(keys)))
-        band = np.searchsorted(coord, high, "right") - np.searchsorted(coord, low, "left")
-        sink = np.sort(np.asarray(mask.coordinates(keys[keys < mask.sink])))
-        overlap = np.searchsorted(sink, high, "right") - np.searchsorted(sink, low, "left")
-        counts[:, j] = np.add.reduceat(band + sink.size - overlap, starts)
-    return counts
-
-
-def tile_counts(mask, block_sizes: BlockSizes) -> np.ndarray:
-    """Allowed real (q, k) pairs per tile.
-
-    Args:
-        mask: a mask from ``kernels.masks.band`` or ``kernels.plans.rounding.TileMask``.
-        block_sizes: tile sizes.
-
-    Returns:
-        int64 [nq, nkv].
-    """
-    if isinstance(mask, PaddingMask):
-        return tile_areas(mask.tokens, block_sizes)
-    if hasattr(mask, "tile_counts"):
-        return mask.tile_counts(block_sizes)
-    if hasattr(mask, "half_width") and hasattr(mask, "coordinates"):
-        return _band_tile_counts(mask, block_sizes)
-    raise ValueError(f"cannot classify tiles of {type(mask).__name__}; expected a kernels mask")
 
 
 def _visit_lists(selected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -139,8 +79,8 @@ class TilePlan:
     full_count: np.ndarray
     partial_kv: np.ndarray
     partial_count: np.ndarray
-    mask: object
-    logical_mask: object
+    mask: Mask
+    logical_mask: Mask
     tokens: int
     block_sizes: BlockSizes
     variant: str
@@ -179,7 +119,7 @@ class TilePlan:
 
 @functools.lru_cache(maxsize=128)
 def build_plan(
-    mask, block_sizes: BlockSizes, variant: str, rounding_tolerance: float | None = 0.01
+    mask: Mask, block_sizes: BlockSizes, variant: str, rounding_tolerance: float | None = 0.01
 ) -> TilePlan:
     """Classifies tiles and builds the visit lists for ``variant``.
 
@@ -194,10 +134,10 @@ def build_plan(
     Returns:
         The TilePlan (cached: equal arguments return the same object).
     """
-    from kernels.plans.rounding import round_to_tiles  # rounding builds on tile_counts above
-
     if variant not in VARIANTS:
         raise ValueError(f"variant={variant!r}; use one of {VARIANTS}")
+    if variant != "b0" and not isinstance(mask, Mask):  # b0 reads only mask.tokens
+        raise ValueError(f"cannot classify tiles of {type(mask).__name__}; expected a kernels mask")
     n = mask.tokens
     areas = tile_areas(n, block_sizes)
     padding = padding_tiles(n, block_sizes)
@@ -215,7 +155,7 @@ def build_plan(
         partial = visited & padding
     else:
         logical = mask
-        counts = tile_counts(mask, block_sizes)
+        counts = mask.tile_counts(block_sizes)
         visited = counts > 0
         partial = visited if variant == "b1" else visited & ((counts < areas) | padding)
     full = visited & ~partial

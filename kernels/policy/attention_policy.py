@@ -27,14 +27,14 @@ from kernels.executors.dispatch import attention
 from kernels.masks.band import band_for_density
 from kernels.masks.geometry import TokenGeometry
 from kernels.masks.layouts import inverse_temporal_permutation, temporal_permutation
-from kernels.plans.block_sizes import BlockSizes, default_block_sizes
+from kernels.plans.block_sizes import BlockSizes, default_block_sizes, plan_backend
 from kernels.plans.tiles import TilePlan, build_plan
 from kernels.policy.routing import ROUTING_MODES, route_heads, routing_key
 from kernels.policy.routing_stats import RoutingRecorder, RoutingStats
 from kernels.policy.schedule import SparsitySchedule
 
-AttendFn = Callable[..., jax.Array]
-
+# ``attend`` functions below are typed as plain callables: their contract is the model's ``AttendFn``
+# protocol (``attend(q, k, v, *, step, layer) -> out``), and kernels do not import the model.
 POLICY_BACKENDS = ("xla", "pallas_tpu", "reference")
 DENSE_EXECUTORS = ("b0", "dot_product_attention", "reference")
 
@@ -44,19 +44,13 @@ def _check_backend(backend: str) -> None:
         raise ValueError(f"backend={backend!r}; use one of {POLICY_BACKENDS}")
 
 
-def _plan_backend(backend: str) -> str:
-    # The reference backend computes the same logical mask densely; its tiles only shape the mask
-    # (B3 rounding), so they follow the XLA granularity.
-    return "xla" if backend == "reference" else backend
-
-
 def make_dense_attend(
     executor: str = "b0",
     *,
     backend: str = "xla",
     block_sizes: BlockSizes | None = None,
     interpret: bool = False,
-) -> AttendFn:
+) -> Callable[..., jax.Array]:
     """A dense ``attend`` function from the kernels executors.
 
     Args:
@@ -136,7 +130,7 @@ class AttentionPolicy:
         num_layers: int,
         backend: str = "xla",
         block_sizes: BlockSizes | None = None,
-        dense_attend: AttendFn | None = None,
+        dense_attend: Callable[..., jax.Array] | None = None,
         routing_mode: str = "sampled",
         seed: int = 0,
         record_stats: bool = False,
@@ -179,9 +173,11 @@ class AttentionPolicy:
         self.routing_mode = routing_mode
         self.seed = seed
         self.interpret = interpret
+        # The policy builds the run's plans, so it validates their tiles, once per run; the
+        # executors do not recheck a prebuilt plan on every call.
         if block_sizes is None:
-            block_sizes = default_block_sizes(geometry.tokens, _plan_backend(backend))
-        block_sizes.validate(geometry.tokens, _plan_backend(backend))
+            block_sizes = default_block_sizes(geometry.tokens, plan_backend(backend))
+        block_sizes.validate(geometry.tokens, plan_backend(backend))
         self.block_sizes = block_sizes
         self.dense_attend = dense_attend or make_dense_attend(
             "b0", backend=backend, block_sizes=block_sizes, interpret=interpret
@@ -325,20 +321,3 @@ class AttentionPolicy:
             backend=self.backend,
             interpret=self.interpret,
         )
-
-
-def make_policy(
-    schedule: SparsitySchedule,
-    geometry: TokenGeometry,
-    *,
-    num_steps: int,
-    num_layers: int,
-    **options,
-) -> AttentionPolicy:
-    """Builds an ``AttentionPolicy`` (see its constructor for ``options``).
-
-    Warns (does not fail) when a sparse schedule never runs sparse at this run length.
-    """
-    return AttentionPolicy(
-        schedule, geometry, num_steps=num_steps, num_layers=num_layers, **options
-    )

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from pathlib import Path
 
 import jax
 import numpy as np
@@ -134,46 +133,3 @@ class RoutingRecorder:
             return RoutingStats(
                 self._temporal.copy(), self._spatial_error.copy(), self._temporal_error.copy()
             )
-
-
-def plot_temporal_fraction(stats: RoutingStats, path: str | Path, *, title: str = "") -> Path:
-    """Writes the step x layer heat map of the temporal fraction as a PNG.
-
-    Dense cells are drawn grey; the colour scale is fixed to [0, 1] so maps compare across runs.
-
-    Args:
-        stats: recorded routing statistics.
-        path: output file (parent folders are created).
-        title: optional figure title.
-
-    Returns:
-        The written path.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display on the machines this runs on
-    import matplotlib.pyplot as plt
-
-    fraction = stats.temporal_fraction()  # [steps, layers]
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    steps, layers = fraction.shape
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.25 * layers + 2.0), max(3.0, 0.2 * steps + 1.5)))
-    cmap = plt.get_cmap("viridis").with_extremes(bad="lightgrey")
-    image = ax.imshow(
-        np.ma.masked_invalid(fraction),
-        cmap=cmap,
-        vmin=0.0,
-        vmax=1.0,
-        aspect="auto",
-        origin="upper",
-        interpolation="nearest",
-    )
-    ax.set_xlabel("layer")
-    ax.set_ylabel("denoising step")
-    ax.set_title(title or "fraction of heads routed temporal (grey: dense)")
-    fig.colorbar(image, ax=ax, label="temporal fraction")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path

@@ -5,13 +5,14 @@ A schedule keeps attention dense for the first ``floor(first_times_fp * steps)``
 ``floor(first_layers_fp * layers)`` transformer blocks; everywhere else each head attends through a
 band-plus-sink mask keeping ``density`` of the query-key pairs, executed by ``variant``.
 
-The schedule values themselves live in ``conf/schedule/*.yaml`` (the lead's files); this module only
-validates and interprets them.
+``SparsitySchedule`` is also the schema of the harness's ``conf/schedule/*.yaml`` files (the
+harness registers it as a structured config), so its fields and defaults are documented once, here.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 import warnings
 from collections.abc import Mapping
@@ -21,8 +22,20 @@ from kernels.masks.band import band_for_density
 from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes
 
-# Variants that execute a sparse mask (b0 is the dense tiled loop, not a sparsity variant).
-SPARSE_VARIANTS = ("b1", "b2", "b3")
+
+class SparseVariant(enum.StrEnum):
+    """Executor variant of the sparse masks (b0, the dense tiled loop, is not one of them).
+
+    Members are the strings the executors take (``SparseVariant.b3 == "b3"``); their names equal
+    their values so a config file or command line can name them.
+    """
+
+    b1 = "b1"
+    b2 = "b2"
+    b3 = "b3"
+
+
+SPARSE_VARIANTS = tuple(v.value for v in SparseVariant)
 
 # floor(0.29 * 100) would be 28 in binary floating point; a tolerance far below one step/layer keeps
 # the documented floor(fraction * count) exact for fractions written with a few decimals.
@@ -48,16 +61,17 @@ class SparsitySchedule:
         first_times_fp: dense while ``step < floor(first_times_fp * steps)``; in [0, 1].
         first_layers_fp: dense while ``layer < floor(first_layers_fp * layers)``; in [0, 1].
         density: kept fraction of query-key pairs of the sparse masks (sink counted); in (0, 1].
-        variant: sparse executor variant, one of ``SPARSE_VARIANTS`` (tile-aligned b3 by default).
+        variant: sparse executor variant (tile-aligned b3 by default); a plain string such as
+            ``"b2"`` is accepted and stored as its ``SparseVariant``.
         routing_samples: query rows sampled per (step, layer) to route heads; >= 1.
         sparse: False for the dense control (every step and layer dense, the others ignored).
     """
 
     name: str
-    first_times_fp: float
-    first_layers_fp: float
-    density: float
-    variant: str = "b3"
+    first_times_fp: float = 1.0
+    first_layers_fp: float = 0.0
+    density: float = 1.0
+    variant: SparseVariant = SparseVariant.b3
     routing_samples: int = 64
     sparse: bool = True
 
@@ -80,6 +94,7 @@ class SparsitySchedule:
             )
         if self.variant not in SPARSE_VARIANTS:
             raise ValueError(f"variant={self.variant!r}: use one of {SPARSE_VARIANTS}")
+        object.__setattr__(self, "variant", SparseVariant(self.variant))
         _check_count("routing_samples", self.routing_samples)
         if self.sparse and (self.first_times_fp >= 1.0 or self.first_layers_fp >= 1.0):
             field = "first_times_fp" if self.first_times_fp >= 1.0 else "first_layers_fp"
@@ -94,8 +109,10 @@ class SparsitySchedule:
     def from_mapping(cls, values: Mapping[str, Any] | Any) -> SparsitySchedule:
         """Builds a schedule from a mapping or an object with the same attributes.
 
-        Accepts the harness's ``ScheduleConfig`` (or the plain dict of a ``conf/schedule`` file);
-        keys other than the dataclass fields (e.g. Hydra's ``defaults``) are ignored.
+        Reads the plain dict of a ``conf/schedule`` file without Hydra; keys other than the
+        dataclass fields (e.g. Hydra's ``defaults``) are ignored. Unlike the structured config,
+        it requires the four knobs below: a schedule file states them rather than relying on
+        defaults.
 
         Args:
             values: mapping or attribute object with at least ``name``, ``first_times_fp``,

@@ -1,4 +1,4 @@
-"""``python -m kernels.bench.placement``: where temporal heads are permuted under sequence parallelism.
+"""``python -m evalharness.bench.placement``: where temporal heads are permuted under sequence parallelism.
 
 Times one sparse self-attention call (routing + permutation + head exchange + B3 kernel + exchange
 back) on P devices for both placements, "head_local" (permute after the all-to-all, a local gather)
@@ -14,7 +14,7 @@ before JAX starts), so the "exchange" is a memory copy: the timings rank the pla
 they add, not by interconnect speed, which the byte counts cover.
 
 Usage:
-    python -m kernels.bench.placement [--devices 8] [--frames 21 --height 8 --width 16]
+    python -m evalharness.bench.placement [--devices 8] [--frames 21 --height 8 --width 16]
         [--heads 8 --head-dim 64] [--density 0.3887] [--runs 5] [--json]
 """
 
@@ -40,9 +40,11 @@ import json  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from kernels.bench.machine import machine_info  # noqa: E402
-from kernels.bench.report import markdown_table  # noqa: E402
-from kernels.bench.timing import time_call  # noqa: E402
+from evalharness.bench.machine import machine_info  # noqa: E402
+from evalharness.bench.report import PLACEMENT_COLUMNS  # noqa: E402
+from evalharness.bench.timing import time_call  # noqa: E402
+from evalharness.formatting import markdown_table  # noqa: E402
+from evalharness.resolutions import load_resolution  # noqa: E402
 from kernels.masks.geometry import TokenGeometry  # noqa: E402
 from kernels.parallel.attend import PLACEMENTS, SequenceParallelAttend  # noqa: E402
 from kernels.parallel.exchange import exchange_bytes  # noqa: E402
@@ -52,11 +54,19 @@ from kernels.policy.attention_policy import AttentionPolicy  # noqa: E402
 from kernels.policy.schedule import SparsitySchedule  # noqa: E402
 
 # Wan 2.1 14B at 720p, guided batch of 2 in bfloat16: the shape the byte counts are scaled to.
-FULL_720P = {"batch": 2, "tokens": 21 * 45 * 80, "heads": 40, "head_dim": 128, "itemsize": 2}
+FULL_720P = {
+    "batch": 2,
+    "tokens": load_resolution("720p").tokens.tokens,
+    "heads": 40,
+    "head_dim": 128,
+    "itemsize": 2,
+}
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m kernels.bench.placement", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m evalharness.bench.placement", description=__doc__
+    )
     parser.add_argument("--devices", type=int, default=8)
     parser.add_argument("--frames", type=int, default=21)
     parser.add_argument("--height", type=int, default=8)
@@ -71,63 +81,73 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run(args: argparse.Namespace) -> dict:
-    """Times both placements (and the single-device policy) and computes their traffic.
-
-    Returns:
-        {"machine", "config", "rows": [one dict per variant]}.
-    """
+def _policy(args: argparse.Namespace) -> AttentionPolicy:
+    """Every step and layer sparse: each timed call routes, permutes, exchanges and runs B3."""
     geometry = TokenGeometry(args.frames, args.height, args.width)
-    # Every step and layer sparse: each timed call routes, permutes, exchanges and runs B3.
     schedule = SparsitySchedule("placement", 0.0, 0.0, args.density, variant="b3")
-    policy = AttentionPolicy(
+    return AttentionPolicy(
         schedule,
         geometry,
         num_steps=1,
         num_layers=1,
         block_sizes=BlockSizes(args.block, args.block),
     )
-    shape = (args.batch, geometry.tokens, args.heads, args.head_dim)
+
+
+def _traffic(args: argparse.Namespace, policy: AttentionPolicy, placement: str) -> dict:
+    """Bytes sent per call at the benchmarked shape (float32) and at 720p 14B."""
+    samples = policy.schedule.routing_samples
+    sent = exchange_bytes(
+        args.batch,
+        policy.geometry.tokens,
+        args.heads,
+        args.head_dim,
+        4,
+        args.devices,
+        placement,
+        samples,
+    )
+    full = exchange_bytes(**FULL_720P, devices=args.devices, placement=placement, samples=samples)
+    return {
+        "sent_mb": sent["total"] / 1e6,
+        "gather_mb": sent["all_gather"] / 1e6,
+        "full_720p_gb": full["total"] / 1e9,
+    }
+
+
+def _rows(args: argparse.Namespace, policy: AttentionPolicy) -> list[dict]:
+    """Timings of the single-device policy and of each placement on ``args.devices`` devices."""
+    shape = (args.batch, policy.geometry.tokens, args.heads, args.head_dim)
     keys = jax.random.split(jax.random.key(0), 3)
     q, k, v = (jax.random.normal(key, shape, jnp.float32) for key in keys)
     step = jnp.int32(0)
-
-    rows = []
     single = jax.jit(lambda q, k, v: policy(q, k, v, step=step, layer=0))
-    rows.append(
-        {"variant": "1 device (no exchange)", **time_call(lambda: single(q, k, v), args.runs)}
-    )
+    rows = [{"variant": "1 device (no exchange)", **time_call(lambda: single(q, k, v), args.runs)}]
     mesh = make_mesh(args.devices)
     for placement in PLACEMENTS:
         attend = SequenceParallelAttend(policy, mesh, placement=placement)
         fn = jax.jit(lambda q, k, v, attend=attend: attend(q, k, v, step=step, layer=0))
         sharded = [attend.shard_tokens(x) for x in (q, k, v)]
         timing = time_call(lambda fn=fn, xs=sharded: fn(*xs), args.runs)
-        sent = exchange_bytes(
-            args.batch,
-            geometry.tokens,
-            args.heads,
-            args.head_dim,
-            4,
-            args.devices,
-            placement,
-            schedule.routing_samples,
-        )
-        full = exchange_bytes(
-            **FULL_720P,
-            devices=args.devices,
-            placement=placement,
-            samples=schedule.routing_samples,
-        )
         rows.append(
             {
                 "variant": f"{args.devices} devices, {placement}",
                 **timing,
-                "sent_mb": sent["total"] / 1e6,
-                "gather_mb": sent["all_gather"] / 1e6,
-                "full_720p_gb": full["total"] / 1e9,
+                **_traffic(args, policy, placement),
             }
         )
+    return rows
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Times both placements (and the single-device policy) and computes their traffic.
+
+    Returns:
+        {"machine", "config", "rows": [one dict per variant]}.
+    """
+    policy = _policy(args)
+    rows = _rows(args, policy)
+    geometry = policy.geometry
     return {
         "machine": machine_info(),
         "config": {
@@ -151,16 +171,6 @@ def run(args: argparse.Namespace) -> dict:
 def format_table(result: dict) -> str:
     """Markdown: the side-by-side table plus the configuration and machine."""
     cfg, machine = result["config"], result["machine"]
-    columns = [
-        ("variant", "variant", 1),
-        ("median_ms", "median ms", 1),
-        ("min_ms", "min", 1),
-        ("max_ms", "max", 1),
-        ("cpu_median_ms", "CPU ms", 1),
-        ("sent_mb", "sent MB (computed)", 1),
-        ("gather_mb", "of which all-gather MB", 1),
-        ("full_720p_gb", "sent GB at 720p 14B", 1),
-    ]
     full = cfg["full_720p"]
     return "\n".join(
         [
@@ -169,7 +179,7 @@ def format_table(result: dict) -> str:
             f"{cfg['heads']} heads x {cfg['head_dim']}, {cfg['dtype']}, density "
             f"{cfg['density']:.4f}, tiles {cfg['block']}; median of {cfg['runs']} warm runs.",
             "",
-            markdown_table(result["rows"], columns),
+            markdown_table(result["rows"], PLACEMENT_COLUMNS),
             "",
             f"Bytes are all devices together for one call; '720p 14B' is batch {full['batch']}, "
             f"{full['tokens']:,} tokens, {full['heads']} heads x {full['head_dim']}, bfloat16.",

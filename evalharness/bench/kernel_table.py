@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import jax
 
-from kernels.bench.inputs import random_qkv
-from kernels.bench.timing import time_interleaved
+from evalharness.bench.inputs import random_qkv
+from evalharness.bench.timing import time_interleaved
 from kernels.executors.dispatch import attention
-from kernels.executors.xla_blocksparse import schedule
+from kernels.executors.xla_blocksparse import visit_groups
 from kernels.masks.band import band_for_density
 from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes
@@ -17,8 +17,8 @@ TABLE_VARIANTS = ("b0", "dot_product_attention", "b1", "b2", "b3")
 
 
 def plan_row(plan) -> dict:
-    """Tile statistics of a plan plus its XLA schedule's wasted share."""
-    sched = schedule(plan)
+    """Tile statistics of a plan plus the padding share of its XLA visit groups."""
+    sched = visit_groups(plan)
     return {
         "density": plan.density,
         "tiles_visited_fraction": plan.tiles_visited_fraction,

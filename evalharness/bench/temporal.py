@@ -5,9 +5,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from kernels.bench.inputs import random_qkv
-from kernels.bench.kernel_table import plan_row
-from kernels.bench.timing import time_call
+from evalharness.bench.inputs import random_qkv
+from evalharness.bench.kernel_table import plan_row
+from evalharness.bench.timing import time_call
 from kernels.executors.dispatch import attention
 from kernels.masks.band import band_for_density, strided_temporal_mask
 from kernels.masks.geometry import TokenGeometry

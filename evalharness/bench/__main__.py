@@ -1,10 +1,10 @@
-"""``python -m kernels.bench``: the kernel benchmark.
+"""``python -m evalharness.bench``: the kernel benchmark.
 
 Usage:
-    python -m kernels.bench [run] [--frames 21 --height 24 --width 32] [--json] ...
+    python -m evalharness.bench [run] [--frames 21 --height 24 --width 32] [--json] ...
         kernel table (B0, dot_product_attention, B1, B2, B3), BQ sweep (+ PNG), temporal-head
         comparison, compiled peak memory at --memory-resolution, acceptance checks.
-    python -m kernels.bench tiles --resolution 720p --density 0.3887 --block-q 3328 \
+    python -m evalharness.bench tiles --resolution 720p --density 0.3887 --block-q 3328 \
         --block-kv 1536 --json
         tile statistics only (no timing), one JSON object.
 
@@ -21,20 +21,31 @@ import sys
 import jax
 import jax.numpy as jnp
 
-from kernels.bench.kernel_table import kernel_table
-from kernels.bench.machine import machine_info
-from kernels.bench.memory import compiled_peak_bytes
-from kernels.bench.report import TILE_COLUMNS, TIMING_COLUMNS, markdown_table
-from kernels.bench.sweep import block_q_sweep, plot_sweep
-from kernels.bench.temporal import temporal_comparison
-from kernels.bench.tile_stats import tile_stats
+from evalharness.bench.kernel_table import kernel_table
+from evalharness.bench.machine import machine_info
+from evalharness.bench.memory import compiled_peak_bytes
+from evalharness.bench.report import (
+    KERNEL_TABLE_COLUMNS,
+    MEMORY_COLUMNS,
+    SWEEP_COLUMNS,
+    TEMPORAL_COLUMNS,
+    record_table,
+    table,
+)
+from evalharness.bench.sweep import block_q_sweep, plot_sweep
+from evalharness.bench.temporal import temporal_comparison
+from evalharness.bench.tile_stats import tile_stats
+from evalharness.resolutions import load_resolution, resolution_names
 from kernels.executors.dispatch import attention
 from kernels.masks.band import band_for_density
-from kernels.masks.geometry import RESOLUTION_PRESETS, TokenGeometry
+from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes
 from kernels.plans.tiles import build_plan
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+PARTS = ("table", "sweep", "temporal", "memory")
+# Without a resolution or a token grid: 21 x 768 = 16,128 tokens, quick to time on a CPU.
+_DEFAULT_GRID = (21, 24, 32)
 
 
 def _geometry(args: argparse.Namespace) -> TokenGeometry:
@@ -42,18 +53,19 @@ def _geometry(args: argparse.Namespace) -> TokenGeometry:
     if args.resolution is not None:
         if any(x is not None for x in explicit):
             raise SystemExit("give either --resolution or --frames/--height/--width, not both")
-        return TokenGeometry.from_resolution(args.resolution)
+        return load_resolution(args.resolution).tokens
     if any(x is None for x in explicit):
         raise SystemExit("give --resolution or all of --frames, --height, --width (in tokens)")
     return TokenGeometry(*explicit)
 
 
 def _parser() -> argparse.ArgumentParser:
+    presets = resolution_names()
     parser = argparse.ArgumentParser(
-        prog="python -m kernels.bench", description=__doc__.split("\n")[0]
+        prog="python -m evalharness.bench", description=__doc__.split("\n")[0]
     )
     parser.add_argument("command", nargs="?", default="run", choices=("run", "tiles"))
-    parser.add_argument("--resolution", choices=sorted(RESOLUTION_PRESETS))
+    parser.add_argument("--resolution", choices=presets, help="a preset of conf/resolution")
     parser.add_argument("--frames", type=int, help="latent frames F")
     parser.add_argument("--height", type=int, help="token rows Hp")
     parser.add_argument("--width", type=int, help="token columns Wp")
@@ -66,11 +78,24 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--sweep-block-q", default="256,768,1536,2688", help="comma-separated BQ")
     parser.add_argument("--plot", default="kernel_bq_sweep.png", help="PNG path for the sweep")
-    parser.add_argument("--memory-resolution", default="480p", help="preset for the memory check")
-    parser.add_argument("--skip", default="", help="comma-separated: table,sweep,temporal,memory")
+    parser.add_argument(
+        "--memory-resolution", default="480p", choices=presets, help="preset for the memory check"
+    )
+    parser.add_argument("--skip", default="", help="comma-separated: " + ",".join(PARTS))
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     parser.add_argument("--json-out", help="also write the JSON object to this path")
     return parser
+
+
+def _tiles(args: argparse.Namespace) -> int:
+    """The ``tiles`` command: tile statistics of one geometry and tile size, no timing."""
+    stats = tile_stats(_geometry(args), args.density, BlockSizes(args.block_q, args.block_kv))
+    stats["machine"] = machine_info()
+    if args.json:
+        print(json.dumps(stats))
+    else:
+        print(record_table({k: v for k, v in stats.items() if k != "machine"}))
+    return 0
 
 
 def _memory(geometry: TokenGeometry, density: float, block_sizes: BlockSizes, args) -> list[dict]:
@@ -117,97 +142,90 @@ def _checks(table: list[dict], memory: list[dict]) -> dict[str, bool]:
     return checks
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit status."""
-    args = _parser().parse_args(argv)
-    if args.command == "tiles":
-        geometry = _geometry(args)
-        stats = tile_stats(geometry, args.density, BlockSizes(args.block_q, args.block_kv))
-        stats["machine"] = machine_info()
-        if args.json:
-            print(json.dumps(stats))
-        else:
-            print(markdown_table([stats], [(k, k, 1) for k in stats if k != "machine"]))
-        return 0
-    if args.resolution is None and args.frames is None:
-        args.frames, args.height, args.width = 21, 24, 32  # 21 x 768 = 16,128 tokens
-    geometry = _geometry(args)
-    block_sizes = BlockSizes(args.block_q, args.block_kv)
-    block_sizes.validate(geometry.tokens)
+def _config(args: argparse.Namespace, geometry: TokenGeometry) -> dict:
+    """What was benchmarked, recorded with the results."""
+    return {
+        "frames": geometry.frames,
+        "height": geometry.height,
+        "width": geometry.width,
+        "tokens": geometry.tokens,
+        "target_density": args.density,
+        "density": band_for_density(geometry, args.density).density,
+        "block_q": args.block_q,
+        "block_kv": args.block_kv,
+        "runs": args.runs,
+        "heads": args.heads,
+        "head_dim": args.head_dim,
+        "dtype": args.dtype,
+    }
+
+
+def _measure(args: argparse.Namespace, geometry: TokenGeometry, block_sizes: BlockSizes) -> dict:
+    """Runs every part not in ``--skip``; returns the results keyed by part."""
     skip = set(filter(None, args.skip.split(",")))
     common = {"heads": args.heads, "head_dim": args.head_dim, "dtype": _DTYPES[args.dtype]}
-    result = {
-        "machine": machine_info(),
-        "config": {
-            "frames": geometry.frames,
-            "height": geometry.height,
-            "width": geometry.width,
-            "tokens": geometry.tokens,
-            "target_density": args.density,
-            "density": band_for_density(geometry, args.density).density,
-            "block_q": args.block_q,
-            "block_kv": args.block_kv,
-            "runs": args.runs,
-            **{k: (args.dtype if k == "dtype" else v) for k, v in common.items()},
-        },
-    }
-    log = sys.stderr if args.json else sys.stdout
+    timed = {**common, "runs": args.runs}
+    result = {}
     if "table" not in skip:
         print("running kernel table ...", file=sys.stderr, flush=True)
-        result["kernel_table"] = kernel_table(
-            geometry, args.density, block_sizes, runs=args.runs, **common
-        )
+        result["kernel_table"] = kernel_table(geometry, args.density, block_sizes, **timed)
     if "sweep" not in skip:
         print("running BQ sweep ...", file=sys.stderr, flush=True)
         block_qs = tuple(int(x) for x in args.sweep_block_q.split(","))
-        result["bq_sweep"] = block_q_sweep(
-            geometry, args.density, args.block_kv, block_qs, runs=args.runs, **common
-        )
+        result["bq_sweep"] = block_q_sweep(geometry, args.density, args.block_kv, block_qs, **timed)
         if args.plot:
             plot_sweep(result["bq_sweep"], args.plot)
             result["bq_sweep_plot"] = args.plot
     if "temporal" not in skip:
         print("running temporal comparison ...", file=sys.stderr, flush=True)
-        result["temporal"] = temporal_comparison(
-            geometry, args.density, block_sizes, runs=args.runs, **common
-        )
+        result["temporal"] = temporal_comparison(geometry, args.density, block_sizes, **timed)
     if "memory" not in skip:
         print("compiling for memory analysis ...", file=sys.stderr, flush=True)
-        mem_geometry = TokenGeometry.from_resolution(args.memory_resolution)
+        mem_geometry = load_resolution(args.memory_resolution).tokens
         result["memory"] = _memory(mem_geometry, args.density, block_sizes, args)
-    result["checks"] = _checks(result.get("kernel_table", []), result.get("memory", []))
+    return result
+
+
+def format_report(result: dict, block_kv: int) -> str:
+    """The results as Markdown: machine and config, one table per part that ran, the checks."""
+    parts = [f"machine: {result['machine']}", f"config: {result['config']}\n"]
+    sections = (
+        ("kernel_table", "## Kernel table (XLA backend)", KERNEL_TABLE_COLUMNS),
+        ("bq_sweep", f"## BQ sweep at BKV={block_kv} (B2)", SWEEP_COLUMNS),
+        ("temporal", "## Temporal heads (B2, exact mask)", TEMPORAL_COLUMNS),
+        ("memory", "## Compiled peak memory", MEMORY_COLUMNS),
+    )
+    for key, heading, columns in sections:
+        if key in result:
+            parts += [heading + "\n", table(result[key], columns) + "\n"]
+    parts += ["## Checks\n", record_table(result["checks"])]
+    return "\n".join(parts)
+
+
+def _emit(result: dict, args: argparse.Namespace) -> None:
     if args.json_out:
         with open(args.json_out, "w") as handle:
             json.dump(result, handle, indent=1)
     if args.json:
         print(json.dumps(result, indent=1))
-        return 0
-    print(f"machine: {result['machine']}", file=log)
-    print(f"config: {result['config']}\n", file=log)
-    if "kernel_table" in result:
-        print("## Kernel table (XLA backend)\n", file=log)
-        cols = [("variant", "variant", 1), *TIMING_COLUMNS, *TILE_COLUMNS]
-        cols += [("speedup_vs_b0", "speedup vs B0", 1), ("fraction_of_ideal", "of ideal", 1)]
-        cols += [
-            ("cpu_speedup_vs_b0", "CPU speedup", 1),
-            ("cpu_fraction_of_ideal", "CPU of ideal", 1),
-        ]
-        print(markdown_table(result["kernel_table"], cols) + "\n", file=log)
-    if "bq_sweep" in result:
-        print(f"## BQ sweep at BKV={args.block_kv} (B2)\n", file=log)
-        cols = [("block_q", "BQ", 1), *TIMING_COLUMNS, *TILE_COLUMNS]
-        print(markdown_table(result["bq_sweep"], cols) + "\n", file=log)
-    if "temporal" in result:
-        print("## Temporal heads (B2, exact mask)\n", file=log)
-        cols = [("path", "path", 1), *TIMING_COLUMNS, *TILE_COLUMNS]
-        cols.append(("max_abs_difference_between_paths", "max |diff|", 1))
-        print(markdown_table(result["temporal"], cols) + "\n", file=log)
-    if "memory" in result:
-        print("## Compiled peak memory\n", file=log)
-        cols = [("variant", "variant", 1), ("tokens", "tokens", 1), ("peak_gib", "GiB", 1)]
-        print(markdown_table(result["memory"], cols) + "\n", file=log)
-    print("## Checks\n", file=log)
-    print(markdown_table([result["checks"]], [(k, k, 1) for k in result["checks"]]), file=log)
+    else:
+        print(format_report(result, args.block_kv))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status."""
+    args = _parser().parse_args(argv)
+    if args.command == "tiles":
+        return _tiles(args)
+    if args.resolution is None and args.frames is None:
+        args.frames, args.height, args.width = _DEFAULT_GRID
+    geometry = _geometry(args)
+    block_sizes = BlockSizes(args.block_q, args.block_kv)
+    block_sizes.validate(geometry.tokens)
+    result = {"machine": machine_info(), "config": _config(args, geometry)}
+    result.update(_measure(args, geometry, block_sizes))
+    result["checks"] = _checks(result.get("kernel_table", []), result.get("memory", []))
+    _emit(result, args)
     return 0
 
 

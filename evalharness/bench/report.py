@@ -1,0 +1,82 @@
+"""Columns of the benchmark's Markdown tables, rendered by :func:`evalharness.formatting.markdown_table`.
+
+Columns are ``(title, key, fmt)``. Measured values show four significant digits; shares of tiles and
+pairs are shown in percent, so rows go through :func:`as_percent` before they are rendered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from evalharness.formatting import markdown_table
+
+NUMBER = "{:.4g}"
+
+# Keys holding a fraction in [0, 1] that the tables show as a percentage.
+PERCENT_KEYS = ("tiles_visited_fraction", "masked_fraction", "wasted_fraction", "density")
+
+TIMING_COLUMNS = (
+    ("median ms", "median_ms", NUMBER),
+    ("min", "min_ms", NUMBER),
+    ("max", "max_ms", NUMBER),
+    ("CPU ms", "cpu_median_ms", NUMBER),
+)
+TILE_COLUMNS = (
+    ("visited %", "tiles_visited_fraction", NUMBER),
+    ("visited masked %", "masked_fraction", NUMBER),
+    ("wasted %", "wasted_fraction", NUMBER),
+    ("density %", "density", NUMBER),
+)
+KERNEL_TABLE_COLUMNS = (
+    ("variant", "variant", "{}"),
+    *TIMING_COLUMNS,
+    *TILE_COLUMNS,
+    ("speedup vs B0", "speedup_vs_b0", NUMBER),
+    ("of ideal", "fraction_of_ideal", NUMBER),
+    ("CPU speedup", "cpu_speedup_vs_b0", NUMBER),
+    ("CPU of ideal", "cpu_fraction_of_ideal", NUMBER),
+)
+SWEEP_COLUMNS = (("BQ", "block_q", "{}"), *TIMING_COLUMNS, *TILE_COLUMNS)
+TEMPORAL_COLUMNS = (
+    ("path", "path", "{}"),
+    *TIMING_COLUMNS,
+    *TILE_COLUMNS,
+    ("max |diff|", "max_abs_difference_between_paths", NUMBER),
+)
+MEMORY_COLUMNS = (
+    ("variant", "variant", "{}"),
+    ("tokens", "tokens", "{}"),
+    ("GiB", "peak_gib", NUMBER),
+)
+PLACEMENT_COLUMNS = (
+    ("variant", "variant", "{}"),
+    *TIMING_COLUMNS,
+    ("sent MB (computed)", "sent_mb", NUMBER),
+    ("of which all-gather MB", "gather_mb", NUMBER),
+    ("sent GB at 720p 14B", "full_720p_gb", NUMBER),
+)
+
+
+def as_percent(rows: Iterable[Mapping[str, Any]], keys: Sequence[str] = PERCENT_KEYS) -> list[dict]:
+    """Copies of ``rows`` with the fractions under ``keys`` multiplied by 100."""
+    return [{k: (100 * v if k in keys else v) for k, v in row.items()} for row in rows]
+
+
+def table(rows: Iterable[Mapping[str, Any]], columns: Sequence[tuple[str, str, str]]) -> str:
+    """A benchmark table: fractions in percent, then :func:`markdown_table`."""
+    return markdown_table(as_percent(rows), columns)
+
+
+def _plain(value: Any) -> Any:
+    return ("yes" if value else "no") if isinstance(value, bool) else value
+
+
+def record_table(record: Mapping[str, Any]) -> str:
+    """One dict as a one-row table, a column per key in order: numbers to four digits, bools as
+    yes/no (for records whose keys vary, such as tile statistics and acceptance checks)."""
+    row = {key: _plain(value) for key, value in record.items()}
+    columns = [
+        (key, key, NUMBER if isinstance(value, float) else "{}") for key, value in row.items()
+    ]
+    return markdown_table([row], columns)

@@ -1,0 +1,230 @@
+"""The shape of the code: import layering, no import cycles, small modules and functions.
+
+The import graph is read with ``ast`` (nothing is imported), counting imports inside functions too:
+a lazy import is still a dependency. Importing ``a.b.c`` runs ``a/__init__.py`` and
+``a/b/__init__.py`` first, so those packages count as dependencies too, except the importer's own
+enclosing packages, which are already being initialised when it runs.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.paths import REPO_ROOT
+
+PACKAGES = ("evalharness", "kernels", "models", "reports")
+# kernels follows the data path; a subpackage may import only those before it.
+KERNEL_LAYERS = ("masks", "plans", "executors", "policy", "parallel")
+# Which top-level packages each package may import (besides itself).
+ALLOWED_TOP_LEVEL = {
+    "models": set(),
+    "kernels": set(),
+    "evalharness": {"models", "kernels"},
+    "reports": {"evalharness", "models", "kernels"},
+}
+MAX_MODULE_LINES = 450
+MAX_FUNCTION_LINES = 60
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO_ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+@cache
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((REPO_ROOT / package).rglob("*.py")):
+            found[_module_name(path)] = path
+    return found
+
+
+def _is_package(name: str) -> bool:
+    return _modules()[name].name == "__init__.py"
+
+
+def _imported_names(name: str) -> set[str]:
+    """Project modules named by the import statements of module ``name``."""
+    path = _modules()[name]
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = name if _is_package(name) else name.rpartition(".")[0]
+    targets: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            targets.add(base)
+            targets.update(f"{base}.{alias.name}" for alias in node.names)
+    return {t for t in targets if t in _modules()}
+
+
+@cache
+def _dependencies(name: str) -> frozenset[str]:
+    """Modules whose code runs when ``name`` imports what it imports (see the module docstring)."""
+    own_packages = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
+    if _is_package(name):
+        own_packages.add(name)
+    deps = set()
+    for target in _imported_names(name):
+        parts = target.split(".")
+        for i in range(1, len(parts) + 1):
+            ancestor = ".".join(parts[:i])
+            if ancestor in _modules() and ancestor not in own_packages and ancestor != name:
+                deps.add(ancestor)
+    return frozenset(deps)
+
+
+def _find_cycle() -> list[str] | None:
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for dep in sorted(_dependencies(node)):
+            if state.get(dep) == 1:
+                return [*stack[stack.index(dep) :], dep]
+            if dep not in state and (cycle := visit(dep)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for module in sorted(_modules()):
+        if module not in state and (cycle := visit(module)):
+            return cycle
+    return None
+
+
+def test_the_walk_sees_the_project():
+    # Guards the tests below against passing on an empty or misread graph.
+    assert {"evalharness.run", "kernels.plans.tiles", "models.transformer"} <= set(_modules())
+    assert "kernels.masks.band" in _dependencies("kernels.plans.tiles")
+    assert "kernels.masks" in _dependencies("kernels.plans.tiles")
+
+
+def test_no_import_cycle():
+    assert _find_cycle() is None, "import cycle: " + " -> ".join(_find_cycle() or [])
+
+
+def test_packages_import_only_what_their_layer_allows():
+    wrong = []
+    for module in _modules():
+        top = module.split(".")[0]
+        for dep in _dependencies(module):
+            dep_top = dep.split(".")[0]
+            if dep_top != top and dep_top not in ALLOWED_TOP_LEVEL[top]:
+                wrong.append(f"{module} imports {dep}")
+    assert not wrong, "\n".join(sorted(wrong))
+
+
+def _kernel_layer(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[0] != "kernels" or len(parts) < 2 or parts[1] not in KERNEL_LAYERS:
+        return None
+    return KERNEL_LAYERS.index(parts[1])
+
+
+def test_kernel_subpackages_import_only_earlier_layers():
+    upward = []
+    for module in _modules():
+        layer = _kernel_layer(module)
+        for dep in _dependencies(module):
+            dep_layer = _kernel_layer(dep)
+            if layer is not None and dep_layer is not None and dep_layer > layer:
+                upward.append(f"{module} imports {dep}")
+    assert not upward, "\n".join(sorted(upward))
+
+
+@pytest.mark.parametrize("layer", KERNEL_LAYERS)
+def test_kernel_subpackage_has_a_public_api(layer):
+    init = REPO_ROOT / "kernels" / layer / "__init__.py"
+    tree = ast.parse(init.read_text())
+    exported = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and any(getattr(t, "id", "") == "__all__" for t in node.targets)
+    ]
+    assert ast.get_docstring(tree), f"{init} has no docstring"
+    assert exported, f"{init} declares no __all__"
+
+
+def _third_party_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_kernels_and_models_draw_nothing():
+    drawing = [
+        str(path.relative_to(REPO_ROOT))
+        for package in ("kernels", "models")
+        for path in (REPO_ROOT / package).rglob("*.py")
+        if "matplotlib" in _third_party_imports(path)
+    ]
+    assert not drawing, f"plotting belongs to the harness or reports: {drawing}"
+
+
+def test_modules_are_small():
+    paths = [*_modules().values(), *sorted((REPO_ROOT / "tests").rglob("*.py"))]
+    long = {
+        str(p.relative_to(REPO_ROOT)): n
+        for p in paths
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
+
+
+def _function_lengths(path: Path):
+    """(qualified name, lines without the docstring) of every function in ``path``."""
+    tree = ast.parse(path.read_text())
+
+    def walk(node, prefix):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = child.end_lineno - child.lineno + 1
+                first = child.body[0]
+                if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                    lines -= first.end_lineno - first.lineno + 1
+                yield f"{prefix}{child.name}", lines
+                yield from walk(child, f"{prefix}{child.name}.")
+            elif isinstance(child, ast.ClassDef):
+                yield from walk(child, f"{prefix}{child.name}.")
+
+    yield from walk(tree, "")
+
+
+def test_harness_functions_are_short():
+    long = [
+        f"{path.relative_to(REPO_ROOT)}::{name} ({lines} lines)"
+        for path in sorted((REPO_ROOT / "evalharness").rglob("*.py"))
+        for name, lines in _function_lengths(path)
+        if lines > MAX_FUNCTION_LINES
+    ]
+    assert not long, (
+        f"functions over {MAX_FUNCTION_LINES} lines (docstring excluded):\n" + "\n".join(long)
+    )
+
+
+def test_length_counter_counts():
+    # The function-length rule would pass vacuously if the counter returned nothing.
+    lengths = dict(_function_lengths(REPO_ROOT / "tests" / "test_architecture.py"))
+    assert lengths["_function_lengths"] > 5
+    assert lengths["_function_lengths.walk"] > 5
