@@ -16,6 +16,7 @@ import jax
 import numpy as np
 
 from evalharness.config import EvalConfig, KernelBackend
+from evalharness.resolutions import token_geometry
 from evalharness.routing_plots import plot_temporal_fraction
 from kernels.masks.geometry import TokenGeometry
 from kernels.parallel.attend import parallelize
@@ -35,12 +36,6 @@ def resolve_backend(backend: KernelBackend | str) -> str:
     if backend is KernelBackend.auto:
         return "pallas_tpu" if jax.devices()[0].platform == "tpu" else "xla"
     return backend.value
-
-
-def token_geometry(video: VideoGeometry) -> TokenGeometry:
-    """The transformer's token grid of a video (latent frames x latent H/2 x latent W/2)."""
-    frames, height, width = video.token_grid
-    return TokenGeometry(frames, height, width)
 
 
 def sequence_devices(cfg: EvalConfig) -> int:

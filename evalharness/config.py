@@ -20,7 +20,41 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from kernels.policy.schedule import SparsitySchedule
+from kernels.parallel import PLACEMENTS
+from kernels.policy import DENSE_EXECUTORS, POLICY_BACKENDS, SparsitySchedule
+from models.samplers import SAMPLER_NAMES
+
+
+def _choices(name: str, values: tuple[str, ...], doc: str) -> type[enum.StrEnum]:
+    """A StrEnum whose members are ``values`` (names equal values), built from the tuple that the
+    layer below validates against, so the list of valid values is written down once."""
+    choices = enum.StrEnum(name, {value: value for value in values}, module=__name__)
+    choices.__doc__ = doc
+    return choices
+
+
+KernelBackend = _choices(
+    "KernelBackend",
+    ("auto", *POLICY_BACKENDS),
+    "Attention backend; ``auto`` is the Pallas TPU kernel on a TPU and XLA elsewhere.",
+)
+DenseExecutor = _choices(
+    "DenseExecutor",
+    DENSE_EXECUTORS,
+    "Executor of a dense arm: ``b0`` (tiled online softmax on the chosen backend), "
+    "``dot_product_attention`` (JAX's fused attention) or ``reference`` (the softmax oracle).",
+)
+SamplerName = _choices(
+    "SamplerName",
+    SAMPLER_NAMES,
+    "Flow-matching sampler: Wan's default UniPC, or first-order Euler.",
+)
+PermutePlacement = _choices(
+    "PermutePlacement",
+    PLACEMENTS,
+    "Where sequence-parallel attention permutes temporal heads: ``head_local`` after the "
+    "all-to-all (the fast one), ``before_exchange`` before it, for comparison.",
+)
 
 
 class DType(enum.StrEnum):
@@ -28,34 +62,6 @@ class DType(enum.StrEnum):
 
     float32 = "float32"
     bfloat16 = "bfloat16"
-
-
-class KernelBackend(enum.StrEnum):
-    """Attention backend; ``auto`` is the Pallas TPU kernel on a TPU and XLA elsewhere."""
-
-    auto = "auto"
-    xla = "xla"
-    pallas_tpu = "pallas_tpu"
-    reference = "reference"
-
-
-class DenseExecutor(enum.StrEnum):
-    """Executor of a dense arm (the values ``kernels.policy.make_dense_attend`` accepts).
-
-    ``b0`` is the tiled online softmax on the chosen backend, ``dot_product_attention`` JAX's
-    fused attention, ``reference`` the plain softmax oracle.
-    """
-
-    b0 = "b0"
-    dot_product_attention = "dot_product_attention"
-    reference = "reference"
-
-
-class SamplerName(enum.StrEnum):
-    """Flow-matching sampler: Wan's default UniPC, or first-order Euler."""
-
-    unipc = "unipc"
-    euler = "euler"
 
 
 class ProgressMode(enum.StrEnum):
@@ -76,17 +82,6 @@ class LoggerKind(enum.StrEnum):
 
     mlflow = "mlflow"
     none = "none"
-
-
-class PermutePlacement(enum.StrEnum):
-    """Where sequence-parallel attention permutes temporal heads.
-
-    ``head_local`` permutes after the all-to-all (the fast one); ``before_exchange`` permutes
-    before it, for comparison.
-    """
-
-    head_local = "head_local"
-    before_exchange = "before_exchange"
 
 
 @dataclass

@@ -35,6 +35,11 @@ class Resolution:
     tokens: TokenGeometry
 
 
+def token_geometry(video: VideoGeometry) -> TokenGeometry:
+    """The transformer's token grid of a video (latent frames x latent H/2 x latent W/2)."""
+    return TokenGeometry(*video.token_grid)
+
+
 def resolution_names(directory: Path = RESOLUTION_DIR) -> list[str]:
     """Names of the presets in ``directory`` (one ``<name>.yaml`` each), sorted."""
     return sorted(path.stem for path in Path(directory).glob("*.yaml"))
@@ -63,4 +68,4 @@ def load_resolution(name: str, directory: Path = RESOLUTION_DIR) -> Resolution:
     merged = OmegaConf.merge(OmegaConf.structured(ResolutionConfig), raw)
     config: ResolutionConfig = OmegaConf.to_object(merged)
     video = VideoGeometry(frames=config.frames, height=config.height, width=config.width)
-    return Resolution(config=config, video=video, tokens=TokenGeometry(*video.token_grid))
+    return Resolution(config=config, video=video, tokens=token_geometry(video))
