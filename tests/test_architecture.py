@@ -228,3 +228,25 @@ def test_length_counter_counts():
     lengths = dict(_function_lengths(REPO_ROOT / "tests" / "test_architecture.py"))
     assert lengths["_function_lengths"] > 5
     assert lengths["_function_lengths.walk"] > 5
+
+
+def test_tests_share_helpers_not_test_files():
+    borrowing = [
+        f"{path.name} imports {name}"
+        for path in sorted((REPO_ROOT / "tests").rglob("*.py"))
+        for name in _project_imports_of_file(path)
+        if name.split(".")[-1].startswith("test_")
+    ]
+    assert not borrowing, "share through tests/helpers or conftest.py: " + "; ".join(borrowing)
+
+
+def _project_imports_of_file(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names if alias.name.startswith("tests."))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests."):
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names

@@ -33,7 +33,7 @@ from kernels.policy.attention_policy import DENSE_EXECUTORS, POLICY_BACKENDS
 from kernels.policy.schedule import SparseVariant, SparsitySchedule
 from models.samplers import SAMPLER_NAMES
 from tests.helpers.harness_config import small_config
-from tests.helpers.paths import SCHEDULE_DIR
+from tests.helpers.schedules import SCHEDULE_NAMES, load_schedule
 
 CHOICES = (
     DType,
@@ -194,12 +194,11 @@ def test_dense_arm_key_fields_serialise_as_before(tmp_path):
     )
 
 
-@pytest.mark.parametrize("name", ["dense", "conservative", "balanced", "aggressive"])
+@pytest.mark.parametrize("name", SCHEDULE_NAMES)
 def test_schedule_group_composes_into_the_kernels_schedule(tmp_path, name):
     cfg = to_config(small_config(tmp_path, f"schedule={name}", small=False))
     assert isinstance(cfg.schedule, SparsitySchedule)
-    with open(SCHEDULE_DIR / f"{name}.yaml") as f:
-        assert cfg.schedule == SparsitySchedule.from_mapping(yaml.safe_load(f))
+    assert cfg.schedule == load_schedule(name)
 
 
 def test_schedule_fields_can_be_overridden_and_are_validated(tmp_path):

@@ -21,7 +21,7 @@ from models.pipeline import DenoiseLoop
 from models.samplers import make_sampler
 from models.transformer import WanTransformer
 from tests.helpers.numerics import assert_allclose
-from tests.test_schedule import SCHEDULE_NAMES, load_schedule
+from tests.helpers.schedules import SCHEDULE_NAMES, load_schedule
 
 # 17 frames at 64 x 128 pixels: 5 latent frames of 8 x 16 latents, 5 x 4 x 8 = 160 tokens. Five
 # frames keep the sink (frame 0) at 20% of the keys, below the aggressive schedule's 25%.

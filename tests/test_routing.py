@@ -6,7 +6,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import yaml
 
 from kernels.executors.reference import reference_attention
 from kernels.masks.band import StridedTemporalMask, band_for_density
@@ -25,7 +24,7 @@ from kernels.policy.routing import (
 from kernels.policy.schedule import SparsitySchedule
 from tests.helpers.geometry import preset_tokens
 from tests.helpers.numerics import assert_allclose
-from tests.helpers.paths import SCHEDULE_DIR
+from tests.helpers.schedules import load_schedule
 
 GEOMETRY = TokenGeometry(6, 6, 8)  # 288 tokens, 48 per frame
 DENSITY = 0.3
@@ -167,8 +166,7 @@ def test_routing_flops_match_xla_and_stay_under_two_percent_at_720p():
     assert matmuls <= cost["flops"] <= 1.15 * matmuls  # the rest is softmax and masking
     hd720 = preset_tokens("720p")
     for name in ("conservative", "balanced", "aggressive"):
-        with open(SCHEDULE_DIR / f"{name}.yaml") as f:
-            schedule = SparsitySchedule.from_mapping(yaml.safe_load(f))
+        schedule = load_schedule(name)
         fraction = routing_flops_fraction(hd720, schedule.density, schedule.routing_samples)
         assert fraction == pytest.approx(2 * 64 / (75_600 * schedule.density))
         assert fraction < 0.02

@@ -8,7 +8,6 @@ import warnings
 
 import numpy as np
 import pytest
-import yaml
 
 from kernels.masks.band import band_for_density
 from kernels.masks.geometry import TokenGeometry
@@ -16,15 +15,7 @@ from kernels.plans.block_sizes import BlockSizes
 from kernels.plans.rounding import round_to_tiles
 from kernels.policy.schedule import SparseVariant, SparsitySchedule
 from tests.helpers.geometry import preset_tokens
-from tests.helpers.paths import SCHEDULE_DIR
-
-SCHEDULE_NAMES = ("dense", "conservative", "balanced", "aggressive")
-
-
-def load_schedule(name: str) -> SparsitySchedule:
-    """The schedule of ``conf/schedule/<name>.yaml``."""
-    with open(SCHEDULE_DIR / f"{name}.yaml") as f:
-        return SparsitySchedule.from_mapping(yaml.safe_load(f))
+from tests.helpers.schedules import SCHEDULE_NAMES, load_schedule
 
 
 @pytest.mark.parametrize("name", SCHEDULE_NAMES)
