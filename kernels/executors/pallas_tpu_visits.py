@@ -83,6 +83,20 @@ def _checked_lists(kv: np.ndarray, count: np.ndarray, name: str, num_q_tiles: in
     return count.astype(np.int64)
 
 
+def _validated(full_kv, full_count, partial_kv, partial_count, variant):
+    """Checks the variant and list shapes; returns (num_q_tiles, full counts, partial counts)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+    if np.ndim(full_count) != 1 or np.size(full_count) == 0:
+        raise ValueError(
+            f"plan.full_count must be a non-empty 1-D array, got shape {np.shape(full_count)}"
+        )
+    num_q_tiles = int(np.size(full_count))
+    full_n = _checked_lists(full_kv, full_count, "full", num_q_tiles)
+    part_n = _checked_lists(partial_kv, partial_count, "partial", num_q_tiles)
+    return num_q_tiles, full_n, part_n
+
+
 def build_visit_slots(
     full_kv: np.ndarray,
     full_count: np.ndarray,
@@ -115,15 +129,89 @@ def build_visit_slots(
         ValueError: on an unknown variant, inconsistent list shapes or counts, negative tile
             indices, or a tile listed twice for one query tile.
     """
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
-    if np.ndim(full_count) != 1 or np.size(full_count) == 0:
-        raise ValueError(
-            f"plan.full_count must be a non-empty 1-D array, got shape {np.shape(full_count)}"
-        )
-    num_q_tiles = int(np.size(full_count))
-    full_n = _checked_lists(full_kv, full_count, "full", num_q_tiles)
-    part_n = _checked_lists(partial_kv, partial_count, "partial", num_q_tiles)
+    num_q_tiles, full_n, part_n = _validated(
+        full_kv, full_count, partial_kv, partial_count, variant
+    )
+    full_kv = np.asarray(full_kv, np.int64)
+    partial_kv = np.asarray(partial_kv, np.int64)
+    # One row per query tile: full entries, then partial ones; invalid entries sort to the end.
+    index = np.concatenate([full_kv, partial_kv], axis=1)
+    flag = np.concatenate([np.zeros(full_kv.shape, bool), np.ones(partial_kv.shape, bool)], axis=1)
+    valid = np.concatenate(
+        [
+            np.arange(full_kv.shape[1])[None, :] < full_n[:, None],
+            np.arange(partial_kv.shape[1])[None, :] < part_n[:, None],
+        ],
+        axis=1,
+    )
+    count = full_n + part_n
+    _check_rows(index, valid, full_kv, full_n, partial_kv, part_n)
+    order = np.argsort(np.where(valid, index, np.iinfo(np.int64).max), axis=1, kind="stable")
+    index = np.take_along_axis(index, order, axis=1)
+    flag = np.take_along_axis(flag, order, axis=1)
+    slots = max(1, int(count.max()))
+    if index.shape[1] < slots:  # both lists have width 0: one dummy slot
+        index = np.zeros((num_q_tiles, slots), np.int64)
+        flag = np.zeros((num_q_tiles, slots), bool)
+    index, flag = index[:, :slots], flag[:, :slots]
+    rows = np.arange(num_q_tiles)
+    max_index = int(index[rows, np.maximum(count, 1) - 1][count > 0].max(initial=0))
+    num_kv_tiles = max(math.ceil(tokens / block_kv), max_index + 1)
+    if variant == "b1":
+        flag = np.ones_like(flag)
+    # Padded keys get zero weight only on the masked path.
+    flag = flag | ((index + 1) * block_kv > tokens)
+    last = np.maximum(count, 1) - 1
+    real = np.arange(slots)[None, :] < count[:, None]
+    empty = (count == 0)[:, None]
+    kv_index = np.where(real, index, index[rows, last][:, None])
+    masked = np.where(real, flag, flag[rows, last][:, None])
+    kv_index = np.where(empty, 0, kv_index).astype(np.int32)
+    masked = np.where(empty, 0, masked).astype(np.int32)
+    return VisitSlots(
+        kv_index=kv_index.reshape(-1),
+        masked=masked.reshape(-1),
+        count=count.astype(np.int32),
+        slots=slots,
+        num_q_tiles=num_q_tiles,
+        num_kv_tiles=num_kv_tiles,
+    )
+
+
+def _check_rows(index, valid, full_kv, full_n, partial_kv, part_n) -> None:
+    """Raises, naming the first bad query tile, on a negative or repeated key tile index."""
+    negative = (valid & (index < 0)).any(axis=1)
+    ordered = np.sort(np.where(valid, index, np.iinfo(np.int64).max), axis=1)
+    both = valid.sum(axis=1)[:, None] > np.arange(1, index.shape[1])[None, :]
+    repeated = (both & (ordered[:, 1:] == ordered[:, :-1])).any(axis=1)
+    bad = np.flatnonzero(negative | repeated)
+    if not bad.size:
+        return
+    i = int(bad[0])
+    full_i, part_i = full_kv[i, : full_n[i]], partial_kv[i, : part_n[i]]
+    if negative[i]:
+        row = np.concatenate([full_i, part_i])
+        raise ValueError(f"plan lists a negative key tile index for query tile {i}: {row}")
+    raise ValueError(
+        f"plan lists a key tile twice for query tile {i} (full {full_i}, partial "
+        f"{part_i}); each tile must be either full or partial once"
+    )
+
+
+def _reference_build_visit_slots(
+    full_kv: np.ndarray,
+    full_count: np.ndarray,
+    partial_kv: np.ndarray,
+    partial_count: np.ndarray,
+    *,
+    variant: str,
+    tokens: int,
+    block_kv: int,
+) -> VisitSlots:
+    """Reference for ``build_visit_slots`` (one Python iteration per query tile); kept for tests."""
+    num_q_tiles, full_n, part_n = _validated(
+        full_kv, full_count, partial_kv, partial_count, variant
+    )
     full_kv = np.asarray(full_kv, np.int64)
     partial_kv = np.asarray(partial_kv, np.int64)
 

@@ -64,8 +64,43 @@ def _group_bounds(full: np.ndarray, partial: np.ndarray, max_groups: int) -> lis
     """Splits rows (already sorted) into <= max_groups runs minimising padded tile products.
 
     Returns the run boundaries [0, ..., n]. Among groupings within 1% of the best cost the one with
-    fewest groups wins (each group adds a scan).
+    fewest groups wins (each group adds a scan). The dynamic programme is that of
+    ``_reference_group_bounds`` (same costs, same first-minimum choices), evaluated a block of
+    right ends at a time with NumPy: O(n) memory per block and no Python loop per pair of rows.
     """
+    n = full.size
+    full, partial = np.asarray(full, np.int64), np.asarray(partial, np.int64)
+    best = np.full((max_groups + 1, n + 1), np.inf)
+    back = np.zeros((max_groups + 1, n + 1), dtype=np.int64)
+    best[0, 0] = 0.0
+    run_f = np.zeros(n + 1, np.int64)  # max(full[a:b0]) for a < b0, entering each block
+    run_p = np.zeros(n + 1, np.int64)
+    width = max(1, (1 << 22) // max(1, n))
+    for b0 in range(1, n + 1, width):
+        b1 = min(n + 1, b0 + width)
+        ends = np.arange(b0, b1)  # right ends b of this block; the group's last row is b - 1
+        starts = np.arange(b1 - 1)[:, None]  # left ends a (a < b)
+        inside = starts < ends[None, :]
+        max_f = np.maximum.accumulate(np.where(inside, full[ends - 1][None, :], 0), axis=1)
+        max_p = np.maximum.accumulate(np.where(inside, partial[ends - 1][None, :], 0), axis=1)
+        max_f = np.maximum(max_f, run_f[: b1 - 1, None])
+        max_p = np.maximum(max_p, run_p[: b1 - 1, None])
+        run_f[: b1 - 1], run_p[: b1 - 1] = max_f[:, -1], max_p[:, -1]
+        cost = np.where(inside, (ends[None, :] - starts) * (max_f + max_p), np.inf)
+        for g in range(1, max_groups + 1):
+            totals = best[g - 1, : b1 - 1, None] + cost
+            a = np.argmin(totals, axis=0)
+            best[g, b0:b1], back[g, b0:b1] = totals[a, np.arange(ends.size)], a
+    floor = best[1:, n].min()
+    groups = 1 + int(np.flatnonzero(best[1:, n] <= floor * 1.01 + 1e-9)[0])
+    bounds = [n]
+    for g in range(groups, 0, -1):
+        bounds.append(int(back[g, bounds[-1]]))
+    return bounds[::-1]
+
+
+def _reference_group_bounds(full: np.ndarray, partial: np.ndarray, max_groups: int) -> list[int]:
+    """Reference for ``_group_bounds`` (an O(n^2) Python loop for the costs); kept for tests."""
     n = full.size
     inf = float("inf")
     cost = np.full((n + 1, n + 1), inf)

@@ -31,6 +31,19 @@ from kernels.plans.rounding import round_to_tiles
 VARIANTS = ("b0", "b1", "b2", "b3")
 
 
+def _reference_visit_lists(selected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Reference for ``_visit_lists`` (one Python iteration per row); kept for tests."""
+    count = selected.sum(axis=1).astype(np.int32)
+    width = max(1, int(count.max(initial=0)))
+    kv = np.zeros((selected.shape[0], width), dtype=np.int32)
+    for i, row in enumerate(selected):
+        idx = np.flatnonzero(row)
+        if idx.size:
+            kv[i, : idx.size] = idx
+            kv[i, idx.size :] = idx[-1]
+    return kv, count
+
+
 def _visit_lists(selected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per row, the column indices of ``selected`` padded with the row's last valid index.
 
@@ -43,12 +56,12 @@ def _visit_lists(selected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """
     count = selected.sum(axis=1).astype(np.int32)
     width = max(1, int(count.max(initial=0)))
+    rows, cols = np.nonzero(selected)  # row-major: sorted by row, then column
+    first = np.concatenate([[0], np.cumsum(count, dtype=np.int64)])
     kv = np.zeros((selected.shape[0], width), dtype=np.int32)
-    for i, row in enumerate(selected):
-        idx = np.flatnonzero(row)
-        if idx.size:
-            kv[i, : idx.size] = idx
-            kv[i, idx.size :] = idx[-1]
+    kv[rows, np.arange(rows.size) - first[rows]] = cols
+    last = np.where(count > 0, kv[np.arange(count.size), np.maximum(count, 1) - 1], 0)
+    kv = np.where(np.arange(width)[None, :] < count[:, None], kv, last[:, None]).astype(np.int32)
     return kv, count
 
 
