@@ -18,7 +18,14 @@ from kernels.masks.layouts import (
     temporal_position,
     to_head_layouts,
 )
-from kernels.masks.protocols import BandLike, BlockSizesLike, Mask, MaskLike, TilePlanLike
+from kernels.masks.protocols import (
+    BandLike,
+    BlockSizesLike,
+    Mask,
+    MaskLike,
+    PredicateMask,
+    TilePlanLike,
+)
 from kernels.masks.tile_grid import band_tile_counts, padding_tiles, tile_areas, tile_grid
 
 __all__ = [
@@ -28,6 +35,7 @@ __all__ = [
     "Mask",
     "MaskLike",
     "PaddingMask",
+    "PredicateMask",
     "StridedTemporalMask",
     "TilePlanLike",
     "TokenGeometry",

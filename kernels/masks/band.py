@@ -22,7 +22,7 @@ import numpy as np
 
 from kernels.masks.geometry import TokenGeometry
 from kernels.masks.layouts import temporal_position
-from kernels.masks.protocols import BlockSizesLike
+from kernels.masks.protocols import BlockSizesLike, PredicateMask
 from kernels.masks.tile_grid import band_tile_counts, tile_areas
 
 
@@ -53,7 +53,7 @@ def band_kept_pairs(tokens: int, half_width: int, sink: int) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
-class BandMask:
+class BandMask(PredicateMask):
     """|q - k| <= half_width, or k < sink; keys >= tokens are padding.
 
     Attributes:
@@ -88,19 +88,9 @@ class BandMask:
         """Exact allowed pairs within the N x N sequence."""
         return band_kept_pairs(self.tokens, self.half_width, self.sink)
 
-    @property
-    def density(self) -> float:
-        """Exact kept fraction of the N^2 pairs, sink counted once."""
-        return self.kept_pairs / self.tokens**2
-
     def coordinates(self, index: np.ndarray) -> np.ndarray:
         """Position along which the band is measured (the index itself)."""
         return index
-
-    def dense(self) -> np.ndarray:
-        """bool [N, N] (small N only: the oracle's mask)."""
-        idx = np.arange(self.tokens)
-        return self.allowed(idx[:, None], idx[None, :])
 
     def tile_counts(self, block_sizes: BlockSizesLike) -> np.ndarray:
         """int64 [nq, nkv]: kept real pairs per tile (exact, O(N) memory)."""
@@ -108,7 +98,7 @@ class BandMask:
 
 
 @dataclasses.dataclass(frozen=True)
-class StridedTemporalMask:
+class StridedTemporalMask(PredicateMask):
     """The temporal band evaluated in frame-major order: |t(q) - t(k)| <= w, or k in frame 0.
 
     ``t`` is the temporal-layout position (``kernels.masks.layouts.temporal_position``). Equivalent to
@@ -148,16 +138,6 @@ class StridedTemporalMask:
     def kept_pairs(self) -> int:
         """Exact allowed pairs (a permutation of the band's pairs)."""
         return band_kept_pairs(self.tokens, self.half_width, self.sink)
-
-    @property
-    def density(self) -> float:
-        """Exact kept fraction, sink counted once."""
-        return self.kept_pairs / self.tokens**2
-
-    def dense(self) -> np.ndarray:
-        """bool [N, N] (small N only)."""
-        idx = np.arange(self.tokens)
-        return self.allowed(idx[:, None], idx[None, :])
 
     def tile_counts(self, block_sizes: BlockSizesLike) -> np.ndarray:
         """int64 [nq, nkv]: kept real pairs per tile, the band counted along ``coordinates``."""

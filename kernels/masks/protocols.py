@@ -1,4 +1,5 @@
-"""What the layers above expect of a mask, of block sizes and of a tile plan, as Protocols.
+"""What the layers above expect of a mask, of block sizes and of a tile plan, as Protocols, and
+the methods every mask derives from its predicate.
 
 Masks are the lowest layer, so these describe plans and block sizes structurally instead of
 importing them: ``kernels.plans.block_sizes.BlockSizes`` is a ``BlockSizesLike`` and
@@ -56,6 +57,21 @@ class Mask(Protocol):
     def tile_counts(self, block_sizes: BlockSizesLike) -> np.ndarray:
         """int64 [nq, nkv]: allowed real pairs in each BQ x BKV tile."""
         ...
+
+
+class PredicateMask:
+    """What every mask derives from ``tokens``, ``kept_pairs`` and ``allowed``: its density and its
+    dense matrix. Concrete masks inherit these instead of writing them again."""
+
+    @property
+    def density(self) -> float:
+        """Kept fraction of the N^2 real pairs: ``kept_pairs / N**2``."""
+        return self.kept_pairs / self.tokens**2
+
+    def dense(self) -> np.ndarray:
+        """bool [N, N] from ``allowed`` (small N only: the oracle's mask)."""
+        idx = np.arange(self.tokens)
+        return self.allowed(idx[:, None], idx[None, :])
 
 
 class BandLike(Protocol):

@@ -17,13 +17,13 @@ import functools
 
 import numpy as np
 
-from kernels.masks.protocols import BlockSizesLike, Mask
+from kernels.masks.protocols import BlockSizesLike, Mask, PredicateMask
 from kernels.masks.tile_grid import tile_areas
 from kernels.plans.block_sizes import BlockSizes
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class TileMask:
+class TileMask(PredicateMask):
     """A mask made of whole tiles: pair (q, k) is kept when its tile is kept and k < tokens.
 
     Attributes:
@@ -63,16 +63,6 @@ class TileMask:
     def kept_pairs(self) -> int:
         """Kept real pairs."""
         return int(self.tile_counts(self.block_sizes).sum())
-
-    @property
-    def density(self) -> float:
-        """Kept fraction of the N^2 real pairs (the rounded density)."""
-        return self.kept_pairs / self.tokens**2
-
-    def dense(self) -> np.ndarray:
-        """bool [N, N] (small N only)."""
-        idx = np.arange(self.tokens)
-        return self.allowed(idx[:, None], idx[None, :])
 
 
 @functools.lru_cache(maxsize=64)
