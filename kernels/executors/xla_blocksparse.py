@@ -91,6 +91,20 @@ def _group_bounds(full: np.ndarray, partial: np.ndarray, max_groups: int) -> lis
             totals = best[g - 1, : b1 - 1, None] + cost
             a = np.argmin(totals, axis=0)
             best[g, b0:b1], back[g, b0:b1] = totals[a, np.arange(ends.size)], a
+    return _fewest_groups_near_best(best, back, n)
+
+
+def _fewest_groups_near_best(best: np.ndarray, back: np.ndarray, n: int) -> list[int]:
+    """Bounds of the fewest groups whose cost is within 1% of the best over any group count.
+
+    Args:
+        best: float [max_groups + 1, n + 1]; best[g, b] is the least cost of rows [0, b) in g groups.
+        back: int [max_groups + 1, n + 1]; the start of the last group of that best split.
+        n: rows.
+
+    Returns:
+        Group boundaries [0, ..., n].
+    """
     floor = best[1:, n].min()
     groups = 1 + int(np.flatnonzero(best[1:, n] <= floor * 1.01 + 1e-9)[0])
     bounds = [n]
@@ -117,12 +131,7 @@ def _reference_group_bounds(full: np.ndarray, partial: np.ndarray, max_groups: i
             totals = best[g - 1, :b] + cost[:b, b]
             a = int(np.argmin(totals))
             best[g, b], back[g, b] = totals[a], a
-    floor = best[1:, n].min()
-    groups = 1 + int(np.flatnonzero(best[1:, n] <= floor * 1.01 + 1e-9)[0])
-    bounds = [n]
-    for g in range(groups, 0, -1):
-        bounds.append(int(back[g, bounds[-1]]))
-    return bounds[::-1]
+    return _fewest_groups_near_best(best, back, n)
 
 
 def _trim(kv: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
