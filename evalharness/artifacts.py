@@ -19,7 +19,7 @@ import numpy as np  # noqa: E402
 from evalharness.arms import ArmResult  # noqa: E402
 from evalharness.cache import arm_meta  # noqa: E402
 from evalharness.config import EvalConfig  # noqa: E402
-from evalharness.formatting import format_cell  # noqa: E402
+from evalharness.formatting import format_cell, markdown_table  # noqa: E402
 from evalharness.quality import FFmpegPSNR, FrameQuality, VideoQuality  # noqa: E402
 from evalharness.video import encode_mp4, side_by_side  # noqa: E402
 
@@ -188,6 +188,7 @@ _REPORT_ROWS = (
     ("VAE decode (sparse arm)", "decode_sparse_s", "{:.2f}", " s"),
     ("Dense arm", "dense_cache", "{}", ""),
 )
+_REPORT_COLUMNS = (("metric", "metric", "{}"), ("value", "value", "{}"))
 _REPORT_FILES = (
     "`dense.mp4`, `sparse.mp4`, `side_by_side.mp4` (dense | sparse | 8x difference), "
     "`psnr_per_frame.png`, `routing_heatmap.png`, `routing_stats.npz`, `metrics.json`, "
@@ -201,18 +202,18 @@ def _report_table(m: Mapping[str, Any]) -> list[str]:
     def seconds(key: str, fmt: str) -> str:
         return format_cell(m.get(key), fmt)
 
-    lines = ["| metric | value |", "|---|---|"]
+    rows = []
     for title, arm in _TIMING_ROWS:
         median, low, high = (seconds(f"{arm}_{s}_s", "{:.3f}") for s in ("median", "min", "max"))
-        lines.append(f"| {title} | {median} s ({low}-{high}) |")
+        rows.append({"metric": title, "value": f"{median} s ({low}-{high})"})
     for title, key, fmt, unit in _REPORT_ROWS:
         if key is None:
             compile_dense = seconds("compile_dense_s", "{:.2f}")
             value = f"{compile_dense} s / {seconds('compile_sparse_s', '{:.2f}')} s"
         else:
             value = f"{format_cell(m.get(key), fmt)}{unit if m.get(key) is not None else ''}"
-        lines.append(f"| {title} | {value} |")
-    return lines
+        rows.append({"metric": title, "value": value})
+    return markdown_table(rows, _REPORT_COLUMNS).splitlines()
 
 
 def _gate_section(cfg: EvalConfig, gate_failures: Sequence[str]) -> list[str]:
