@@ -24,15 +24,20 @@ from typing import Any
 
 import jax
 import yaml
+from flax import nnx
 
 from evalharness.bench.machine import machine_info
 from evalharness.formatting import markdown_table
-from evalharness.resolutions import load_resolution
+from evalharness.resolutions import load_resolution, token_geometry
 from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes
 from kernels.policy.attention_policy import AttentionPolicy
 from kernels.policy.routing import routing_flops_fraction
 from kernels.policy.schedule import SparsitySchedule
+from models.config import get_transformer_config
+from models.pipeline import DenoiseLoop
+from models.samplers import make_sampler
+from models.transformer import WanTransformer
 from models.video_geometry import VideoGeometry
 
 SCHEDULE_NAMES = ("dense", "conservative", "balanced", "aggressive")
@@ -76,12 +81,6 @@ class _Setup:
 
 def _setup(args: argparse.Namespace) -> _Setup:
     """The tiny model with random weights, the sampler and random inputs at ``args``' size."""
-    from flax import nnx
-
-    from models.config import get_transformer_config
-    from models.samplers import make_sampler
-    from models.transformer import WanTransformer
-
     video = VideoGeometry(frames=args.frames, height=args.height, width=args.width)
     config = get_transformer_config("tiny")
     keys = jax.random.split(jax.random.key(args.seed), 3)
@@ -90,7 +89,7 @@ def _setup(args: argparse.Namespace) -> _Setup:
     negative = jax.random.normal(keys[2], (1, config.text_len, config.text_dim))
     return _Setup(
         video=video,
-        geometry=TokenGeometry(*video.token_grid),
+        geometry=token_geometry(video),
         tiles=BlockSizes(args.block, args.block),
         model=WanTransformer(config, rngs=nnx.Rngs(0)),
         sampler=make_sampler("unipc", args.steps, 3.0),
@@ -102,8 +101,6 @@ def _setup(args: argparse.Namespace) -> _Setup:
 def _compile(setup: _Setup, policy: AttentionPolicy | None):
     """Compiles the denoising loop (the model's own attention when ``policy`` is None) and runs it
     once to warm it; returns the compiled loop and the seconds both took."""
-    from models.pipeline import DenoiseLoop
-
     loop = DenoiseLoop(setup.model, setup.sampler, attend=policy)
     start = time.perf_counter()
     compiled = loop.compile(*setup.inputs)
