@@ -24,7 +24,7 @@ import numpy as np
 
 from kernels.masks.band import PaddingMask
 from kernels.masks.protocols import Mask
-from kernels.masks.tile_grid import padding_tiles, tile_areas
+from kernels.masks.tile_grid import padding_tiles, tile_areas, tile_grid
 from kernels.plans.block_sizes import BlockSizes
 from kernels.plans.rounding import round_to_tiles
 
@@ -111,7 +111,7 @@ class TilePlan:
     @property
     def num_kv_tiles(self) -> int:
         """Key/value tiles, padding included."""
-        return -(-self.tokens // self.block_sizes.block_kv)
+        return tile_grid(self.tokens, self.block_sizes)[1]
 
     def stats(self) -> dict[str, float | int | str]:
         """The plan's statistics as a flat dict (JSON-friendly)."""
