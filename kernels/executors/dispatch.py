@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from kernels.executors.reference import reference_attention
+from kernels.executors.xla_blocksparse import blocksparse_attention
 from kernels.masks.band import PaddingMask
 from kernels.plans.block_sizes import BlockSizes, default_block_sizes
 from kernels.plans.tiles import VARIANTS, TilePlan, build_plan
@@ -135,6 +136,4 @@ def attention(
             f"head_dim={d} is not supported by the XLA block-sparse path; use a multiple of "
             f"{_XLA_HEAD_DIM_MULTIPLE} up to {_XLA_MAX_HEAD_DIM} (e.g. 64 or 128)"
         )
-    from kernels.executors.xla_blocksparse import blocksparse_attention
-
     return blocksparse_attention(q, k, v, plan)
