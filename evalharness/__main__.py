@@ -2,7 +2,8 @@
 
 With no arguments it runs the embedded default (the tiny model at the CPU preset, balanced
 schedule). Exit codes: 0 done; 1 failed, or missed a gate threshold (the message names the
-metric); 2 refused by preflight (the message gives the numbers and the override).
+metric); 2 refused by preflight (the message gives the numbers and the override). With
+``dry_run=true`` it only plans (``evalharness.dry_run``): 0 fits, 2 does not.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from omegaconf import DictConfig
 
 from evalharness.artifacts import headline_row
 from evalharness.config import register_configs
+from evalharness.dry_run import dry_run
 from evalharness.preflight import PreflightRefusal
 from evalharness.run import GateFailed, run
 from evalharness.sweep import append_summary
@@ -30,6 +32,12 @@ _failed_gates: list[str] = []
 def main(cfg: DictConfig) -> float | None:
     """Runs one comparison; in a multirun, records its row for the sweep table."""
     hydra_cfg = HydraConfig.get()
+    if cfg.dry_run:
+        code, report = dry_run(cfg)
+        print(report, flush=True)
+        if code:
+            sys.exit(code)
+        return None
     try:
         metrics = run(cfg)
     except PreflightRefusal as refusal:

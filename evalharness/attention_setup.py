@@ -30,14 +30,6 @@ from models.config import WanTransformerConfig
 from models.video_geometry import VideoGeometry
 
 
-def resolve_backend(backend: KernelBackend | str) -> str:
-    """The kernels' backend string: ``auto`` → ``pallas_tpu`` on a TPU, ``xla`` elsewhere."""
-    backend = KernelBackend(backend)
-    if backend is KernelBackend.auto:
-        return "pallas_tpu" if jax.devices()[0].platform == "tpu" else "xla"
-    return backend.value
-
-
 def sequence_devices(cfg: EvalConfig) -> int:
     """Devices the sequence is split over: ``parallel.sequence``, or every local device for 0."""
     if cfg.parallel.sequence < 0:
@@ -120,7 +112,8 @@ def build_attention(
     """Builds every attention function of the run (host-side plans only; nothing is traced).
 
     Args:
-        cfg: the run's configuration.
+        cfg: the run's configuration, resolved for its platform (``kernel_choice.resolve``): a
+            concrete backend, tiles and dense executors.
         video: the video size.
         model: the transformer architecture (its layer count).
 
@@ -131,8 +124,11 @@ def build_attention(
         ValueError: a schedule, backend or tile size that does not suit the geometry.
     """
     geometry = token_geometry(video)
-    backend = resolve_backend(cfg.kernel.backend)
-    block_sizes = BlockSizes(cfg.kernel.block_q, cfg.kernel.block_kv)
+    kernel = cfg.kernel
+    if kernel.backend is KernelBackend.auto or kernel.block_q is None or kernel.block_kv is None:
+        raise ValueError("build_attention needs a resolved config; call kernel_choice.resolve")
+    backend = kernel.backend.value
+    block_sizes = BlockSizes(kernel.block_q, kernel.block_kv)
     schedule = cfg.schedule
     layers = model.num_layers
     dense, noise_floor = _dense_attends(cfg, backend, block_sizes)
@@ -143,6 +139,7 @@ def build_attention(
         block_sizes=block_sizes,
         dense_attend=dense,
         seed=cfg.seed,
+        **_pallas_options(cfg),
     )
     sparse = AttentionPolicy(schedule, geometry, **options)
     recording = None
@@ -171,10 +168,20 @@ def build_attention(
     )
 
 
+def _pallas_options(cfg: EvalConfig) -> dict[str, int | None]:
+    """The Pallas TPU kernel's compute chunk and VMEM limit (ignored by other backends)."""
+    return {
+        "block_kv_compute": cfg.kernel.block_kv_compute,
+        "vmem_limit_bytes": cfg.kernel.vmem_limit_bytes,
+    }
+
+
 def _dense_attends(cfg: EvalConfig, backend: str, block_sizes: BlockSizes) -> tuple[Any, Any]:
     """The dense arm's and the noise floor's attention functions."""
     return tuple(
-        make_dense_attend(executor.value, backend=backend, block_sizes=block_sizes)
+        make_dense_attend(
+            executor.value, backend=backend, block_sizes=block_sizes, **_pallas_options(cfg)
+        )
         for executor in (cfg.kernel.dense_executor, cfg.kernel.noise_floor_executor)
     )
 

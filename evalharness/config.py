@@ -40,9 +40,11 @@ KernelBackend = _choices(
 )
 DenseExecutor = _choices(
     "DenseExecutor",
-    DENSE_EXECUTORS,
-    "Executor of a dense arm: ``b0`` (tiled online softmax on the chosen backend), "
-    "``dot_product_attention`` (JAX's fused attention) or ``reference`` (the softmax oracle).",
+    ("auto", *(name for name in DENSE_EXECUTORS if name != "auto")),
+    "Executor of a dense arm: ``auto`` (the platform's dense controls, see "
+    "``evalharness.kernel_choice``), ``b0`` (our tiled online softmax on the chosen backend), "
+    "``splash`` (JAX's splash attention, TPU), ``cudnn`` (cuDNN flash attention, GPU), "
+    "``dot_product_attention`` (plain XLA attention, N^2 memory) or ``reference`` (the oracle).",
 )
 SamplerName = _choices(
     "SamplerName",
@@ -58,8 +60,16 @@ PermutePlacement = _choices(
 
 
 class DType(enum.StrEnum):
-    """Parameter or compute dtype."""
+    """Parameter dtype."""
 
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+
+
+class ComputeDType(enum.StrEnum):
+    """Compute dtype; ``auto`` is bfloat16 for checkpoint models and float32 for ``tiny``."""
+
+    auto = "auto"
     float32 = "float32"
     bfloat16 = "bfloat16"
 
@@ -116,21 +126,28 @@ class ResolutionConfig:
 
 @dataclass
 class KernelConfig:
-    """Attention executors and tile sizes.
+    """Attention executors and tile sizes; ``auto``/None values are chosen per platform and size
+    by ``evalharness.kernel_choice``.
 
     Attributes:
         backend: where the tiled executors run.
-        block_q: query tile size.
-        block_kv: key/value tile size.
+        block_q: query tile size (None: the backend's rule, e.g. the seed's 3,328 on TPU).
+        block_kv: key/value tile size (None: the backend's rule, e.g. 1,536 on TPU).
+        block_kv_compute: Pallas TPU key chunk per online-softmax update (None: gcd(block_kv, 512)).
+        vmem_limit_bytes: Pallas TPU scoped VMEM limit (None: raised automatically when the
+            kernel's estimate exceeds the default).
         dense_executor: executor of the dense arm.
-        noise_floor_executor: the other dense executor, used for the dense-vs-dense noise floor.
+        noise_floor_executor: the other dense executor (the dense-vs-dense noise floor and the
+            second dense control); must differ from ``dense_executor``.
     """
 
     backend: KernelBackend = KernelBackend.auto
-    block_q: int = 128
-    block_kv: int = 128
-    dense_executor: DenseExecutor = DenseExecutor.b0
-    noise_floor_executor: DenseExecutor = DenseExecutor.dot_product_attention
+    block_q: int | None = None
+    block_kv: int | None = None
+    block_kv_compute: int | None = None
+    vmem_limit_bytes: int | None = None
+    dense_executor: DenseExecutor = DenseExecutor.auto
+    noise_floor_executor: DenseExecutor = DenseExecutor.auto
 
 
 @dataclass
@@ -193,7 +210,7 @@ class EvalConfig:
     steps: int | None = None  # None: the resolution preset's default_steps
     sampler: SamplerName = SamplerName.unipc
     guidance_scale: float = 5.0
-    dtype: DType = DType.float32
+    dtype: ComputeDType = ComputeDType.auto
     warm_runs: int = 3
     noise_floor: bool = True
     max_minutes: float = 30.0
@@ -202,6 +219,8 @@ class EvalConfig:
     fps: int = 16
     crf: int = 18
     progress: ProgressMode = ProgressMode.auto  # the step bar is a host callback in the loop
+    dry_run: bool = False  # plan, check and estimate on abstract weights; exit 0 fits, 2 not
+    target: str | None = None  # dry-run device: tpu-v6e-1, tpu-v6e-8, h200, cpu (None: this host)
 
 
 def schema(node_type: type) -> DictConfig:

@@ -1,27 +1,29 @@
 """Preflight: what a run will cost, checked before anything is allocated.
 
-Counts tokens, attention and total FLOPs, weight and activation memory, and estimates minutes from
-the device's measured matmul throughput. A run whose estimate exceeds ``max_minutes`` or whose memory
-exceeds the device is refused with the numbers and how to override, in seconds rather than after an
-out-of-memory crash an hour in.
+``estimate_cost`` counts tokens, attention and total FLOPs and a rough weight/activation memory, and
+estimates minutes from the device's measured matmul throughput. ``check`` refuses a run whose time
+exceeds ``max_minutes`` or whose memory exceeds the device, with the numbers and how to override,
+in seconds rather than after an out-of-memory crash an hour in. Given the run's ``MemoryTable``
+(``evalharness.memory_plan.plan_memory``: compiled block, routing, exchange and executor buffers
+per arm) it judges memory by that table and puts it in the refusal with settings that would fit;
+given a ``TimeEstimate`` (``evalharness.workload.estimate_time``, a roofline on a stated device)
+it judges time by that.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import time
 from dataclasses import asdict, dataclass
 
 import jax
-import jax.numpy as jnp
 
+from evalharness.memory_table import GIB, MemoryTable
+from evalharness.targets import host_memory_bytes, measure_matmul_flops
+from evalharness.workload import TimeEstimate, dtype_bytes, parameter_count, step_flops
 from models.config import WanTransformerConfig
 from models.video_geometry import VideoGeometry
 
 log = logging.getLogger(__name__)
-
-_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 class PreflightRefusal(RuntimeError):
@@ -65,48 +67,6 @@ class CostEstimate:
         return {f"preflight.{k}": float(v) for k, v in asdict(self).items()}
 
 
-def parameter_count(cfg: WanTransformerConfig) -> int:
-    """Transformer parameters (weights and biases), from the architecture alone."""
-    d, f, t = cfg.dim, cfg.ffn_dim, cfg.text_dim
-    patch = cfg.in_channels * cfg.patch_size[0] * cfg.patch_size[1] * cfg.patch_size[2]
-    linear = lambda i, o: i * o + o  # noqa: E731
-    block = (
-        4 * linear(d, d)  # self-attention q, k, v, o
-        + 2 * d  # RMSNorm q/k
-        + 4 * linear(d, d)  # cross-attention q, k, v, o
-        + 2 * d  # cross RMSNorm q/k
-        + 2 * d  # affine norm2
-        + linear(d, f)
-        + linear(f, d)
-        + 6 * d  # scale_shift_table
-    )
-    embed = (
-        linear(patch, d)
-        + linear(cfg.freq_dim, d)
-        + linear(d, d)
-        + linear(d, 6 * d)
-        + linear(t, d)
-        + linear(d, d)
-    )
-    head = linear(d, cfg.out_channels * patch // cfg.in_channels) + 2 * d
-    return cfg.num_layers * block + embed + head
-
-
-def step_flops(cfg: WanTransformerConfig, tokens: int, batch: int) -> tuple[float, float]:
-    """(self-attention FLOPs, total FLOPs) of one forward over ``batch`` samples."""
-    d, f, n, text = cfg.dim, cfg.ffn_dim, tokens, cfg.text_len
-    attention = 4.0 * n * n * d  # q k^T and p v: 2 n^2 d each
-    per_layer = (
-        8.0 * n * d * d  # q, k, v, o projections
-        + attention
-        + 4.0 * n * d * d  # cross q, o
-        + 4.0 * text * d * d  # cross k, v on the text tokens
-        + 4.0 * n * text * d  # cross attention
-        + 4.0 * n * d * f  # FFN
-    )
-    return batch * cfg.num_layers * attention, batch * cfg.num_layers * per_layer
-
-
 def device_memory_bytes(device: jax.Device | None = None) -> int:
     """Memory of one device: the accelerator's limit, or the host's physical RAM on CPU."""
     device = device or jax.devices()[0]
@@ -114,23 +74,7 @@ def device_memory_bytes(device: jax.Device | None = None) -> int:
         stats = device.memory_stats() or {}
         if "bytes_limit" in stats:
             return int(stats["bytes_limit"])
-    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-
-
-def measure_matmul_flops(dtype: str = "float32", size: int | None = None) -> float:
-    """Measured FLOP/s of a square matmul on the default device (median of 3 warm runs)."""
-    device = jax.devices()[0]
-    size = size or (1024 if device.platform == "cpu" else 8192)
-    a = jnp.ones((size, size), dtype)
-    matmul = jax.jit(lambda x: x @ x).lower(a).compile()
-    jax.block_until_ready(matmul(a))
-    runs = []
-    for _ in range(3):
-        start = time.perf_counter()
-        jax.block_until_ready(matmul(a))
-        runs.append(time.perf_counter() - start)
-    runs.sort()
-    return 2.0 * size**3 / runs[1]
+    return host_memory_bytes()
 
 
 def estimate_cost(
@@ -164,7 +108,7 @@ def estimate_cost(
         device_flops_per_s: measured throughput; measured now when None.
         device_bytes: device memory; read now when None.
     """
-    weight, act = _dtype_bytes("param_dtype", param_dtype), _dtype_bytes("dtype", dtype)
+    weight, act = dtype_bytes("param_dtype", param_dtype), dtype_bytes("dtype", dtype)
     n = geometry.tokens
     attention, total = step_flops(cfg, n, cfg_batch)
     weight_bytes, activation_bytes = _memory_bytes(cfg, n, cfg_batch, devices, weight, act)
@@ -188,13 +132,6 @@ def estimate_cost(
     )
 
 
-def _dtype_bytes(name: str, value: str) -> int:
-    """Bytes per element of a dtype name; a clear error naming ``name`` for anything else."""
-    if value not in _DTYPE_BYTES:
-        raise ValueError(f"{name}={value!r} is not supported; use one of {sorted(_DTYPE_BYTES)}")
-    return _DTYPE_BYTES[value]
-
-
 def _memory_bytes(
     cfg: WanTransformerConfig, tokens: int, cfg_batch: int, devices: int, weight: int, act: int
 ) -> tuple[int, int]:
@@ -209,31 +146,95 @@ def _memory_bytes(
     return weight_bytes, activation_bytes
 
 
-def check(estimate: CostEstimate, *, max_minutes: float, what: str) -> None:
+# Config keys of each arm's executor, for advice.
+_EXECUTOR_KEYS = {
+    "dense": "kernel.dense_executor",
+    "noise_floor": "kernel.noise_floor_executor",
+    "sparse": "kernel.dense_executor",
+}
+
+
+def memory_advice(table: MemoryTable) -> list[str]:
+    """Settings that shrink what does not fit, largest effect first."""
+    advice = []
+    for arm in table.arms:
+        if table.peak(arm) > table.device_bytes and table.dominant(arm) == "attention executor":
+            held = table.rows["attention executor"][arm] / GIB
+            advice.append(
+                f"the {arm} arm's executor {table.executors.get(arm, '?')} holds {held:,.1f} GiB "
+                f"of temporaries: use a flash-style executor, {_EXECUTOR_KEYS.get(arm, 'kernel')}"
+                "=b0 (or splash on a TPU, cudnn on a GPU)"
+            )
+    if max(table.phase_bytes(a)["encode"] for a in table.arms) == table.peak_bytes:
+        advice.append(
+            "the text encoder's phase is the peak: encode on the host, or reuse cached "
+            "embeddings (cache_dir)"
+        )
+    advice.append(
+        f"more devices: parallel.sequence={2 * table.devices} (tokens, activations and fsdp "
+        "weights split across them)"
+    )
+    if table.dtype == "float32":
+        advice.append("dtype=bfloat16 model.param_dtype=bfloat16 (half the bytes)")
+    advice.append("a smaller resolution (activations grow with N, N^2 executors with N^2)")
+    return advice
+
+
+def _memory_problem(estimate: CostEstimate, memory: MemoryTable | None) -> str | None:
+    """The memory half of a refusal, or None when it fits."""
+    if memory is None:
+        if estimate.weight_bytes + estimate.activation_bytes <= estimate.device_bytes:
+            return None
+        return (
+            f"memory: weights {estimate.weight_bytes / GIB:.1f} GiB + activations "
+            f"{estimate.activation_bytes / GIB:.1f} GiB exceed the device's "
+            f"{estimate.device_bytes / GIB:.1f} GiB"
+        )
+    if memory.fits:
+        return None
+    worst = max(memory.arms, key=memory.peak)
+    advice = "".join(f"\n- {line}" for line in memory_advice(memory))
+    return (
+        f"memory: the {worst} arm peaks at {memory.peak(worst) / GIB:,.2f} GiB per device "
+        f"(largest part: {memory.dominant(worst)}), more than the {memory.device}'s "
+        f"{memory.device_bytes / GIB:,.2f} GiB\n\n{memory.to_markdown()}\n\nTo fit:{advice}\n"
+    )
+
+
+def check(
+    estimate: CostEstimate,
+    *,
+    max_minutes: float,
+    what: str,
+    memory: MemoryTable | None = None,
+    timing: TimeEstimate | None = None,
+) -> None:
     """Refuses a run that would exceed ``max_minutes`` or the device memory.
 
     Args:
         estimate: the run's cost.
         max_minutes: the user's limit.
         what: a short description of the run, for the message.
+        memory: the run's ``MemoryTable`` (``evalharness.memory_plan.plan_memory``); without it,
+            the rough ``estimate.weight_bytes + activation_bytes`` is checked.
+        timing: a target's ``TimeEstimate`` (``evalharness.workload.estimate_time``); without it,
+            ``estimate.estimated_minutes``.
 
     Raises:
-        PreflightRefusal: with the numbers and how to override.
+        PreflightRefusal: with the numbers, the memory table and what to change.
     """
-    gib = 1024**3
-    problems = []
-    needed = estimate.weight_bytes + estimate.activation_bytes
-    if needed > estimate.device_bytes:
-        problems.append(
-            f"memory: weights {estimate.weight_bytes / gib:.1f} GiB + activations "
-            f"{estimate.activation_bytes / gib:.1f} GiB exceed the device's "
-            f"{estimate.device_bytes / gib:.1f} GiB"
+    problems = [p for p in (_memory_problem(estimate, memory),) if p]
+    minutes = estimate.estimated_minutes if timing is None else timing.total_minutes
+    if minutes > max_minutes:
+        basis = (
+            f"{estimate.total_flops:.3g} FLOPs at a measured "
+            f"{estimate.device_flops_per_s / 1e9:,.1f} GFLOP/s per device"
+            if timing is None
+            else f"roofline on {timing.assumption}"
         )
-    if estimate.estimated_minutes > max_minutes:
         problems.append(
-            f"time: an estimated {estimate.estimated_minutes:,.1f} minutes exceeds max_minutes="
-            f"{max_minutes:g} ({estimate.total_flops:.3g} FLOPs at a measured "
-            f"{estimate.device_flops_per_s / 1e9:,.1f} GFLOP/s per device)"
+            f"time: an estimated {minutes:,.1f} minutes exceeds max_minutes={max_minutes:g} "
+            f"({basis})"
         )
     if problems:
         raise PreflightRefusal(
@@ -241,6 +242,6 @@ def check(estimate: CostEstimate, *, max_minutes: float, what: str) -> None:
             f"{estimate.attention_share:.0%} of a dense step's FLOPs. "
             + "; ".join(problems)
             + ". Nothing was allocated. To go on anyway, raise max_minutes (e.g. max_minutes="
-            f"{max(estimate.estimated_minutes * 1.2, 1):.0f}), or choose a smaller resolution, fewer "
+            f"{max(minutes * 1.2, 1):.0f}), or choose a smaller resolution, fewer "
             "steps or warm_runs, or an accelerator (and parallel.sequence across devices)."
         )

@@ -123,8 +123,53 @@ def arm_timing_metrics(arm: TimedArm) -> dict[str, float]:
     return metrics
 
 
-def timing_metrics(dense: TimedArm, sparse: TimedArm) -> dict[str, float]:
-    """Both arms' timing metrics, then ``speedup``: dense median over sparse median."""
-    metrics = {**arm_timing_metrics(dense), **arm_timing_metrics(sparse)}
-    metrics["speedup"] = dense.times.median_s / sparse.times.median_s
+def timing_metrics(
+    dense: TimedArm,
+    sparse: TimedArm,
+    noise_floor: TimedArm | None = None,
+    *,
+    executors: dict[str, str] | None = None,
+) -> dict[str, float]:
+    """Every timed arm's metrics and the speedups of the sparse arm.
+
+    Each timed dense arm is a dense control; ``speedup`` (the headline, and what the gate reads) is
+    the fastest control's median over the sparse median, so a sparse kernel is never credited for
+    beating a slow dense one. ``speedup_vs_<executor>`` is the ratio against each control by name:
+    ``speedup_vs_b0`` is the kernel effect (our dense tiled kernel against our sparse one).
+
+    Args:
+        dense: the dense arm (timed).
+        sparse: the sparse arm (timed).
+        noise_floor: the second dense arm; a dense control too when it was timed.
+        executors: arm label ("dense", "noise_floor") -> dense executor name; without it the
+            controls are named by their arm label.
+
+    Returns:
+        Flat metrics, including ``speedup``, ``speedup_vs_<name>`` per control and
+        ``dense_controls`` (how many were timed).
+    """
+    arms = [dense, sparse] + ([noise_floor] if noise_floor and noise_floor.times else [])
+    metrics: dict[str, float] = {}
+    for arm in arms:
+        metrics.update(arm_timing_metrics(arm))
+    names = executors or {}
+    controls = {names.get(arm.label, arm.label): arm for arm in arms if arm is not sparse}
+    sparse_s = sparse.times.median_s
+    for name, arm in controls.items():
+        metrics[f"speedup_vs_{name}"] = arm.times.median_s / sparse_s
+    metrics["speedup"] = min(arm.times.median_s for arm in controls.values()) / sparse_s
+    metrics["dense_controls"] = len(controls)
     return metrics
+
+
+def fastest_control(metrics: dict[str, float]) -> str:
+    """The dense control ``speedup`` is measured against: the one with the smallest
+    ``speedup_vs_<name>`` ratio, i.e. the fastest dense median."""
+    ratios = {
+        key.removeprefix("speedup_vs_"): value
+        for key, value in metrics.items()
+        if key.startswith("speedup_vs_")
+    }
+    if not ratios:
+        raise ValueError("no speedup_vs_<control> metrics: no dense control was timed")
+    return min(ratios, key=ratios.get)

@@ -9,14 +9,16 @@ at once, each by the name of the missing part, so a run stops before any generat
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 
 from models.prompt_encoder import PromptEncoder
 from models.safetensors_reader import WeightsError, find_weight_files, read_json
-from models.text_encoder import TEXT_ENCODER_WEIGHT_STEMS, load_umt5_encoder
+from models.text_encoder import TEXT_ENCODER_WEIGHT_STEMS, UMT5Config, load_umt5_encoder
 from models.tokenizer import load_tokenizer
 from models.vae import VAE_WEIGHT_STEMS, WanVAE, load_vae
 
@@ -123,24 +125,35 @@ def checkpoint_prompt_encoder(
     max_length: int = 512,
     cache_dir: str | Path | None = None,
     param_dtype=jnp.float32,
+    device: jax.Device | None = None,
 ) -> PromptEncoder:
-    """The checkpoint's tokenizer and UMT5 encoder as a :class:`PromptEncoder`.
+    """The checkpoint's tokenizer and (lazily loaded) UMT5 encoder as a :class:`PromptEncoder`.
+
+    Only the tokenizer and ``text_encoder/config.json`` are read here; the weights are read when a
+    prompt misses the cache and freed right after encoding (see :mod:`models.prompt_encoder`).
 
     Args:
         checkpoint: from :func:`locate_checkpoint`.
         max_length: text length L (512 as in Wan 2.1).
         cache_dir: prompt-embedding cache folder, or None.
         param_dtype: encoder weights dtype (bfloat16 halves UMT5-XXL's ~23 GB of float32).
+        device: where the encoder is loaded and run (``jax.devices("cpu")[0]`` keeps it off the
+            accelerator); None for JAX's default device.
     """
     tokenizer = load_tokenizer(checkpoint.tokenizer)
-    encoder = load_umt5_encoder(checkpoint.text_encoder, param_dtype=param_dtype)
+    config_path = checkpoint.text_encoder / "config.json"
+    config = UMT5Config.from_dict(read_json(config_path), source=str(config_path))
     identity = f"{text_encoder_identity(checkpoint, param_dtype)}|{tokenizer.identity}"
     return PromptEncoder(
         tokenizer=tokenizer,
-        encoder=encoder,
+        loader=functools.partial(
+            load_umt5_encoder, checkpoint.text_encoder, param_dtype=param_dtype
+        ),
+        config=config,
         max_length=max_length,
         identity=identity,
         cache_dir=Path(cache_dir) if cache_dir is not None else None,
+        device=device,
     )
 
 

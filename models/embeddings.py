@@ -77,10 +77,14 @@ class PatchEmbed(nnx.Module):
         b, c, f, h, w = x.shape
         pt, ph, pw = self.patch_size
         x = x.astype(self.dtype).reshape(b, c, f // pt, pt, h // ph, ph, w // pw, pw)
+        # Accumulate and add the bias in float32, rounding once, as torch's bfloat16 Conv3d does.
         out = jnp.einsum(
-            "bcfihjwk,cijkd->bfhwd", x, self.kernel[...].astype(self.dtype)
-        ) + self.bias[...].astype(self.dtype)
-        return out.reshape(b, -1, out.shape[-1])
+            "bcfihjwk,cijkd->bfhwd",
+            x,
+            self.kernel[...].astype(self.dtype),
+            preferred_element_type=jnp.float32,
+        ) + self.bias[...].astype(jnp.float32)
+        return out.astype(self.dtype).reshape(b, -1, out.shape[-1])
 
 
 class TimeTextEmbedding(nnx.Module):
@@ -134,8 +138,11 @@ class TimeTextEmbedding(nnx.Module):
         """
         sinusoid = timestep_embedding(timestep, self.freq_dim)
         temb = self.time_linear_2(jax.nn.silu(self.time_linear_1(sinusoid))).astype(self.dtype)
-        modulation = self.time_proj(jax.nn.silu(temb))
+        # Activations in float32, rounded once to the compute dtype, as torch's bfloat16 kernels do
+        # (XLA on CPU would round every intermediate op to bfloat16).
+        modulation = self.time_proj(jax.nn.silu(temb.astype(jnp.float32)).astype(self.dtype))
         modulation = modulation.reshape(modulation.shape[0], 6, -1)
-        text = context.astype(self.dtype)
-        text = self.text_linear_2(jax.nn.gelu(self.text_linear_1(text), approximate=True))
+        text = self.text_linear_1(context.astype(self.dtype))
+        text = jax.nn.gelu(text.astype(jnp.float32), approximate=True).astype(self.dtype)
+        text = self.text_linear_2(text)
         return temb, modulation, text

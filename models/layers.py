@@ -85,4 +85,7 @@ class FeedForward(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         """x [..., dim] → [..., dim] in the compute dtype."""
-        return self.proj_out(jax.nn.gelu(self.proj_in(x), approximate=True))
+        h = self.proj_in(x)
+        # GELU in float32, rounded once: torch's bfloat16 elementwise kernels compute in float32,
+        # while XLA on CPU would round every intermediate op of the tanh formula to bfloat16.
+        return self.proj_out(jax.nn.gelu(h.astype(jnp.float32), approximate=True).astype(h.dtype))

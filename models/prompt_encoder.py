@@ -4,22 +4,36 @@
 zeroes every position past each prompt's length, as diffusers' ``WanPipeline._get_t5_prompt_embeds``
 does (``u[:len]`` then zero padding). Each prompt's embedding is stored as one ``.npy`` under
 ``cache_dir`` keyed by sha256(encoder identity, max length, prompt), so a sweep encodes a prompt once.
+
+The encoder is not held: UMT5-XXL is ~10.6 GiB in bfloat16, as much as the 14B transformer's
+activations may need. ``PromptEncoder`` keeps a *loader* and calls it only when some prompt misses
+the cache; the weights are deleted right after the encoding (or at the end of a :meth:`session`), so
+the encoder never shares the device with the denoising loop. ``device`` may put it on the host CPU.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
+import logging
 import os
 import tempfile
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
-from models.text_encoder import UMT5Encoder, run_encoder
+from models.text_encoder import UMT5Config, UMT5Encoder, run_encoder
 from models.tokenizer import Tokenizer, tokenize_batch
+
+log = logging.getLogger(__name__)
+
+EncoderLoader = Callable[[], UMT5Encoder]
 
 
 def prompt_cache_key(identity: str, prompt: str, max_length: int) -> str:
@@ -28,32 +42,89 @@ def prompt_cache_key(identity: str, prompt: str, max_length: int) -> str:
     return hashlib.sha256(payload).hexdigest()
 
 
+def release_encoder(encoder: UMT5Encoder) -> None:
+    """Deletes every array of ``encoder`` so its memory is freed even if a reference survives."""
+    for leaf in jax.tree.leaves(nnx.state(encoder)):
+        if isinstance(leaf, jax.Array) and not leaf.is_deleted():
+            leaf.delete()
+
+
 @dataclasses.dataclass
 class PromptEncoder:
-    """Tokenizer + UMT5 encoder + text length + optional disk cache.
+    """Tokenizer + UMT5 encoder loader + text length + optional disk cache.
 
     Attributes:
         tokenizer: any :class:`models.tokenizer.Tokenizer`.
-        encoder: the UMT5 encoder.
+        loader: returns a freshly loaded (or built) UMT5 encoder on each call; called only when a
+            prompt misses the cache. Its arrays are deleted after use, so it must not hand out an
+            encoder someone else keeps using.
+        config: the encoder's config (``dim`` reads ``d_model`` from it without loading anything).
         max_length: L (512 for Wan 2.1; the tiny preset uses its transformer's ``text_len``).
         identity: what makes embeddings differ besides the prompt (weights, tokenizer, dtype);
             part of the cache key.
         cache_dir: where embeddings are cached; ``None`` disables the cache.
+        device: where the encoder is loaded and run (e.g. ``jax.devices("cpu")[0]`` to keep it off
+            the accelerator); ``None`` is JAX's default device.
+        encoder: the loaded encoder while encoding (or inside a :meth:`session`), else ``None``.
+        loads: how many times ``loader`` was called (for logs and tests).
     """
 
     tokenizer: Tokenizer
-    encoder: UMT5Encoder
+    loader: EncoderLoader
+    config: UMT5Config
     max_length: int
     identity: str
     cache_dir: Path | None = None
+    device: jax.Device | None = None
+    encoder: UMT5Encoder | None = dataclasses.field(default=None, init=False, repr=False)
+    loads: int = dataclasses.field(default=0, init=False)
+    _holding: bool = dataclasses.field(default=False, init=False, repr=False)
 
     @property
     def dim(self) -> int:
-        """d_model, the transformer's ``text_dim``."""
-        return self.encoder.config.d_model
+        """d_model, the transformer's ``text_dim`` (from the config: nothing is loaded)."""
+        return self.config.d_model
+
+    def _placement(self) -> contextlib.AbstractContextManager:
+        # Arrays created (weights read, inputs converted) and programs run inside go to `device`.
+        return (
+            jax.default_device(self.device) if self.device is not None else contextlib.nullcontext()
+        )
+
+    def _acquire(self) -> UMT5Encoder:
+        if self.encoder is None:
+            start = time.perf_counter()
+            with self._placement():
+                self.encoder = self.loader()
+            self.loads += 1
+            log.info("text encoder loaded in %.1f s", time.perf_counter() - start)
+        return self.encoder
+
+    def release(self) -> None:
+        """Deletes the loaded encoder's arrays and drops it (no-op when none is loaded)."""
+        if self.encoder is not None:
+            release_encoder(self.encoder)
+            self.encoder = None
+            log.info("text encoder released")
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[PromptEncoder]:
+        """Keeps the encoder (once a miss loads it) across several :meth:`encode` calls.
+
+        Use it to encode e.g. a prompt and a negative prompt with one load; the encoder is released
+        on exit, also on an exception.
+        """
+        outer = self._holding
+        self._holding = True
+        try:
+            yield self
+        finally:
+            self._holding = outer
+            if not outer:
+                self.release()
 
     def encode_uncached(self, prompts: Sequence[str]) -> np.ndarray:
-        """Encodes without touching the cache.
+        """Encodes without touching the cache, loading the encoder and releasing it afterwards.
 
         Args:
             prompts: B prompt strings.
@@ -62,14 +133,23 @@ class PromptEncoder:
             ``[B, max_length, d_model]`` float32, zero past each prompt's token count.
         """
         batch = tokenize_batch(self.tokenizer, prompts, self.max_length)
-        hidden = run_encoder(
-            self.encoder, jnp.asarray(batch.input_ids), jnp.asarray(batch.attention_mask)
-        )
-        hidden = hidden.astype(jnp.float32) * jnp.asarray(batch.attention_mask)[..., None]
-        return np.asarray(hidden)
+        try:
+            encoder = self._acquire()
+            with self._placement():
+                mask = jnp.asarray(batch.attention_mask)
+                hidden = run_encoder(encoder, jnp.asarray(batch.input_ids), mask)
+                hidden = hidden.astype(jnp.float32) * mask[..., None]
+                out = np.asarray(hidden)
+            del encoder, hidden
+        finally:
+            if not self._holding:
+                self.release()
+        return out
 
     def encode(self, prompts: Sequence[str]) -> np.ndarray:
         """Encodes prompts, reading and filling the disk cache when ``cache_dir`` is set.
+
+        The encoder is loaded only if some prompt misses the cache.
 
         Args:
             prompts: B prompt strings.

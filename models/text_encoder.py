@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from functools import partial
 from pathlib import Path
 
 import jax
@@ -189,7 +190,9 @@ class SelfAttention(nnx.Module):
             return t.reshape(b, length, self.num_heads, self.d_kv)
 
         q, k, v = heads(self.q(x)), heads(self.k(x)), heads(self.v(x))
-        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32)
+        # Scores accumulate and stay in float32 (the reference's SDPA does, and UMT5 does not scale
+        # them: logits of tens would lose whole units if rounded to bfloat16 first).
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
         scores = scores + self.position_bias(length).astype(jnp.float32)
         # Padded keys get the dtype minimum (transformers' additive mask); padded queries still
         # attend to the real keys, their outputs are zeroed later by the prompt encoder.
@@ -229,8 +232,13 @@ class DenseGatedActDense(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         """``[B, L, d_model]`` → same."""
-        h = self.act(self.wi_0(x)) * self.wi_1(x) if self.gated else self.act(self.wi(x))
-        return self.wo(h)
+        # The activation (and the gate product) in float32, rounded once to the compute dtype: XLA on
+        # CPU would otherwise round every op of the tanh formula to bfloat16.
+        if self.gated:
+            h = self.act(self.wi_0(x).astype(jnp.float32)) * self.wi_1(x).astype(jnp.float32)
+        else:
+            h = self.act(self.wi(x).astype(jnp.float32))
+        return self.wo(h.astype(x.dtype))
 
 
 class LayerFF(nnx.Module):
@@ -310,10 +318,27 @@ class UMT5Encoder(nnx.Module):
         return self.encoder(self.shared(input_ids), attention_mask)
 
 
-@nnx.jit
+@partial(jax.jit, static_argnums=0)
+def _run_split(graphdef, state, input_ids: jax.Array, attention_mask: jax.Array) -> jax.Array:
+    return nnx.merge(graphdef, state)(input_ids, attention_mask)
+
+
 def run_encoder(encoder: UMT5Encoder, input_ids: jax.Array, attention_mask: jax.Array) -> jax.Array:
-    """Compiled :meth:`UMT5Encoder.__call__` (one compile per batch shape)."""
-    return encoder(input_ids, attention_mask)
+    """Compiled :meth:`UMT5Encoder.__call__` (one compile per batch shape).
+
+    The weights go in as a split state and only the hidden states come out: ``nnx.jit`` would also
+    return (a copy of) every weight, doubling the peak for UMT5-XXL (~10.6 GiB in bfloat16).
+
+    Args:
+        encoder: the encoder.
+        input_ids: ``[B, L]`` int token ids.
+        attention_mask: ``[B, L]`` 1 for real tokens, 0 for padding.
+
+    Returns:
+        ``[B, L, d_model]`` hidden states in the parameter dtype.
+    """
+    graphdef, state = nnx.split(encoder)
+    return _run_split(graphdef, state, input_ids, attention_mask)
 
 
 TEXT_ENCODER_WEIGHT_STEMS = ("model",)

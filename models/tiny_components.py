@@ -8,8 +8,10 @@ inside a ``PromptEncoder``); only the sizes and the weights' origin differ. The 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
@@ -50,22 +52,28 @@ def tiny_vae(seed: int = 0, *, param_dtype=jnp.float32) -> WanVAE:
     return WanVAE(TINY_VAE_CONFIG, rngs=nnx.Rngs(seed), param_dtype=param_dtype)
 
 
+def tiny_umt5_encoder(seed: int = 0, *, param_dtype=jnp.float32) -> UMT5Encoder:
+    """The tiny UMT5 (d_model 64, 2 layers, 4 heads) with seeded random weights."""
+    return UMT5Encoder(TINY_UMT5_CONFIG, rngs=nnx.Rngs(seed), param_dtype=param_dtype)
+
+
 def tiny_prompt_encoder(
     seed: int = 0,
     *,
     max_length: int = 32,
     cache_dir: str | Path | None = None,
     param_dtype=jnp.float32,
+    device: jax.Device | None = None,
 ) -> PromptEncoder:
-    """Byte tokenizer + tiny UMT5 (d_model 64, 2 layers, 4 heads) with seeded random weights.
+    """Byte tokenizer + tiny UMT5, built (from the seed) only when a prompt misses the cache.
 
     Args:
         seed: weight seed (part of the cache identity).
         max_length: text length L (the tiny transformer's ``text_len``).
         cache_dir: prompt-embedding cache folder, or None.
         param_dtype: weights dtype.
+        device: where the encoder is built and run; None for JAX's default device.
     """
-    encoder = UMT5Encoder(TINY_UMT5_CONFIG, rngs=nnx.Rngs(seed), param_dtype=param_dtype)
     tokenizer = ByteTokenizer()
     config_tag = ",".join(f"{k}={v}" for k, v in dataclasses.asdict(TINY_UMT5_CONFIG).items())
     identity = (
@@ -73,8 +81,11 @@ def tiny_prompt_encoder(
     )
     return PromptEncoder(
         tokenizer=tokenizer,
-        encoder=encoder,
+        # Seeded, so every (re)build after a release gives the same weights.
+        loader=functools.partial(tiny_umt5_encoder, seed, param_dtype=param_dtype),
+        config=TINY_UMT5_CONFIG,
         max_length=max_length,
         identity=identity,
         cache_dir=Path(cache_dir) if cache_dir is not None else None,
+        device=device,
     )

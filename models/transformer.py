@@ -121,7 +121,14 @@ class WanTransformer(nnx.Module):
             [WanTransformerBlock(config, **kw) for _ in range(config.num_layers)]
         )
         self.norm_out = Float32LayerNorm(dim, eps=config.eps, affine=False)
-        self.proj_out = nnx.Linear(dim, config.out_channels * math.prod(config.patch_size), **kw)
+        # The output projection accumulates and adds its bias in float32 and rounds once, as
+        # torch's bfloat16 Linear does (its [B, N, 64] float32 product is small).
+        self.proj_out = nnx.Linear(
+            dim,
+            config.out_channels * math.prod(config.patch_size),
+            preferred_element_type=jnp.float32,
+            **kw,
+        )
         self.scale_shift_table = nnx.Param(
             jax.random.normal(rngs.params(), (1, 2, dim), jnp.float32) / math.sqrt(dim)
         )
@@ -194,7 +201,7 @@ class WanTransformer(nnx.Module):
         shift_scale = self.scale_shift_table[...] + temb[:, None, :].astype(jnp.float32)
         shift, scale = shift_scale[:, 0:1], shift_scale[:, 1:2]
         x = (self.norm_out(x) * (1.0 + scale) + shift).astype(self.dtype)
-        x = shard_tokens(self.proj_out(x))  # [B, N, pt * ph * pw * C_out]
+        x = shard_tokens(self.proj_out(x).astype(self.dtype))  # [B, N, pt * ph * pw * C_out]
 
         # Unpatchify: token (f, i, j) with in-patch offset (a, c, d) → pixel (f*pt+a, i*ph+c, j*pw+d).
         x = x.reshape(b, *grid, pt, ph, pw, cfg.out_channels)

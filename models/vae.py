@@ -15,11 +15,12 @@ With tiling on (the default :class:`TilingConfig`: 256×256-pixel tiles = 32×32
 tiles are decoded one at a time and moved to the host, where they are blended into the float32
 video (81×1440×2560×3 ×4 B = 3.3 GiB of *host* memory). Per tile on the device:
 
-- estimate (float32): caches 0.58 GiB + activations 0.23 GiB + tile output 0.06 GiB
-  + weights 0.27 GiB = **1.14 GiB**;
+- estimate (float32, :func:`models.peak_memory.vae_decode_memory`, the model preflight uses):
+  caches 0.58 GiB + chunk activations 0.75 GiB + tile output 0.06 GiB + weights 0.27 GiB
+  = **1.66 GiB**;
 - XLA's own figure for the compiled tile program (``jit(...).lower(...).compile()
-  .memory_analysis()`` on CPU, 21 latent frames): 1.11 GiB temporaries + 0.27 GiB weights
-  + 0.06 GiB output = **1.44 GiB**,
+  .memory_analysis()`` on CPU, 21 latent frames): 1.30 GiB temporaries + 0.27 GiB weights
+  + 0.06 GiB output = **1.64 GiB**,
 
 far inside a 16 GiB activation budget (bfloat16 weights/activations halve it). The 1440p grid is
 8 × 14 = 112 tiles in four compiled shapes (32×32 and the edge tiles 32×8, 12×32, 12×8 latents).
@@ -178,9 +179,11 @@ def unnormalize_latents(config: WanVAEConfig, latents: jax.Array) -> jax.Array:
     return latents.astype(jnp.float32) * std + mean
 
 
-@nnx.jit
 def _decode_raw(vae: WanVAE, z: jax.Array) -> jax.Array:
-    """Decodes VAE-space latents without clipping.
+    """Decodes VAE-space latents without clipping (compiled once per latent shape).
+
+    The weights go in as a split state and only the video comes out (``nnx.jit`` would also return
+    a copy of every weight).
 
     Args:
         z: ``[B, F, h, w, z_dim]`` channels-last VAE-space latents.
@@ -188,6 +191,13 @@ def _decode_raw(vae: WanVAE, z: jax.Array) -> jax.Array:
     Returns:
         ``[B, 1 + 4(F-1), 8h, 8w, 3]`` float32, unclipped.
     """
+    graphdef, state = nnx.split(vae)
+    return _decode_split(graphdef, state, z)
+
+
+@partial(jax.jit, static_argnums=0)
+def _decode_split(graphdef, state, z: jax.Array) -> jax.Array:
+    vae = nnx.merge(graphdef, state)
     dtype = vae.decoder.conv_in.weight.dtype
     x = vae.post_quant_conv(z.astype(dtype))
     first, caches = vae.decoder(x[:, :1], None, True)

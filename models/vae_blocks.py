@@ -59,6 +59,15 @@ class CacheCursor:
         self.updated.append(cache)
 
 
+def silu(x: jax.Array) -> jax.Array:
+    """SiLU in float32, rounded once to ``x.dtype``.
+
+    torch's bfloat16 elementwise kernels compute in float32; XLA on CPU would round ``x·σ(x)``'s
+    intermediate ops to bfloat16 one by one.
+    """
+    return jax.nn.silu(x.astype(jnp.float32)).astype(x.dtype)
+
+
 def _normal_init(rngs: nnx.Rngs, shape: tuple[int, ...], fan_in: int, dtype) -> jax.Array:
     # Seeded random weights for tiny presets; scaled so activations keep unit-ish variance.
     return seeded_normal(rngs, shape, 1.0 / math.sqrt(fan_in), dtype)
@@ -207,8 +216,8 @@ class ResidualBlock(nnx.Module):
     def __call__(self, x: jax.Array, cursor: CacheCursor | None) -> jax.Array:
         """x: ``[B, T, H, W, C_in]`` → ``[B, T, H, W, C_out]``."""
         h = x if self.conv_shortcut is None else self.conv_shortcut(x)
-        x = self.conv1(jax.nn.silu(self.norm1(x)), cursor)
-        x = self.conv2(jax.nn.silu(self.norm2(x)), cursor)
+        x = self.conv1(silu(self.norm1(x)), cursor)
+        x = self.conv2(silu(self.norm2(x)), cursor)
         return x + h
 
 
@@ -226,8 +235,9 @@ class AttentionBlock(nnx.Module):
         frames = x.reshape(b * t, h, w, c)
         qkv = self.to_qkv(self.norm(frames)).reshape(b * t, h * w, 3 * c)
         q, k, v = jnp.split(qkv, 3, axis=-1)
-        scores = jnp.einsum("nqc,nkc->nqk", q, k) / math.sqrt(c)
-        weights = jax.nn.softmax(scores.astype(jnp.float32), axis=-1).astype(v.dtype)
+        # Scores accumulate and stay in float32, as the reference's SDPA does.
+        scores = jnp.einsum("nqc,nkc->nqk", q, k, preferred_element_type=jnp.float32)
+        weights = jax.nn.softmax(scores / math.sqrt(c), axis=-1).astype(v.dtype)
         out = jnp.einsum("nqk,nkc->nqc", weights, v).reshape(b * t, h, w, c)
         return self.proj(out).reshape(b, t, h, w, c) + x
 
@@ -396,5 +406,5 @@ class Decoder3d(nnx.Module):
         x = self.mid_block(x, cursor)
         for block in self.up_blocks:
             x = block(x, cursor, first_chunk)
-        x = self.conv_out(jax.nn.silu(self.norm_out(x)), cursor)
+        x = self.conv_out(silu(self.norm_out(x)), cursor)
         return x, cursor.updated

@@ -18,6 +18,8 @@ METRICS = {
     "dense_median_s": 2.0,
     "sparse_median_s": 1.0,
     "speedup": 2.0,
+    "dense_control": "cudnn",
+    "speedup_vs_b0": 3.0,
     "psnr_ffmpeg_db": 31.234,
     "psnr_frames_db": 30.5,
     "ssim_frames": 0.98765,
@@ -35,14 +37,15 @@ def test_sweep_table_and_summary_row_follow_the_headline_list():
     header, _, row = summary_table([headline_row(METRICS)]).splitlines()
     assert header.count("|") == len(keys) + 1
     assert row == (
-        "| balanced | 0.500 | 2.000 | 1.000 | 2.000x | 31.23 | 30.50 | 0.9877 | inf | hit |"
+        "| balanced | 0.500 | 2.000 | 1.000 | 2.000x | cudnn | 3.000x | 31.23 | 30.50 | 0.9877 "
+        "| inf | hit |"
     )
 
 
 def test_console_summary_uses_the_headline_formats():
     assert summary_lines(METRICS) == (
-        "dense 2.000 s | sparse 1.000 s | speedup 2.000x | PSNR 31.23 dB (noise floor inf dB)"
-        " | SSIM 0.9877 | dense arm hit\nrun folder: /tmp/run"
+        "dense 2.000 s | sparse 1.000 s | speedup 2.000x vs cudnn (3.000x vs our B0) | PSNR "
+        "31.23 dB (noise floor inf dB) | SSIM 0.9877 | dense arm hit\nrun folder: /tmp/run"
     )
 
 

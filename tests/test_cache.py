@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 
+from evalharness import kernel_choice
 from evalharness.arms import ArmResult
 from evalharness.cache import (
     ArmCache,
@@ -48,8 +49,9 @@ def test_code_version_is_stable():
 
 
 def test_dense_arm_key_fields_are_stable(tmp_path):
-    # Existing caches stay valid only while the key's fields keep their names and values.
-    cfg = to_config(small_config(tmp_path))
+    # Existing caches stay valid only while the key's fields keep their names and values. The key
+    # is taken on the config resolved for the platform (what the run actually computes).
+    cfg = kernel_choice.resolve(to_config(small_config(tmp_path)), "cpu")
     fields = dense_arm_fields(cfg, "tiny|seed=0", 3.0)
     assert list(fields) == [
         "model",
@@ -74,9 +76,11 @@ def test_dense_arm_key_fields_are_stable(tmp_path):
     as_json = json.loads(json.dumps(fields, default=str))
     assert as_json["resolution"] == [33, 64, 64]
     assert as_json["kernel"] == {
-        "backend": "auto",
+        "backend": "xla",
         "block_q": 8,
         "block_kv": 8,
+        "block_kv_compute": None,
+        "vmem_limit_bytes": None,
         "dense_executor": "b0",
         "noise_floor_executor": "dot_product_attention",
     }

@@ -18,7 +18,7 @@ from models.checkpoint import (
     locate_checkpoint,
 )
 from models.text_encoder import save_umt5_encoder
-from models.tiny_components import tiny_prompt_encoder, tiny_vae
+from models.tiny_components import tiny_umt5_encoder, tiny_vae
 from models.vae import save_vae
 
 
@@ -45,7 +45,7 @@ def checkpoint_root(tmp_path_factory):
         str(transformer / "diffusion_pytorch_model.safetensors"),
     )
     save_vae(tiny_vae(0), root / "vae")
-    save_umt5_encoder(tiny_prompt_encoder(0).encoder, root / "text_encoder")
+    save_umt5_encoder(tiny_umt5_encoder(0), root / "text_encoder")
     tokenizer = root / "tokenizer"
     tokenizer.mkdir()
     corpus = tmp_path_factory.mktemp("corpus") / "corpus.txt"
@@ -82,8 +82,11 @@ def test_complete_folder_loads_the_same_components(checkpoint_root, tmp_path):
     ):
         np.testing.assert_array_equal(np.asarray(ours), np.asarray(tiny))
     encoder = checkpoint_prompt_encoder(ckpt, max_length=16, cache_dir=tmp_path)
+    # Building it reads no weights: only the tokenizer and config.json (for dim).
+    assert encoder.loads == 0 and encoder.encoder is None and encoder.dim == 64
     context = encoder.encode(["a cat walks on the grass"])
     assert context.shape == (1, 16, 64)
+    assert encoder.loads == 1 and encoder.encoder is None  # loaded for the miss, then released
     assert encoder.identity.startswith("umt5:") and "spm:" in encoder.identity
 
 

@@ -14,6 +14,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
+from evalharness import kernel_choice
 from evalharness.config import (
     DenseExecutor,
     DType,
@@ -49,11 +50,15 @@ CHOICES = (
 # (dotted key, a value outside its choices, the valid values in the error message)
 BAD_CHOICES = [
     ("kernel.backend", "gpu", "[auto, xla, pallas_tpu, reference]"),
-    ("kernel.dense_executor", "b1", "[b0, dot_product_attention, reference]"),
-    ("kernel.noise_floor_executor", "flash", "[b0, dot_product_attention, reference]"),
+    ("kernel.dense_executor", "b1", "[auto, b0, splash, cudnn, dot_product_attention, reference]"),
+    (
+        "kernel.noise_floor_executor",
+        "flash",
+        "[auto, b0, splash, cudnn, dot_product_attention, reference]",
+    ),
     ("schedule.variant", "b0", "[b1, b2, b3]"),
     ("sampler", "ddim", "[unipc, euler]"),
-    ("dtype", "float16", "[float32, bfloat16]"),
+    ("dtype", "float16", "[auto, float32, bfloat16]"),
     ("model.param_dtype", "fp8", "[float32, bfloat16]"),
     ("progress", "maybe", "[auto, on, off]"),
     ("logger.kind", "wandb", "[mlflow, none]"),
@@ -81,9 +86,11 @@ def _expected_params(tmp_path) -> dict:
         "schedule.variant": "b3",
         "schedule.routing_samples": 64,
         "schedule.sparse": True,
-        "kernel.backend": "auto",
+        "kernel.backend": "xla",
         "kernel.block_q": 128,
         "kernel.block_kv": 128,
+        "kernel.block_kv_compute": None,
+        "kernel.vmem_limit_bytes": None,
         "kernel.dense_executor": "b0",
         "kernel.noise_floor_executor": "dot_product_attention",
         "logger.kind": "mlflow",
@@ -109,6 +116,8 @@ def _expected_params(tmp_path) -> dict:
         "fps": 16,
         "crf": 18,
         "progress": "auto",
+        "dry_run": False,
+        "target": None,
     }
 
 
@@ -154,11 +163,12 @@ def test_choices_are_enum_members_that_compare_as_strings(tmp_path):
     assert cfg.progress is ProgressMode.off and cfg.progress.enabled is False
     assert ProgressMode.on.enabled is True and ProgressMode.auto.enabled is None
     assert cfg.logger.kind is LoggerKind.none
-    assert f"{cfg.sampler}/{cfg.dtype}" == "unipc/float32"
+    assert f"{cfg.sampler}/{cfg.dtype}" == "unipc/auto"
 
 
 def test_default_params_and_config_yaml_keep_their_string_values(tmp_path):
-    cfg = to_config(small_config(tmp_path, small=False))
+    # What a run logs: the config resolved for its platform (here a CPU).
+    cfg = kernel_choice.resolve(to_config(small_config(tmp_path, small=False)), "cpu")
     plain = to_plain_dict(cfg)
     params = flatten(plain)
     assert params == _expected_params(tmp_path)
@@ -168,7 +178,7 @@ def test_default_params_and_config_yaml_keep_their_string_values(tmp_path):
 
 
 def test_dense_arm_key_fields_serialise_as_before(tmp_path):
-    cfg = to_config(small_config(tmp_path))
+    cfg = kernel_choice.resolve(to_config(small_config(tmp_path)), "cpu")
     fields = {
         "param_dtype": cfg.model.param_dtype,
         "dtype": cfg.dtype,
@@ -182,9 +192,11 @@ def test_dense_arm_key_fields_serialise_as_before(tmp_path):
             "dtype": "float32",
             "sampler": "unipc",
             "kernel": {
-                "backend": "auto",
+                "backend": "xla",
                 "block_q": 8,
                 "block_kv": 8,
+                "block_kv_compute": None,
+                "vmem_limit_bytes": None,
                 "dense_executor": "b0",
                 "noise_floor_executor": "dot_product_attention",
             },

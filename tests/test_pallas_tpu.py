@@ -12,7 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from kernels.executors.pallas_tpu import pallas_blocksparse_attention
-from kernels.executors.pallas_tpu_visits import build_visit_slots
+from kernels.executors.pallas_tpu_visits import (
+    CODE_PACK_LIMIT,
+    build_visit_slots,
+    plan_visit_slots,
+    unpack_codes,
+)
 from kernels.executors.reference import reference_attention
 from kernels.masks.band import BandMask, PaddingMask, StridedTemporalMask
 from kernels.masks.geometry import TokenGeometry
@@ -191,6 +196,68 @@ def test_visit_slots_rejects_duplicate_tiles():
             tokens=256,
             block_kv=128,
         )
+
+
+def test_packed_codes_round_trip_both_layouts():
+    slots = build_visit_slots(
+        full_kv=np.array([[2, 2], [0, 1], [0, 0]], np.int32),
+        full_count=np.array([1, 2, 0], np.int32),
+        partial_kv=np.array([[0, 3], [3, 3], [0, 0]], np.int32),
+        partial_count=np.array([2, 1, 0], np.int32),
+        variant="b2",
+        tokens=500,
+        block_kv=128,
+    )
+    codes = slots.codes()
+    np.testing.assert_array_equal(codes, slots.kv_index * 2 + slots.masked)
+    assert codes.size == 9  # odd: the last word's high half is padding
+    assert slots.codes_per_word() == 2
+    words = slots.packed()
+    assert words.dtype == np.int32 and words.size == 5
+    np.testing.assert_array_equal(unpack_codes(words, 2, codes.size), codes)
+    assert words[0] == codes[0] | (codes[1] << 16)
+    # A threshold at or below the largest code (7) keeps one code per word.
+    assert slots.codes_per_word(limit=8) == 2 and slots.codes_per_word(limit=7) == 1
+    np.testing.assert_array_equal(slots.packed(limit=7), codes)
+    np.testing.assert_array_equal(unpack_codes(slots.packed(limit=0), 1, codes.size), codes)
+    with pytest.raises(ValueError, match="int16"):
+        slots.packed(limit=CODE_PACK_LIMIT + 1)
+
+
+def test_packing_round_trips_at_the_int16_edge():
+    """Codes up to 2**15 - 1 pack (the high half of a word uses bit 30 at most); one more does not."""
+    num_kv = CODE_PACK_LIMIT // 2  # largest code: (num_kv - 1) * 2 + 1 = 2**15 - 1
+    kv = np.array([[num_kv - 1, 0], [3, num_kv - 2], [5, 6]], np.int32)
+    kwargs = {"variant": "b1", "tokens": num_kv * 128, "block_kv": 128}
+    slots = build_visit_slots(
+        kv, np.array([2, 2, 2]), np.zeros((3, 1), np.int32), [0, 0, 0], **kwargs
+    )
+    codes = slots.codes()
+    assert codes.max() == CODE_PACK_LIMIT - 1 and slots.codes_per_word() == 2
+    assert slots.packed().min() >= 0
+    np.testing.assert_array_equal(unpack_codes(slots.packed(), 2, codes.size), codes)
+    kwargs["tokens"] += 128
+    kv[0, 1] = num_kv
+    slots = build_visit_slots(
+        kv, np.array([2, 2, 2]), np.zeros((3, 1), np.int32), [0, 0, 0], **kwargs
+    )
+    assert slots.codes_per_word() == 1
+    np.testing.assert_array_equal(slots.packed(), slots.codes())
+
+
+@pytest.mark.parametrize("variant", ["b0", "b1", "b2", "b3"])
+def test_one_code_per_word_matches_reference(variant):
+    """The unpacked layout (forced by ``code_pack_limit=0``); CASES above run the packed one."""
+    tokens = 520  # 9 query tiles of 64: an odd number of codes
+    mask = BandMask(tokens, 150, 64)
+    plan = build_plan(mask, BlockSizes(64, 128), variant, rounding_tolerance=None)
+    visits = plan_visit_slots(plan, variant)
+    assert visits.codes_per_word() == 2 and visits.codes_per_word(limit=0) == 1
+    q, k, v = _qkv(6, 1, tokens, 1, 64, jnp.float32)
+    out = pallas_blocksparse_attention(
+        q, k, v, plan, variant=variant, interpret=True, code_pack_limit=0
+    )
+    _check(out, q, k, v, plan.logical_mask)
 
 
 def _small_plan(block_sizes: BlockSizes | None = None, tokens: int = 256, variant: str = "b2"):

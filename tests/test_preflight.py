@@ -95,3 +95,76 @@ def test_config_dtypes_are_accepted_and_unknown_dtypes_named():
             dtype="float32",
             **kwargs,
         )
+
+
+def _plan_14b_720p(noise_floor_temp):
+    """14B at 720p on 8 v6e chips (bf16, guided batch 2); the noise floor's executor temporaries
+    given, the others a small flash-style figure."""
+    from evalharness.memory_plan import ExecutorSpec, plan_memory
+    from evalharness.targets import get_target
+
+    target = get_target("tpu-v6e-8")
+    flash = 64 * 2**20
+    executors = {
+        "dense": ExecutorSpec("splash", flash),
+        "noise_floor": ExecutorSpec("dot_product_attention", noise_floor_temp),
+        "sparse": ExecutorSpec(
+            "b3", flash, routed=True, dense_name="splash", dense_temp_bytes=flash
+        ),
+    }
+    return plan_memory(
+        get_transformer_config("wan2.1-t2v-14b"),
+        VideoGeometry(81, 720, 1280),
+        batch=2,
+        devices=target.devices,
+        param_dtype="bfloat16",
+        dtype="bfloat16",
+        executors=executors,
+        text_encoder_bytes=11 * 10**9,
+        vae_bytes=2 * 2**30,
+        device_bytes=target.hbm_bytes,
+        device=target.name,
+        target_platform=target.platform,
+    )
+
+
+def test_n_squared_executor_at_720p_is_refused_with_the_table():
+    def n_squared(*, batch, heads, tokens, head_dim, dtype_bytes):
+        return batch * heads * tokens * tokens * 4  # float32 [B, H, N, N] logits
+
+    table = _plan_14b_720p(n_squared)
+    assert not table.fits and table.dominant("noise_floor") == "attention executor"
+    assert table.peak("dense") < table.device_bytes  # the flash arms fit
+    est = _estimate_14b(720, 1280, device_flops_per_s=1e15, device_bytes=table.device_bytes)
+    with pytest.raises(PreflightRefusal) as info:
+        check(est, max_minutes=1e6, what="14B 720p", memory=table)
+    message = str(info.value)
+    assert "75,600 tokens" in message and "Nothing was allocated" in message
+    assert "noise_floor arm peaks at" in message and "tpu-v6e-8's 31.25 GiB" in message
+    assert "| attention executor | attention |" in message  # the table itself
+    assert "kernel.noise_floor_executor=b0" in message and "parallel.sequence=16" in message
+    assert "dtype=bfloat16" not in message  # already bf16
+
+
+def test_fitting_table_and_time_pass():
+    from evalharness.targets import get_target
+    from evalharness.workload import estimate_time
+
+    table = _plan_14b_720p(64 * 2**20)
+    assert table.fits, table.to_markdown()
+    est = _estimate_14b(720, 1280, device_flops_per_s=1e9, device_bytes=1)  # rough model refuses
+    timing = estimate_time(
+        get_transformer_config("wan2.1-t2v-14b"),
+        VideoGeometry(81, 720, 1280),
+        get_target("tpu-v6e-8"),
+        steps=40,
+        cfg_batch=2,
+        warm_runs=3,
+        kept_fraction=0.4,
+        noise_floor=True,
+        param_dtype="bfloat16",
+        dtype="bfloat16",
+    )
+    check(est, max_minutes=60, what="14B 720p", memory=table, timing=timing)
+    with pytest.raises(PreflightRefusal, match="roofline on tpu-v6e-8"):
+        check(est, max_minutes=1, what="14B 720p", memory=table, timing=timing)

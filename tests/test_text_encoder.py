@@ -11,32 +11,20 @@ import pytest
 from models.prompt_encoder import PromptEncoder, prompt_cache_key
 from models.safetensors_reader import WeightsError
 from models.text_encoder import UMT5Config, load_umt5_encoder, relative_position_bucket
-from models.tiny_components import TINY_UMT5_CONFIG, tiny_prompt_encoder
+from models.tiny_components import TINY_UMT5_CONFIG, tiny_prompt_encoder, tiny_umt5_encoder
 from models.tokenizer import ByteTokenizer, tokenize_batch
 from tests.helpers.numerics import assert_allclose
+from tests.helpers.references import ENCODER_PROMPTS, make_reference_encoder
 
-PROMPTS = ["A cat walks on grass.", "Waves crash on the rocks at sunset, slow motion, 4k"]
+PROMPTS = ENCODER_PROMPTS
 
 
 @pytest.fixture(scope="module")
 def reference_encoder(tmp_path_factory):
     """A random tiny transformers UMT5EncoderModel saved single-file and sharded."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    config = transformers.UMT5Config(
-        vocab_size=ByteTokenizer.VOCAB_SIZE,
-        d_model=32,
-        d_kv=8,
-        d_ff=48,
-        num_layers=2,
-        num_heads=4,
-        relative_attention_num_buckets=8,
-        relative_attention_max_distance=16,
-        feed_forward_proj="gated-gelu",
-        dropout_rate=0.0,
-    )
-    model = transformers.UMT5EncoderModel(config).eval()
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    model = make_reference_encoder()
     single = tmp_path_factory.mktemp("te_single")
     model.save_pretrained(single)
     sharded = tmp_path_factory.mktemp("te_sharded")
@@ -135,8 +123,10 @@ def test_config_and_loading_errors(tmp_path, reference_encoder):
         load_umt5_encoder(corrupt)
 
 
-def test_prompt_encoder_is_a_plain_dataclass_over_any_encoder():
+def test_prompt_encoder_is_a_plain_dataclass_over_any_encoder_loader():
     encoder = tiny_prompt_encoder(0, max_length=8)
-    again = PromptEncoder(encoder.tokenizer, encoder.encoder, 8, encoder.identity)
+    again = PromptEncoder(
+        encoder.tokenizer, lambda: tiny_umt5_encoder(0), TINY_UMT5_CONFIG, 8, encoder.identity
+    )
     np.testing.assert_array_equal(again.encode(["abc"]), encoder.encode(["abc"]))
     assert again.dim == 64

@@ -1,10 +1,31 @@
-"""Executors: run a tile plan (dispatch, reference oracle, XLA block-sparse, Pallas TPU visits).
+"""Executors: run a tile plan (dispatch, reference oracle, XLA block-sparse, Pallas TPU visits),
+and the dense controls (splash, cuDNN, the per-platform rule, their memory model).
 
 The Pallas TPU kernel itself (``kernels.executors.pallas_tpu``) is not imported here: the dispatch
 loads it only when ``backend="pallas_tpu"`` is asked for, and says clearly when it is unavailable.
+Splash attention is likewise imported on first use. The platform rule ``dense_controls`` is
+exported by ``kernels.policy`` (here the name stays the submodule ``kernels.executors.dense_controls``).
 """
 
-from kernels.executors.dispatch import ALL_VARIANTS, BACKENDS, SUPPORTED_DTYPES, attention
+from kernels.executors.dense_controls import (
+    SPLASH_BLOCK_KV,
+    SPLASH_BLOCK_KV_COMPUTE,
+    SPLASH_BLOCK_Q,
+    SplashTiles,
+    check_cudnn_inputs,
+    check_dense_pair,
+    cudnn_attention,
+    splash_attention,
+    splash_tiles,
+)
+from kernels.executors.dense_memory import dense_executor_temp_bytes, grows_quadratically
+from kernels.executors.dispatch import (
+    ALL_VARIANTS,
+    BACKENDS,
+    DENSE_PEERS,
+    SUPPORTED_DTYPES,
+    attention,
+)
 from kernels.executors.pallas_tpu_visits import PARTIAL_PREDICATE, VisitSlots, build_visit_slots
 from kernels.executors.reference import reference_attention
 from kernels.executors.xla_blocksparse import (
@@ -17,14 +38,26 @@ from kernels.executors.xla_blocksparse import (
 __all__ = [
     "ALL_VARIANTS",
     "BACKENDS",
+    "DENSE_PEERS",
     "PARTIAL_PREDICATE",
+    "SPLASH_BLOCK_KV",
+    "SPLASH_BLOCK_KV_COMPUTE",
+    "SPLASH_BLOCK_Q",
     "SUPPORTED_DTYPES",
+    "SplashTiles",
     "VisitGroup",
     "VisitGroups",
     "VisitSlots",
     "attention",
     "blocksparse_attention",
     "build_visit_slots",
+    "check_cudnn_inputs",
+    "check_dense_pair",
+    "cudnn_attention",
+    "dense_executor_temp_bytes",
+    "grows_quadratically",
     "reference_attention",
+    "splash_attention",
+    "splash_tiles",
     "visit_groups",
 ]

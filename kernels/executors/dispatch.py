@@ -7,8 +7,9 @@ head; query rows whose mask keeps no key return zeros. The mask is given in the 
 
 Variants:
 - "reference": dense masked jnp, the oracle (O(N^2) memory, small N only).
-- "dot_product_attention": ``jax.nn.dot_product_attention`` (XLA), the outside dense peer; mask
-  must be None.
+- dense peers (mask must be None; ``kernels.executors.dense_controls``): "dot_product_attention"
+  (``jax.nn.dot_product_attention`` XLA einsum, O(N^2) memory: CPU and small N only), "splash"
+  (JAX's TPU splash attention, full mask) and "cudnn" (cuDNN flash attention, bfloat16).
 - "b0" dense tiles, "b1" exact sparse, "b2" full/partial split, "b3" tile-rounded mask (see
   ``kernels.plans.tiles``), on backend "xla" (pure JAX) or "pallas_tpu" (``kernels.executors.pallas_tpu``).
 """
@@ -18,13 +19,16 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from kernels.executors.dense_controls import cudnn_attention, splash_attention
 from kernels.executors.reference import reference_attention
 from kernels.executors.xla_blocksparse import blocksparse_attention
 from kernels.masks.band import PaddingMask
 from kernels.plans.block_sizes import BlockSizes, default_block_sizes
 from kernels.plans.tiles import VARIANTS, TilePlan, build_plan
 
-ALL_VARIANTS = ("reference", "dot_product_attention", *VARIANTS)
+# Dense executors from outside the project: no mask, no tile plan.
+DENSE_PEERS = ("dot_product_attention", "splash", "cudnn")
+ALL_VARIANTS = ("reference", *DENSE_PEERS, *VARIANTS)
 BACKENDS = ("xla", "pallas_tpu")
 SUPPORTED_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
 # Head dims the block-sparse XLA path accepts; the Pallas kernel checks its own (64, 128).
@@ -57,6 +61,25 @@ def _pallas_backend():
     return pallas_tpu
 
 
+def _dense_peer(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    variant: str,
+    block_sizes: BlockSizes | None,
+    block_kv_compute: int | None,
+    interpret: bool,
+) -> jax.Array:
+    """One of ``DENSE_PEERS`` on [batch, tokens, heads, head_dim] (mask already refused)."""
+    if variant == "splash":
+        return splash_attention(
+            q, k, v, block_sizes=block_sizes, block_kv_compute=block_kv_compute, interpret=interpret
+        )
+    if variant == "cudnn":
+        return cudnn_attention(q, k, v)
+    return jax.nn.dot_product_attention(q, k, v, implementation="xla")
+
+
 def attention(
     q: jax.Array,
     k: jax.Array,
@@ -68,6 +91,8 @@ def attention(
     backend: str = "xla",
     interpret: bool = False,
     rounding_tolerance: float | None = 0.01,
+    block_kv_compute: int | None = None,
+    vmem_limit_bytes: int | None = None,
 ) -> jax.Array:
     """Scaled dot-product attention under a mask, by the chosen variant and backend.
 
@@ -79,11 +104,18 @@ def attention(
             length, or a prebuilt ``TilePlan`` (then ``variant`` must match it or be None and
             ``block_sizes`` must be None or equal; its tiles are not revalidated: whoever built
             the plan validated them).
-        variant: one of ``ALL_VARIANTS``; "b0" ignores the mask (dense).
-        block_sizes: tiles for b0-b3; default ``default_block_sizes(tokens, backend)``.
+        variant: one of ``ALL_VARIANTS``; "b0" ignores the mask (dense); ``DENSE_PEERS`` refuse
+            one.
+        block_sizes: tiles for b0-b3 (default ``default_block_sizes(tokens, backend)``) and for
+            "splash" (default ``kernels.executors.dense_controls.splash_tiles``).
         backend: "xla" or "pallas_tpu" (b0-b3 only).
-        interpret: Pallas interpret mode (runs the TPU kernel on CPU); ignored by "xla".
+        interpret: Pallas interpret mode (runs the TPU kernels, ours and splash, on CPU); ignored
+            by "xla".
         rounding_tolerance: b3 only, see ``kernels.plans.rounding.round_to_tiles``.
+        block_kv_compute: key chunk per online-softmax update of the Pallas kernels (b0-b3 on
+            "pallas_tpu", and "splash"); None keeps their default. Ignored elsewhere.
+        vmem_limit_bytes: scoped VMEM limit for b0-b3 on "pallas_tpu"; None keeps Mosaic's
+            default. Ignored elsewhere.
 
     Returns:
         [batch, tokens, heads, head_dim] in q's dtype.
@@ -109,12 +141,13 @@ def attention(
         )
     if variant == "reference":
         return reference_attention(q, k, v, mask)
-    if variant == "dot_product_attention":
+    if variant in DENSE_PEERS:
         if mask is not None:
             raise ValueError(
-                "variant='dot_product_attention' is the dense peer; pass mask=None or use b1-b3"
+                f"variant={variant!r} is a dense control (a dense peer); pass mask=None, or use "
+                "b1-b3 for masked attention"
             )
-        return jax.nn.dot_product_attention(q, k, v, implementation="xla")
+        return _dense_peer(q, k, v, variant, block_sizes, block_kv_compute, interpret)
     if plan is None:
         # Whoever builds a plan validates its tiles; a prebuilt plan was validated by its builder
         # (e.g. the attention policy, once per run), so it is not rechecked on every call.
@@ -129,7 +162,14 @@ def attention(
         )
     if backend == "pallas_tpu":
         return _pallas_backend().pallas_blocksparse_attention(
-            q, k, v, plan, variant=plan.variant, interpret=interpret
+            q,
+            k,
+            v,
+            plan,
+            variant=plan.variant,
+            interpret=interpret,
+            block_kv_compute=block_kv_compute,
+            vmem_limit_bytes=vmem_limit_bytes,
         )
     if d % _XLA_HEAD_DIM_MULTIPLE or d > _XLA_MAX_HEAD_DIM:
         raise ValueError(

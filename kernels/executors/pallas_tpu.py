@@ -4,8 +4,9 @@ The kernel runs on a grid ``(batch * heads, query tiles, visit slots)``. For eve
 host-built list (``kernels.executors.pallas_tpu_visits``) names the key tiles to visit; the list (each entry
 packing the key tile and a "masked" flag) and the per-tile visit count are scalar-prefetched into
 SMEM, so the K/V index maps read the key tile straight from the list and the pipeline DMAs only
-listed tiles. Slots past a query
-tile's count repeat its last key tile (no new DMA) and skip their compute with ``pl.when``.
+listed tiles. Codes that fit int16 are stored two per 32-bit SMEM word and unpacked with a shift
+and a mask (``VisitSlots.packed``). Slots past a query tile's count repeat its last key tile (no new
+DMA) and skip their compute with ``pl.when``.
 
 Each visit updates an online softmax held in VMEM scratch (running max ``m``, running sum ``l``,
 output accumulator ``acc``, all float32). Full tiles take a mask-free path; masked visits evaluate
@@ -16,7 +17,10 @@ Variants follow ``kernels.plans.tiles``: b0 dense (a plan listing every tile), b
 masks every visited tile, b2 masks only boundary tiles, b3 runs a tile-rounded plan whose partial
 tiles only hold padding (so its predicate is ``k < tokens`` alone).
 
-On CPU the same kernel runs with ``interpret=True``.
+On CPU the same kernel runs with ``interpret=True``, and lowers for TPU under ``jax.export``
+(``platforms=["tpu"]``). Compiling for a TPU checks the v6e SMEM/VMEM budget first
+(``kernels.executors.pallas_tpu_budget``) and raises the scoped VMEM limit when the working set
+needs it.
 """
 
 from __future__ import annotations
@@ -32,11 +36,16 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from kernels.executors.pallas_tpu_budget import resolve_block_kv_compute, visits_budget
 from kernels.executors.pallas_tpu_visits import (
+    CODE_BITS,
+    CODE_MASK,
+    CODE_PACK_LIMIT,
     PARTIAL_PREDICATE,
     VARIANTS,
     VisitSlots,
-    build_visit_slots,
+    plan_block_sizes,
+    plan_visit_slots,
 )
 from kernels.masks.protocols import TilePlanLike
 
@@ -49,21 +58,17 @@ SUPPORTED_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
 # Finite "minus infinity": a row whose every score in a tile is masked then gives exp(0) = 1 terms
 # that the next real maximum rescales to exactly zero, instead of NaN from (-inf) - (-inf).
 MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
-# Default compute chunk along the key tile: bounds the [block_q, chunk] float32 score tile in VMEM
-# when block_kv is large (the seed runs block_kv = 1536).
-DEFAULT_BLOCK_KV_COMPUTE = 512
 
 _QK_DIMS = (((1,), (1,)), ((), ()))  # [q, d] x [k, d] -> [q, k]
 _PV_DIMS = (((1,), (0,)), ((), ()))  # [q, k] x [k, d] -> [q, d]
 
 
-def _block_sizes(plan: TilePlanLike) -> tuple[int, int]:
-    """Returns (block_q, block_kv) from a ``BlockSizes``-like object or a pair."""
-    sizes = plan.block_sizes
-    if hasattr(sizes, "block_q") and hasattr(sizes, "block_kv"):
-        return int(sizes.block_q), int(sizes.block_kv)
-    block_q, block_kv = sizes
-    return int(block_q), int(block_kv)
+def _visit_code(visit_ref, flat: jax.Array, codes_per_word: int) -> jax.Array:
+    """Visit code ``flat`` (``i * slots + j``) from the prefetched words (``VisitSlots.packed``)."""
+    if codes_per_word == 1:
+        return visit_ref[flat]
+    word = visit_ref[lax.shift_right_logical(flat, 1)]
+    return lax.shift_right_logical(word, (flat & 1) * CODE_BITS) & CODE_MASK
 
 
 def _padding_only(tokens: int, q: jax.Array, k: jax.Array) -> jax.Array:
@@ -104,6 +109,7 @@ def _blocksparse_kernel(
     acc_ref,
     *,
     slots: int,
+    codes_per_word: int,
     block_q: int,
     block_kv: int,
     block_kv_compute: int,
@@ -113,14 +119,14 @@ def _blocksparse_kernel(
 ) -> None:
     """One grid step: (batch*head, query tile i, visit slot j).
 
-    Refs: prefetched visit codes [num_q_tiles*slots] (``kv_index * 2 + masked``) and count
-    [num_q_tiles] (SMEM);
+    Refs: prefetched visit words [ceil(num_q_tiles*slots / codes_per_word)] holding the codes
+    ``kv_index * 2 + masked`` (one or two per int32 word) and count [num_q_tiles] (SMEM);
     q_ref/o_ref [block_q, head_dim]; k_ref/v_ref [block_kv, head_dim]; scratch m_ref/l_ref
     [block_q, 128] and acc_ref [block_q, head_dim] in float32.
     """
     i = pl.program_id(1)
     j = pl.program_id(2)
-    code = visit_ref[i * slots + j]
+    code = _visit_code(visit_ref, i * slots + j, codes_per_word)
     kv_tile = lax.shift_right_logical(code, 1)
 
     @pl.when(j == 0)
@@ -204,7 +210,7 @@ def _validate(q: jax.Array, k: jax.Array, v: jax.Array, plan: TilePlanLike, vari
         raise ValueError(f"head_dim {head_dim} is not supported; use one of {SUPPORTED_HEAD_DIMS}")
     if int(plan.tokens) != q.shape[1]:
         raise ValueError(f"plan was built for {plan.tokens} tokens but q has {q.shape[1]}")
-    block_q, block_kv = _block_sizes(plan)
+    block_q, block_kv = plan_block_sizes(plan)
     if block_q <= 0 or block_q % NUM_SUBLANES:
         raise ValueError(
             f"block_q {block_q} does not suit the TPU: use a positive multiple of {NUM_SUBLANES}"
@@ -219,18 +225,6 @@ def _validate(q: jax.Array, k: jax.Array, v: jax.Array, plan: TilePlanLike, vari
             f"plan has {num_q_tiles} query tiles of {block_q}, fewer than {q.shape[1]} tokens; "
             f"it needs at least {math.ceil(q.shape[1] / block_q)}"
         )
-
-
-def _resolve_block_kv_compute(block_kv: int, block_kv_compute: int | None) -> int:
-    """The key chunk per online-softmax update: as requested, else gcd(block_kv, 512)."""
-    if block_kv_compute is None:
-        block_kv_compute = math.gcd(block_kv, DEFAULT_BLOCK_KV_COMPUTE)
-    if block_kv_compute % NUM_LANES or block_kv % block_kv_compute:
-        raise ValueError(
-            f"block_kv_compute {block_kv_compute} must be a multiple of {NUM_LANES} that divides "
-            f"block_kv {block_kv}"
-        )
-    return block_kv_compute
 
 
 def _to_heads_leading(x: jax.Array, padded: int) -> jax.Array:
@@ -250,6 +244,7 @@ def pallas_blocksparse_attention(
     interpret: bool = False,
     block_kv_compute: int | None = None,
     vmem_limit_bytes: int | None = None,
+    code_pack_limit: int = CODE_PACK_LIMIT,
 ) -> jax.Array:
     """Block-sparse softmax attention over the tiles a plan lists, as one Pallas TPU kernel.
 
@@ -257,6 +252,15 @@ def pallas_blocksparse_attention(
     full tile and, in partial tiles, the pairs the variant's predicate keeps (b1/b2: band + sink
     + padding, i.e. ``plan.mask.allowed``; b0/b3: padding only). Pairs of unlisted tiles are
     dropped.
+
+    Where it runs: ``interpret=True`` runs the Pallas interpreter on any backend. With
+    ``interpret=False`` an eager call (concrete arrays) off a TPU raises ValueError, but a traced
+    call is let through so that ``jax.export.export(jax.jit(f), platforms=["tpu"])`` lowers the
+    kernel to Mosaic on a CPU machine (a tracer does not say which platform it is lowered for;
+    jitting and running it on CPU fails later, in Pallas's own lowering: "Only interpret mode is
+    supported on CPU backend"). Lowering does not run Mosaic's compile, so with
+    ``interpret=False`` the v6e SMEM/VMEM budget
+    (``kernels.executors.pallas_tpu_budget.visits_budget``) is checked here first.
 
     Args:
         q: [batch, tokens, heads, head_dim] queries (float32 or bfloat16; head_dim 64 or 128).
@@ -268,25 +272,31 @@ def pallas_blocksparse_attention(
             (``BlockSizes`` or a (block_q, block_kv) pair).
         variant: "b0", "b1", "b2" or "b3" (case-insensitive); must match ``plan.variant`` when
             the plan has one.
-        interpret: run the kernel in the Pallas interpreter (needed on CPU).
+        interpret: run the kernel in the Pallas interpreter (needed to run on CPU).
         block_kv_compute: key chunk per online-softmax update (multiple of 128 dividing
             block_kv); defaults to gcd(block_kv, 512).
-        vmem_limit_bytes: scoped VMEM limit passed to Mosaic for large tiles; None keeps the
-            compiler default.
+        vmem_limit_bytes: scoped VMEM limit passed to Mosaic. None: the compiler default while
+            the VMEM estimate fits it (32 MiB on v6e), else the estimate x 1.25 rounded up to a
+            MiB and capped at 96 MiB (``pallas_tpu_budget.auto_vmem_limit_bytes``).
+        code_pack_limit: visit codes are stored two per SMEM word when all are below this
+            (at most 2**15, the int16 range); 0 keeps one code per word.
 
     Returns:
         [batch, tokens, heads, head_dim] attention output in q's dtype.
 
     Raises:
-        ValueError: on unsupported shapes, dtypes, block sizes, variants or an inconsistent plan,
-            or when asked to compile (``interpret=False``) off a TPU.
+        ValueError: on unsupported shapes, dtypes, block sizes, variants or an inconsistent plan;
+            when called eagerly with ``interpret=False`` off a TPU; when compiling for a TPU
+            (``interpret=False``) with a visit table or VMEM working set that does not fit
+            (the message names the numbers and a setting that fits).
     """
     variant = str(variant).lower()
     _validate(q, k, v, plan, variant)
-    if not interpret and jax.default_backend() != "tpu":
+    if not interpret and jax.default_backend() != "tpu" and not isinstance(q, jax.core.Tracer):
         raise ValueError(
             f"the Pallas TPU kernel needs a TPU (backend is {jax.default_backend()!r}); "
-            "pass interpret=True to run it on this backend"
+            "pass interpret=True to run it on this backend, or trace it (jax.export with "
+            "platforms=['tpu']) to lower it for one"
         )
     build = _build_forward
     try:
@@ -301,8 +311,33 @@ def pallas_blocksparse_attention(
         interpret,
         block_kv_compute,
         vmem_limit_bytes,
+        code_pack_limit,
     )
     return forward(q, k, v)
+
+
+def _compiler_vmem_limit(
+    visits: VisitSlots,
+    shape: tuple[int, int, int, int],
+    dtype: jnp.dtype,
+    block_sizes: tuple[int, int],
+    chunk: int,
+    vmem_limit_bytes: int | None,
+    code_pack_limit: int,
+) -> int | None:
+    """Checks the v6e budget (raising ValueError) and returns the VMEM limit to give Mosaic."""
+    budget = visits_budget(
+        visits,
+        tokens=shape[1],
+        block_q=block_sizes[0],
+        block_kv=block_sizes[1],
+        head_dim=shape[3],
+        dtype=dtype,
+        block_kv_compute=chunk,
+        vmem_limit_bytes=vmem_limit_bytes,
+        code_pack_limit=code_pack_limit,
+    ).require()
+    return budget.compiler_vmem_limit
 
 
 @functools.lru_cache(maxsize=64)
@@ -314,6 +349,7 @@ def _build_forward(
     interpret: bool,
     block_kv_compute: int | None,
     vmem_limit_bytes: int | None,
+    code_pack_limit: int,
 ) -> Callable[[jax.Array, jax.Array, jax.Array], jax.Array]:
     """Builds the jitted (q, k, v) -> out function for one plan and input signature.
 
@@ -321,17 +357,15 @@ def _build_forward(
     calls reuse one compiled program.
     """
     batch, tokens, heads, head_dim = shape
-    block_q, block_kv = _block_sizes(plan)
-    chunk = _resolve_block_kv_compute(block_kv, block_kv_compute)
-    visits: VisitSlots = build_visit_slots(
-        plan.full_kv,
-        plan.full_count,
-        plan.partial_kv,
-        plan.partial_count,
-        variant=variant,
-        tokens=tokens,
-        block_kv=block_kv,
-    )
+    block_q, block_kv = plan_block_sizes(plan)
+    chunk = resolve_block_kv_compute(block_kv, block_kv_compute)
+    visits: VisitSlots = plan_visit_slots(plan, variant)
+    if not interpret:  # the interpreter has no SMEM or VMEM to run out of
+        vmem_limit_bytes = _compiler_vmem_limit(
+            visits, shape, dtype, (block_q, block_kv), chunk, vmem_limit_bytes, code_pack_limit
+        )
+    words = visits.packed(code_pack_limit)
+    codes_per_word = visits.codes_per_word(code_pack_limit)
     allowed = _partial_predicate(plan, variant, tokens)
 
     slots = visits.slots
@@ -343,11 +377,13 @@ def _build_forward(
 
     def kv_map(bh, i, j, visit_ref, count_ref):
         del count_ref
-        return bh, lax.shift_right_logical(visit_ref[i * slots + j], 1), 0
+        code = _visit_code(visit_ref, i * slots + j, codes_per_word)
+        return bh, lax.shift_right_logical(code, 1), 0
 
     kernel = functools.partial(
         _blocksparse_kernel,
         slots=slots,
+        codes_per_word=codes_per_word,
         block_q=block_q,
         block_kv=block_kv,
         block_kv_compute=chunk,
@@ -392,13 +428,7 @@ def _build_forward(
             ),
             interpret=interpret,
             name=f"blocksparse_attention_{variant}",
-        )(
-            jnp.asarray(visits.packed()),
-            jnp.asarray(visits.count),
-            qh,
-            kh,
-            vh,
-        )
+        )(jnp.asarray(words), jnp.asarray(visits.count), qh, kh, vh)
         out = out[:, :tokens].reshape(batch, heads, tokens, head_dim)
         return jnp.transpose(out, (0, 2, 1, 3))
 

@@ -2,8 +2,13 @@
 
 A tile plan keeps full and partial key tiles in two lists per query tile. The kernel walks one flat
 list of visit slots instead, so each grid step reads its key tile index and its "masked" flag from
-scalar-prefetched memory. This module merges the two lists (NumPy, once per plan) and decides which
-visits need the in-kernel mask.
+scalar-prefetched memory. This module merges the two lists (NumPy, once per plan), decides which
+visits need the in-kernel mask, and packs the visit codes into the 32-bit words scalar memory holds.
+
+A visit code is ``kv_index * 2 + masked``. Scalar memory (SMEM, 1 MiB on TPU v6e) is addressed in
+32-bit words, so when every code fits in int16 (below ``CODE_PACK_LIMIT``) two codes share one
+int32 word, code ``t`` in the low half of word ``t // 2`` when ``t`` is even and in the high half
+when odd; otherwise each code keeps a word of its own. The kernel unpacks with a shift and a mask.
 """
 
 from __future__ import annotations
@@ -13,12 +18,18 @@ import math
 
 import numpy as np
 
+from kernels.masks.protocols import TilePlanLike
 from kernels.plans.tiles import VARIANTS
 
 # What the in-kernel predicate of a masked visit checks, per variant (``kernels.plans.tiles.VARIANTS``):
 # "mask" evaluates the plan's mask (band + sink + padding); "padding" only drops padded keys, since
 # for b0 (dense) and b3 (tile-rounded) the set of visited tiles already is the mask.
 PARTIAL_PREDICATE: dict[str, str] = {"b0": "padding", "b1": "mask", "b2": "mask", "b3": "padding"}
+# Codes below this fit in int16 (non-negative), so two share an int32 word and the word stays
+# non-negative too.
+CODE_PACK_LIMIT = 1 << 15
+CODE_BITS = 16
+CODE_MASK = (1 << CODE_BITS) - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,13 +54,44 @@ class VisitSlots:
     num_q_tiles: int
     num_kv_tiles: int
 
-    def packed(self) -> np.ndarray:
-        """int32 [num_q_tiles * slots]: ``kv_index * 2 + masked``, one SMEM word per visit.
+    def codes(self) -> np.ndarray:
+        """int32 [num_q_tiles * slots]: ``kv_index * 2 + masked`` per visit (the unpacked reference).
 
-        Scalar memory is small; one array instead of two halves what long sequences with small
-        tiles need there.
+        One array instead of two halves what long sequences with small tiles need in SMEM.
         """
-        return (self.kv_index * 2 + self.masked).astype(np.int32)
+        return (self.kv_index.astype(np.int64) * 2 + self.masked).astype(np.int32)
+
+    def codes_per_word(self, limit: int = CODE_PACK_LIMIT) -> int:
+        """2 when every code is below ``limit`` (two int16 codes per int32 word), else 1.
+
+        Args:
+            limit: packing threshold in [0, ``CODE_PACK_LIMIT``]; 0 never packs (tests use it
+                to force the one-code-per-word path).
+        """
+        if not 0 <= limit <= CODE_PACK_LIMIT:
+            raise ValueError(f"limit={limit}: expected 0..{CODE_PACK_LIMIT} (codes must fit int16)")
+        return 2 if int(self.codes().max(initial=0)) < limit else 1
+
+    def packed(self, limit: int = CODE_PACK_LIMIT) -> np.ndarray:
+        """The visit codes as the kernel scalar-prefetches them.
+
+        Args:
+            limit: packing threshold (see ``codes_per_word``).
+
+        Returns:
+            int32 [ceil(num_q_tiles * slots / codes_per_word)]: with two codes per word, code
+            ``t`` sits in bits ``16 * (t % 2)`` .. ``+15`` of word ``t // 2`` (an odd count leaves
+            the last high half zero); with one code per word, ``codes()`` itself.
+        """
+        codes = self.codes()
+        if self.codes_per_word(limit) == 1:
+            return codes
+        pairs = np.pad(codes, (0, codes.size % 2)).reshape(-1, 2)
+        return (pairs[:, 0] | (pairs[:, 1] << CODE_BITS)).astype(np.int32)
+
+    def smem_bytes(self, limit: int = CODE_PACK_LIMIT) -> int:
+        """Bytes of the two scalar-prefetched tables: packed codes and per-tile counts."""
+        return int(self.packed(limit).nbytes + self.count.astype(np.int32).nbytes)
 
     @property
     def visited(self) -> int:
@@ -61,6 +103,58 @@ class VisitSlots:
         """Number of visits that run the masked path."""
         valid = np.arange(self.slots)[None, :] < self.count[:, None]
         return int(self.masked.reshape(self.num_q_tiles, self.slots)[valid].sum())
+
+
+def unpack_codes(words: np.ndarray, codes_per_word: int, length: int) -> np.ndarray:
+    """Inverse of ``VisitSlots.packed`` (the NumPy twin of the kernel's unpacking).
+
+    Args:
+        words: int32 [num_words] as returned by ``VisitSlots.packed``.
+        codes_per_word: 1 or 2, as returned by ``VisitSlots.codes_per_word``.
+        length: number of codes (``num_q_tiles * slots``).
+
+    Returns:
+        int32 [length] visit codes.
+    """
+    words = np.asarray(words, np.int64) & 0xFFFFFFFF  # the word's bits, as the kernel sees them
+    if codes_per_word == 1:
+        return words[:length].astype(np.int32)
+    t = np.arange(length)
+    return ((words[t // 2] >> (CODE_BITS * (t % 2))) & CODE_MASK).astype(np.int32)
+
+
+def plan_visit_slots(plan: TilePlanLike, variant: str) -> VisitSlots:
+    """``build_visit_slots`` for a tile plan, with the plan's own tokens and key tile size.
+
+    The kernel and the SMEM budget (``kernels.executors.pallas_tpu_budget``) both build their visit
+    lists here, so the budget counts exactly the table the kernel prefetches.
+
+    Args:
+        plan: a ``kernels.plans.tiles.TilePlan``-like object (``full_kv``, ``full_count``,
+            ``partial_kv``, ``partial_count``, ``tokens``, ``block_sizes``).
+        variant: one of ``kernels.plans.tiles.VARIANTS``.
+
+    Returns:
+        The plan's ``VisitSlots``.
+    """
+    return build_visit_slots(
+        plan.full_kv,
+        plan.full_count,
+        plan.partial_kv,
+        plan.partial_count,
+        variant=variant,
+        tokens=int(plan.tokens),
+        block_kv=plan_block_sizes(plan)[1],
+    )
+
+
+def plan_block_sizes(plan: TilePlanLike) -> tuple[int, int]:
+    """(block_q, block_kv) of a plan whose ``block_sizes`` is a ``BlockSizes`` or a pair."""
+    sizes = plan.block_sizes
+    if hasattr(sizes, "block_q") and hasattr(sizes, "block_kv"):
+        return int(sizes.block_q), int(sizes.block_kv)
+    block_q, block_kv = sizes
+    return int(block_q), int(block_kv)
 
 
 def _checked_lists(kv: np.ndarray, count: np.ndarray, name: str, num_q_tiles: int) -> np.ndarray:

@@ -10,6 +10,11 @@ steps cost a full tile product, so query tiles are grouped by visit count (a sma
 programme over the sorted counts, ``visit_groups``) and each group runs its own scans. Within a group
 the full tiles run first in a mask-free scan, then the partial tiles in a masked scan that continues
 from the same running max / sum / accumulator, which is exactly how their softmax statistics combine.
+
+The visit lists reach the compiled module as constants at every call site, so they are embedded as
+small run-length codes decoded one step at a time (``kernels.executors.xla_visit_code``): a band's
+lists cost O(query tiles) narrow integers instead of [query tiles, steps] int32 tables, validity
+masks and per-row token indices (the latter are rebuilt in-graph from iota).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kernels.executors.xla_visit_code import VisitCode, decoder, encode_visits, narrowest_int
 from kernels.plans.tiles import TilePlan
 
 
@@ -28,12 +34,16 @@ from kernels.plans.tiles import TilePlan
 class VisitGroup:
     """Query tiles scanned together.
 
+    The tables are the host-side view; the executor embeds only ``q_tiles`` and the two codes.
+
     Attributes:
         q_tiles: int32 [g], query tile indices.
         full_kv: int32 [g, Lf]; full tiles per step (Lf may be 0).
         full_valid: bool [g, Lf], or None when no entry is padding.
         partial_kv: int32 [g, Lp].
         partial_valid: bool [g, Lp] or None.
+        full_code: ``full_kv`` and its counts as the executor embeds them (None when Lf is 0).
+        partial_code: ``partial_kv`` likewise (None when Lp is 0).
     """
 
     q_tiles: np.ndarray
@@ -41,6 +51,8 @@ class VisitGroup:
     full_valid: np.ndarray | None
     partial_kv: np.ndarray
     partial_valid: np.ndarray | None
+    full_code: VisitCode | None
+    partial_code: VisitCode | None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -162,7 +174,11 @@ def visit_groups(plan: TilePlan, max_groups: int = 8) -> VisitGroups:
         full_kv, full_valid = _trim(plan.full_kv[rows], plan.full_count[rows])
         partial_kv, partial_valid = _trim(plan.partial_kv[rows], plan.partial_count[rows])
         executed += rows.size * (full_kv.shape[1] + partial_kv.shape[1])
-        groups.append(VisitGroup(rows, full_kv, full_valid, partial_kv, partial_valid))
+        codes = [
+            encode_visits(kv, count[rows]) if kv.shape[1] else None
+            for kv, count in ((full_kv, plan.full_count), (partial_kv, plan.partial_count))
+        ]
+        groups.append(VisitGroup(rows, full_kv, full_valid, partial_kv, partial_valid, *codes))
     restore = np.empty_like(order)
     restore[order] = np.arange(order.size)
     visits = int(fc.sum() + pc.sum())
@@ -174,15 +190,14 @@ def visit_groups(plan: TilePlan, max_groups: int = 8) -> VisitGroups:
     )
 
 
-def _scan_tiles(state, q_tiles, k_tiles, v_tiles, kv, valid, masked_by, q_index):
+def _scan_tiles(state, q_tiles, k_tiles, v_tiles, visits: VisitCode, masked_by, q_index):
     """Online-softmax scan over one visit list.
 
     Args:
         state: (running max [B,H,g,BQ], running sum [B,H,g,BQ], acc [B,H,g,BQ,D]) float32.
         q_tiles: [B,H,g,BQ,D], pre-scaled.
         k_tiles, v_tiles: [B,H,nkv,BKV,D].
-        kv: int32 [g, L] static visit list.
-        valid: bool [g, L] or None.
+        visits: the static visit list [g, L], decoded one step at a time (see ``xla_visit_code``).
         masked_by: mask whose ``allowed`` is evaluated per tile, or None (mask-free path).
         q_index: int32 [g, BQ] token index of every query row (used when masked).
 
@@ -190,11 +205,11 @@ def _scan_tiles(state, q_tiles, k_tiles, v_tiles, kv, valid, masked_by, q_index)
         The updated state.
     """
     bkv = k_tiles.shape[3]
-    xs = (jnp.asarray(kv.T),) if valid is None else (jnp.asarray(kv.T), jnp.asarray(valid.T))
+    decode = decoder(visits)
 
-    def step(carry, x):
+    def step(carry, j):
         m, total, acc = carry
-        idx = x[0]
+        idx, ok = decode(j)
         k_blk = jnp.take(k_tiles, idx, axis=2)  # [B,H,g,BKV,D]
         v_blk = jnp.take(v_tiles, idx, axis=2)
         s = jnp.einsum("bhgqd,bhgkd->bhgqk", q_tiles, k_blk, preferred_element_type=jnp.float32)
@@ -215,15 +230,20 @@ def _scan_tiles(state, q_tiles, k_tiles, v_tiles, kv, valid, masked_by, q_index)
             "bhgqk,bhgkd->bhgqd", p.astype(v_blk.dtype), v_blk, preferred_element_type=jnp.float32
         )
         acc_new = alpha[..., None] * acc + pv
-        if valid is not None:
-            ok = x[1][None, None, :, None]  # padded list entries leave the state untouched
+        if ok is not None:
+            ok = ok[None, None, :, None]  # padded list entries leave the state untouched
             m_new = jnp.where(ok, m_new, m)
             total_new = jnp.where(ok, total_new, total)
             acc_new = jnp.where(ok[..., None], acc_new, acc)
         return (m_new, total_new, acc_new), None
 
-    state, _ = jax.lax.scan(step, state, xs)
+    state, _ = jax.lax.scan(step, state, jax.lax.iota(jnp.int32, visits.steps))
     return state
+
+
+def _tile_constant(tiles: np.ndarray) -> jax.Array:
+    """int32 tile indices, embedded in the module in the narrowest dtype that holds them."""
+    return jnp.asarray(narrowest_int(tiles)).astype(jnp.int32)
 
 
 @functools.partial(jax.jit, static_argnames=("plan", "visits"))
@@ -240,30 +260,22 @@ def _blocksparse(q, k, v, *, plan: TilePlan, visits: VisitGroups):
     outs = []
     for group in visits.groups:
         g = group.q_tiles.size
-        q_group = jnp.take(qt, jnp.asarray(group.q_tiles), axis=2)
+        q_tiles = _tile_constant(group.q_tiles)
+        q_group = jnp.take(qt, q_tiles, axis=2)
         state = (
             jnp.full((b, h, g, bq), -jnp.inf, jnp.float32),
             jnp.zeros((b, h, g, bq), jnp.float32),
             jnp.zeros((b, h, g, bq, d), jnp.float32),
         )
-        q_index = group.q_tiles[:, None] * bq + np.arange(bq, dtype=np.int32)[None, :]
-        if group.full_kv.shape[1]:
-            state = _scan_tiles(state, q_group, kt, vt, group.full_kv, group.full_valid, None, None)
-        if group.partial_kv.shape[1]:
-            state = _scan_tiles(
-                state,
-                q_group,
-                kt,
-                vt,
-                group.partial_kv,
-                group.partial_valid,
-                plan.mask,
-                jnp.asarray(q_index),
-            )
+        if group.full_code is not None:
+            state = _scan_tiles(state, q_group, kt, vt, group.full_code, None, None)
+        if group.partial_code is not None:
+            q_index = q_tiles[:, None] * bq + jax.lax.iota(jnp.int32, bq)[None, :]
+            state = _scan_tiles(state, q_group, kt, vt, group.partial_code, plan.mask, q_index)
         _, total, acc = state
         outs.append(acc / jnp.where(total == 0, 1.0, total)[..., None])
     out = jnp.concatenate(outs, axis=2) if len(outs) > 1 else outs[0]
-    out = jnp.take(out, jnp.asarray(visits.restore), axis=2).reshape(b, h, nq * bq, d)[:, :, :n]
+    out = jnp.take(out, _tile_constant(visits.restore), axis=2).reshape(b, h, nq * bq, d)[:, :, :n]
     return jnp.transpose(out, (0, 2, 1, 3)).astype(q.dtype)
 
 

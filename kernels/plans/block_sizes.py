@@ -87,3 +87,39 @@ def default_block_sizes(tokens: int, backend: str = "xla") -> BlockSizes:
     multiple = BACKEND_MULTIPLE[backend]
     size = min(512, -(-tokens // multiple) * multiple)
     return BlockSizes(size, size)
+
+
+# Tiles per backend before shrinking to short sequences (query x key/value). Pallas TPU: the seed's
+# 3,328 x 1,536 (26 x 12 MXU tiles of 128). XLA: 128 x 128, what the CPU default job runs
+# (conf/kernel/auto.yaml), small enough for fine-grained sparsity.
+AUTO_TILES: dict[str, tuple[int, int]] = {"pallas_tpu": (3328, 1536), "xla": (128, 128)}
+
+
+def auto_block_sizes(tokens: int, backend: str) -> BlockSizes:
+    """The backend's tiles for a ``tokens``-long sequence.
+
+    Rule: ``AUTO_TILES[backend]``, each side shrunk to the sequence rounded up to the backend's
+    granularity (``BACKEND_MULTIPLE``: 128 on "pallas_tpu", 8 on "xla") when the sequence is
+    shorter than a tile. Why the TPU tiles are large: the kernel's VMEM working set depends on
+    the tiles and not on N, while its scalar-prefetched visit table (SMEM, 1 MiB on v6e) grows
+    with (N / block_q) * (N / block_kv); 128 x 128 tiles overflow SMEM at 1080p, the seed's tiles
+    need tens of KiB (``kernels.executors.pallas_tpu_budget``).
+
+    Args:
+        tokens: sequence length N (per attention call).
+        backend: "pallas_tpu" or "xla" (for "reference", pass ``plan_backend(backend)``).
+
+    Returns:
+        BlockSizes valid for ``tokens`` on ``backend``.
+
+    Raises:
+        ValueError: on an unknown backend or a non-positive ``tokens``.
+    """
+    if backend not in AUTO_TILES:
+        raise ValueError(f"backend={backend!r}; auto tiles are known for {sorted(AUTO_TILES)}")
+    if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
+        raise ValueError(f"tokens={tokens!r}: expected a positive int")
+    multiple = BACKEND_MULTIPLE[backend]
+    padded = -(-tokens // multiple) * multiple
+    block_q, block_kv = AUTO_TILES[backend]
+    return BlockSizes(min(block_q, padded), min(block_kv, padded))

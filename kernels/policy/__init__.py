@@ -1,5 +1,10 @@
-"""Policy: the sparsity schedule, head routing and its statistics, and the ``attend`` policy."""
+"""Policy: the sparsity schedule, head routing and its statistics, and the ``attend`` policy.
 
+Also exports the dense-control rule (``dense_controls``, ``check_dense_pair``) that turns
+``DENSE_EXECUTORS``' "auto" into concrete executors per platform.
+"""
+
+from kernels.executors.dense_controls import check_dense_pair, dense_controls
 from kernels.policy.attention_policy import (
     DENSE_EXECUTORS,
     POLICY_BACKENDS,
@@ -32,6 +37,8 @@ __all__ = [
     "RoutingStats",
     "SparseVariant",
     "SparsitySchedule",
+    "check_dense_pair",
+    "dense_controls",
     "make_dense_attend",
     "route_heads",
     "route_rows",

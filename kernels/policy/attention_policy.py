@@ -36,7 +36,9 @@ from kernels.policy.schedule import SparsitySchedule
 # ``attend`` functions below are typed as plain callables: their contract is the model's ``AttendFn``
 # protocol (``attend(q, k, v, *, step, layer) -> out``), and kernels do not import the model.
 POLICY_BACKENDS = ("xla", "pallas_tpu", "reference")
-DENSE_EXECUTORS = ("b0", "dot_product_attention", "reference")
+# Dense executors a run may name: "auto" is resolved per platform by
+# ``kernels.executors.dense_controls.dense_controls`` before an ``attend`` is built.
+DENSE_EXECUTORS = ("auto", "b0", "splash", "cudnn", "dot_product_attention", "reference")
 
 
 def _check_backend(backend: str) -> None:
@@ -50,22 +52,36 @@ def make_dense_attend(
     backend: str = "xla",
     block_sizes: BlockSizes | None = None,
     interpret: bool = False,
+    block_kv_compute: int | None = None,
+    vmem_limit_bytes: int | None = None,
 ) -> Callable[..., jax.Array]:
     """A dense ``attend`` function from the kernels executors.
 
     Args:
-        executor: "b0" (tiled online softmax on ``backend``), "dot_product_attention" (XLA) or
-            "reference" (dense jnp oracle). Backend "reference" always uses "reference".
+        executor: one of ``DENSE_EXECUTORS`` except "auto": "b0" (tiled online softmax on
+            ``backend``), "splash" (TPU splash attention, its own tiles), "cudnn" (cuDNN flash
+            attention, bfloat16), "dot_product_attention" (XLA einsum) or "reference" (dense jnp
+            oracle). Backend "reference" always uses "reference".
         backend: "xla", "pallas_tpu" or "reference".
         block_sizes: tiles for "b0"; default ``default_block_sizes(tokens, backend)``.
-        interpret: Pallas interpret mode (CPU tests of the TPU kernel).
+        interpret: Pallas interpret mode (CPU tests of the TPU kernels, ours and splash).
+        block_kv_compute: key chunk of "b0" on "pallas_tpu"; None keeps the kernel's default.
+        vmem_limit_bytes: scoped VMEM limit of "b0" on "pallas_tpu"; None keeps Mosaic's.
 
     Returns:
         ``attend(q, k, v, *, step, layer) -> out`` ignoring step and layer.
+
+    Raises:
+        ValueError: on an unknown backend or executor, or "auto" (resolve it first).
     """
     _check_backend(backend)
+    if executor == "auto":
+        raise ValueError(
+            "executor='auto' must be resolved before building an attend: take "
+            "kernels.policy.dense_controls(platform) (tpu: splash, gpu: cudnn, cpu: b0)"
+        )
     if executor not in DENSE_EXECUTORS:
-        raise ValueError(f"executor={executor!r}; use one of {DENSE_EXECUTORS}")
+        raise ValueError(f"executor={executor!r}; use one of {DENSE_EXECUTORS[1:]}")
     if backend == "reference":
         executor = "reference"
 
@@ -81,8 +97,11 @@ def make_dense_attend(
                 block_sizes=block_sizes,
                 backend=backend,
                 interpret=interpret,
+                block_kv_compute=block_kv_compute,
+                vmem_limit_bytes=vmem_limit_bytes,
             )
-        return attention(q, k, v, None, variant=executor)
+        # splash keeps its own tiles (``splash_tiles``): the policy's tiles are the b0/band ones.
+        return attention(q, k, v, None, variant=executor, interpret=interpret)
 
     return dense_attend
 
@@ -136,6 +155,8 @@ class AttentionPolicy:
         record_stats: bool = False,
         interpret: bool = False,
         rounding_tolerance: float | None = None,
+        block_kv_compute: int | None = None,
+        vmem_limit_bytes: int | None = None,
     ) -> None:
         """Builds the policy and its host-side plans (nothing is traced).
 
@@ -153,6 +174,9 @@ class AttentionPolicy:
             interpret: Pallas interpret mode.
             rounding_tolerance: b3 rounding tolerance (None accepts what the tiles allow; the
                 rounded density is what ``schedule.overall_kept_fraction`` reports).
+            block_kv_compute: key chunk of the Pallas TPU kernel (sparse executor and the
+                default dense b0); ignored by the other backends.
+            vmem_limit_bytes: scoped VMEM limit of the Pallas TPU kernel; ignored elsewhere.
 
         Raises:
             ValueError: on an unknown backend or routing mode, or a schedule that does not suit
@@ -173,6 +197,8 @@ class AttentionPolicy:
         self.routing_mode = routing_mode
         self.seed = seed
         self.interpret = interpret
+        self.block_kv_compute = block_kv_compute
+        self.vmem_limit_bytes = vmem_limit_bytes
         # The policy builds the run's plans, so it validates their tiles, once per run; the
         # executors do not recheck a prebuilt plan on every call.
         if block_sizes is None:
@@ -180,7 +206,12 @@ class AttentionPolicy:
         block_sizes.validate(geometry.tokens, plan_backend(backend))
         self.block_sizes = block_sizes
         self.dense_attend = dense_attend or make_dense_attend(
-            "b0", backend=backend, block_sizes=block_sizes, interpret=interpret
+            "b0",
+            backend=backend,
+            block_sizes=block_sizes,
+            interpret=interpret,
+            block_kv_compute=block_kv_compute,
+            vmem_limit_bytes=vmem_limit_bytes,
         )
         self.recorder = RoutingRecorder(num_steps, num_layers) if record_stats else None
         self.plan: TilePlan | None = None
@@ -320,4 +351,6 @@ class AttentionPolicy:
             variant=self.plan.variant,
             backend=self.backend,
             interpret=self.interpret,
+            block_kv_compute=self.block_kv_compute,
+            vmem_limit_bytes=self.vmem_limit_bytes,
         )

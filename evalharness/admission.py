@@ -1,0 +1,141 @@
+"""Admission of a run: every check that must pass before a weight is read or a folder created.
+
+Preflight's time estimate (cheap, first), the per-device memory table and SMEM/VMEM budgets on this
+host (``evalharness.run_plan``), the attention functions, and for checkpoint models the
+ahead-of-time compile of every arm's attention (``evalharness.aot_check``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from evalharness import aot_check, preflight
+from evalharness.attention_setup import (
+    AttentionSetup,
+    build_attention,
+    nominal_kept_fraction,
+    sequence_devices,
+)
+from evalharness.components import transformer_config_for
+from evalharness.config import EvalConfig
+from evalharness.run_plan import RunPlan, plan_run, quadratic_arms
+from evalharness.targets import host_target
+from models.config import WanTransformerConfig
+from models.pipeline import uses_guidance
+from models.samplers import Sampler, default_flow_shift, make_sampler
+from models.video_geometry import VideoGeometry
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What an admitted run starts from.
+
+    Attributes:
+        geometry: the video's pixel and latent sizes.
+        tcfg: the transformer architecture.
+        sampler: the sampler every arm shares.
+        shift: the sampler's flow shift.
+        attention: the dense, noise-floor and sparse attention functions.
+        estimate: preflight's cost estimate.
+        plan: the per-device memory table and kernel budgets on this host.
+    """
+
+    geometry: VideoGeometry
+    tcfg: WanTransformerConfig
+    sampler: Sampler
+    shift: float
+    attention: AttentionSetup
+    estimate: preflight.CostEstimate
+    plan: RunPlan
+
+
+def admit(cfg: EvalConfig) -> Admission:
+    """Estimates the cost, refuses what does not fit, and builds the attention functions.
+
+    Args:
+        cfg: the run's config, resolved for this host (``kernel_choice.resolve``).
+
+    Returns:
+        What the comparison starts from.
+
+    Raises:
+        preflight.PreflightRefusal: time, memory, SMEM/VMEM or (checkpoints) an arm's compile;
+            nothing was allocated and no weight read.
+    """
+    geometry = VideoGeometry(cfg.resolution.frames, cfg.resolution.height, cfg.resolution.width)
+    tcfg = transformer_config_for(cfg.model)
+    shift = cfg.resolution.flow_shift or default_flow_shift(geometry.height, geometry.width)
+    sampler = make_sampler(cfg.sampler.value, cfg.steps, shift)
+    estimate = preflight.estimate_cost(
+        tcfg,
+        geometry,
+        steps=cfg.steps,
+        cfg_batch=2 if uses_guidance(cfg.guidance_scale, cfg.negative_prompt) else 1,
+        warm_runs=cfg.warm_runs,
+        kept_fraction=nominal_kept_fraction(cfg, tcfg.num_layers),
+        noise_floor=cfg.noise_floor,
+        param_dtype=cfg.model.param_dtype,
+        dtype=cfg.dtype,
+        devices=sequence_devices(cfg),
+    )
+    what = f"model={cfg.model.name} resolution={cfg.resolution.name} schedule={cfg.schedule.name}"
+    preflight.check(estimate, max_minutes=cfg.max_minutes, what=what)  # time first: it is cheap
+    plan = _plan_memory(cfg, tcfg, estimate)
+    preflight.check(estimate, max_minutes=cfg.max_minutes, what=what, memory=plan.memory)
+    if plan.problems:
+        budgets = plan.budget_markdown()
+        raise preflight.PreflightRefusal(
+            f"preflight refused {what}: " + "; ".join(plan.problems) + f"\n\n{budgets}\n"
+            "Nothing was allocated."
+        )
+    attention = build_attention(cfg, geometry, tcfg)
+    if cfg.model.name != "tiny":  # a checkpoint is slow to read: fail before reading it
+        _compile_ahead(cfg, tcfg, attention)
+    memory = plan.memory
+    log.info(
+        "preflight: %s tokens, attention %.0f%% of dense FLOPs, estimated %.1f min, peak %.2f GiB "
+        "of %.2f GiB per device (memory_plan.md)",
+        f"{estimate.tokens:,}",
+        100 * estimate.attention_share,
+        estimate.estimated_minutes,
+        max(memory.peak(arm) for arm in memory.arms) / 2**30,
+        memory.device_bytes / 2**30,
+    )
+    log.debug("memory plan:\n%s", memory.to_markdown())
+    return Admission(geometry, tcfg, sampler, shift, attention, estimate, plan)
+
+
+def _plan_memory(
+    cfg: EvalConfig, tcfg: WanTransformerConfig, estimate: preflight.CostEstimate
+) -> RunPlan:
+    """The per-device memory table (and SMEM/VMEM budgets) of this run on this host."""
+    target = host_target(estimate.device_flops_per_s, dtype=cfg.dtype.value)
+    return plan_run(
+        cfg,
+        tcfg,
+        target,
+        devices=sequence_devices(cfg),
+        lower=False,
+        compile_arms=quadratic_arms(cfg),
+    )
+
+
+def _compile_ahead(cfg: EvalConfig, tcfg: WanTransformerConfig, attention: AttentionSetup) -> None:
+    """Compiles every arm's attention at the run's shapes before any weight is read."""
+    kernel = cfg.kernel
+    where = f"on {kernel.backend.value}, tiles {kernel.block_q}x{kernel.block_kv}"
+    aot_check.compile_attention_paths(
+        attention,
+        batch=2 if uses_guidance(cfg.guidance_scale, cfg.negative_prompt) else 1,
+        heads=tcfg.num_attention_heads,
+        head_dim=tcfg.attention_head_dim,
+        dtype=cfg.dtype.value,
+        executors={
+            "dense": f"{kernel.dense_executor.value} {where}",
+            "noise_floor": f"{kernel.noise_floor_executor.value} {where}",
+            "sparse": f"schedule {cfg.schedule.name} ({cfg.schedule.variant}) {where}",
+        },
+    )

@@ -1,0 +1,117 @@
+"""``python -m evalharness dry_run=true target=tpu-v6e-8 model=wan2.1-t2v-14b resolution=1440p``.
+
+Answers "will it fit, and how long will it take" on a machine without the hardware: the config is
+resolved for the target's platform (tiles, dense controls, dtype), the transformer is built from
+abstract weights (no checkpoint is read; ``model.checkpoint`` may be unset), the plans are built,
+and :func:`evalharness.run_plan.plan_run` gives the per-device memory table, the SMEM/VMEM budgets
+of the Pallas TPU plans, the ``jax.export`` lowering of every arm for TPU targets, and a roofline
+time estimate from the stated device table. Exit 0 when it fits within ``max_minutes``, 2 with the
+reasons otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import jax
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from evalharness import kernel_choice
+from evalharness.components import transformer_config_for
+from evalharness.config import EvalConfig, to_config
+from evalharness.preflight import memory_advice
+from evalharness.run_plan import RunPlan, plan_run, quadratic_arms
+from evalharness.targets import get_target
+from models.config import get_transformer_config
+from models.video_geometry import VideoGeometry
+
+log = logging.getLogger(__name__)
+
+
+def dry_run(cfg: EvalConfig | DictConfig | dict) -> tuple[int, str]:
+    """Plans the run on its target and returns (exit code, report).
+
+    Args:
+        cfg: the configuration; ``target`` names the device (None: this host, ``cpu``).
+
+    Returns:
+        0 and the report when the run fits (memory, SMEM/VMEM, lowering, ``max_minutes``), else 2
+        and the report with the reasons and settings that would fit.
+    """
+    started = time.perf_counter()
+    cfg = to_config(checkpoint_optional(cfg))
+    target = get_target(cfg.target or "cpu")
+    cfg = kernel_choice.resolve(cfg, target.platform)
+    if cfg.model.checkpoint:  # read config.json only: the architecture must match the preset
+        tcfg = transformer_config_for(cfg.model)
+    else:
+        tcfg = get_transformer_config(cfg.model.name)
+    devices = cfg.parallel.sequence or target.devices
+    host = jax.devices()[0].platform
+    on_host = target.platform == host == "cpu"
+    # On its own platform a dry run plans exactly as the run's preflight would.
+    arms = quadratic_arms(cfg) if on_host else ()
+    plan = plan_run(cfg, tcfg, target, devices=devices, compile_arms=arms)
+    minutes = plan.timing.total_minutes
+    problems = [p for p in (plan.memory_problem(), *plan.problems) if p]
+    if minutes > cfg.max_minutes:
+        problems.append(
+            f"time: an estimated {minutes:,.1f} minutes exceeds max_minutes={cfg.max_minutes:g}"
+        )
+    report = _report(cfg, tcfg, plan, problems, time.perf_counter() - started)
+    return (2 if problems else 0), report
+
+
+def checkpoint_optional(cfg: Any) -> Any:
+    """A dry run reads no weights: an unset (``???``) checkpoint becomes None."""
+    if isinstance(cfg, DictConfig) and OmegaConf.is_missing(cfg.model, "checkpoint"):
+        with open_dict(cfg):
+            cfg.model.checkpoint = None
+    return cfg
+
+
+def _tokens(cfg: EvalConfig) -> int:
+    res = cfg.resolution
+    return VideoGeometry(res.frames, res.height, res.width).tokens
+
+
+def _report(cfg: EvalConfig, tcfg: Any, plan: RunPlan, problems: list[str], seconds: float) -> str:
+    kernel = cfg.kernel
+    lines = [
+        f"# Dry run: {cfg.model.name} at {cfg.resolution.name} on {plan.target.name} "
+        f"({plan.devices} device(s) for the sequence)",
+        "",
+        f"- {_tokens(cfg):,} tokens per sample ({cfg.resolution.frames} frames, "
+        f"{cfg.resolution.width}x{cfg.resolution.height})",
+        f"- schedule {cfg.schedule.name} ({cfg.schedule.variant}), {cfg.steps} steps, "
+        f"{cfg.warm_runs} warm runs, batch {plan.batch} per forward, dtype {cfg.dtype.value}, "
+        f"params {cfg.model.param_dtype.value}",
+        f"- attention: backend {kernel.backend.value}, tiles {kernel.block_q} x {kernel.block_kv}; "
+        f"dense controls {kernel.dense_executor.value} (dense arm) and "
+        f"{kernel.noise_floor_executor.value} (noise floor)",
+        f"- device: {plan.target.source}",
+        "",
+        "## Memory per device",
+        "",
+        plan.memory.to_markdown(),
+        "",
+        "## Time",
+        "",
+        plan.timing.to_markdown(),
+    ]
+    if plan.budgets:
+        lines += ["", "## Pallas TPU SMEM / VMEM", "", plan.budget_markdown()]
+    if plan.lowering:
+        lowered = ", ".join(
+            f"{k.split('_', 2)[-1][:-2]} {v:.1f} s" for k, v in plan.lowering.items()
+        )
+        lines += ["", f"Lowered for {plan.target.platform} with jax.export: {lowered}."]
+    lines += [f"Note: {note}" for note in plan.notes]
+    verdict = "FITS" if not problems else "DOES NOT FIT"
+    lines += ["", f"## Verdict: {verdict} (planned in {seconds:.1f} s, nothing allocated)"]
+    lines += [f"- {p}" for p in problems]
+    if not plan.memory.fits:
+        lines += ["", "To fit:"] + [f"- {a}" for a in memory_advice(plan.memory)]
+    return "\n".join(lines)

@@ -1,0 +1,152 @@
+"""Platform-dependent defaults: every ``auto`` of a config turned into a concrete choice.
+
+One place decides what ``kernel.backend=auto``, ``kernel.block_q=null``, ``kernel.dense_executor=auto``
+and ``dtype=auto`` mean, from the platform the run targets (the host's for a real run, the target's
+for a dry run) and the sequence length:
+
+| platform | backend | tiles (query x key) | dense arm | second dense control | compute dtype |
+|---|---|---|---|---|---|
+| tpu | pallas_tpu | seed 3,328 x 1,536 | splash attention | our B0 | bf16 for checkpoints |
+| gpu | xla | 128 x 128 | cuDNN flash attention | our B0 | bf16 for checkpoints |
+| cpu | xla | 128 x 128 | our B0 | einsum attention | bf16 for checkpoints |
+
+The tiny preset computes in float32 everywhere (its purpose is a fast, exact CPU check). The
+resolved config is what the run records (``config.yaml``, MLflow params, the dense cache key), so a
+run always says which tiles and executors it timed. Nothing here falls back silently: an explicit
+choice that does not suit the platform is refused with the setting to change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+
+from evalharness.config import (
+    ComputeDType,
+    DenseExecutor,
+    EvalConfig,
+    KernelBackend,
+    KernelConfig,
+)
+from evalharness.resolutions import token_geometry
+from kernels.executors.dense_controls import check_dense_pair, dense_controls
+from kernels.plans.block_sizes import auto_block_sizes, plan_backend
+from models.video_geometry import VideoGeometry
+
+PLATFORMS = ("tpu", "gpu", "cpu")
+
+
+def host_platform() -> str:
+    """The platform of this process's first device: ``tpu``, ``gpu`` or ``cpu``."""
+    platform = jax.devices()[0].platform
+    return "gpu" if platform in ("gpu", "cuda", "rocm") else platform
+
+
+def backend_for(backend: KernelBackend | str, platform: str) -> str:
+    """The kernels' backend string: ``auto`` is ``pallas_tpu`` on a TPU and ``xla`` elsewhere.
+
+    Raises:
+        ValueError: ``pallas_tpu`` asked for off a TPU (it would only run interpreted, which times
+            the interpreter, not the kernel).
+    """
+    _check_platform(platform)
+    backend = KernelBackend(backend)
+    if backend is KernelBackend.auto:
+        return "pallas_tpu" if platform == "tpu" else "xla"
+    if backend is KernelBackend.pallas_tpu and platform != "tpu":
+        raise ValueError(
+            f"kernel.backend=pallas_tpu needs a TPU but the run targets {platform!r}; use "
+            "kernel=xla (or kernel=auto) here, or a TPU target"
+        )
+    return backend.value
+
+
+def compute_dtype_for(dtype: ComputeDType | str, model_name: str) -> ComputeDType:
+    """``auto`` is bfloat16 for checkpoint models (the seed's setting) and float32 for ``tiny``."""
+    dtype = ComputeDType(dtype)
+    if dtype is not ComputeDType.auto:
+        return dtype
+    return ComputeDType.float32 if model_name == "tiny" else ComputeDType.bfloat16
+
+
+def resolve_kernel(kernel: KernelConfig, platform: str, tokens: int) -> KernelConfig:
+    """The kernel config with every ``auto``/None replaced by the platform's choice.
+
+    Args:
+        kernel: the requested kernel config.
+        platform: ``tpu``, ``gpu`` or ``cpu``.
+        tokens: tokens of one attention call (the whole sequence; sequence parallelism exchanges
+            heads for tokens before attention).
+
+    Returns:
+        A KernelConfig whose backend is not ``auto``, whose tiles are set, and whose two dense
+        executors are concrete and different.
+
+    Raises:
+        ValueError: a choice that does not suit the platform, or equal dense executors.
+    """
+    backend = backend_for(kernel.backend, platform)
+    block_q, block_kv = kernel.block_q, kernel.block_kv
+    if block_q is None or block_kv is None:
+        auto = auto_block_sizes(tokens, plan_backend(backend))
+        block_q = auto.block_q if block_q is None else block_q
+        block_kv = auto.block_kv if block_kv is None else block_kv
+    dense, floor = dense_controls(platform)
+    if kernel.dense_executor is not DenseExecutor.auto:
+        dense = kernel.dense_executor.value
+    if kernel.noise_floor_executor is not DenseExecutor.auto:
+        floor = kernel.noise_floor_executor.value
+    elif floor == dense:  # the user pinned the dense arm to what auto would pick second
+        floor = dense_controls(platform)[0]
+    check_dense_pair(dense, floor)
+    _check_executor_platform(dense, platform, "dense_executor")
+    _check_executor_platform(floor, platform, "noise_floor_executor")
+    return dataclasses.replace(
+        kernel,
+        backend=KernelBackend(backend),
+        block_q=block_q,
+        block_kv=block_kv,
+        dense_executor=DenseExecutor(dense),
+        noise_floor_executor=DenseExecutor(floor),
+    )
+
+
+def resolve(cfg: EvalConfig, platform: str | None = None, tokens: int | None = None) -> EvalConfig:
+    """The run's config with its kernel and compute dtype made concrete for ``platform``.
+
+    Args:
+        cfg: a validated config (``evalharness.config.to_config``).
+        platform: the targeted platform; None is this host's.
+        tokens: tokens per sample; None computes them from ``cfg.resolution``.
+
+    Returns:
+        A new EvalConfig (``cfg`` is not modified).
+    """
+    platform = host_platform() if platform is None else platform
+    if tokens is None:
+        res = cfg.resolution
+        tokens = token_geometry(VideoGeometry(res.frames, res.height, res.width)).tokens
+    return dataclasses.replace(
+        cfg,
+        kernel=resolve_kernel(cfg.kernel, platform, tokens),
+        dtype=compute_dtype_for(cfg.dtype, cfg.model.name),
+    )
+
+
+# Dense executors that exist on one platform only; compiling them elsewhere fails deep inside XLA.
+_EXECUTOR_PLATFORM = {"splash": "tpu", "cudnn": "gpu"}
+
+
+def _check_executor_platform(executor: str, platform: str, setting: str) -> None:
+    needed = _EXECUTOR_PLATFORM.get(executor)
+    if needed is not None and needed != platform:
+        raise ValueError(
+            f"kernel.{setting}={executor} runs on {needed} only, but the run targets {platform!r}; "
+            f"use kernel.{setting}=auto (or b0)"
+        )
+
+
+def _check_platform(platform: str) -> None:
+    if platform not in PLATFORMS:
+        raise ValueError(f"platform={platform!r}; use one of {PLATFORMS}")

@@ -1,0 +1,259 @@
+"""The devices a run can be planned for: memory, peak throughput and bandwidth, with their sources.
+
+A dry run plans for a device it may not have (``target=tpu-v6e-8`` from a laptop); a real run plans
+for the one it is on. Each ``DeviceTarget`` states its figures and where they come from, and the
+time estimate built on them is a roofline per denoising step:
+
+    seconds = max(FLOPs / (peak FLOP/s x efficiency), bytes moved / HBM bandwidth)
+
+with ``efficiency`` the stated fraction of peak the transformer's matmuls are assumed to reach
+(0.45 on accelerators: large bf16 matmuls and a flash-style attention usually run at 40-60% of
+peak end to end). The ``cpu`` target is this host, measured when it is asked for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import jax
+import jax.numpy as jnp
+
+GIB = 1024**3
+PLATFORMS = ("tpu", "gpu", "cpu")
+# Fraction of peak FLOP/s assumed for the whole transformer on an accelerator (see module docstring).
+ACCELERATOR_EFFICIENCY = 0.45
+# Stated, not measured: a share of a dual-channel DDR4/DDR5 server socket.
+CPU_BYTES_PER_S = 20e9
+# XLA:CPU's runtime allocated 14-19% beyond the compiled plan of the flash-style arms and more for
+# N^2 ones in `python -m evalharness.bench.memory` (2-core VM, JAX 0.10.2); 0.15 is the flash figure.
+CPU_RUNTIME_OVERHEAD = 0.15
+
+
+@dataclass(frozen=True)
+class DeviceTarget:
+    """One device kind a run is planned for; every figure is per device.
+
+    Attributes:
+        name: the target's name (``TARGET_NAMES``).
+        platform: ``tpu``, ``gpu`` or ``cpu``.
+        devices: devices of the target (the default ``parallel.sequence``).
+        hbm_bytes: device memory a JAX program may use.
+        peak_flops: peak matmul FLOP/s by dtype name (``bfloat16``, ``float32``).
+        hbm_bytes_per_s: memory bandwidth.
+        smem_bytes: TPU scalar memory (where scalar-prefetched visit tables live); None elsewhere.
+        vmem_bytes: TPU vector memory (physical); None elsewhere.
+        efficiency: assumed fraction of ``peak_flops`` the transformer reaches.
+        source: where the figures come from and which choices were made.
+        runtime_overhead: what the runtime allocates beyond XLA's memory plan, as a fraction of
+            the denoising loop's planned bytes (measured on CPU by ``evalharness.bench.memory``;
+            0 where it has not been measured).
+    """
+
+    name: str
+    platform: str
+    devices: int
+    hbm_bytes: int
+    peak_flops: Mapping[str, float]
+    hbm_bytes_per_s: float
+    smem_bytes: int | None
+    vmem_bytes: int | None
+    efficiency: float
+    source: str
+    runtime_overhead: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.platform not in PLATFORMS:
+            raise ValueError(f"platform={self.platform!r}; use one of {PLATFORMS}")
+        if self.devices < 1 or self.hbm_bytes < 1 or not 0.0 < self.efficiency <= 1.0:
+            raise ValueError(f"{self.name}: devices, hbm_bytes must be >= 1, efficiency in (0, 1]")
+        object.__setattr__(self, "peak_flops", MappingProxyType(dict(self.peak_flops)))
+
+    def flops_per_s(self, dtype: str) -> float:
+        """Sustained matmul FLOP/s assumed for ``dtype``: peak x efficiency."""
+        dtype = str(dtype)
+        if dtype not in self.peak_flops:
+            raise ValueError(
+                f"{self.name} has no peak for dtype={dtype!r}; {sorted(self.peak_flops)}"
+            )
+        return self.peak_flops[dtype] * self.efficiency
+
+    def step_seconds(self, flops: float, bytes_moved: float, dtype: str) -> tuple[float, str]:
+        """Roofline time of work on one device.
+
+        Args:
+            flops: matmul FLOPs of the work on this device.
+            bytes_moved: bytes read and written from device memory.
+            dtype: compute dtype name.
+
+        Returns:
+            (seconds, "compute" or "memory": which side of the roofline bounds it).
+        """
+        compute = flops / self.flops_per_s(dtype)
+        memory = bytes_moved / self.hbm_bytes_per_s
+        return (compute, "compute") if compute >= memory else (memory, "memory")
+
+    def assumption(self, dtype: str) -> str:
+        """One line naming the roofline's figures, for logs and refusals."""
+        return (
+            f"{self.name}: {self.devices} x {self.hbm_bytes / GIB:.2f} GiB, "
+            f"{self.peak_flops[str(dtype)] / 1e9:,.0f} GFLOP/s {dtype} peak x "
+            f"{self.efficiency:.2f} efficiency, {self.hbm_bytes_per_s / 1e9:,.0f} GB/s; time per "
+            "step = max(FLOPs / sustained FLOP/s, bytes / bandwidth)"
+        )
+
+
+# TPU v6e (Trillium) per chip. f32 matmuls run as bf16 passes on the MXU; precision "highest" takes
+# six, so f32 is stated at 1/6 of bf16 (an upper bound on time).
+_V6E = dict(
+    platform="tpu",
+    hbm_bytes=int(31.25 * GIB),
+    peak_flops={"bfloat16": 918e12, "float32": 918e12 / 6},
+    hbm_bytes_per_s=1640e9,
+    smem_bytes=1 << 20,
+    vmem_bytes=128 << 20,
+    efficiency=ACCELERATOR_EFFICIENCY,
+    source=(
+        "Google Cloud TPU v6e: 918 TFLOP/s bf16, 32 GB HBM (31.25 GiB usable), 1,640 GB/s, "
+        "SMEM 1 MiB, VMEM 128 MiB physical; f32 = bf16 / 6 (six-pass 'highest' precision)"
+    ),
+)
+
+TARGETS: Mapping[str, DeviceTarget] = MappingProxyType(
+    {
+        "tpu-v6e-1": DeviceTarget(name="tpu-v6e-1", devices=1, **_V6E),
+        "tpu-v6e-8": DeviceTarget(name="tpu-v6e-8", devices=8, **_V6E),
+        # JAX preallocates 75% of GPU memory (XLA_PYTHON_CLIENT_MEM_FRACTION=0.75) and that is the
+        # allocator's limit (memory_stats()["bytes_limit"]), so a default run can use 105.75 GB.
+        "h200": DeviceTarget(
+            name="h200",
+            platform="gpu",
+            devices=1,
+            hbm_bytes=int(0.75 * 141e9),
+            peak_flops={"bfloat16": 989e12, "float32": 67e12},
+            hbm_bytes_per_s=4.8e12,
+            smem_bytes=None,
+            vmem_bytes=None,
+            efficiency=ACCELERATOR_EFFICIENCY,
+            source=(
+                "NVIDIA H200 SXM: 141 GB HBM3e, 4.8 TB/s, 989 TFLOP/s dense bf16, 67 TFLOP/s "
+                "f32 (CUDA cores; TF32 would be faster); usable = 75% of 141 GB, JAX's default "
+                "preallocation (raise XLA_PYTHON_CLIENT_MEM_FRACTION for more)"
+            ),
+        ),
+    }
+)
+TARGET_NAMES = (*TARGETS, "cpu")
+
+
+def host_memory_bytes() -> int:
+    """Physical RAM of this host."""
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def measure_matmul_flops(dtype: str = "float32", size: int | None = None) -> float:
+    """Measured FLOP/s of a square matmul on the default device (median of 3 warm runs)."""
+    device = jax.devices()[0]
+    size = size or (1024 if device.platform == "cpu" else 8192)
+    a = jnp.ones((size, size), dtype)
+    matmul = jax.jit(lambda x: x @ x).lower(a).compile()
+    jax.block_until_ready(matmul(a))
+    runs = []
+    for _ in range(3):
+        start = time.perf_counter()
+        jax.block_until_ready(matmul(a))
+        runs.append(time.perf_counter() - start)
+    runs.sort()
+    return 2.0 * size**3 / runs[1]
+
+
+def cpu_target(flops_per_s: Mapping[str, float] | None = None) -> DeviceTarget:
+    """This host as a target: RAM from ``os.sysconf``, matmul FLOP/s measured now.
+
+    Args:
+        flops_per_s: measured FLOP/s by dtype to use instead of measuring (tests).
+
+    Returns:
+        A ``cpu`` target with efficiency 1 (the measured rate is already a sustained one) split
+        evenly over the host's JAX devices (they share its cores and RAM).
+    """
+    devices = len(jax.devices("cpu"))
+    if flops_per_s is None:
+        # bf16 matmuls are emulated on most CPUs; a smaller size keeps the measurement short.
+        flops_per_s = {
+            "float32": measure_matmul_flops("float32"),
+            "bfloat16": measure_matmul_flops("bfloat16", 512),
+        }
+    return DeviceTarget(
+        name="cpu",
+        platform="cpu",
+        devices=devices,
+        hbm_bytes=host_memory_bytes() // devices,
+        peak_flops={k: v / devices for k, v in flops_per_s.items()},
+        hbm_bytes_per_s=CPU_BYTES_PER_S / devices,
+        smem_bytes=None,
+        vmem_bytes=None,
+        efficiency=1.0,
+        source=(
+            "this host: RAM from os.sysconf, FLOP/s measured by a jitted square matmul, "
+            f"bandwidth a stated {CPU_BYTES_PER_S / 1e9:.0f} GB/s, runtime "
+            f"+{CPU_RUNTIME_OVERHEAD:.0%} over XLA's plan (measured)"
+        ),
+        runtime_overhead=CPU_RUNTIME_OVERHEAD,
+    )
+
+
+def get_target(name: str, *, devices: int | None = None) -> DeviceTarget:
+    """The target called ``name`` (``cpu`` is measured now).
+
+    Args:
+        name: one of ``TARGET_NAMES``.
+        devices: override of the device count (e.g. ``parallel.sequence``).
+
+    Raises:
+        ValueError: an unknown name (the message lists the known ones).
+    """
+    if name == "cpu":
+        target = cpu_target()
+    elif name in TARGETS:
+        target = TARGETS[name]
+    else:
+        raise ValueError(f"unknown target {name!r}; known targets: {', '.join(TARGET_NAMES)}")
+    if devices is not None and devices != target.devices:
+        target = dataclasses.replace(target, devices=devices)
+    return target
+
+
+def host_target(flops_per_s: float, *, dtype: str) -> DeviceTarget:
+    """This process's devices as a target, for a real run's preflight.
+
+    Args:
+        flops_per_s: the matmul throughput preflight measured on one device in ``dtype``.
+        dtype: the run's compute dtype.
+
+    Returns:
+        ``cpu_target`` on a CPU; on an accelerator its memory limit, device count and the measured
+        throughput (efficiency 1: it is a sustained rate), with the v6e SMEM/VMEM when it is one.
+    """
+    device = jax.devices()[0]
+    if device.platform == "cpu":
+        return cpu_target({"float32": flops_per_s, "bfloat16": flops_per_s})
+    stats = device.memory_stats() or {}
+    v6e = TARGETS["tpu-v6e-1"]
+    is_v6e = device.platform == "tpu" and "v6" in device.device_kind.lower()
+    return DeviceTarget(
+        name=device.device_kind,
+        platform="gpu" if device.platform in ("gpu", "cuda", "rocm") else device.platform,
+        devices=len(jax.devices()),
+        hbm_bytes=int(stats.get("bytes_limit", v6e.hbm_bytes)),
+        peak_flops={dtype: flops_per_s},
+        hbm_bytes_per_s=v6e.hbm_bytes_per_s,
+        smem_bytes=v6e.smem_bytes if is_v6e else None,
+        vmem_bytes=v6e.vmem_bytes if is_v6e else None,
+        efficiency=1.0,
+        source=f"this host: {device.device_kind}, memory from the runtime, FLOP/s measured",
+    )

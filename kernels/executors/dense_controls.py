@@ -1,0 +1,284 @@
+"""Dense controls: the outside flash kernels per platform, and the rule that picks them.
+
+A dense control is a dense attention executor the sparse runs are compared against. At real sizes
+(Wan 2.1 14B at 720p: 75,600 tokens, 40 heads x 128, batch 2) ``jax.nn.dot_product_attention``
+with ``implementation="xla"`` materialises [B, H, N, N] float32 logits (about 1.8 TB), so the
+dense arm must be a flash-style kernel on each platform:
+
+| platform | dense arm | noise-floor executor |
+|---|---|---|
+| tpu | "splash": JAX's TPU splash attention with a full mask | "b0": our dense tiles (Pallas) |
+| gpu | "cudnn": cuDNN flash attention (bf16) | "b0": our dense tiles (XLA) |
+| cpu | "b0": our dense tiles (XLA) | "dot_product_attention": XLA einsum |
+
+The noise floor is the PSNR between two *different* dense executors, so the pair must differ.
+
+Both kernels follow the dispatch's contract: q, k, v and out are [batch, tokens, heads, head_dim],
+out = softmax(q k^T / sqrt(head_dim)) v.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from kernels.plans.block_sizes import BlockSizes
+
+# Platform -> (dense arm executor, noise-floor executor); see the module docstring.
+_PLATFORM_CONTROLS = {
+    "tpu": ("splash", "b0"),
+    "gpu": ("cudnn", "b0"),
+    "cuda": ("cudnn", "b0"),
+    "cpu": ("b0", "dot_product_attention"),
+}
+
+# Splash tiles for v6e. A 2,048-row query tile halves the K/V re-reads of a 1,024-row one (at
+# 75,600 tokens each head streams K/V N/block_q times), and 2,048 x 1,024 pads 75,600 tokens by
+# 0.2%. VMEM per grid step (bf16, head_dim 128): q 512 KiB + k, v 256 KiB each + out 512 KiB,
+# all double-buffered (3 MiB), float32 scratch m, l, acc [2048, 128] (3 MiB), and the float32
+# [2048, 512] scores and probabilities of one compute chunk (8 MiB): about 14 MiB of v6e's 128 MiB
+# VMEM, under 16 MiB so no raised scoped limit should be needed. Arithmetic only: Mosaic's own
+# compile (libtpu) has not run these tiles here; ``splash_attention`` takes other tiles.
+SPLASH_BLOCK_Q = 2048
+SPLASH_BLOCK_KV = 1024
+SPLASH_BLOCK_KV_COMPUTE = 512
+# Splash feeds the MXU with 128-wide tiles: every tile (and the padded sequence) is a multiple.
+SPLASH_MULTIPLE = 128
+
+# cuDNN flash attention (JAX's checks for bf16/fp16): head_dim a multiple of 8, at most 256 on
+# Hopper and later (128 before; JAX itself refuses that case on older GPUs).
+CUDNN_DTYPES = (jnp.dtype(jnp.bfloat16),)
+CUDNN_HEAD_DIM_MULTIPLE = 8
+CUDNN_MAX_HEAD_DIM = 256
+
+
+def dense_controls(platform: str) -> tuple[str, str]:
+    """The platform's dense controls: (dense arm executor, noise-floor executor).
+
+    Args:
+        platform: "tpu", "gpu" (or "cuda") or "cpu".
+
+    Returns:
+        Two different names from ``kernels.policy.DENSE_EXECUTORS``: tpu ("splash", "b0"),
+        gpu ("cudnn", "b0"), cpu ("b0", "dot_product_attention").
+
+    Raises:
+        ValueError: on an unknown platform.
+    """
+    if platform not in _PLATFORM_CONTROLS:
+        raise ValueError(
+            f"platform={platform!r} has no dense controls; use one of {sorted(_PLATFORM_CONTROLS)}"
+        )
+    return _PLATFORM_CONTROLS[platform]
+
+
+def check_dense_pair(dense: str, noise_floor: str) -> None:
+    """Refuses a noise floor that would compare a dense executor with itself.
+
+    Args:
+        dense: executor of the dense arm.
+        noise_floor: executor of the noise-floor arm.
+
+    Raises:
+        ValueError: when the two are equal (the floor would be an infinite PSNR, not a floor).
+    """
+    if dense == noise_floor:
+        others = sorted({name for pair in _PLATFORM_CONTROLS.values() for name in pair} - {dense})
+        raise ValueError(
+            "the noise floor compares two different dense executors; "
+            f"noise_floor_executor={noise_floor} equals dense_executor={dense}: choose another, "
+            f"e.g. one of {others}"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class SplashTiles:
+    """Splash tiles for one sequence.
+
+    Attributes:
+        block_q: query rows per tile.
+        block_kv: key/value rows per tile.
+        block_kv_compute: key rows per online-softmax update (divides ``block_kv``).
+        padded_tokens: the sequence padded to a multiple of both tiles.
+    """
+
+    block_q: int
+    block_kv: int
+    block_kv_compute: int
+    padded_tokens: int
+
+
+def _round_up(x: int, multiple: int) -> int:
+    return -(-x // multiple) * multiple
+
+
+def splash_tiles(
+    tokens: int, block_sizes: BlockSizes | None = None, block_kv_compute: int | None = None
+) -> SplashTiles:
+    """The splash tiles and padded length for ``tokens``.
+
+    Default rule: block_q = min(``SPLASH_BLOCK_Q``, tokens rounded up to 128); the sequence is
+    padded to a multiple of block_q; block_kv is the largest of 1024, 512, 256, 128 dividing the
+    padded length (so no extra padding); block_kv_compute = gcd(block_kv, 512).
+
+    Args:
+        tokens: sequence length N.
+        block_sizes: explicit (block_q, block_kv), multiples of 128; the sequence is then padded
+            to a multiple of both.
+        block_kv_compute: explicit compute chunk (a multiple of 128 dividing block_kv).
+
+    Returns:
+        The SplashTiles.
+
+    Raises:
+        ValueError: on tiles that are not multiples of 128 or a chunk that does not divide
+            block_kv.
+    """
+    if block_sizes is None:
+        block_q = min(SPLASH_BLOCK_Q, _round_up(tokens, SPLASH_MULTIPLE))
+        padded = _round_up(tokens, block_q)
+        block_kv = next(
+            b
+            for b in (SPLASH_BLOCK_KV, 512, 256, SPLASH_MULTIPLE)
+            if b <= padded and padded % b == 0
+        )
+    else:
+        block_sizes.validate(tokens, "pallas_tpu")  # multiples of 128, no larger than needed
+        block_q, block_kv = block_sizes.block_q, block_sizes.block_kv
+        padded = _round_up(tokens, math.lcm(block_q, block_kv))
+    if block_kv_compute is None:
+        block_kv_compute = math.gcd(block_kv, SPLASH_BLOCK_KV_COMPUTE)
+    if block_kv_compute % SPLASH_MULTIPLE or block_kv % block_kv_compute:
+        raise ValueError(
+            f"block_kv_compute={block_kv_compute} must be a multiple of {SPLASH_MULTIPLE} that "
+            f"divides block_kv={block_kv}"
+        )
+    return SplashTiles(block_q, block_kv, block_kv_compute, padded)
+
+
+def _splash_module() -> types.ModuleType:
+    # Imported on first use: it adds about 0.2 s to an import of the executors, and only TPU runs
+    # (and their interpret-mode tests) need it.
+    from jax.experimental.pallas.ops.tpu import splash_attention
+
+    return splash_attention
+
+
+@functools.lru_cache(maxsize=32)
+def _splash_kernel(heads: int, tiles: SplashTiles, interpret: bool):
+    """A full-mask splash MHA kernel over [heads, padded_tokens, head_dim] (cached).
+
+    Building it processes the mask block by block on the host (about 2.5 s at 75,776 tokens), so
+    one kernel serves every call with the same shape.
+    """
+    splash = _splash_module()
+    n = tiles.padded_tokens
+    mask = splash.MultiHeadMask([splash.FullMask((n, n))] * heads)
+    sizes = splash.BlockSizes(
+        block_q=tiles.block_q, block_kv=tiles.block_kv, block_kv_compute=tiles.block_kv_compute
+    )
+    # The kernel keeps its block tables as arrays; built under a trace they would be that trace's
+    # tracers, and the cache would leak them into the next one.
+    with jax.ensure_compile_time_eval():
+        return splash.make_splash_mha_single_device(mask, block_sizes=sizes, interpret=interpret)
+
+
+def splash_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    block_sizes: BlockSizes | None = None,
+    block_kv_compute: int | None = None,
+    interpret: bool = False,
+) -> jax.Array:
+    """Dense attention by JAX's TPU splash attention kernel with a full mask.
+
+    Splash runs on [heads, tokens, head_dim] and does not scale q, so q is scaled by
+    1/sqrt(head_dim) (in float32, then cast back, as our b0 does) and moved heads-leading; the
+    batch is a ``vmap``. Padded keys are excluded through segment ids (real tokens segment 0,
+    padding segment 1), which keeps the mask a cheap full mask; padded query rows are dropped.
+    Off a TPU it runs only with ``interpret=True`` (JAX raises "Only interpret mode is supported
+    on CPU backend" otherwise); exporting for platform "tpu" works from a CPU.
+
+    Args:
+        q: [batch, tokens, heads, head_dim], float32 or bfloat16 (unscaled).
+        k: [batch, tokens, heads, head_dim], same dtype.
+        v: [batch, tokens, heads, head_dim], same dtype.
+        block_sizes: splash tiles (multiples of 128); default ``splash_tiles(tokens)``.
+        block_kv_compute: key chunk per online-softmax update; default gcd(block_kv, 512).
+        interpret: Pallas interpret mode (CPU tests).
+
+    Returns:
+        [batch, tokens, heads, head_dim] in q's dtype.
+    """
+    _, n, heads, d = q.shape
+    tiles = splash_tiles(n, block_sizes, block_kv_compute)
+    kernel = _splash_kernel(heads, tiles, interpret)
+    pad = ((0, 0), (0, 0), (0, tiles.padded_tokens - n), (0, 0))
+    scaled = (q.astype(jnp.float32) / np.sqrt(d)).astype(q.dtype)
+    qt, kt, vt = (jnp.pad(jnp.transpose(x, (0, 2, 1, 3)), pad) for x in (scaled, k, v))
+    if tiles.padded_tokens == n:
+        out = jax.vmap(kernel)(qt, kt, vt)
+    else:
+        segments = (jnp.arange(tiles.padded_tokens) >= n).astype(jnp.int32)
+        ids = _splash_module().SegmentIds(q=segments, kv=segments)
+        out = jax.vmap(lambda a, b, c: kernel(a, b, c, segment_ids=ids))(qt, kt, vt)
+    return jnp.transpose(out[:, :, :n], (0, 2, 1, 3)).astype(q.dtype)
+
+
+def check_cudnn_inputs(q: jax.Array, k: jax.Array, v: jax.Array) -> None:
+    """Raises ValueError unless q, k, v suit cuDNN flash attention.
+
+    Args:
+        q: [batch, tokens, heads, head_dim].
+        k: [batch, tokens, heads, head_dim].
+        v: [batch, tokens, heads, head_dim].
+    """
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if jnp.dtype(x.dtype) not in CUDNN_DTYPES:
+            raise ValueError(
+                f"executor 'cudnn' (cuDNN flash attention) takes bfloat16 inputs but {name}.dtype="
+                f"{x.dtype}; run with compute dtype bfloat16 (dtype=bfloat16), or use executor "
+                "'b0' for float32"
+            )
+    d = q.shape[-1]
+    if d % CUDNN_HEAD_DIM_MULTIPLE or d > CUDNN_MAX_HEAD_DIM:
+        raise ValueError(
+            f"executor 'cudnn' needs head_dim a multiple of {CUDNN_HEAD_DIM_MULTIPLE} up to "
+            f"{CUDNN_MAX_HEAD_DIM}; got {d}"
+        )
+
+
+def cudnn_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+    """Dense attention by cuDNN flash attention (``jax.nn.dot_product_attention``, "cudnn").
+
+    cuDNN takes the [batch, tokens, heads, head_dim] layout directly and scales by
+    1/sqrt(head_dim) itself. Tracing needs the CUDA plugin's cuDNN (JAX checks its version and
+    the GPU's compute capability while tracing), so this neither runs nor lowers on a CPU-only
+    machine; there it raises a ValueError naming the executors that do.
+
+    Args:
+        q: [batch, tokens, heads, head_dim], bfloat16 (unscaled).
+        k: [batch, tokens, heads, head_dim], bfloat16.
+        v: [batch, tokens, heads, head_dim], bfloat16.
+
+    Returns:
+        [batch, tokens, heads, head_dim] bfloat16.
+    """
+    check_cudnn_inputs(q, k, v)
+    try:
+        return jax.nn.dot_product_attention(q, k, v, implementation="cudnn")
+    except RuntimeError as error:
+        if "cuDNN" not in str(error):
+            raise
+        raise ValueError(
+            f"executor 'cudnn' needs a CUDA GPU with cuDNN ({error}); on this machine use "
+            f"'b0' or 'dot_product_attention' (dense_controls('cpu') = {dense_controls('cpu')})"
+        ) from error

@@ -1,0 +1,148 @@
+"""Memory model of the dense executors: per-call temporaries beyond q, k, v and out (preflight).
+
+Every figure is bytes of device memory (HBM on a TPU or GPU) one attention call allocates besides
+its inputs and output, for q, k, v of shape [batch, tokens, heads, head_dim]. B, H, N, D below are
+those sizes, s the input dtype's bytes.
+
+- "dot_product_attention", "reference" (grow as N^2): float32 logits [B, H, N, N] and the float32
+  probabilities computed from them, 2 * B*H*N^2*4, plus O(N*D) float32 row statistics and output
+  before the cast, B*H*N*(D + 2)*4. Compiled on CPU both match this within 3% (the logits and
+  probabilities are live together when the probabilities are computed).
+- "b0" on backend "xla" (linear in N): a ``lax.scan`` over key tiles, every step handling all
+  query tiles at once (``kernels.executors.xla_blocksparse``). Per step: float32 scores and
+  probabilities [B, H, Nq, BKV] (2 * B*H*Nq*BKV*4, Nq = N padded to BQ), the probabilities cast
+  to v's dtype when that is narrower (B*H*Nq*BKV*s), one gathered K and V tile per query tile
+  (2 * B*H*(Nq/BQ)*BKV*D*s) and the float32 P V update (B*H*Nq*D*4); carried: float32 running max
+  and sum (2 * B*H*Nq*4) and accumulator (B*H*Nq*D*4); layout copies: heads-leading, padded q,
+  k, v (B*H*(Nq + 2*Nkv)*D*s). An estimate for planning, not XLA's buffer assignment: compiled
+  on CPU (batch 1-2, 1,000-3,000 tokens, tiles 128-512, float32 and bfloat16) the measured
+  temporaries were 0.56-1.15x of it. XLA may drop the probabilities' own buffer (batch > 1: the
+  low end), and on CPU it may add a float32 copy of bfloat16 K and V and a second scan with its
+  own step buffers for a last, padded key tile (the high end).
+- "b0" on backend "pallas_tpu", "splash" (linear in N): the online-softmax state (running max,
+  sum, float32 accumulator) and the score tiles live in VMEM, not HBM; what HBM holds are the
+  heads-leading, padded copies of q, k, v and of the output before it is moved back, about
+  4 * B*H*Np*D*s (Np: N padded to the tiles), plus block tables of a few KiB.
+- "cudnn" (linear in N): cuDNN's fused kernel keeps scores on chip and takes the [B, N, H, D]
+  layout directly; its output comes back heads-leading, so at most one relayout copy B*H*N*D*s.
+  cuDNN's own workspace is chosen at compile time and is not modelled (small next to the
+  tensors: an inference forward keeps no softmax statistics).
+"""
+
+from __future__ import annotations
+
+from kernels.executors.dense_controls import splash_tiles
+from kernels.plans.block_sizes import BlockSizes, default_block_sizes
+
+# Executors whose temporaries grow as N^2 and those that stay linear in N.
+QUADRATIC_EXECUTORS = ("dot_product_attention", "reference")
+LINEAR_EXECUTORS = ("b0", "splash", "cudnn")
+MEMORY_BACKENDS = ("xla", "pallas_tpu")
+_F32 = 4
+
+
+def grows_quadratically(executor: str) -> bool:
+    """Whether ``executor``'s temporaries grow as tokens^2 (materialised [B, H, N, N] logits).
+
+    Args:
+        executor: a concrete dense executor ("b0", "splash", "cudnn", "dot_product_attention",
+            "reference"); "auto" must be resolved first (``dense_controls``).
+
+    Returns:
+        True for "dot_product_attention" and "reference".
+
+    Raises:
+        ValueError: on "auto" or an unknown name.
+    """
+    _check_executor(executor)
+    return executor in QUADRATIC_EXECUTORS
+
+
+def _check_executor(executor: str) -> None:
+    if executor not in (*QUADRATIC_EXECUTORS, *LINEAR_EXECUTORS):
+        hint = " (resolve 'auto' with dense_controls(platform) first)" if executor == "auto" else ""
+        raise ValueError(
+            f"executor={executor!r} has no memory model{hint}; use one of "
+            f"{(*LINEAR_EXECUTORS, *QUADRATIC_EXECUTORS)}"
+        )
+
+
+def _round_up(x: int, multiple: int) -> int:
+    return -(-x // multiple) * multiple
+
+
+def _b0_xla_bytes(b: int, h: int, n: int, d: int, s: int, tiles: BlockSizes) -> int:
+    bq, bkv = tiles.block_q, tiles.block_kv
+    nq, nkv = _round_up(n, bq), _round_up(n, bkv)
+    scores = 2 * b * h * nq * bkv * _F32  # scores and probabilities of one step
+    cast = b * h * nq * bkv * s if s != _F32 else 0  # probabilities in v's dtype for the PV dot
+    gathered = 2 * b * h * (nq // bq) * bkv * d * s  # one K and one V tile per query tile
+    update = b * h * nq * d * _F32  # this step's P V before it is added to the accumulator
+    state = b * h * nq * (2 + d) * _F32  # running max, sum, accumulator
+    layouts = b * h * (nq + 2 * nkv) * d * s  # heads-leading, padded q, k, v
+    return scores + cast + gathered + update + state + layouts
+
+
+def dense_executor_temp_bytes(
+    executor: str,
+    *,
+    batch: int,
+    heads: int,
+    tokens: int,
+    head_dim: int,
+    dtype_bytes: int,
+    block_q: int | None = None,
+    block_kv: int | None = None,
+    backend: str = "xla",
+) -> int:
+    """Bytes one dense attention call allocates besides q, k, v and out (see the module model).
+
+    Args:
+        executor: "b0", "splash", "cudnn", "dot_product_attention" or "reference".
+        batch: B.
+        heads: H.
+        tokens: N.
+        head_dim: D.
+        dtype_bytes: bytes per element of q, k, v (2 for bfloat16, 4 for float32).
+        block_q: query tile of "b0" or "splash"; None takes the executor's default.
+        block_kv: key/value tile of "b0" or "splash"; None takes the executor's default.
+        backend: backend of "b0": "xla" (the scan; the default, and the larger estimate) or
+            "pallas_tpu" (state in VMEM). Ignored by the other executors.
+
+    Returns:
+        The modelled temporaries in bytes.
+
+    Raises:
+        ValueError: on an unknown executor ("auto" included) or backend, or non-positive sizes.
+    """
+    _check_executor(executor)
+    if backend not in MEMORY_BACKENDS:
+        raise ValueError(f"backend={backend!r}; use one of {MEMORY_BACKENDS}")
+    sizes = {"batch": batch, "heads": heads, "tokens": tokens, "head_dim": head_dim}
+    for name, value in {**sizes, "dtype_bytes": dtype_bytes}.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}={value!r}: expected a positive int")
+    b, h, n, d, s = batch, heads, tokens, head_dim, dtype_bytes
+    if executor in QUADRATIC_EXECUTORS:
+        return 2 * b * h * n * n * _F32 + b * h * n * (d + 2) * _F32
+    if executor == "cudnn":
+        return b * h * n * d * s
+    explicit = None if block_q is None and block_kv is None else (block_q, block_kv)
+    if executor == "splash":
+        given = None
+        if explicit is not None:
+            given = BlockSizes(*(x or y for x, y in zip(explicit, _splash_default(n), strict=True)))
+        padded = splash_tiles(n, given).padded_tokens
+        return 4 * b * h * padded * d * s
+    tiles = default_block_sizes(n, backend)
+    tiles = BlockSizes(block_q or tiles.block_q, block_kv or tiles.block_kv)
+    if backend == "pallas_tpu":
+        # q and the output padded to BQ, k and v to BKV (``kernels.executors.pallas_tpu``).
+        padded = 2 * _round_up(n, tiles.block_q) + 2 * _round_up(n, tiles.block_kv)
+        return b * h * padded * d * s
+    return _b0_xla_bytes(b, h, n, d, s, tiles)
+
+
+def _splash_default(tokens: int) -> tuple[int, int]:
+    tiles = splash_tiles(tokens)
+    return tiles.block_q, tiles.block_kv

@@ -1,0 +1,282 @@
+"""Dense controls: splash/cuDNN/einsum/b0 against the oracle, the platform rule, the memory model."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax import export
+
+from kernels.executors.dense_controls import (
+    SPLASH_BLOCK_KV_COMPUTE,
+    check_dense_pair,
+    cudnn_attention,
+    dense_controls,
+    splash_attention,
+    splash_tiles,
+)
+from kernels.executors.dense_memory import dense_executor_temp_bytes, grows_quadratically
+from kernels.executors.dispatch import attention
+from kernels.executors.reference import reference_attention
+from kernels.masks.band import band_for_density
+from kernels.masks.geometry import TokenGeometry
+from kernels.plans.block_sizes import BlockSizes
+from kernels.policy import DENSE_EXECUTORS, AttentionPolicy, SparsitySchedule, make_dense_attend
+from tests.helpers.numerics import assert_allclose
+from tests.helpers.paths import REPO_ROOT
+
+# 300 tokens: not a multiple of 128, so splash pads (segment ids) and b0 has a partial last tile.
+SHAPE = (2, 300, 2, 64)
+# Relative to the output's magnitude (|out| <= max |v|): float32 rounding, bfloat16's 8-bit
+# mantissa on inputs, scaled q and probabilities.
+TOLERANCE = {jnp.float32: 1e-5, jnp.bfloat16: 2e-2}
+
+
+def _qkv(shape, dtype, seed=0):
+    keys = jax.random.split(jax.random.key(seed), 3)
+    return tuple(3 * jax.random.normal(key, shape, jnp.float32).astype(dtype) for key in keys)
+
+
+def _assert_matches_oracle(out, q, k, v, dtype):
+    expected = reference_attention(q, k, v)
+    scale = float(jnp.max(jnp.abs(expected.astype(jnp.float32))))
+    tol = TOLERANCE[dtype]
+    assert out.dtype == q.dtype
+    assert_allclose(out, expected, atol=tol * scale, rtol=tol)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("executor", ["b0", "splash", "dot_product_attention", "reference"])
+def test_dense_executors_match_the_oracle(executor, dtype):
+    q, k, v = _qkv(SHAPE, dtype, seed=1)
+    attend = make_dense_attend(executor, interpret=True)
+    out = jax.jit(lambda q, k, v: attend(q, k, v, step=0, layer=0))(q, k, v)
+    _assert_matches_oracle(out, q, k, v, dtype)
+
+
+@pytest.mark.parametrize(
+    ("block_sizes", "block_kv_compute"),
+    [(BlockSizes(128, 256), None), (BlockSizes(256, 128), 128), (None, 128)],
+)
+def test_splash_with_several_tiles_matches_the_oracle(block_sizes, block_kv_compute):
+    # Several query and key tiles per head, padded keys in the last key tile.
+    q, k, v = _qkv(SHAPE, jnp.float32, seed=2)
+    out = attention(
+        q,
+        k,
+        v,
+        variant="splash",
+        block_sizes=block_sizes,
+        block_kv_compute=block_kv_compute,
+        interpret=True,
+    )
+    _assert_matches_oracle(out, q, k, v, jnp.float32)
+
+
+def test_splash_without_padding_matches_the_oracle():
+    q, k, v = _qkv((1, 256, 3, 128), jnp.bfloat16, seed=3)
+    assert splash_tiles(256).padded_tokens == 256
+    out = splash_attention(q, k, v, block_sizes=BlockSizes(128, 128), interpret=True)
+    _assert_matches_oracle(out, q, k, v, jnp.bfloat16)
+
+
+def test_splash_tiles_rule():
+    wan_720p = splash_tiles(75_600)
+    assert (wan_720p.block_q, wan_720p.block_kv, wan_720p.block_kv_compute) == (2048, 1024, 512)
+    assert wan_720p.padded_tokens == 75_776  # 37 query tiles, 0.2% padding
+    assert splash_tiles(300) == splash_tiles(384)
+    assert (splash_tiles(300).block_q, splash_tiles(300).padded_tokens) == (384, 384)
+    assert splash_tiles(1280).block_kv == 256  # the largest of 1024..128 dividing 1280
+    assert splash_tiles(300, BlockSizes(128, 256)).padded_tokens == 512
+    with pytest.raises(ValueError, match="multiple of 128"):
+        splash_tiles(300, BlockSizes(128, 200))
+    with pytest.raises(ValueError, match="block_kv_compute=384"):
+        splash_tiles(4096, None, 384)
+    assert SPLASH_BLOCK_KV_COMPUTE % 128 == 0
+
+
+def test_splash_lowers_for_tpu_at_wan_14b_720p():
+    # Mosaic lowering from a CPU: CFG batch 2, 75,600 tokens, 40 heads x 128, bfloat16.
+    spec = jax.ShapeDtypeStruct((2, 75_600, 40, 128), jnp.bfloat16)
+    exported = export.export(
+        jax.jit(lambda q, k, v: attention(q, k, v, variant="splash")), platforms=["tpu"]
+    )(spec, spec, spec)
+    assert "tpu_custom_call" in exported.mlir_module()
+    assert exported.out_avals[0].shape == spec.shape
+
+
+def test_splash_off_a_tpu_needs_interpret():
+    q, k, v = _qkv((1, 128, 1, 128), jnp.float32)
+    with pytest.raises(ValueError, match="interpret"):
+        jax.jit(lambda q, k, v: attention(q, k, v, variant="splash"))(q, k, v)
+
+
+def test_cudnn_validates_dtype_and_head_dim():
+    q, k, v = _qkv((1, 64, 2, 64), jnp.float32)
+    with pytest.raises(ValueError, match="compute dtype bfloat16"):
+        cudnn_attention(q, k, v)
+    q, k, v = _qkv((1, 64, 2, 12), jnp.bfloat16)
+    with pytest.raises(ValueError, match="head_dim a multiple of 8"):
+        attention(q, k, v, variant="cudnn")
+
+
+@pytest.mark.skipif(jax.default_backend() == "gpu", reason="checks the no-GPU message")
+def test_cudnn_without_a_gpu_names_the_alternatives():
+    q, k, v = _qkv((1, 64, 2, 64), jnp.bfloat16)
+    with pytest.raises(ValueError, match="needs a CUDA GPU with cuDNN.*'b0'"):
+        attention(q, k, v, variant="cudnn")
+
+
+def test_cudnn_lowers_for_cuda_when_detection_is_stubbed(monkeypatch):
+    # JAX asks the CUDA plugin for cuDNN's version and the GPU's compute capability while
+    # tracing, so without a GPU nothing lowers. Stubbing those (JAX internals: skipped if they
+    # move) shows what this executor hands to XLA: one cuDNN flash-attention custom call.
+    fused = pytest.importorskip("jax._src.cudnn.fused_attention_stablehlo")
+    for name, value in [
+        ("check_cudnn_version", lambda: 91000),
+        ("check_compute_capability", lambda capability: True),
+        ("is_cuda_compute_capability_equal", lambda capability: False),
+    ]:
+        if not hasattr(fused, name):
+            pytest.skip(f"JAX moved {name}")
+        monkeypatch.setattr(fused, name, value)
+    spec = jax.ShapeDtypeStruct((2, 1000, 2, 64), jnp.bfloat16)
+    target = "__cudnn$fmhaSoftmax"
+    exported = export.export(
+        jax.jit(lambda q, k, v: attention(q, k, v, variant="cudnn")),
+        platforms=["cuda"],
+        disabled_checks=[export.DisabledSafetyCheck.custom_call(target)],
+    )(spec, spec, spec)
+    module = exported.mlir_module()
+    assert f"custom_call @{target}" in module
+    assert re.search(r"\\22is_flash_attention\\22: true", module)
+    assert re.search(r"\\22fmha_scale\\22: 0.125", module)  # 1/sqrt(64)
+
+
+@pytest.mark.parametrize("variant", ["splash", "cudnn", "dot_product_attention"])
+def test_dense_controls_refuse_a_mask(variant):
+    geometry = TokenGeometry(2, 4, 4)
+    q, k, v = _qkv((1, geometry.tokens, 1, 64), jnp.bfloat16)
+    with pytest.raises(ValueError, match="is a dense control"):
+        attention(q, k, v, band_for_density(geometry, 0.5), variant=variant, interpret=True)
+
+
+def test_platform_rule_and_equal_pair_refusal():
+    assert dense_controls("tpu") == ("splash", "b0")
+    assert dense_controls("gpu") == dense_controls("cuda") == ("cudnn", "b0")
+    assert dense_controls("cpu") == ("b0", "dot_product_attention")
+    for platform in ("tpu", "gpu", "cuda", "cpu"):
+        dense, floor = dense_controls(platform)
+        check_dense_pair(dense, floor)
+        assert {dense, floor} <= set(DENSE_EXECUTORS) - {"auto"}
+    with pytest.raises(ValueError, match="platform='rocm'"):
+        dense_controls("rocm")
+    message = "noise_floor_executor=b0 equals dense_executor=b0: choose another, e.g."
+    with pytest.raises(ValueError, match=message):
+        check_dense_pair("b0", "b0")
+
+
+def test_make_dense_attend_refuses_auto_and_unknown():
+    with pytest.raises(ValueError, match="'auto' must be resolved.*dense_controls"):
+        make_dense_attend("auto")
+    with pytest.raises(ValueError, match="executor='flash'"):
+        make_dense_attend("flash")
+
+
+def test_pallas_options_reach_the_kernel(monkeypatch):
+    # The Pallas TPU options pass from the policy through the dispatch to the kernel.
+    from kernels.executors import pallas_tpu
+
+    seen = []
+
+    def record(q, k, v, plan, **kwargs):
+        seen.append((plan.variant, kwargs["block_kv_compute"], kwargs["vmem_limit_bytes"]))
+        return q
+
+    monkeypatch.setattr(pallas_tpu, "pallas_blocksparse_attention", record)
+    geometry = TokenGeometry(4, 8, 16)  # 512 tokens
+    q, k, v = _qkv((1, geometry.tokens, 2, 64), jnp.float32)
+    options = {"block_kv_compute": 128, "vmem_limit_bytes": 64 * 2**20}
+    policy = AttentionPolicy(
+        SparsitySchedule("s", 0.0, 0.0, 0.5, variant="b2"),
+        geometry,
+        num_steps=1,
+        num_layers=1,
+        backend="pallas_tpu",
+        block_sizes=BlockSizes(128, 128),
+        **options,
+    )
+    policy.execute_band(q, k, v)
+    policy.dense_attend(q, k, v, step=0, layer=0)
+    assert seen == [("b2", 128, 64 * 2**20), ("b0", 128, 64 * 2**20)]
+    make_dense_attend("b0", backend="xla", **options)(q, k, v)  # ignored off the Pallas backend
+    assert len(seen) == 2
+
+
+def test_pallas_b0_with_a_compute_chunk_matches_the_oracle():
+    q, k, v = _qkv((1, 512, 2, 64), jnp.float32, seed=4)
+    attend = make_dense_attend(
+        "b0",
+        backend="pallas_tpu",
+        block_sizes=BlockSizes(256, 256),
+        interpret=True,
+        block_kv_compute=128,
+    )
+    _assert_matches_oracle(attend(q, k, v), q, k, v, jnp.float32)
+
+
+@pytest.mark.parametrize("executor", ["dot_product_attention", "reference", "b0"])
+def test_memory_model_matches_the_compiled_temporaries(executor):
+    batch, tokens, heads, head_dim = 1, 1024, 2, 64
+    spec = jax.ShapeDtypeStruct((batch, tokens, heads, head_dim), jnp.float32)
+    compiled = (
+        jax.jit(lambda q, k, v: attention(q, k, v, variant=executor))
+        .lower(spec, spec, spec)
+        .compile()
+    )
+    measured = compiled.memory_analysis().temp_size_in_bytes
+    model = dense_executor_temp_bytes(
+        executor, batch=batch, heads=heads, tokens=tokens, head_dim=head_dim, dtype_bytes=4
+    )
+    assert model == pytest.approx(measured, rel=0.25), (model, measured)
+
+
+def test_memory_model_at_wan_14b_720p():
+    sizes = {"batch": 2, "heads": 40, "tokens": 75_600, "head_dim": 128, "dtype_bytes": 2}
+    einsum = dense_executor_temp_bytes("dot_product_attention", **sizes)
+    assert einsum > 1.8e12  # the [B, H, N, N] float32 logits alone are 1.83 TB
+    one_copy = 2 * 40 * 75_600 * 128 * 2  # one bfloat16 q, k, v or out: 1.55 GB
+    assert dense_executor_temp_bytes("cudnn", **sizes) == one_copy
+    # Splash and our Pallas b0: heads-leading, padded q, k, v, out (75,776 and 76,544 tokens).
+    assert dense_executor_temp_bytes("splash", **sizes) == 4 * one_copy * 75_776 // 75_600
+    pallas_b0 = dense_executor_temp_bytes(
+        "b0", **sizes, block_q=3328, block_kv=1536, backend="pallas_tpu"
+    )
+    assert pallas_b0 == 2 * one_copy * (76_544 + 76_800) // 75_600
+    assert [grows_quadratically(e) for e in DENSE_EXECUTORS[1:]] == [
+        False,
+        False,
+        False,
+        True,
+        True,
+    ]
+    with pytest.raises(ValueError, match="resolve 'auto'"):
+        grows_quadratically("auto")
+    with pytest.raises(ValueError, match="tokens=0"):
+        dense_executor_temp_bytes("b0", **{**sizes, "tokens": 0})
+
+
+def test_splash_is_imported_lazily():
+    # Importing the executors must not pay for splash (about 0.2 s) before a run asks for it.
+    code = (
+        "import sys, kernels.executors, kernels.policy; "
+        "print('splash_attention' in ' '.join(sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, check=False
+    )
+    assert result.stdout.strip() == "False", result.stderr

@@ -1,0 +1,125 @@
+"""The dry run: will a real run fit on a target, and how long will it take, from a CPU machine."""
+
+import resource
+import time
+
+import pytest
+
+from evalharness.dry_run import dry_run
+from evalharness.preflight import PreflightRefusal
+from evalharness.run import run
+from tests.helpers.harness_config import small_config
+
+GIB = 2**30
+
+
+def _dry(tmp_path, *overrides):
+    cfg = small_config(tmp_path, "dry_run=true", *overrides, small=False)
+    start = time.perf_counter()
+    code, report = dry_run(cfg)
+    return code, report, time.perf_counter() - start
+
+
+def _rss_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB
+
+
+def test_seed_setting_fits_eight_v6e_chips_and_lowers_for_tpu(tmp_path):
+    before = _rss_gib()
+    code, report, seconds = _dry(tmp_path, "experiment=seed_720p", "target=tpu-v6e-8")
+    assert code == 0, report
+    assert "Verdict: FITS" in report
+    assert "tiles 3328 x 1536" in report and "splash (dense arm)" in report
+    assert "| sparse b3 |" in report and "| B0 dense |" in report  # SMEM/VMEM of both plans
+    assert "Lowered for tpu with jax.export" in report
+    assert seconds < 120
+    # Abstract weights only: 14B in bf16 would be 26.6 GiB.
+    assert _rss_gib() - before < 3.0
+
+
+def test_14b_on_one_chip_does_not_fit_and_says_why(tmp_path):
+    # 26.6 GiB of bf16 weights plus the 10.7 GiB text encoder exceed one v6e chip's 31.25 GiB.
+    code, report, _ = _dry(tmp_path, "model=wan2.1-t2v-14b", "resolution=720p", "target=tpu-v6e-1")
+    assert code == 2
+    assert "DOES NOT FIT" in report
+    assert "memory: the" in report and "To fit:" in report
+    assert "parallel.sequence=2" in report
+
+
+def test_tiles_too_small_for_smem_are_refused_with_tiles_that_fit(tmp_path):
+    code, report, seconds = _dry(
+        tmp_path,
+        "model=wan2.1-t2v-14b",
+        "resolution=1080p",
+        "target=tpu-v6e-8",
+        "kernel.block_q=128",
+        "kernel.block_kv=128",
+    )
+    assert code == 2
+    assert "exceeds SMEM" in report and "fits" in report
+    assert "lowering skipped" in report  # nothing further is tried on a plan that cannot fit
+    assert seconds < 60
+
+
+def test_vmem_over_an_explicit_limit_is_refused_with_a_limit_that_fits(tmp_path):
+    code, report, _ = _dry(
+        tmp_path,
+        "experiment=seed_720p",
+        "target=tpu-v6e-8",
+        "kernel.vmem_limit_bytes=16777216",
+    )
+    assert code == 2
+    assert "VMEM" in report and "kernel.vmem_limit_bytes=" in report
+
+
+@pytest.mark.parametrize(("target", "heads_per_device"), [("tpu-v6e-8", 5), ("h200", 40)])
+def test_default_executors_at_720p_hold_no_n_squared_array(tmp_path, target, heads_per_device):
+    code, report, _ = _dry(tmp_path, "model=wan2.1-t2v-14b", "resolution=720p", f"target={target}")
+    assert "dot_product_attention" not in report and "reference" not in report
+    # One [batch, heads, N, N] float32 score array of a device's share: what an N^2 executor needs.
+    n_squared_gib = 2 * heads_per_device * 75_600**2 * 4 / GIB
+    executor_row = next(line for line in report.splitlines() if "| attention executor |" in line)
+    cells = [float(c) for c in executor_row.strip("|").split("|")[2:]]
+    assert max(cells) < n_squared_gib / 10, executor_row
+
+
+def test_an_n_squared_noise_floor_at_720p_is_refused(tmp_path):
+    code, report, _ = _dry(
+        tmp_path,
+        "model=wan2.1-t2v-14b",
+        "resolution=720p",
+        "target=h200",
+        "kernel.noise_floor_executor=dot_product_attention",
+    )
+    assert code == 2
+    assert "noise_floor arm peaks" in report
+    assert "flash-style executor" in report
+
+
+def test_tiny_default_fits_this_cpu(tmp_path):
+    code, report, _ = _dry(tmp_path, "target=cpu")
+    assert code == 0, report
+    assert "b0 (dense arm) and dot_product_attention (noise floor)" in report
+
+
+def test_unknown_target_names_the_known_ones(tmp_path):
+    with pytest.raises(ValueError, match="tpu-v6e-8"):
+        _dry(tmp_path, "target=tpu-v9")
+
+
+def test_equal_dense_executors_are_refused_before_anything_runs(tmp_path):
+    cfg = small_config(
+        tmp_path, "kernel.dense_executor=b0", "kernel.noise_floor_executor=b0", "logger=none"
+    )
+    with pytest.raises(ValueError, match="noise_floor_executor=b0 equals dense_executor=b0"):
+        run(cfg)
+    assert not (tmp_path / "outputs" / "runs").exists()
+
+
+def test_a_real_run_is_refused_on_memory_with_the_table(tmp_path):
+    # The default CPU run at 720p: its einsum noise floor would need N^2 memory on this host.
+    cfg = small_config(tmp_path, "resolution=720p", "max_minutes=1e9", "logger=none", small=False)
+    with pytest.raises(PreflightRefusal, match="noise_floor arm peaks") as refusal:
+        run(cfg)
+    assert "| attention executor |" in str(refusal.value)
+    assert not (tmp_path / "outputs" / "runs").exists()

@@ -1,0 +1,109 @@
+"""``auto`` per platform: tiles, dense controls and dtype, with the platform faked as TPU / GPU."""
+
+import pytest
+
+from evalharness import kernel_choice
+from evalharness.config import (
+    ComputeDType,
+    DenseExecutor,
+    KernelBackend,
+    KernelConfig,
+    to_config,
+)
+from tests.helpers.harness_config import small_config
+
+TOKENS_720P = 75_600
+
+
+@pytest.mark.parametrize(
+    ("platform", "backend", "tiles", "dense", "floor"),
+    [
+        ("tpu", "pallas_tpu", (3328, 1536), "splash", "b0"),
+        ("gpu", "xla", (128, 128), "cudnn", "b0"),
+        ("cpu", "xla", (128, 128), "b0", "dot_product_attention"),
+    ],
+)
+def test_auto_picks_the_platforms_tiles_and_dense_controls(platform, backend, tiles, dense, floor):
+    kernel = kernel_choice.resolve_kernel(KernelConfig(), platform, TOKENS_720P)
+    assert kernel.backend is KernelBackend(backend)
+    assert (kernel.block_q, kernel.block_kv) == tiles
+    assert kernel.dense_executor is DenseExecutor(dense)
+    assert kernel.noise_floor_executor is DenseExecutor(floor)
+
+
+def test_auto_shrinks_tpu_tiles_for_short_sequences():
+    kernel = kernel_choice.resolve_kernel(KernelConfig(), "tpu", 2160)
+    assert kernel.block_q <= 2176 and kernel.block_kv <= 2176
+    assert kernel.block_q % 128 == 0 and kernel.block_kv % 128 == 0
+
+
+def test_explicit_tiles_and_executors_are_kept():
+    requested = KernelConfig(block_q=256, dense_executor=DenseExecutor.b0)
+    kernel = kernel_choice.resolve_kernel(requested, "tpu", TOKENS_720P)
+    assert (kernel.block_q, kernel.block_kv) == (256, 1536)
+    # The user pinned the dense arm to B0, which auto would pick second: the other control moves.
+    assert kernel.dense_executor is DenseExecutor.b0
+    assert kernel.noise_floor_executor is DenseExecutor.splash
+
+
+def test_equal_dense_executors_are_refused():
+    same = KernelConfig(dense_executor=DenseExecutor.b0, noise_floor_executor=DenseExecutor.b0)
+    with pytest.raises(ValueError, match="noise_floor_executor"):
+        kernel_choice.resolve_kernel(same, "cpu", 2160)
+
+
+@pytest.mark.parametrize(
+    ("executor", "platform"), [("splash", "cpu"), ("cudnn", "tpu"), ("cudnn", "cpu")]
+)
+def test_platform_only_executors_are_refused_elsewhere(executor, platform):
+    kernel = KernelConfig(dense_executor=DenseExecutor(executor))
+    with pytest.raises(ValueError, match=f"dense_executor={executor} runs on"):
+        kernel_choice.resolve_kernel(kernel, platform, 2160)
+
+
+def test_pallas_tpu_off_a_tpu_is_refused_not_interpreted():
+    with pytest.raises(ValueError, match="kernel.backend=pallas_tpu needs a TPU"):
+        kernel_choice.resolve_kernel(KernelConfig(backend=KernelBackend.pallas_tpu), "gpu", 2160)
+
+
+def test_unknown_platform_is_refused():
+    with pytest.raises(ValueError, match="platform='metal'"):
+        kernel_choice.resolve_kernel(KernelConfig(), "metal", 2160)
+
+
+@pytest.mark.parametrize(
+    ("model", "platform", "expected"),
+    [
+        ("tiny", "cpu", ComputeDType.float32),
+        ("tiny", "tpu", ComputeDType.float32),
+        ("wan2.1-t2v-14b", "tpu", ComputeDType.bfloat16),
+        ("wan2.1-t2v-1.3b", "gpu", ComputeDType.bfloat16),
+    ],
+)
+def test_auto_dtype_is_bf16_for_checkpoints_and_f32_for_tiny(tmp_path, model, platform, expected):
+    cfg = to_config(small_config(tmp_path, f"model={model}", "model.checkpoint=null"))
+    resolved = kernel_choice.resolve(cfg, platform)
+    assert resolved.dtype is expected
+    assert cfg.dtype is ComputeDType.auto  # the input is not modified
+
+
+def test_explicit_dtype_wins(tmp_path):
+    cfg = to_config(
+        small_config(tmp_path, "model=wan2.1-t2v-14b", "model.checkpoint=null", "dtype=float32")
+    )
+    assert kernel_choice.resolve(cfg, "tpu").dtype is ComputeDType.float32
+
+
+def test_seed_experiment_resolves_to_the_seed_setting_on_tpu(tmp_path):
+    cfg = to_config(
+        small_config(tmp_path, "experiment=seed_720p", "model.checkpoint=null", small=False)
+    )
+    resolved = kernel_choice.resolve(cfg, "tpu")
+    assert resolved.kernel.backend is KernelBackend.pallas_tpu
+    assert (resolved.kernel.block_q, resolved.kernel.block_kv) == (3328, 1536)
+    assert resolved.dtype is ComputeDType.bfloat16
+    assert resolved.parallel.sequence == 8
+    assert (resolved.kernel.dense_executor, resolved.kernel.noise_floor_executor) == (
+        DenseExecutor.splash,
+        DenseExecutor.b0,
+    )
