@@ -97,14 +97,16 @@ def admit(cfg: EvalConfig) -> Admission:
     memory = plan.memory
     log.info(
         "preflight: %s tokens, attention %.0f%% of dense FLOPs, estimated %.1f min, peak %.2f GiB "
-        "of %.2f GiB per device (memory_plan.md)",
+        "of %.2f GiB per device",
         f"{estimate.tokens:,}",
         100 * estimate.attention_share,
         estimate.estimated_minutes,
         max(memory.peak(arm) for arm in memory.arms) / 2**30,
         memory.device_bytes / 2**30,
     )
-    log.debug("memory plan:\n%s", memory.to_markdown())
+    # Indented so the run log's only top-level Markdown table stays a sweep's summary table.
+    table = "\n".join(f"    {line}" for line in memory.to_markdown().splitlines())
+    log.info("per-device memory plan (GiB):\n%s", table)
     return Admission(geometry, tcfg, sampler, shift, attention, estimate, plan)
 
 

@@ -5,6 +5,7 @@ import time
 
 import pytest
 
+from evalharness.bench.dry_runs import plan_row
 from evalharness.dry_run import dry_run
 from evalharness.preflight import PreflightRefusal
 from evalharness.run import run
@@ -123,3 +124,11 @@ def test_a_real_run_is_refused_on_memory_with_the_table(tmp_path):
         run(cfg)
     assert "| attention executor |" in str(refusal.value)
     assert not (tmp_path / "outputs" / "runs").exists()
+
+
+def test_dry_run_table_row_for_the_closing_note():
+    row = plan_row("wan2.1-t2v-1.3b", "720p", "tpu-v6e-8", [])
+    assert row["fits"] == "yes" and row["lowered"] == "tpu"
+    assert 0 < row["peak GiB"] < row["HBM GiB"]
+    assert row["SMEM KiB"] < 896 and row["VMEM MiB"] < 128
+    assert 0 < row["minutes"] < 60

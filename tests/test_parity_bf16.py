@@ -168,8 +168,9 @@ def _transformer_outputs(trio, latent_shape, timestep):
     ("latent_shape", "timestep"),
     [
         ((2, 16, 3, 4, 6), [999.0, 321.0]),  # F > 1, Hp != Wp, a timestep near 1000
-        ((1, 16, 2, 6, 4), [57.0]),  # Hp > Wp
-        ((2, 16, 1, 8, 8), [500.0, 5.0]),  # one latent frame
+        # More shapes under `-m slow`: the default suite keeps one per model variant.
+        pytest.param((1, 16, 2, 6, 4), [57.0], marks=pytest.mark.slow),  # Hp > Wp
+        pytest.param((2, 16, 1, 8, 8), [500.0, 5.0], marks=pytest.mark.slow),  # one frame
     ],
 )
 def test_transformer_bfloat16_error_is_the_reference_s(transformer_trio, latent_shape, timestep):

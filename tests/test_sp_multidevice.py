@@ -92,7 +92,7 @@ def oracle(tiny):
     return runs
 
 
-@pytest.mark.parametrize("devices", [2, 4, 8])
+@pytest.mark.parametrize("devices", [2, pytest.param(4, marks=pytest.mark.slow), 8])
 def test_sharded_routing_equals_single_device_routing(devices):
     q, k, v = _qkv()
     policy = _policy(SPARSE)
@@ -107,8 +107,15 @@ def test_sharded_routing_equals_single_device_routing(devices):
     assert_allclose(got.temporal_error, want.temporal_error, rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("placement", ["head_local", "before_exchange"])
-@pytest.mark.parametrize("devices", [2, 8])
+@pytest.mark.parametrize(
+    ("placement", "devices"),
+    [
+        ("head_local", 2),
+        ("head_local", 8),
+        ("before_exchange", 8),
+        pytest.param("before_exchange", 2, marks=pytest.mark.slow),
+    ],
+)
 def test_sparse_attention_matches_the_policy_for_mixed_flags(placement, devices):
     q, k, v = _qkv(heads=3)  # 3 heads on 2 or 8 devices: padded heads on the head side
     temporal = jnp.asarray([[True, False, True], [False, False, True]])
