@@ -10,38 +10,14 @@ from diffusers import WanTransformer3DModel
 
 from models.loading import load_transformer
 from tests.helpers.numerics import assert_allclose
+from tests.helpers.references import TEXT_DIM, make_reference_transformer
 
 pytestmark = pytest.mark.parity
-
-MODELS = {
-    "d32": {"num_attention_heads": 2, "attention_head_dim": 32},
-    "d64": {"num_attention_heads": 2, "attention_head_dim": 64},
-    "d32_no_cross_norm": {
-        "num_attention_heads": 2,
-        "attention_head_dim": 32,
-        "cross_attn_norm": False,
-    },
-}
-TEXT_DIM = 24
-
-
-def make_reference(kind: str, seed: int = 0) -> WanTransformer3DModel:
-    """A random tiny diffusers model whose norm weights are perturbed away from 1/0, so a
-    mis-mapped or ignored norm parameter shows in the output."""
-    torch.manual_seed(seed)
-    model = WanTransformer3DModel(
-        **MODELS[kind], text_dim=TEXT_DIM, ffn_dim=96, num_layers=2, rope_max_seq_len=64
-    ).eval()
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if "norm" in name:
-                param.add_(0.2 * torch.randn_like(param))
-    return model
 
 
 @pytest.fixture(scope="module", params=["d32", "d64"])
 def pair(request, tmp_path_factory):
-    reference = make_reference(request.param)
+    reference = make_reference_transformer(request.param)
     folder = tmp_path_factory.mktemp(request.param)
     reference.save_pretrained(folder)
     return request.param, reference, folder, load_transformer(folder)
@@ -80,7 +56,7 @@ def _run_both(reference, model, latents, timestep, context):
 
 
 def test_float32_parity_without_cross_attn_norm(tmp_path):
-    reference = make_reference("d32_no_cross_norm", seed=4)
+    reference = make_reference_transformer("d32_no_cross_norm", seed=4)
     reference.save_pretrained(tmp_path)
     model = load_transformer(tmp_path)
     assert model.blocks[0].norm2 is None
@@ -93,7 +69,7 @@ def test_float32_parity_without_cross_attn_norm(tmp_path):
 
 
 def test_bfloat16_error_comparable_to_reference_bfloat16(tmp_path):
-    reference = make_reference("d64", seed=3)
+    reference = make_reference_transformer("d64", seed=3)
     reference.save_pretrained(tmp_path)
     folder = tmp_path
     ref16 = copy.deepcopy(reference).to(torch.bfloat16)
