@@ -28,6 +28,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -153,18 +154,7 @@ def block_memory(
             x = block(x, text, modulation, (cos, sin), attend=attend, step=step, layer=first + i)
         return x
 
-    start = time.perf_counter()
-    lowered = jax.jit(forward).lower(states, *_activations(tcfg, batch, tokens_per_device, compute))
-    analysis = lowered.compile().memory_analysis()
-    compile_s = time.perf_counter() - start
-    weights = sum(_nbytes(x) for x in jax.tree.leaves(states))
-    return BlockMemory(
-        temp_bytes=int(analysis.temp_size_in_bytes),
-        output_bytes=int(analysis.output_size_in_bytes),
-        activation_argument_bytes=int(analysis.argument_size_in_bytes) - weights,
-        weight_argument_bytes=weights,
-        compile_s=compile_s,
-    )
+    return _analyse(forward, states, *_activations(tcfg, batch, tokens_per_device, compute))
 
 
 def block_activation_bytes(
@@ -269,14 +259,20 @@ def forward_memory(
     def forward(state, latents, timestep, context, step):
         return nnx.merge(graphdef, state)(latents, timestep, context, attend=attend, step=step)
 
+    return _analyse(forward, state, *inputs)
+
+
+def _analyse(fn: Callable[..., Any], weights: Any, *inputs: Any) -> BlockMemory:
+    """Compiles ``fn(weights, *inputs)`` on abstract arguments; its memory with the weights
+    told apart from the activation arguments."""
     start = time.perf_counter()
-    analysis = jax.jit(forward).lower(state, *inputs).compile().memory_analysis()
+    analysis = jax.jit(fn).lower(weights, *inputs).compile().memory_analysis()
     compile_s = time.perf_counter() - start
-    weights = sum(_nbytes(x) for x in jax.tree.leaves(state))
+    weight_bytes = sum(_nbytes(x) for x in jax.tree.leaves(weights))
     return BlockMemory(
         temp_bytes=int(analysis.temp_size_in_bytes),
         output_bytes=int(analysis.output_size_in_bytes),
-        activation_argument_bytes=int(analysis.argument_size_in_bytes) - weights,
-        weight_argument_bytes=weights,
+        activation_argument_bytes=int(analysis.argument_size_in_bytes) - weight_bytes,
+        weight_argument_bytes=weight_bytes,
         compile_s=compile_s,
     )

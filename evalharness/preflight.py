@@ -15,10 +15,8 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, dataclass
 
-import jax
-
 from evalharness.memory_table import GIB, MemoryTable
-from evalharness.targets import host_memory_bytes, measure_matmul_flops
+from evalharness.targets import device_memory_bytes, measure_matmul_flops
 from evalharness.workload import TimeEstimate, dtype_bytes, parameter_count, step_flops
 from models.config import WanTransformerConfig
 from models.video_geometry import VideoGeometry
@@ -65,16 +63,6 @@ class CostEstimate:
     def as_metrics(self) -> dict[str, float]:
         """Every field as a ``preflight.<field>`` metric."""
         return {f"preflight.{k}": float(v) for k, v in asdict(self).items()}
-
-
-def device_memory_bytes(device: jax.Device | None = None) -> int:
-    """Memory of one device: the accelerator's limit, or the host's physical RAM on CPU."""
-    device = device or jax.devices()[0]
-    if device.platform != "cpu":
-        stats = device.memory_stats() or {}
-        if "bytes_limit" in stats:
-            return int(stats["bytes_limit"])
-    return host_memory_bytes()
 
 
 def estimate_cost(

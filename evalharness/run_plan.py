@@ -185,7 +185,7 @@ def plan_run(
         dtype=cfg.dtype.value,
         devices=devices,
     )
-    problems, notes = _device_problems(cfg, tcfg, target, devices), []
+    problems, notes = _device_problems(target, devices), []
     budgets = (
         _tpu_budgets(cfg, tcfg, video, policy) if cfg.kernel.backend.value == "pallas_tpu" else {}
     )
@@ -310,9 +310,8 @@ def _vae_bytes(cfg: EvalConfig, video: VideoGeometry) -> int:
     return vae_decode_peak_bytes(config, hw, video.latent_frames, param_dtype=jnp.float32)
 
 
-def _device_problems(
-    cfg: EvalConfig, tcfg: WanTransformerConfig, target: DeviceTarget, devices: int
-) -> list[str]:
+def _device_problems(target: DeviceTarget, devices: int) -> list[str]:
+    """A sequence split over more devices than the target has."""
     problems = []
     if devices > target.devices:
         problems.append(

@@ -155,6 +155,16 @@ def host_memory_bytes() -> int:
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
+def device_memory_bytes(device: jax.Device | None = None) -> int:
+    """Memory of one device: the accelerator's limit, or the host's physical RAM on CPU."""
+    device = device or jax.devices()[0]
+    if device.platform != "cpu":
+        stats = device.memory_stats() or {}
+        if "bytes_limit" in stats:
+            return int(stats["bytes_limit"])
+    return host_memory_bytes()
+
+
 def measure_matmul_flops(dtype: str = "float32", size: int | None = None) -> float:
     """Measured FLOP/s of a square matmul on the default device (median of 3 warm runs)."""
     device = jax.devices()[0]
@@ -242,14 +252,13 @@ def host_target(flops_per_s: float, *, dtype: str) -> DeviceTarget:
     device = jax.devices()[0]
     if device.platform == "cpu":
         return cpu_target({"float32": flops_per_s, "bfloat16": flops_per_s})
-    stats = device.memory_stats() or {}
     v6e = TARGETS["tpu-v6e-1"]
     is_v6e = device.platform == "tpu" and "v6" in device.device_kind.lower()
     return DeviceTarget(
         name=device.device_kind,
         platform="gpu" if device.platform in ("gpu", "cuda", "rocm") else device.platform,
         devices=len(jax.devices()),
-        hbm_bytes=int(stats.get("bytes_limit", v6e.hbm_bytes)),
+        hbm_bytes=device_memory_bytes(device),
         peak_flops={dtype: flops_per_s},
         hbm_bytes_per_s=v6e.hbm_bytes_per_s,
         smem_bytes=v6e.smem_bytes if is_v6e else None,
