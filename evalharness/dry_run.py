@@ -11,7 +11,6 @@ reasons otherwise.
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
@@ -26,8 +25,6 @@ from evalharness.run_plan import RunPlan, plan_run, quadratic_arms
 from evalharness.targets import get_target
 from models.config import get_transformer_config
 from models.video_geometry import VideoGeometry
-
-log = logging.getLogger(__name__)
 
 
 def dry_run(cfg: EvalConfig | DictConfig | dict) -> tuple[int, str]:
