@@ -1,8 +1,9 @@
 """Admission of a run: every check that must pass before a weight is read or a folder created.
 
-Preflight's time estimate (cheap, first), the per-device memory table and SMEM/VMEM budgets on this
-host (``evalharness.run_plan``), the attention functions, and for checkpoint models the
-ahead-of-time compile of every arm's attention (``evalharness.aot_check``).
+Preflight's time estimate (cheap, first), the per-device memory table and the Pallas kernels'
+budgets on this host (``evalharness.run_plan``: SMEM/VMEM on a TPU, shared memory of the Pallas GPU
+tiles on an H100/H200), the attention functions, and for checkpoint models the ahead-of-time
+compile of every arm's attention (``evalharness.aot_check``).
 """
 
 from __future__ import annotations
@@ -62,8 +63,8 @@ def admit(cfg: EvalConfig) -> Admission:
         What the comparison starts from.
 
     Raises:
-        preflight.PreflightRefusal: time, memory, SMEM/VMEM or (checkpoints) an arm's compile;
-            nothing was allocated and no weight read.
+        preflight.PreflightRefusal: time, memory, SMEM/VMEM, GPU shared memory or (checkpoints)
+            an arm's compile; nothing was allocated and no weight read.
     """
     geometry = VideoGeometry(cfg.resolution.frames, cfg.resolution.height, cfg.resolution.width)
     tcfg = transformer_config_for(cfg.model)
@@ -113,7 +114,7 @@ def admit(cfg: EvalConfig) -> Admission:
 def _plan_memory(
     cfg: EvalConfig, tcfg: WanTransformerConfig, estimate: preflight.CostEstimate
 ) -> RunPlan:
-    """The per-device memory table (and SMEM/VMEM budgets) of this run on this host."""
+    """The per-device memory table (and Pallas budgets) of this run on this host."""
     target = host_target(estimate.device_flops_per_s, dtype=cfg.dtype.value)
     return plan_run(
         cfg,

@@ -139,7 +139,7 @@ def build_attention(
         block_sizes=block_sizes,
         dense_attend=dense,
         seed=cfg.seed,
-        **_pallas_options(cfg),
+        **pallas_options(cfg),
     )
     sparse = AttentionPolicy(schedule, geometry, **options)
     recording = None
@@ -168,11 +168,14 @@ def build_attention(
     )
 
 
-def _pallas_options(cfg: EvalConfig) -> dict[str, int | None]:
-    """The Pallas TPU kernel's compute chunk and VMEM limit (ignored by other backends)."""
+def pallas_options(cfg: EvalConfig) -> dict[str, int | None]:
+    """The Pallas kernels' settings: the TPU kernel's compute chunk and VMEM limit, the GPU
+    kernel's warps and pipelining stages (each ignored by the other backends)."""
     return {
         "block_kv_compute": cfg.kernel.block_kv_compute,
         "vmem_limit_bytes": cfg.kernel.vmem_limit_bytes,
+        "num_warps": cfg.kernel.num_warps,
+        "num_stages": cfg.kernel.num_stages,
     }
 
 
@@ -180,7 +183,7 @@ def _dense_attends(cfg: EvalConfig, backend: str, block_sizes: BlockSizes) -> tu
     """The dense arm's and the noise floor's attention functions."""
     return tuple(
         make_dense_attend(
-            executor.value, backend=backend, block_sizes=block_sizes, **_pallas_options(cfg)
+            executor.value, backend=backend, block_sizes=block_sizes, **pallas_options(cfg)
         )
         for executor in (cfg.kernel.dense_executor, cfg.kernel.noise_floor_executor)
     )

@@ -36,7 +36,8 @@ def _choices(name: str, values: tuple[str, ...], doc: str) -> type[enum.StrEnum]
 KernelBackend = _choices(
     "KernelBackend",
     ("auto", *POLICY_BACKENDS),
-    "Attention backend; ``auto`` is the Pallas TPU kernel on a TPU and XLA elsewhere.",
+    "Attention backend; ``auto`` is the Pallas TPU kernel on a TPU, the Pallas GPU (Triton) kernel "
+    "on a GPU and XLA on a CPU.",
 )
 DenseExecutor = _choices(
     "DenseExecutor",
@@ -67,7 +68,8 @@ class DType(enum.StrEnum):
 
 
 class ComputeDType(enum.StrEnum):
-    """Compute dtype; ``auto`` is bfloat16 for checkpoint models and float32 for ``tiny``."""
+    """Compute dtype; ``auto`` is bfloat16 for checkpoint models and on a GPU (cuDNN flash attention,
+    the GPU's dense arm, is bfloat16-only), float32 for ``tiny`` on a CPU or TPU."""
 
     auto = "auto"
     float32 = "float32"
@@ -136,6 +138,10 @@ class KernelConfig:
         block_kv_compute: Pallas TPU key chunk per online-softmax update (None: gcd(block_kv, 512)).
         vmem_limit_bytes: Pallas TPU scoped VMEM limit (None: raised automatically when the
             kernel's estimate exceeds the default).
+        num_warps: Pallas GPU (Triton) warps per program (None: picked by tile and head_dim,
+            ``kernels.executors.pallas_gpu_budget.default_num_warps``); ``pallas_gpu`` only.
+        num_stages: Pallas GPU software-pipelining stages of the K/V loads (None: the kernel's
+            default); ``pallas_gpu`` only. More stages hold more K/V tiles in shared memory.
         dense_executor: executor of the dense arm.
         noise_floor_executor: the other dense executor (the dense-vs-dense noise floor and the
             second dense control); must differ from ``dense_executor``.
@@ -146,8 +152,22 @@ class KernelConfig:
     block_kv: int | None = None
     block_kv_compute: int | None = None
     vmem_limit_bytes: int | None = None
+    num_warps: int | None = None
+    num_stages: int | None = None
     dense_executor: DenseExecutor = DenseExecutor.auto
     noise_floor_executor: DenseExecutor = DenseExecutor.auto
+
+    def __post_init__(self) -> None:
+        """Refuses a non-positive ``num_warps``/``num_stages``; that they are set only for
+        ``pallas_gpu`` is checked once ``auto`` is resolved (``evalharness.kernel_choice``)."""
+        for name in ("num_warps", "num_stages"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise ValueError(
+                    f"kernel.{name}={value!r}: expected a positive int, or null for the default"
+                )
 
 
 @dataclass

@@ -4,9 +4,10 @@ Answers "will it fit, and how long will it take" on a machine without the hardwa
 resolved for the target's platform (tiles, dense controls, dtype), the transformer is built from
 abstract weights (no checkpoint is read; ``model.checkpoint`` may be unset), the plans are built,
 and :func:`evalharness.run_plan.plan_run` gives the per-device memory table, the SMEM/VMEM budgets
-of the Pallas TPU plans, the ``jax.export`` lowering of every arm for TPU targets, and a roofline
-time estimate from the stated device table. Exit 0 when it fits within ``max_minutes``, 2 with the
-reasons otherwise.
+of the Pallas TPU plans or the shared memory of the Pallas GPU tiles, the ``jax.export`` lowering
+of every arm for TPU targets and of every arm but cuDNN's for GPU targets (``cuda``: the sparse
+arm and B0 on the Pallas GPU kernel), and a roofline time estimate from the stated device table.
+Exit 0 when it fits within ``max_minutes``, 2 with the reasons otherwise.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from evalharness import kernel_choice
 from evalharness.components import transformer_config_for
 from evalharness.config import EvalConfig, to_config
 from evalharness.preflight import memory_advice
-from evalharness.run_plan import RunPlan, plan_run, quadratic_arms
+from evalharness.run_plan import EXPORT_PLATFORMS, RunPlan, plan_run, quadratic_arms
 from evalharness.targets import get_target
+from kernels.executors.pallas_gpu_budget import DEFAULT_NUM_STAGES, default_num_warps
 from models.config import get_transformer_config
 from models.video_geometry import VideoGeometry
 
@@ -100,11 +102,14 @@ def _report(cfg: EvalConfig, tcfg: Any, plan: RunPlan, problems: list[str], seco
     ]
     if plan.budgets:
         lines += ["", "## Pallas TPU SMEM / VMEM", "", plan.budget_markdown()]
+    if plan.gpu_shared_memory is not None:
+        lines += ["", _shared_memory_line(cfg, tcfg, plan)]
     if plan.lowering:
         lowered = ", ".join(
             f"{k.split('_', 2)[-1][:-2]} {v:.1f} s" for k, v in plan.lowering.items()
         )
-        lines += ["", f"Lowered for {plan.target.platform} with jax.export: {lowered}."]
+        platform = EXPORT_PLATFORMS[plan.target.platform]
+        lines += ["", f"Lowered for {platform} with jax.export: {lowered}."]
     lines += [f"Note: {note}" for note in plan.notes]
     verdict = "FITS" if not problems else "DOES NOT FIT"
     lines += ["", f"## Verdict: {verdict} (planned in {seconds:.1f} s, nothing allocated)"]
@@ -112,3 +117,15 @@ def _report(cfg: EvalConfig, tcfg: Any, plan: RunPlan, problems: list[str], seco
     if not plan.memory.fits:
         lines += ["", "To fit:"] + [f"- {a}" for a in memory_advice(plan.memory)]
     return "\n".join(lines)
+
+
+def _shared_memory_line(cfg: EvalConfig, tcfg: Any, plan: RunPlan) -> str:
+    kernel, limit = cfg.kernel, plan.target.shared_memory_bytes or 0
+    stages = kernel.num_stages or DEFAULT_NUM_STAGES
+    warps = kernel.num_warps or default_num_warps(kernel.block_q, tcfg.attention_head_dim)
+    return (
+        f"Pallas GPU shared memory: ~{plan.gpu_shared_memory / 1024:,.0f} KiB per program "
+        f"(tiles {kernel.block_q} x {kernel.block_kv}, head_dim {tcfg.attention_head_dim}, "
+        f"{stages} K/V stages, {warps} warps) of {limit / 1024:,.0f} KiB per block on "
+        f"{plan.target.name}."
+    )

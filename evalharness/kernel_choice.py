@@ -6,13 +6,17 @@ for a dry run) and the sequence length:
 
 | platform | backend | tiles (query x key) | dense arm | second dense control | compute dtype |
 |---|---|---|---|---|---|
-| tpu | pallas_tpu | seed 3,328 x 1,536 | splash attention | our B0 | bf16 for checkpoints |
-| gpu | xla | 128 x 128 | cuDNN flash attention | our B0 | bf16 for checkpoints |
-| cpu | xla | 128 x 128 | our B0 | einsum attention | bf16 for checkpoints |
+| tpu | pallas_tpu | seed 3,328 x 1,536 | splash attention | our B0 (Pallas TPU) | bf16 (ckpt) |
+| gpu | pallas_gpu | 128 x 64 | cuDNN flash attention | our B0 (Pallas GPU) | bf16 (all) |
+| cpu | xla | 128 x 128 | our B0 (XLA) | einsum attention | bf16 (ckpt) |
 
-The tiny preset computes in float32 everywhere (its purpose is a fast, exact CPU check). The
-resolved config is what the run records (``config.yaml``, MLflow params, the dense cache key), so a
-run always says which tiles and executors it timed. Nothing here falls back silently: an explicit
+bf16 (ckpt): checkpoint models compute in bfloat16 and the tiny preset in float32 (its purpose is
+a fast, exact CPU check). bf16 (all): on a GPU every model, tiny included, computes in bfloat16,
+because the GPU's dense arm, cuDNN flash attention, takes bfloat16 only; a float32 run there must
+name two other dense controls (e.g. ``kernel.dense_executor=b0
+kernel.noise_floor_executor=dot_product_attention`` at small sizes). The resolved config is what
+the run records (``config.yaml``, MLflow params, the dense cache key), so a run always says which
+tiles and executors it timed. Nothing here falls back silently: an explicit
 choice that does not suit the platform is refused with the setting to change.
 """
 
@@ -43,31 +47,48 @@ def host_platform() -> str:
     return "gpu" if platform in ("gpu", "cuda", "rocm") else platform
 
 
+# The backend ``auto`` picks per platform, and the platform each Pallas backend needs.
+_AUTO_BACKEND = {"tpu": "pallas_tpu", "gpu": "pallas_gpu", "cpu": "xla"}
+_BACKEND_PLATFORM = {
+    "pallas_tpu": ("tpu", "a TPU", "tpu-v6e-8"),
+    "pallas_gpu": ("gpu", "a GPU", "h200"),
+}
+
+
 def backend_for(backend: KernelBackend | str, platform: str) -> str:
-    """The kernels' backend string: ``auto`` is ``pallas_tpu`` on a TPU and ``xla`` elsewhere.
+    """The kernels' backend string: ``auto`` is ``pallas_tpu`` on a TPU, ``pallas_gpu`` on a GPU
+    and ``xla`` on a CPU.
 
     Raises:
-        ValueError: ``pallas_tpu`` asked for off a TPU (it would only run interpreted, which times
-            the interpreter, not the kernel).
+        ValueError: ``pallas_tpu`` asked for off a TPU, or ``pallas_gpu`` off a GPU (either would
+            only run interpreted, which times the interpreter, not the kernel).
     """
     _check_platform(platform)
     backend = KernelBackend(backend)
     if backend is KernelBackend.auto:
-        return "pallas_tpu" if platform == "tpu" else "xla"
-    if backend is KernelBackend.pallas_tpu and platform != "tpu":
-        raise ValueError(
-            f"kernel.backend=pallas_tpu needs a TPU but the run targets {platform!r}; use "
-            "kernel=xla (or kernel=auto) here, or a TPU target"
-        )
+        return _AUTO_BACKEND[platform]
+    if backend.value in _BACKEND_PLATFORM:
+        needed, device, target = _BACKEND_PLATFORM[backend.value]
+        if platform != needed:
+            raise ValueError(
+                f"kernel.backend={backend.value} needs {device} but the run targets {platform!r}; "
+                f"use kernel={_AUTO_BACKEND[platform]} (or kernel=auto) here, or {device} target "
+                f"(e.g. target={target} for a dry run)"
+            )
     return backend.value
 
 
-def compute_dtype_for(dtype: ComputeDType | str, model_name: str) -> ComputeDType:
-    """``auto`` is bfloat16 for checkpoint models (the seed's setting) and float32 for ``tiny``."""
+def compute_dtype_for(dtype: ComputeDType | str, model_name: str, platform: str) -> ComputeDType:
+    """``auto`` is bfloat16 for checkpoint models (the seed's setting) and on a GPU for every model
+    (cuDNN flash attention, the GPU's dense arm, is bfloat16-only); float32 for ``tiny`` on a CPU
+    or TPU."""
+    _check_platform(platform)
     dtype = ComputeDType(dtype)
     if dtype is not ComputeDType.auto:
         return dtype
-    return ComputeDType.float32 if model_name == "tiny" else ComputeDType.bfloat16
+    if model_name == "tiny" and platform != "gpu":
+        return ComputeDType.float32
+    return ComputeDType.bfloat16
 
 
 def resolve_kernel(kernel: KernelConfig, platform: str, tokens: int) -> KernelConfig:
@@ -84,9 +105,11 @@ def resolve_kernel(kernel: KernelConfig, platform: str, tokens: int) -> KernelCo
         executors are concrete and different.
 
     Raises:
-        ValueError: a choice that does not suit the platform, or equal dense executors.
+        ValueError: a choice that does not suit the platform, ``num_warps``/``num_stages`` set
+            when the backend is not ``pallas_gpu``, or equal dense executors.
     """
     backend = backend_for(kernel.backend, platform)
+    _check_gpu_launch(kernel, backend, platform)
     block_q, block_kv = kernel.block_q, kernel.block_kv
     if block_q is None or block_kv is None:
         auto = auto_block_sizes(tokens, plan_backend(backend))
@@ -127,11 +150,10 @@ def resolve(cfg: EvalConfig, platform: str | None = None, tokens: int | None = N
     if tokens is None:
         res = cfg.resolution
         tokens = token_geometry(VideoGeometry(res.frames, res.height, res.width)).tokens
-    return dataclasses.replace(
-        cfg,
-        kernel=resolve_kernel(cfg.kernel, platform, tokens),
-        dtype=compute_dtype_for(cfg.dtype, cfg.model.name),
-    )
+    kernel = resolve_kernel(cfg.kernel, platform, tokens)
+    dtype = compute_dtype_for(cfg.dtype, cfg.model.name, platform)
+    _check_cudnn_dtype(kernel, dtype)
+    return dataclasses.replace(cfg, kernel=kernel, dtype=dtype)
 
 
 # Dense executors that exist on one platform only; compiling them elsewhere fails deep inside XLA.
@@ -145,6 +167,33 @@ def _check_executor_platform(executor: str, platform: str, setting: str) -> None
             f"kernel.{setting}={executor} runs on {needed} only, but the run targets {platform!r}; "
             f"use kernel.{setting}=auto (or b0)"
         )
+
+
+def _check_gpu_launch(kernel: KernelConfig, backend: str, platform: str) -> None:
+    """``num_warps``/``num_stages`` tune the Pallas GPU kernel only; elsewhere they would be
+    ignored, so a run that sets them on another backend is refused."""
+    if backend == "pallas_gpu":
+        return
+    for name in ("num_warps", "num_stages"):
+        value = getattr(kernel, name)
+        if value is not None:
+            raise ValueError(
+                f"kernel.{name}={value} applies to kernel.backend=pallas_gpu only, but the run "
+                f"uses {backend} on {platform!r}; set kernel.{name}=null, or run on a GPU"
+            )
+
+
+def _check_cudnn_dtype(kernel: KernelConfig, dtype: ComputeDType) -> None:
+    """cuDNN flash attention takes bfloat16 only: a float32 run naming it is refused here, not
+    deep inside the first arm's compile."""
+    for setting in ("dense_executor", "noise_floor_executor"):
+        if getattr(kernel, setting) is DenseExecutor.cudnn and dtype is not ComputeDType.bfloat16:
+            raise ValueError(
+                f"kernel.{setting}=cudnn takes bfloat16 only, but dtype={dtype.value}; use "
+                "dtype=bfloat16 (or dtype=auto), or two other dense controls (e.g. "
+                "kernel.dense_executor=b0 kernel.noise_floor_executor=dot_product_attention at "
+                "small sizes)"
+            )
 
 
 def _check_platform(platform: str) -> None:

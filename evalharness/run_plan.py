@@ -5,9 +5,10 @@
 one device's shapes (host-side plans only), the per-device memory table
 (``evalharness.memory_plan``: abstract weights, compiled block, executor temporaries, routing,
 text encoder and VAE peaks), the roofline time estimate (``evalharness.workload``), the SMEM/VMEM
-budget of every Pallas TPU plan, and, for accelerator targets seen from another platform, the
-``jax.export`` lowering of every arm's attention. Nothing real is allocated: no weight, no N x N
-array.
+budget of every Pallas TPU plan or the shared memory of the Pallas GPU tiles, and, for
+accelerator targets seen from another platform, the ``jax.export`` lowering of every arm's
+attention that lowers without the device (all on TPU; on GPU all but cuDNN). Nothing real is
+allocated: no weight, no N x N array.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import jax.numpy as jnp
 
 from evalharness import aot_check
 from evalharness.attention_memory import ExecutorSpec, padded_heads
-from evalharness.attention_setup import nominal_kept_fraction
+from evalharness.attention_setup import nominal_kept_fraction, pallas_options
 from evalharness.block_memory import compiled_temp_bytes
 from evalharness.config import EvalConfig
 from evalharness.formatting import markdown_table
@@ -33,6 +34,11 @@ from evalharness.resolutions import token_geometry
 from evalharness.targets import DeviceTarget
 from evalharness.workload import TimeEstimate, estimate_time
 from kernels.executors.dense_memory import dense_executor_temp_bytes, grows_quadratically
+from kernels.executors.pallas_gpu_budget import (
+    DEFAULT_NUM_STAGES,
+    check_gpu_tiles,
+    shared_memory_bytes,
+)
 from kernels.executors.pallas_tpu_budget import TpuBudget, check_tpu_budget
 from kernels.masks.band import PaddingMask
 from kernels.plans.block_sizes import BlockSizes
@@ -53,7 +59,7 @@ UMT5_XXL = UMT5Config(
     vocab_size=256384, d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64
 )
 # jax.export platform names of the targets' platforms.
-_EXPORT_PLATFORM = {"tpu": "tpu", "gpu": "cuda"}
+EXPORT_PLATFORMS = {"tpu": "tpu", "gpu": "cuda"}
 
 
 @dataclasses.dataclass
@@ -69,8 +75,10 @@ class RunPlan:
         budgets: Pallas TPU SMEM/VMEM budget per plan ("sparse b3", "B0 dense", ...).
         lowering: seconds per arm of the lowering (export) or host compile that ran.
         problems: every reason besides memory the run cannot go ahead (device count, SMEM/VMEM,
-            lowering); memory is ``memory.fits``.
+            shared memory, lowering); memory is ``memory.fits``.
         notes: what was not checked, and why.
+        gpu_shared_memory: estimated shared memory of one Pallas GPU program in bytes (backend
+            ``pallas_gpu`` on a target whose shared memory is known), else None.
     """
 
     target: DeviceTarget
@@ -82,6 +90,7 @@ class RunPlan:
     lowering: dict[str, float]
     problems: list[str]
     notes: list[str]
+    gpu_shared_memory: int | None = None
 
     @property
     def fits(self) -> bool:
@@ -118,8 +127,11 @@ class RunPlan:
         return markdown_table(rows, columns)
 
     def as_metrics(self) -> dict[str, float]:
-        """The memory, time and budget figures as ``memory.*``, ``time.*``, ``tpu.*`` metrics."""
+        """The memory, time and budget figures as ``memory.*``, ``time.*``, ``tpu.*``, ``gpu.*``
+        metrics."""
         out = {**self.memory.as_metrics(), **self.timing.as_metrics()}
+        if self.gpu_shared_memory is not None:
+            out["gpu.shared_memory_bytes"] = float(self.gpu_shared_memory)
         for name, budget in self.budgets.items():
             key = name.replace(" ", "_")
             out[f"tpu.{key}.smem_bytes"] = float(budget.smem_bytes)
@@ -144,7 +156,7 @@ def plan_run(
         target: where it would run.
         devices: P, devices the sequence is split over.
         lower: export every arm's attention for the target platform when it is not this host's
-            (catches Pallas-to-Mosaic errors on a CPU machine).
+            (catches Pallas-to-Mosaic and Pallas-to-Triton errors on a CPU machine).
         compile_arms: arms whose attention is compiled into the planned blocks on this host (the
             compiler's bytes replace the executor model); only when the target is this host.
 
@@ -190,8 +202,11 @@ def plan_run(
         _tpu_budgets(cfg, tcfg, video, policy) if cfg.kernel.backend.value == "pallas_tpu" else {}
     )
     problems += [p for b in budgets.values() for p in b.problems]
+    shared = _gpu_shared_memory(cfg, tcfg, target, problems, notes)
     lowering = _lower(cfg, target, attends, qkv, policy, lower, problems, notes)
-    return RunPlan(target, devices, batch, memory, timing, budgets, lowering, problems, notes)
+    return RunPlan(
+        target, devices, batch, memory, timing, budgets, lowering, problems, notes, shared
+    )
 
 
 def _single_device_attends(
@@ -202,8 +217,7 @@ def _single_device_attends(
     options = {
         "backend": kernel.backend.value,
         "block_sizes": BlockSizes(kernel.block_q, kernel.block_kv),
-        "block_kv_compute": kernel.block_kv_compute,
-        "vmem_limit_bytes": kernel.vmem_limit_bytes,
+        **pallas_options(cfg),
     }
     dense = make_dense_attend(kernel.dense_executor.value, **options)
     floor = make_dense_attend(kernel.noise_floor_executor.value, **options)
@@ -262,7 +276,7 @@ def _executor_specs(
         band_temp: Any = temp(dense_name)
     elif backend == "xla":
         band_temp = compiled_temp_bytes(policy.execute_band, qkv, qkv, qkv)
-    else:  # a Pallas kernel holds its softmax state in VMEM: its HBM temporaries are b0's copies
+    else:  # a Pallas kernel keeps its softmax state on chip: its HBM temporaries are b0's copies
         band_temp = temp("b0")
     specs["sparse"] = ExecutorSpec(
         policy.plan.variant if sparse else dense_name,
@@ -345,6 +359,32 @@ def _tpu_budgets(
     return budgets
 
 
+def _gpu_shared_memory(
+    cfg: EvalConfig,
+    tcfg: WanTransformerConfig,
+    target: DeviceTarget,
+    problems: list[str],
+    notes: list[str],
+) -> int | None:
+    """Shared memory of one Pallas GPU program (its tiles serve the sparse band and B0 alike);
+    tiles over the target's limit become a problem naming tiles that fit."""
+    kernel = cfg.kernel
+    if kernel.backend.value != "pallas_gpu" or target.platform != "gpu":
+        return None
+    if target.shared_memory_bytes is None:
+        notes.append(
+            f"the Pallas GPU tiles were not checked against shared memory: {target.name}'s is not "
+            "in the device table (evalharness/targets.py)"
+        )
+        return None
+    tiles = (kernel.block_q, kernel.block_kv, tcfg.attention_head_dim, cfg.dtype.value)
+    try:
+        check_gpu_tiles(*tiles, kernel.num_stages, limit_bytes=target.shared_memory_bytes)
+    except ValueError as error:
+        problems.append(f"shared memory: {error}")
+    return shared_memory_bytes(*tiles, kernel.num_stages or DEFAULT_NUM_STAGES)
+
+
 def _lower(
     cfg: EvalConfig,
     target: DeviceTarget,
@@ -355,32 +395,40 @@ def _lower(
     problems: list[str],
     notes: list[str],
 ) -> dict[str, float]:
-    """Exports every arm's attention for an accelerator target seen from another platform."""
+    """Exports every arm's attention for an accelerator target seen from another platform (on a
+    GPU target, all but cuDNN: ``aot_check.exportable_arms``)."""
     host = jax.devices()[0].platform
-    platform = _EXPORT_PLATFORM.get(target.platform)
+    platform = EXPORT_PLATFORMS.get(target.platform)
     if not lower or platform is None or target.platform == host or problems:
         if lower and problems and platform is not None:
             notes.append("lowering skipped: the plan already does not fit")
         return {}
-    if target.platform == "gpu":
-        notes.append(
-            "GPU lowering is not run from a CPU machine: cuDNN's lowering asks the CUDA plugin for "
-            "the GPU's compute capability; a Pallas GPU kernel (issue 12) will lower here"
-        )
-        return {}
-    describe = {
+    executors = {
         "dense": cfg.kernel.dense_executor.value,
         "noise_floor": cfg.kernel.noise_floor_executor.value,
-        "sparse": f"schedule {cfg.schedule.name}",
     }
+    describe = {**executors, "sparse": f"schedule {cfg.schedule.name}"}
+    arms = aot_check.exportable_arms(attends, executors, policy, notes)
     try:
         return aot_check.check_attention_paths(
-            attends,
+            arms,
             qkv,
             aot_check.first_sparse_layer(policy.schedule, policy.num_layers),
             describe,
             platform=platform,
+            disabled_checks=_disabled_checks(cfg.kernel.backend.value, platform),
         )
     except aot_check.CompileRefusal as refusal:
         problems.append(f"lowering: {refusal}")
         return {}
+
+
+def _disabled_checks(backend: str, platform: str) -> tuple[jax.export.DisabledSafetyCheck, ...]:
+    """The export checks the Pallas GPU kernel's Triton custom call needs disabled for "cuda"."""
+    if backend != "pallas_gpu" or platform != "cuda":
+        return ()
+    try:
+        from kernels.executors.pallas_gpu import CUDA_EXPORT_DISABLED_CHECKS
+    except ImportError:  # the export itself then fails with the dispatch's message
+        return ()
+    return tuple(CUDA_EXPORT_DISABLED_CHECKS)

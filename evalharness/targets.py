@@ -23,6 +23,8 @@ from types import MappingProxyType
 import jax
 import jax.numpy as jnp
 
+from kernels.executors.pallas_gpu_budget import H200_SHARED_MEMORY_BYTES
+
 GIB = 1024**3
 PLATFORMS = ("tpu", "gpu", "cpu")
 # Fraction of peak FLOP/s assumed for the whole transformer on an accelerator (see module docstring).
@@ -52,6 +54,9 @@ class DeviceTarget:
         runtime_overhead: what the runtime allocates beyond XLA's memory plan, as a fraction of
             the denoising loop's planned bytes (measured on CPU by ``evalharness.bench.memory``;
             0 where it has not been measured).
+        shared_memory_bytes: GPU shared memory one thread block may use (the opt-in maximum),
+            which bounds the Pallas GPU kernel's tiles; None elsewhere, and for GPUs not in this
+            table.
     """
 
     name: str
@@ -65,6 +70,7 @@ class DeviceTarget:
     efficiency: float
     source: str
     runtime_overhead: float = 0.0
+    shared_memory_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.platform not in PLATFORMS:
@@ -142,12 +148,16 @@ TARGETS: Mapping[str, DeviceTarget] = MappingProxyType(
             source=(
                 "NVIDIA H200 SXM: 141 GB HBM3e, 4.8 TB/s, 989 TFLOP/s dense bf16, 67 TFLOP/s "
                 "f32 (CUDA cores; TF32 would be faster); usable = 75% of 141 GB, JAX's default "
-                "preallocation (raise XLA_PYTHON_CLIENT_MEM_FRACTION for more)"
+                "preallocation (raise XLA_PYTHON_CLIENT_MEM_FRACTION for more); 227 KiB of "
+                "shared memory per thread block (Hopper)"
             ),
+            shared_memory_bytes=H200_SHARED_MEMORY_BYTES,
         ),
     }
 )
 TARGET_NAMES = (*TARGETS, "cpu")
+# Device kinds (as JAX names them) with Hopper's 227 KiB of shared memory per thread block.
+_HOPPER_KINDS = ("H100", "H200", "H800", "GH200")
 
 
 def host_memory_bytes() -> int:
@@ -247,13 +257,15 @@ def host_target(flops_per_s: float, *, dtype: str) -> DeviceTarget:
 
     Returns:
         ``cpu_target`` on a CPU; on an accelerator its memory limit, device count and the measured
-        throughput (efficiency 1: it is a sustained rate), with the v6e SMEM/VMEM when it is one.
+        throughput (efficiency 1: it is a sustained rate), with the v6e SMEM/VMEM when it is one
+        and Hopper's shared memory per thread block when it is an H100 or H200.
     """
     device = jax.devices()[0]
     if device.platform == "cpu":
         return cpu_target({"float32": flops_per_s, "bfloat16": flops_per_s})
     v6e = TARGETS["tpu-v6e-1"]
     is_v6e = device.platform == "tpu" and "v6" in device.device_kind.lower()
+    is_hopper = any(kind in device.device_kind.upper() for kind in _HOPPER_KINDS)
     return DeviceTarget(
         name=device.device_kind,
         platform="gpu" if device.platform in ("gpu", "cuda", "rocm") else device.platform,
@@ -265,4 +277,5 @@ def host_target(flops_per_s: float, *, dtype: str) -> DeviceTarget:
         vmem_bytes=v6e.vmem_bytes if is_v6e else None,
         efficiency=1.0,
         source=f"this host: {device.device_kind}, memory from the runtime, FLOP/s measured",
+        shared_memory_bytes=H200_SHARED_MEMORY_BYTES if is_hopper else None,
     )

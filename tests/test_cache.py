@@ -81,6 +81,8 @@ def test_dense_arm_key_fields_are_stable(tmp_path):
         "block_kv": 8,
         "block_kv_compute": None,
         "vmem_limit_bytes": None,
+        "num_warps": None,
+        "num_stages": None,
         "dense_executor": "b0",
         "noise_floor_executor": "dot_product_attention",
     }

@@ -49,7 +49,7 @@ CHOICES = (
 
 # (dotted key, a value outside its choices, the valid values in the error message)
 BAD_CHOICES = [
-    ("kernel.backend", "gpu", "[auto, xla, pallas_tpu, reference]"),
+    ("kernel.backend", "gpu", "[auto, xla, pallas_tpu, pallas_gpu, reference]"),
     ("kernel.dense_executor", "b1", "[auto, b0, splash, cudnn, dot_product_attention, reference]"),
     (
         "kernel.noise_floor_executor",
@@ -91,6 +91,8 @@ def _expected_params(tmp_path) -> dict:
         "kernel.block_kv": 128,
         "kernel.block_kv_compute": None,
         "kernel.vmem_limit_bytes": None,
+        "kernel.num_warps": None,
+        "kernel.num_stages": None,
         "kernel.dense_executor": "b0",
         "kernel.noise_floor_executor": "dot_product_attention",
         "logger.kind": "mlflow",
@@ -197,6 +199,8 @@ def test_dense_arm_key_fields_serialise_as_before(tmp_path):
                 "block_kv": 8,
                 "block_kv_compute": None,
                 "vmem_limit_bytes": None,
+                "num_warps": None,
+                "num_stages": None,
                 "dense_executor": "b0",
                 "noise_floor_executor": "dot_product_attention",
             },
@@ -236,3 +240,17 @@ def test_to_config_round_trips_a_config_dataclass(tmp_path):
     cfg = to_config(small_config(tmp_path, "schedule=aggressive", "kernel=reference"))
     assert isinstance(cfg, EvalConfig)
     assert to_config(cfg) == cfg
+
+
+def test_pallas_gpu_kernel_group_and_its_launch_settings(tmp_path):
+    cfg = to_config(small_config(tmp_path, "kernel=pallas_gpu", "kernel.num_stages=3", small=False))
+    assert cfg.kernel.backend is KernelBackend.pallas_gpu
+    assert (cfg.kernel.block_q, cfg.kernel.block_kv) == (128, 64)
+    assert (cfg.kernel.num_warps, cfg.kernel.num_stages) == (None, 3)
+
+
+@pytest.mark.parametrize("setting", ["num_warps", "num_stages"])
+@pytest.mark.parametrize("value", [0, -4])
+def test_launch_settings_must_be_positive(tmp_path, setting, value):
+    with pytest.raises(ValueError, match=f"kernel.{setting}={value}: expected a positive int"):
+        to_config(small_config(tmp_path, "kernel=pallas_gpu", f"kernel.{setting}={value}"))

@@ -270,6 +270,28 @@ def test_memory_model_at_wan_14b_720p():
         dense_executor_temp_bytes("b0", **{**sizes, "tokens": 0})
 
 
+def test_pallas_gpu_b0_memory_is_linear_like_the_tpu_kernel():
+    # The softmax state stays in registers and shared memory: HBM holds q and out padded to
+    # block_q, k and v padded to block_kv (128 x 64 at 720p: 75,648 tokens each).
+    sizes = {"batch": 2, "heads": 40, "tokens": 75_600, "head_dim": 128, "dtype_bytes": 2}
+    one_copy = 2 * 40 * 75_600 * 128 * 2
+    gpu_b0 = dense_executor_temp_bytes(
+        "b0", **sizes, block_q=128, block_kv=64, backend="pallas_gpu"
+    )
+    assert gpu_b0 == 4 * one_copy * 75_648 // 75_600
+    # Default tiles are the GPU's own (128 x 64), not the 512 x 512 CPU default.
+    assert dense_executor_temp_bytes("b0", **sizes, backend="pallas_gpu") == gpu_b0
+    assert gpu_b0 == dense_executor_temp_bytes(
+        "b0", **sizes, block_q=128, block_kv=64, backend="pallas_tpu"
+    )
+    doubled = dense_executor_temp_bytes("b0", **{**sizes, "tokens": 151_200}, backend="pallas_gpu")
+    assert doubled == pytest.approx(2 * gpu_b0, rel=1e-3)
+    # No float32 state or score tiles in HBM, unlike the XLA scan (2.6x here).
+    assert gpu_b0 < dense_executor_temp_bytes("b0", **sizes, block_q=128, block_kv=64) / 2
+    with pytest.raises(ValueError, match="pallas_gpu"):
+        dense_executor_temp_bytes("b0", **sizes, backend="triton")
+
+
 def test_splash_is_imported_lazily():
     # Importing the executors must not pay for splash (about 0.2 s) before a run asks for it.
     code = (

@@ -73,6 +73,63 @@ def test_vmem_over_an_explicit_limit_is_refused_with_a_limit_that_fits(tmp_path)
     assert "VMEM" in report and "kernel.vmem_limit_bytes=" in report
 
 
+def test_14b_720p_on_h200_runs_pallas_gpu_and_lowers_its_arms_for_cuda(tmp_path):
+    code, report, seconds = _dry(
+        tmp_path, "model=wan2.1-t2v-14b", "resolution=720p", "target=h200", "max_minutes=1e9"
+    )
+    assert code == 0, report
+    assert "Verdict: FITS" in report
+    assert "backend pallas_gpu, tiles 128 x 64" in report
+    assert "cudnn (dense arm) and b0 (noise floor)" in report and "dtype bfloat16" in report
+    assert "Pallas GPU shared memory: ~96 KiB per program" in report  # bf16 128 x 64, 2 stages
+    lowered = next(line for line in report.splitlines() if line.startswith("Lowered for cuda"))
+    assert "sparse" in lowered and "noise_floor" in lowered and "dense" not in lowered
+    # cuDNN needs the GPU to lower; the report says so instead of claiming the arm was checked.
+    assert "the dense arm (cudnn) was not lowered: JAX asks the CUDA plugin" in report
+    assert (
+        "the sparse arm was lowered without its dense steps and layers, which run cudnn" in report
+    )
+    assert seconds < 120
+
+
+def test_a_dense_schedule_on_h200_lowers_the_noise_floor_and_says_what_it_did_not(tmp_path):
+    code, report, _ = _dry(
+        tmp_path, "model=wan2.1-t2v-1.3b", "resolution=480p", "target=h200", "schedule=dense"
+    )
+    assert "Lowered for cuda with jax.export: noise_floor" in report
+    assert "the sparse arm (a dense schedule: cudnn) was not lowered either" in report
+
+
+def test_gpu_tiles_over_shared_memory_are_refused_with_tiles_that_fit(tmp_path):
+    code, report, seconds = _dry(
+        tmp_path,
+        "model=wan2.1-t2v-14b",
+        "resolution=720p",
+        "target=h200",
+        "kernel.block_q=512",
+        "kernel.block_kv=512",
+    )
+    assert code == 2
+    problem = next(line for line in report.splitlines() if line.startswith("- shared memory:"))
+    assert "Pallas GPU tiles 512 x 512" in problem and "kernel.block_kv=64" in problem
+    assert "lowering skipped" in report  # nothing further is tried on a plan that cannot fit
+    assert seconds < 60
+
+
+def test_gpu_launch_settings_reach_the_shared_memory_check(tmp_path):
+    # Three K/V stages of 128 x 128 bf16 tiles (224 KiB) overflow; two (160 KiB) fit.
+    code, report, _ = _dry(
+        tmp_path,
+        "model=wan2.1-t2v-1.3b",
+        "resolution=480p",
+        "target=h200",
+        "kernel.block_kv=128",
+        "kernel.num_stages=3",
+    )
+    assert code == 2
+    assert "3 stages" in report and "kernel.num_stages=2" in report
+
+
 @pytest.mark.parametrize(("target", "heads_per_device"), [("tpu-v6e-8", 5), ("h200", 40)])
 def test_default_executors_at_720p_hold_no_n_squared_array(tmp_path, target, heads_per_device):
     code, report, _ = _dry(tmp_path, "model=wan2.1-t2v-14b", "resolution=720p", f"target={target}")

@@ -19,7 +19,7 @@ TOKENS_720P = 75_600
     ("platform", "backend", "tiles", "dense", "floor"),
     [
         ("tpu", "pallas_tpu", (3328, 1536), "splash", "b0"),
-        ("gpu", "xla", (128, 128), "cudnn", "b0"),
+        ("gpu", "pallas_gpu", (128, 64), "cudnn", "b0"),
         ("cpu", "xla", (128, 128), "b0", "dot_product_attention"),
     ],
 )
@@ -35,6 +35,13 @@ def test_auto_shrinks_tpu_tiles_for_short_sequences():
     kernel = kernel_choice.resolve_kernel(KernelConfig(), "tpu", 2160)
     assert kernel.block_q <= 2176 and kernel.block_kv <= 2176
     assert kernel.block_q % 128 == 0 and kernel.block_kv % 128 == 0
+
+
+def test_auto_shrinks_gpu_tiles_to_powers_of_two_for_short_sequences():
+    kernel = kernel_choice.resolve_kernel(KernelConfig(), "gpu", 40)  # 48 tokens rounded: 64
+    assert (kernel.block_q, kernel.block_kv) == (64, 64)
+    kernel = kernel_choice.resolve_kernel(KernelConfig(), "gpu", 2160)
+    assert (kernel.block_q, kernel.block_kv) == (128, 64)
 
 
 def test_explicit_tiles_and_executors_are_kept():
@@ -66,6 +73,36 @@ def test_pallas_tpu_off_a_tpu_is_refused_not_interpreted():
         kernel_choice.resolve_kernel(KernelConfig(backend=KernelBackend.pallas_tpu), "gpu", 2160)
 
 
+@pytest.mark.parametrize(("platform", "instead"), [("cpu", "xla"), ("tpu", "pallas_tpu")])
+def test_pallas_gpu_off_a_gpu_is_refused_with_the_setting_to_change(platform, instead):
+    kernel = KernelConfig(backend=KernelBackend.pallas_gpu)
+    with pytest.raises(ValueError, match="kernel.backend=pallas_gpu needs a GPU") as info:
+        kernel_choice.resolve_kernel(kernel, platform, 2160)
+    assert f"use kernel={instead} (or kernel=auto)" in str(info.value)
+    assert "target=h200" in str(info.value)
+
+
+def test_pallas_gpu_on_a_gpu_keeps_its_launch_settings():
+    requested = KernelConfig(backend=KernelBackend.pallas_gpu, num_warps=4, num_stages=3)
+    kernel = kernel_choice.resolve_kernel(requested, "gpu", 75_600)
+    assert kernel.backend is KernelBackend.pallas_gpu
+    assert (kernel.num_warps, kernel.num_stages) == (4, 3)
+    assert kernel_choice.resolve_kernel(KernelConfig(num_stages=1), "gpu", 2160).num_stages == 1
+
+
+@pytest.mark.parametrize(
+    ("backend", "platform"),
+    [("auto", "cpu"), ("auto", "tpu"), ("xla", "gpu"), ("reference", "gpu")],
+)
+@pytest.mark.parametrize("setting", ["num_warps", "num_stages"])
+def test_gpu_launch_settings_off_pallas_gpu_are_refused_not_ignored(backend, platform, setting):
+    kernel = KernelConfig(backend=KernelBackend(backend), **{setting: 4})
+    with pytest.raises(
+        ValueError, match=f"kernel.{setting}=4 applies to kernel.backend=pallas_gpu"
+    ):
+        kernel_choice.resolve_kernel(kernel, platform, 2160)
+
+
 def test_unknown_platform_is_refused():
     with pytest.raises(ValueError, match="platform='metal'"):
         kernel_choice.resolve_kernel(KernelConfig(), "metal", 2160)
@@ -76,11 +113,13 @@ def test_unknown_platform_is_refused():
     [
         ("tiny", "cpu", ComputeDType.float32),
         ("tiny", "tpu", ComputeDType.float32),
+        ("tiny", "gpu", ComputeDType.bfloat16),  # cuDNN, the GPU's dense arm, takes bf16 only
         ("wan2.1-t2v-14b", "tpu", ComputeDType.bfloat16),
+        ("wan2.1-t2v-14b", "cpu", ComputeDType.bfloat16),
         ("wan2.1-t2v-1.3b", "gpu", ComputeDType.bfloat16),
     ],
 )
-def test_auto_dtype_is_bf16_for_checkpoints_and_f32_for_tiny(tmp_path, model, platform, expected):
+def test_auto_dtype_is_bf16_for_checkpoints_and_on_gpu(tmp_path, model, platform, expected):
     cfg = to_config(small_config(tmp_path, f"model={model}", "model.checkpoint=null"))
     resolved = kernel_choice.resolve(cfg, platform)
     assert resolved.dtype is expected
@@ -92,6 +131,30 @@ def test_explicit_dtype_wins(tmp_path):
         small_config(tmp_path, "model=wan2.1-t2v-14b", "model.checkpoint=null", "dtype=float32")
     )
     assert kernel_choice.resolve(cfg, "tpu").dtype is ComputeDType.float32
+
+
+def test_the_default_job_resolves_to_bf16_pallas_gpu_and_cudnn_on_a_gpu(tmp_path):
+    resolved = kernel_choice.resolve(to_config(small_config(tmp_path, small=False)), "gpu")
+    assert resolved.model.name == "tiny" and resolved.dtype is ComputeDType.bfloat16
+    assert resolved.kernel.backend is KernelBackend.pallas_gpu
+    assert (resolved.kernel.dense_executor, resolved.kernel.noise_floor_executor) == (
+        DenseExecutor.cudnn,
+        DenseExecutor.b0,
+    )
+
+
+@pytest.mark.parametrize("setting", ["dense_executor", "noise_floor_executor"])
+def test_cudnn_in_float32_is_refused_before_anything_compiles(tmp_path, setting):
+    overrides = ["dtype=float32"]
+    if setting == "noise_floor_executor":
+        overrides += ["kernel.dense_executor=b0", "kernel.noise_floor_executor=cudnn"]
+    cfg = to_config(small_config(tmp_path, *overrides))
+    with pytest.raises(ValueError, match=f"kernel.{setting}=cudnn takes bfloat16 only"):
+        kernel_choice.resolve(cfg, "gpu")
+    explicit = "kernel.dense_executor=b0", "kernel.noise_floor_executor=dot_product_attention"
+    assert kernel_choice.resolve(
+        to_config(small_config(tmp_path, *overrides[:1], *explicit)), "gpu"
+    )
 
 
 def test_seed_experiment_resolves_to_the_seed_setting_on_tpu(tmp_path):

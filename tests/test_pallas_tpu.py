@@ -18,41 +18,15 @@ from kernels.executors.pallas_tpu_visits import (
     plan_visit_slots,
     unpack_codes,
 )
-from kernels.executors.reference import reference_attention
 from kernels.masks.band import BandMask, PaddingMask, StridedTemporalMask
 from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes
 from kernels.plans.tiles import build_plan
+from tests.helpers.attention import F32_TOL, check_against_oracle, numpy_qkv
 from tests.helpers.numerics import assert_allclose
 
-F32_ATOL = 1e-5
-BF16_TOL = 2e-2
-
-
-# The project oracle, jitted once per (shape, mask): eager dispatch of its ops costs more CPU than
-# the interpreted kernel at these sizes.
-_oracle = jax.jit(reference_attention, static_argnums=3)
-
-
-def _qkv(seed: int, batch: int, tokens: int, heads: int, head_dim: int, dtype):
-    # NumPy draws: no per-shape compilation of a jax.random program.
-    rng = np.random.default_rng(seed)
-    shape = (batch, tokens, heads, head_dim)
-    return tuple(
-        jnp.asarray(rng.standard_normal(shape, np.float32).astype(jnp.dtype(dtype)))
-        for _ in range(3)
-    )
-
-
-def _check(out, q, k, v, mask) -> None:
-    """Compares with the dense masked oracle (``mask`` None means dense)."""
-    expected = _oracle(q, k, v, mask)
-    assert out.dtype == q.dtype
-    assert bool(jnp.all(jnp.isfinite(out.astype(jnp.float32))))
-    if q.dtype == jnp.float32:
-        assert_allclose(out, expected, atol=F32_ATOL)
-    else:
-        assert_allclose(out, expected, atol=BF16_TOL, rtol=BF16_TOL)
+_qkv = numpy_qkv
+_check = check_against_oracle
 
 
 # (variant, tokens, half_width, sink, block_q, block_kv, head_dim, dtype): band-only and band+sink,
@@ -104,7 +78,7 @@ def test_b2_runs_both_paths_and_equals_b1():
     out_b1 = pallas_blocksparse_attention(q, k, v, plan_b1, variant="b1", interpret=True)
     out_b2 = pallas_blocksparse_attention(q, k, v, plan_b2, variant="B2", interpret=True)
     _check(out_b2, q, k, v, mask)
-    assert_allclose(out_b2, out_b1, atol=F32_ATOL)
+    assert_allclose(out_b2, out_b1, **F32_TOL)
 
 
 def test_key_chunking_and_strided_temporal_mask():

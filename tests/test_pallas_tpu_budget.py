@@ -140,9 +140,9 @@ def test_auto_block_sizes_rule():
     assert auto_block_sizes(75_600, "xla") == BlockSizes(128, 128)
     assert auto_block_sizes(100, "xla") == BlockSizes(104, 104)
     for tokens in (1, 100, 1_000, 2_160, 75_600):
-        for backend in ("pallas_tpu", "xla"):
+        for backend in ("pallas_tpu", "pallas_gpu", "xla"):
             auto_block_sizes(tokens, backend).validate(tokens, backend)
-    with pytest.raises(ValueError, match=r"\['pallas_tpu', 'xla'\]"):
-        auto_block_sizes(1_000, "pallas_gpu")
+    with pytest.raises(ValueError, match=r"\['pallas_gpu', 'pallas_tpu', 'xla'\]"):
+        auto_block_sizes(1_000, "metal")
     with pytest.raises(ValueError, match="positive"):
         auto_block_sizes(0, "xla")

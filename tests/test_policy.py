@@ -205,8 +205,13 @@ def test_bad_input_is_rejected_clearly():
         policy.sparse_attention(q, k, v, jnp.zeros((3,), bool))
 
 
-def test_pallas_tpu_backend_in_interpret_mode_matches_the_reference():
-    geometry = TokenGeometry(4, 8, 16)  # 512 tokens: four 128-token tiles, the Pallas minimum
+@pytest.mark.parametrize(
+    "backend, tiles", [("pallas_tpu", BlockSizes(128, 128)), ("pallas_gpu", BlockSizes(128, 64))]
+)
+def test_pallas_backends_in_interpret_mode_match_the_reference(backend, tiles):
+    # 512 tokens: four 128-token tiles (the Pallas TPU minimum); powers of two for Triton. One
+    # temporal head (permute, band, un-permute) and one spatial head.
+    geometry = TokenGeometry(4, 8, 16)
     q, k, v = random_qkv(geometry, batch=1, heads=2, head_dim=64)
     temporal = jnp.asarray([[True, False]])
     schedule = SparsitySchedule("s", 0.0, 0.0, 0.5)
@@ -216,10 +221,78 @@ def test_pallas_tpu_backend_in_interpret_mode_matches_the_reference():
             geometry,
             num_steps=1,
             num_layers=1,
-            backend=backend,
-            block_sizes=BlockSizes(128, 128),
+            backend=name,
+            block_sizes=tiles,
             interpret=True,
         ).sparse_attention(q, k, v, temporal)
-        for backend in ("pallas_tpu", "reference")
+        for name in (backend, "reference")
     ]
-    assert_allclose(outs[0], outs[1], atol=1e-5)
+    assert_allclose(outs[0], outs[1], atol=1e-5, rtol=1e-5)
+
+
+def test_pallas_gpu_launch_settings_reach_the_kernel(monkeypatch):
+    # num_warps and num_stages pass from the policy (sparse band and default dense b0) through
+    # the dispatch to the kernel, and only there.
+    from kernels.executors import pallas_gpu
+
+    seen = []
+
+    def record(q, k, v, plan, **kwargs):
+        seen.append((plan.variant, kwargs["num_warps"], kwargs["num_stages"]))
+        return q
+
+    monkeypatch.setattr(pallas_gpu, "pallas_gpu_blocksparse_attention", record)
+    geometry = TokenGeometry(4, 8, 16)
+    q, k, v = random_qkv(geometry, batch=1, heads=2, head_dim=64)
+    options = {"num_warps": 4, "num_stages": 3}
+    policy = AttentionPolicy(
+        SparsitySchedule("s", 0.0, 0.0, 0.5, variant="b2"),
+        geometry,
+        num_steps=1,
+        num_layers=1,
+        backend="pallas_gpu",
+        block_sizes=BlockSizes(128, 64),
+        **options,
+    )
+    policy.execute_band(q, k, v)
+    policy.dense_attend(q, k, v, step=0, layer=0)
+    make_dense_attend("b0", backend="pallas_gpu", block_sizes=BlockSizes(64, 64), **options)(
+        q, k, v
+    )
+    assert seen == [("b2", 4, 3), ("b0", 4, 3), ("b0", 4, 3)]
+    make_dense_attend("b0", backend="xla", **options)(q, k, v)  # ignored off the Pallas backend
+    assert len(seen) == 3
+
+
+def test_pallas_gpu_tiles_must_be_powers_of_two():
+    schedule = SparsitySchedule("s", 0.0, 0.0, 0.5)
+    geometry = TokenGeometry(4, 8, 16)
+    with pytest.raises(ValueError, match="power of two"):
+        AttentionPolicy(
+            schedule,
+            geometry,
+            num_steps=1,
+            num_layers=1,
+            backend="pallas_gpu",
+            block_sizes=BlockSizes(96, 64),
+        )
+
+
+def test_sparse_branch_is_the_policys_sparse_cell():
+    q, k, v = random_qkv(GEOMETRY)
+    policy = AttentionPolicy(
+        load_schedule("aggressive"), GEOMETRY, num_steps=STEPS, num_layers=4, block_sizes=TILES
+    )
+    step = policy.dense_steps  # the first sparse step
+    layer = policy.dense_layers
+    assert policy.is_sparse_layer(layer)
+    assert_allclose(
+        policy.sparse_branch(q, k, v, step=jnp.int32(step), layer=layer),
+        policy(q, k, v, step=step, layer=layer),
+        atol=0,
+    )
+    dense = AttentionPolicy(
+        load_schedule("dense"), GEOMETRY, num_steps=STEPS, num_layers=4, block_sizes=TILES
+    )
+    with pytest.raises(ValueError, match="is not sparse"):
+        dense.sparse_branch(q, k, v, step=jnp.int32(0), layer=0)

@@ -21,6 +21,8 @@ def test_table_states_the_published_figures():
     # JAX's default preallocation: 75% of 141 GB is what a run may use.
     assert h200.platform == "gpu" and h200.hbm_bytes == int(0.75 * 141e9)
     assert h200.smem_bytes is None and h200.vmem_bytes is None
+    assert h200.shared_memory_bytes == 227 * 1024  # Hopper's opt-in shared memory per block
+    assert v6e.shared_memory_bytes is None
     assert all(get_target(n).source for n in ("tpu-v6e-1", "tpu-v6e-8", "h200"))
 
 

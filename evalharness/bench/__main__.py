@@ -1,15 +1,28 @@
 """``python -m evalharness.bench``: the kernel benchmark.
 
 Usage:
-    python -m evalharness.bench [run] [--frames 21 --height 24 --width 32] [--json] ...
-        kernel table (B0, dot_product_attention, B1, B2, B3), BQ sweep (+ PNG), temporal-head
-        comparison, compiled peak memory at --memory-resolution, acceptance checks.
+    python -m evalharness.bench [run] [--backend xla|pallas_tpu|pallas_gpu] [--interpret]
+        [--frames 21 --height 24 --width 32 | --resolution 720p] [--json] ...
+        kernel table (B0, the platform's dense control, B1, B2, B3 on the backend), tile sweep,
+        temporal-head comparison, compiled peak memory at --memory-resolution, acceptance checks.
+    python -m evalharness.bench --backend pallas_gpu --resolution 720p --density 0.3887 \
+        --heads 10 --head-dim 128 --dtype bfloat16
+        the seed's 720p kernel geometry on the Pallas GPU (Triton) kernel, against cuDNN.
     python -m evalharness.bench tiles --resolution 720p --density 0.3887 --block-q 3328 \
         --block-kv 1536 --json
         tile statistics only (no timing), one JSON object.
 
-Timings are wall-clock medians of warm runs (compile excluded) with process CPU time beside them,
-because the benchmark machine may be shared with other work.
+Backends and their dense controls: xla (dot_product_attention, the XLA einsum), pallas_tpu
+(splash), pallas_gpu (cudnn). Tiles default to 768 x 768 on xla and to the backend's own tiles
+(``auto_block_sizes``) on the Pallas backends. The sweep is BQ at fixed BKV on xla and pallas_tpu,
+and a BQ x BKV grid on pallas_gpu (tiles the kernel refuses are listed with the reason). A Pallas
+backend off its platform exits with status 2 unless --interpret asks for Pallas interpret mode,
+which times the interpreter (for checking the benchmark, not for timings); the cuDNN row then
+drops out, as cuDNN needs a GPU.
+
+Timings are wall-clock medians of warm runs (compile excluded), rows timed round-robin in one
+process, with min/max and process CPU time beside them, because the benchmark machine may be
+shared with other work.
 """
 
 from __future__ import annotations
@@ -21,31 +34,50 @@ import sys
 import jax
 import jax.numpy as jnp
 
-from evalharness.bench.kernel_table import kernel_table
+from evalharness.bench.backends import (
+    Backend,
+    default_tiles,
+    dense_control_problem,
+    platform_problem,
+)
+from evalharness.bench.checks import acceptance_checks
+from evalharness.bench.kernel_table import kernel_table, table_variants
 from evalharness.bench.machine import machine_info
 from evalharness.bench.memory import compiled_peak_bytes
 from evalharness.bench.report import (
+    GPU_KERNEL_TABLE_COLUMNS,
     KERNEL_TABLE_COLUMNS,
     MEMORY_COLUMNS,
     SWEEP_COLUMNS,
     TEMPORAL_COLUMNS,
+    TILE_SWEEP_COLUMNS,
+    TILE_SWEEP_PERCENT_KEYS,
     record_table,
     table,
 )
-from evalharness.bench.sweep import block_q_sweep, plot_sweep
+from evalharness.bench.sweep import (
+    GPU_SWEEP_BLOCK_KV,
+    GPU_SWEEP_BLOCK_Q,
+    block_q_sweep,
+    plot_sweep,
+    plot_tile_sweep,
+    tile_sweep,
+)
 from evalharness.bench.temporal import temporal_comparison
 from evalharness.bench.tile_stats import tile_stats
 from evalharness.resolutions import load_resolution, resolution_names
-from kernels.executors.dispatch import attention
+from kernels.executors.dispatch import BACKENDS
 from kernels.masks.band import band_for_density
 from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes
-from kernels.plans.tiles import build_plan
+from kernels.plans.tiles import VARIANTS, build_plan
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 PARTS = ("table", "sweep", "temporal", "memory")
 # Without a resolution or a token grid: 21 x 768 = 16,128 tokens, quick to time on a CPU.
 _DEFAULT_GRID = (21, 24, 32)
+# BQ values of the BQ sweep (xla, pallas_tpu) when none are given.
+_SWEEP_BLOCK_Q = "256,768,1536,2688"
 
 
 def _geometry(args: argparse.Namespace) -> TokenGeometry:
@@ -70,14 +102,35 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--height", type=int, help="token rows Hp")
     parser.add_argument("--width", type=int, help="token columns Wp")
     parser.add_argument("--density", type=float, default=0.39)
-    parser.add_argument("--block-q", type=int, default=768)
-    parser.add_argument("--block-kv", type=int, default=768)
+    parser.add_argument("--backend", choices=BACKENDS, default="xla", help="where b0-b3 run")
+    parser.add_argument(
+        "--interpret",
+        action="store_true",
+        help="Pallas interpret mode: run a Pallas backend off its platform (times the interpreter)",
+    )
+    parser.add_argument("--block-q", type=int, help="default: 768 on xla, else auto tiles")
+    parser.add_argument("--block-kv", type=int, help="default: 768 on xla, else auto tiles")
+    parser.add_argument("--num-warps", type=int, help="pallas_gpu: warps (default per tile)")
+    parser.add_argument("--num-stages", type=int, help="pallas_gpu: pipelining stages")
     parser.add_argument("--heads", type=int, default=2)
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--dtype", choices=sorted(_DTYPES), default="float32")
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--sweep-block-q", default="256,768,1536,2688", help="comma-separated BQ")
-    parser.add_argument("--plot", default="kernel_bq_sweep.png", help="PNG path for the sweep")
+    parser.add_argument(
+        "--sweep-block-q",
+        help=f"comma-separated BQ (default {_SWEEP_BLOCK_Q}; pallas_gpu: "
+        f"{','.join(map(str, GPU_SWEEP_BLOCK_Q))})",
+    )
+    parser.add_argument(
+        "--sweep-block-kv",
+        help="pallas_gpu only: comma-separated BKV of the tile grid (default "
+        f"{','.join(map(str, GPU_SWEEP_BLOCK_KV))})",
+    )
+    parser.add_argument(
+        "--plot",
+        help="PNG path for the sweep (default kernel_bq_sweep.png; pallas_gpu: "
+        "kernel_tile_sweep.png); an empty string for none",
+    )
     parser.add_argument(
         "--memory-resolution", default="480p", choices=presets, help="preset for the memory check"
     )
@@ -87,9 +140,42 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _block_sizes(args: argparse.Namespace, tokens: int) -> BlockSizes:
+    """--block-q/--block-kv, each defaulting to the backend's (``default_tiles``)."""
+    default = default_tiles(args.backend, tokens)
+    return BlockSizes(
+        default.block_q if args.block_q is None else args.block_q,
+        default.block_kv if args.block_kv is None else args.block_kv,
+    )
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(","))
+
+
+def _skipped(args: argparse.Namespace) -> set[str]:
+    """The parts named by --skip (ValueError on a name that is not a part)."""
+    skip = set(filter(None, args.skip.split(",")))
+    unknown = skip - set(PARTS)
+    if unknown:
+        raise ValueError(f"--skip {','.join(sorted(unknown))}: the parts are {','.join(PARTS)}")
+    return skip
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """Refuses option mixes before anything is timed (a late refusal would waste the table)."""
+    _skipped(args)
+    if args.sweep_block_kv and args.backend != "pallas_gpu":
+        raise ValueError("--sweep-block-kv is for --backend pallas_gpu (its BQ x BKV grid)")
+    for option in ("sweep_block_q", "sweep_block_kv"):
+        if getattr(args, option):
+            _ints(getattr(args, option))
+
+
 def _tiles(args: argparse.Namespace) -> int:
     """The ``tiles`` command: tile statistics of one geometry and tile size, no timing."""
-    stats = tile_stats(_geometry(args), args.density, BlockSizes(args.block_q, args.block_kv))
+    geometry = _geometry(args)
+    stats = tile_stats(geometry, args.density, _block_sizes(args, geometry.tokens))
     stats["machine"] = machine_info()
     if args.json:
         print(json.dumps(stats))
@@ -98,106 +184,164 @@ def _tiles(args: argparse.Namespace) -> int:
     return 0
 
 
-def _memory(geometry: TokenGeometry, density: float, block_sizes: BlockSizes, args) -> list[dict]:
+def _memory(
+    geometry: TokenGeometry,
+    density: float,
+    block_sizes: BlockSizes,
+    args: argparse.Namespace,
+    backend: Backend,
+    with_dense_control: bool,
+) -> list[dict]:
+    """Compiled peak memory of b0-b3 on ``backend`` and of its dense control (compile only)."""
     dtype = _DTYPES[args.dtype]
+    backend.check_tiles(block_sizes, geometry.tokens, args.head_dim, dtype)
     shape = jax.ShapeDtypeStruct((1, geometry.tokens, args.heads, args.head_dim), dtype)
     mask = band_for_density(geometry, density)
+    control = (backend.dense_control,) if with_dense_control else ()
     rows = []
-    for variant in ("b0", "b1", "b2", "b3", "dot_product_attention"):
-        if variant == "dot_product_attention":
-            fn = lambda q, k, v: attention(q, k, v, variant=variant)  # noqa: B023
+    for variant in (*VARIANTS, *control):
+        if variant in VARIANTS:
+            fn = backend.sparse_fn(build_plan(mask, block_sizes, variant))
         else:
-            plan = build_plan(mask, block_sizes, variant)
-            fn = lambda q, k, v, plan=plan: attention(q, k, v, plan, variant=None)
+            fn = backend.dense_fn(variant)
         peak = compiled_peak_bytes(fn, shape, shape, shape)
         rows.append({"variant": variant, "tokens": geometry.tokens, "peak_gib": peak / 2**30})
     return rows
 
 
-def _checks(table: list[dict], memory: list[dict]) -> dict[str, bool]:
-    """Acceptance checks on wall-clock medians, and the same on process CPU medians.
-
-    The CPU-time versions are there because the benchmark machine may be shared: other processes
-    stretch wall time unevenly across rows, while CPU seconds of this process are less disturbed.
-    """
-    by = {r["variant"]: r for r in table}
-    checks = {}
-    for key, suffix in (("median_ms", ""), ("cpu_median_ms", "_cpu")):
-        if {"b0", "b1", "b2", "b3"} <= by.keys():
-            speedup = by["b0"][key] / by["b3"][key]
-            ideal = 1.0 / by["b3"]["mask_density"]
-            checks["b3_at_least_0.95_of_ideal" + suffix] = speedup >= 0.95 * ideal
-            checks["b3_fastest_of_b1_b3" + suffix] = by["b3"][key] <= min(
-                by["b1"][key], by["b2"][key]
-            )
-            checks["b2_not_slower_than_b1" + suffix] = by["b2"][key] <= by["b1"][key]
-        if {"b0", "dot_product_attention"} <= by.keys():
-            checks["b0_not_slower_than_dpa" + suffix] = (
-                by["b0"][key] <= by["dot_product_attention"][key]
-            )
-    if memory:
-        checks["blocksparse_peak_under_4gib"] = all(
-            r["peak_gib"] < 4 for r in memory if r["variant"] != "dot_product_attention"
-        )
-    return checks
-
-
-def _config(args: argparse.Namespace, geometry: TokenGeometry) -> dict:
-    """What was benchmarked, recorded with the results."""
+def _config(
+    args: argparse.Namespace,
+    geometry: TokenGeometry,
+    block_sizes: BlockSizes,
+    backend: Backend,
+    control_problem: str | None,
+) -> dict:
+    """What was benchmarked and where, recorded with the results."""
     return {
+        "backend": backend.name,
+        "interpret": backend.interpret,
         "frames": geometry.frames,
         "height": geometry.height,
         "width": geometry.width,
         "tokens": geometry.tokens,
         "target_density": args.density,
         "density": band_for_density(geometry, args.density).density,
-        "block_q": args.block_q,
-        "block_kv": args.block_kv,
+        "block_q": block_sizes.block_q,
+        "block_kv": block_sizes.block_kv,
+        # What b0-b3 launched with at these tiles (None off pallas_gpu).
+        **backend.launch(block_sizes.block_q, args.head_dim),
+        "dense_control": None if control_problem else backend.dense_control,
         "runs": args.runs,
         "heads": args.heads,
         "head_dim": args.head_dim,
         "dtype": args.dtype,
+        "machine": machine_info(),
     }
 
 
-def _measure(args: argparse.Namespace, geometry: TokenGeometry, block_sizes: BlockSizes) -> dict:
-    """Runs every part not in ``--skip``; returns the results keyed by part."""
-    skip = set(filter(None, args.skip.split(",")))
-    common = {"heads": args.heads, "head_dim": args.head_dim, "dtype": _DTYPES[args.dtype]}
-    timed = {**common, "runs": args.runs}
+def _sweep(
+    args: argparse.Namespace,
+    geometry: TokenGeometry,
+    block_sizes: BlockSizes,
+    backend: Backend,
+    timed: dict,
+) -> dict:
+    """The backend's sweep: the BQ x BKV grid on pallas_gpu, else BQ at the run's BKV."""
     result = {}
-    if "table" not in skip:
-        print("running kernel table ...", file=sys.stderr, flush=True)
-        result["kernel_table"] = kernel_table(geometry, args.density, block_sizes, **timed)
-    if "sweep" not in skip:
-        print("running BQ sweep ...", file=sys.stderr, flush=True)
-        block_qs = tuple(int(x) for x in args.sweep_block_q.split(","))
-        result["bq_sweep"] = block_q_sweep(geometry, args.density, args.block_kv, block_qs, **timed)
-        if args.plot:
-            plot_sweep(result["bq_sweep"], args.plot)
-            result["bq_sweep_plot"] = args.plot
-    if "temporal" not in skip:
-        print("running temporal comparison ...", file=sys.stderr, flush=True)
-        result["temporal"] = temporal_comparison(geometry, args.density, block_sizes, **timed)
-    if "memory" not in skip:
-        print("compiling for memory analysis ...", file=sys.stderr, flush=True)
-        mem_geometry = load_resolution(args.memory_resolution).tokens
-        result["memory"] = _memory(mem_geometry, args.density, block_sizes, args)
+    if backend.name == "pallas_gpu":
+        block_qs = _ints(args.sweep_block_q) if args.sweep_block_q else GPU_SWEEP_BLOCK_Q
+        block_kvs = _ints(args.sweep_block_kv) if args.sweep_block_kv else GPU_SWEEP_BLOCK_KV
+        rows = tile_sweep(geometry, args.density, block_qs, block_kvs, backend=backend, **timed)
+        result["tile_sweep"] = rows
+        plot = "kernel_tile_sweep.png" if args.plot is None else args.plot
+        if plot and plot_tile_sweep(rows, plot):
+            result["tile_sweep_plot"] = plot
+        return result
+    block_qs = _ints(args.sweep_block_q or _SWEEP_BLOCK_Q)
+    result["bq_sweep"] = block_q_sweep(
+        geometry, args.density, block_sizes.block_kv, block_qs, backend=backend, **timed
+    )
+    plot = "kernel_bq_sweep.png" if args.plot is None else args.plot
+    if plot:
+        plot_sweep(result["bq_sweep"], plot)
+        result["bq_sweep_plot"] = plot
     return result
 
 
-def format_report(result: dict, block_kv: int) -> str:
-    """The results as Markdown: machine and config, one table per part that ran, the checks."""
-    parts = [f"machine: {result['machine']}", f"config: {result['config']}\n"]
+def _measure(
+    args: argparse.Namespace,
+    geometry: TokenGeometry,
+    block_sizes: BlockSizes,
+    backend: Backend,
+    control_problem: str | None,
+) -> dict:
+    """Runs every part not in ``--skip``; returns the results keyed by part, and "notes"."""
+    skip = _skipped(args)
+    common = {"heads": args.heads, "head_dim": args.head_dim, "dtype": _DTYPES[args.dtype]}
+    timed = {**common, "runs": args.runs}
+    result: dict = {"notes": []}
+    if backend.interpret:
+        result["notes"].append(
+            "interpret mode: the Pallas kernels ran in the Pallas interpreter, so their times "
+            "(and the checks on them) describe the interpreter, not the kernels"
+        )
+    if control_problem and not {"table", "memory"} <= skip:
+        result["notes"].append(control_problem)
+    if "table" not in skip:
+        print(f"running kernel table ({backend.label}) ...", file=sys.stderr, flush=True)
+        variants = table_variants(backend, with_dense_control=control_problem is None)
+        result["kernel_table"] = kernel_table(
+            geometry, args.density, block_sizes, variants=variants, backend=backend, **timed
+        )
+    if "sweep" not in skip:
+        print("running tile sweep ...", file=sys.stderr, flush=True)
+        result.update(_sweep(args, geometry, block_sizes, backend, timed))
+    if "temporal" not in skip:
+        print("running temporal comparison ...", file=sys.stderr, flush=True)
+        result["temporal"] = temporal_comparison(
+            geometry, args.density, block_sizes, backend=backend, **timed
+        )
+    if "memory" not in skip:
+        if backend.interpret:
+            # The interpreter's buffers are not the kernel's: its peak would mislead.
+            result["notes"].append(
+                "memory part skipped: in interpret mode the compiled peak is the interpreter's"
+            )
+        else:
+            print("compiling for memory analysis ...", file=sys.stderr, flush=True)
+            mem_geometry = load_resolution(args.memory_resolution).tokens
+            result["memory"] = _memory(
+                mem_geometry, args.density, block_sizes, args, backend, control_problem is None
+            )
+    return result
+
+
+def format_report(result: dict) -> str:
+    """The results as Markdown: config and machine, notes, one table per part, the checks."""
+    config = dict(result["config"])
+    machine = config.pop("machine")
+    label = Backend(config["backend"], config["interpret"]).label
+    parts = [f"machine: {machine}", f"config: {config}\n"]
+    parts += [f"note: {note}" for note in result.get("notes", [])]
+    if result.get("notes"):
+        parts[-1] += "\n"
+    gpu = config["backend"] == "pallas_gpu"
     sections = (
-        ("kernel_table", "## Kernel table (XLA backend)", KERNEL_TABLE_COLUMNS),
-        ("bq_sweep", f"## BQ sweep at BKV={block_kv} (B2)", SWEEP_COLUMNS),
-        ("temporal", "## Temporal heads (B2, exact mask)", TEMPORAL_COLUMNS),
-        ("memory", "## Compiled peak memory", MEMORY_COLUMNS),
+        (
+            "kernel_table",
+            f"## Kernel table ({label})",
+            GPU_KERNEL_TABLE_COLUMNS if gpu else KERNEL_TABLE_COLUMNS,
+        ),
+        ("bq_sweep", f"## BQ sweep at BKV={config['block_kv']} (B2, {label})", SWEEP_COLUMNS),
+        ("tile_sweep", f"## Tile sweep BQ x BKV (B0, B2, B3; {label})", TILE_SWEEP_COLUMNS),
+        ("temporal", f"## Temporal heads (B2, exact mask, {label})", TEMPORAL_COLUMNS),
+        ("memory", f"## Compiled peak memory ({label})", MEMORY_COLUMNS),
     )
     for key, heading, columns in sections:
         if key in result:
-            parts += [heading + "\n", table(result[key], columns) + "\n"]
+            keys = TILE_SWEEP_PERCENT_KEYS if key == "tile_sweep" else None
+            rendered = table(result[key], columns, keys) if keys else table(result[key], columns)
+            parts += [heading + "\n", rendered + "\n"]
     parts += ["## Checks\n", record_table(result["checks"])]
     return "\n".join(parts)
 
@@ -209,22 +353,31 @@ def _emit(result: dict, args: argparse.Namespace) -> None:
     if args.json:
         print(json.dumps(result, indent=1))
     else:
-        print(format_report(result, args.block_kv))
+        print(format_report(result))
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit status."""
+    """Entry point; returns the exit status (2: the backend cannot run here as asked)."""
     args = _parser().parse_args(argv)
     if args.command == "tiles":
         return _tiles(args)
+    problem = platform_problem(args.backend, args.interpret)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     if args.resolution is None and args.frames is None:
         args.frames, args.height, args.width = _DEFAULT_GRID
+    _check_options(args)
     geometry = _geometry(args)
-    block_sizes = BlockSizes(args.block_q, args.block_kv)
-    block_sizes.validate(geometry.tokens)
-    result = {"machine": machine_info(), "config": _config(args, geometry)}
-    result.update(_measure(args, geometry, block_sizes))
-    result["checks"] = _checks(result.get("kernel_table", []), result.get("memory", []))
+    backend = Backend(args.backend, args.interpret, args.num_warps, args.num_stages)
+    block_sizes = _block_sizes(args, geometry.tokens)
+    backend.check_tiles(block_sizes, geometry.tokens, args.head_dim, _DTYPES[args.dtype])
+    control_problem = dense_control_problem(args.backend, _DTYPES[args.dtype], args.head_dim)
+    result = {"config": _config(args, geometry, block_sizes, backend, control_problem)}
+    result.update(_measure(args, geometry, block_sizes, backend, control_problem))
+    result["checks"] = acceptance_checks(
+        result.get("kernel_table", []), result.get("memory", []), backend.name
+    )
     _emit(result, args)
     return 0
 

@@ -20,7 +20,7 @@ from evalharness.config import register_configs, to_config
 from evalharness.dry_run import checkpoint_optional
 from evalharness.formatting import markdown_table
 from evalharness.memory_table import GIB
-from evalharness.run_plan import plan_run
+from evalharness.run_plan import EXPORT_PLATFORMS, plan_run
 from evalharness.targets import get_target
 from models.config import get_transformer_config
 
@@ -66,7 +66,7 @@ def plan_row(model: str, resolution: str, target_name: str, overrides: list[str]
     vmem = [b.vmem_bytes for b in plan.budgets.values()]
     row["SMEM KiB"] = max(smem) / 1024 if smem else None
     row["VMEM MiB"] = max(vmem) / 2**20 if vmem else None
-    row["lowered"] = "tpu" if plan.lowering else "-"
+    row["lowered"] = EXPORT_PLATFORMS.get(target.platform, "-") if plan.lowering else "-"
     row["minutes"] = plan.timing.total_minutes
     row["plan s"] = time.perf_counter() - start
     row["why not"] = "; ".join(p[:80] for p in plan.problems) or (

@@ -28,14 +28,51 @@ TILE_COLUMNS = (
     ("wasted %", "wasted_fraction", NUMBER),
     ("density %", "density", NUMBER),
 )
+SPEEDUP_COLUMNS = (
+    ("speedup vs B0", "speedup_vs_b0", NUMBER),
+    ("of ideal", "fraction_of_ideal", NUMBER),
+    ("speedup vs dense", "speedup_vs_dense", NUMBER),
+    ("of ideal vs dense", "fraction_of_ideal_vs_dense", NUMBER),
+)
 KERNEL_TABLE_COLUMNS = (
     ("variant", "variant", "{}"),
     *TIMING_COLUMNS,
     *TILE_COLUMNS,
-    ("speedup vs B0", "speedup_vs_b0", NUMBER),
-    ("of ideal", "fraction_of_ideal", NUMBER),
+    *SPEEDUP_COLUMNS,
     ("CPU speedup", "cpu_speedup_vs_b0", NUMBER),
     ("CPU of ideal", "cpu_fraction_of_ideal", NUMBER),
+)
+# On a GPU the host's CPU time measures waiting for the kernel, so its columns are left out; the
+# launch parameters of the Triton kernel are shown instead.
+GPU_KERNEL_TABLE_COLUMNS = (
+    ("variant", "variant", "{}"),
+    *TIMING_COLUMNS[:3],
+    ("visited %", "tiles_visited_fraction", NUMBER),
+    ("visited masked %", "masked_fraction", NUMBER),
+    ("density %", "density", NUMBER),
+    *SPEEDUP_COLUMNS,
+    ("warps", "num_warps", "{}"),
+    ("stages", "num_stages", "{}"),
+)
+# Tile-sweep rows hold one tile's B0, B2 and B3 side by side; B3's plan statistics in percent.
+TILE_SWEEP_PERCENT_KEYS = ("b3_tiles_visited_fraction", "b3_masked_fraction")
+TILE_SWEEP_COLUMNS = (
+    ("BQ", "block_q", "{}"),
+    ("BKV", "block_kv", "{}"),
+    ("warps", "num_warps", "{}"),
+    ("stages", "num_stages", "{}"),
+    ("B0 ms", "b0_median_ms", NUMBER),
+    ("B2 ms", "b2_median_ms", NUMBER),
+    ("B2 min", "b2_min_ms", NUMBER),
+    ("B2 max", "b2_max_ms", NUMBER),
+    ("B3 ms", "b3_median_ms", NUMBER),
+    ("B3 min", "b3_min_ms", NUMBER),
+    ("B3 max", "b3_max_ms", NUMBER),
+    ("B2 of ideal", "b2_fraction_of_ideal", NUMBER),
+    ("B3 of ideal", "b3_fraction_of_ideal", NUMBER),
+    ("B3 visited %", "b3_tiles_visited_fraction", NUMBER),
+    ("B3 visited masked %", "b3_masked_fraction", NUMBER),
+    ("refused", "refused", "{}"),
 )
 SWEEP_COLUMNS = (("BQ", "block_q", "{}"), *TIMING_COLUMNS, *TILE_COLUMNS)
 TEMPORAL_COLUMNS = (
@@ -59,13 +96,19 @@ PLACEMENT_COLUMNS = (
 
 
 def as_percent(rows: Iterable[Mapping[str, Any]], keys: Sequence[str] = PERCENT_KEYS) -> list[dict]:
-    """Copies of ``rows`` with the fractions under ``keys`` multiplied by 100."""
-    return [{k: (100 * v if k in keys else v) for k, v in row.items()} for row in rows]
+    """Copies of ``rows`` with the fractions under ``keys`` multiplied by 100 (None stays None)."""
+    return [
+        {k: (100 * v if k in keys and v is not None else v) for k, v in row.items()} for row in rows
+    ]
 
 
-def table(rows: Iterable[Mapping[str, Any]], columns: Sequence[tuple[str, str, str]]) -> str:
-    """A benchmark table: fractions in percent, then :func:`markdown_table`."""
-    return markdown_table(as_percent(rows), columns)
+def table(
+    rows: Iterable[Mapping[str, Any]],
+    columns: Sequence[tuple[str, str, str]],
+    percent_keys: Sequence[str] = PERCENT_KEYS,
+) -> str:
+    """A benchmark table: fractions under ``percent_keys`` in percent, then :func:`markdown_table`."""
+    return markdown_table(as_percent(rows, percent_keys), columns)
 
 
 def _plain(value: Any) -> Any:

@@ -1,14 +1,20 @@
 """``python -m evalharness.bench.schedules``: denoising time of every sparsity schedule against dense.
 
-Runs the tiny Wan transformer (random weights) through ``models.pipeline.DenoiseLoop`` with the
-attention policy of each ``conf/schedule`` file at the default CPU resolution (17 frames x 256 x 384
-pixels: 5 latent frames of 16 x 24 tokens, 1,920 tokens) with classifier-free guidance. Every arm is
+Runs a Wan transformer with random weights (the tiny preset by default; ``--model
+wan2.1-t2v-1.3b`` builds that checkpoint's shapes, randomly initialised, for timing on an
+accelerator without downloading weights) through ``models.pipeline.DenoiseLoop`` with the attention
+policy of each ``conf/schedule`` file at the default CPU resolution (17 frames x 256 x 384 pixels: 5
+latent frames of 16 x 24 tokens, 1,920 tokens) with classifier-free guidance. Every arm is
 compiled first (compile time reported apart); then the timed runs are interleaved across arms, one
 run of each per round, so that load from other processes on a shared machine hits every arm alike.
 The speedup is the dense schedule's median over the arm's median, measured in the same process.
 
 Usage:
     python -m evalharness.bench.schedules [--steps 8] [--runs 3] [--block 64] [--json]
+    python -m evalharness.bench.schedules --model wan2.1-t2v-1.3b --frames 81 --height 480 \
+        --width 832 --backend pallas_gpu --dtype bfloat16 --steps 4   # on a GPU
+
+Random weights say nothing about video quality; this benchmark measures time only.
 """
 
 from __future__ import annotations
@@ -23,9 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import yaml
 from flax import nnx
 
+from evalharness.bench.backends import platform_problem
 from evalharness.bench.machine import machine_info
 from evalharness.formatting import markdown_table
 from evalharness.resolutions import load_resolution, token_geometry
@@ -34,13 +42,14 @@ from kernels.plans.block_sizes import BlockSizes
 from kernels.policy.attention_policy import AttentionPolicy
 from kernels.policy.routing import routing_flops_fraction
 from kernels.policy.schedule import SparsitySchedule
-from models.config import get_transformer_config
+from models.config import get_transformer_config, transformer_config_names
 from models.pipeline import DenoiseLoop
 from models.samplers import make_sampler
 from models.transformer import WanTransformer
 from models.video_geometry import VideoGeometry
 
 SCHEDULE_NAMES = ("dense", "conservative", "balanced", "aggressive")
+_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 PLAIN = "model default (jnp dense)"
 # parents: bench, evalharness, then the repository root.
 _DEFAULT_SCHEDULE_DIR = Path(__file__).resolve().parents[2] / "conf" / "schedule"
@@ -82,16 +91,17 @@ class _Setup:
 def _setup(args: argparse.Namespace) -> _Setup:
     """The tiny model with random weights, the sampler and random inputs at ``args``' size."""
     video = VideoGeometry(frames=args.frames, height=args.height, width=args.width)
-    config = get_transformer_config("tiny")
+    config = get_transformer_config(args.model)
+    dtype = _DTYPES[args.dtype]
     keys = jax.random.split(jax.random.key(args.seed), 3)
     latents = jax.random.normal(keys[0], (1, *video.latent_shape(config.in_channels)))
-    context = jax.random.normal(keys[1], (1, config.text_len, config.text_dim))
-    negative = jax.random.normal(keys[2], (1, config.text_len, config.text_dim))
+    context = jax.random.normal(keys[1], (1, config.text_len, config.text_dim), dtype)
+    negative = jax.random.normal(keys[2], (1, config.text_len, config.text_dim), dtype)
     return _Setup(
         video=video,
         geometry=token_geometry(video),
         tiles=BlockSizes(args.block, args.block),
-        model=WanTransformer(config, rngs=nnx.Rngs(0)),
+        model=WanTransformer(config, rngs=nnx.Rngs(0), param_dtype=dtype, dtype=dtype),
         sampler=make_sampler("unipc", args.steps, 3.0),
         num_layers=config.num_layers,
         inputs=(latents, context, negative),
@@ -119,6 +129,7 @@ def _schedule_arm(setup: _Setup, schedule: SparsitySchedule, args: argparse.Name
         backend=args.backend,
         block_sizes=tiles,
         seed=args.seed,
+        interpret=args.interpret,
     )
     compiled, seconds = _compile(setup, policy)
     arm = {
@@ -190,7 +201,9 @@ def run(args: argparse.Namespace) -> dict:
     geometry = setup.geometry
     return {
         "machine": machine_info(),
-        "model": "tiny (random weights)",
+        "model": f"{args.model} (random weights)",
+        "dtype": args.dtype,
+        "interpret": args.interpret,
         "geometry": {
             "frames": geometry.frames,
             "height": geometry.height,
@@ -231,11 +244,13 @@ def format_table(result: dict) -> str:
     """The arms as a markdown table."""
     g = result["geometry"]
     title = (
-        f"tiny model, {g['pixels'][0]} frames x {g['pixels'][1]}x{g['pixels'][2]} px = "
+        f"{result['model']}, {result['dtype']}, {g['pixels'][0]} frames x {g['pixels'][1]}x{g['pixels'][2]} px = "
         f"{g['frames']} x {g['height']}x{g['width']} tokens ({g['tokens']}), {result['steps']} "
         f"steps, CFG batch 2, backend {result['backend']}, tiles {result['block_sizes']}, median "
         f"of {result['runs']} interleaved warm runs\n\n"
     )
+    if result.get("interpret"):
+        title += "Pallas interpret mode: these times are the interpreter's, not the kernel's.\n\n"
     table = markdown_table(_table_rows(result["arms"]), COLUMNS)
     hd = ", ".join(f"{k} {v:.2%}" for k, v in result["routing_flops_fraction_720p"].items())
     return title + table + f"\n\nrouting FLOPs / sparse attention at 720p: {hd}\n"
@@ -256,7 +271,16 @@ def _parser() -> argparse.ArgumentParser:
         default=64,
         help="tile size (BQ = BKV); at 1,920 tokens the aggressive band is 121 tokens wide",
     )
-    parser.add_argument("--backend", default="xla", choices=("xla", "pallas_tpu", "reference"))
+    parser.add_argument(
+        "--backend", default="xla", choices=("xla", "pallas_tpu", "pallas_gpu", "reference")
+    )
+    parser.add_argument(
+        "--interpret",
+        action="store_true",
+        help="run a Pallas backend in interpret mode off its platform (times the interpreter)",
+    )
+    parser.add_argument("--model", default="tiny", choices=transformer_config_names())
+    parser.add_argument("--dtype", default="float32", choices=sorted(_DTYPES))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--schedule-dir", default=str(_DEFAULT_SCHEDULE_DIR))
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -269,6 +293,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.runs < 3:
         parser.error(f"--runs={args.runs}: use at least 3 for a median")
+    problem = (
+        platform_problem(args.backend, args.interpret) if args.backend != "reference" else None
+    )
+    if problem:
+        parser.error(problem)
     result = run(args)
     if args.json:
         json.dump(result, sys.stdout, indent=1)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from evalharness.bench.backends import XLA, Backend
 from evalharness.bench.inputs import random_qkv
 from evalharness.bench.kernel_table import plan_row
 from evalharness.bench.timing import time_call
-from kernels.executors.dispatch import attention
 from kernels.masks.band import band_for_density, strided_temporal_mask
 from kernels.masks.geometry import TokenGeometry
 from kernels.masks.layouts import from_head_layouts, to_head_layouts
@@ -26,12 +26,13 @@ def temporal_comparison(
     dtype,
     runs: int,
     variant: str = "b2",
+    backend: Backend = XLA,
 ) -> list[dict]:
     """Both ways of running every head as a temporal head with the exact mask.
 
     The permuted path includes the gathers into and out of the temporal layout (selected per head
     with the routing flags, all True here). Both paths compute the same pairs, so their outputs
-    must agree; the largest difference is reported.
+    must agree; the largest difference is reported. Both run on ``backend``.
 
     Returns:
         Two dicts ("permute_band_unpermute", "strided_in_place") with timing and tile stats.
@@ -44,11 +45,11 @@ def temporal_comparison(
     @jax.jit
     def permuted(q, k, v):
         q, k, v = (to_head_layouts(x, geometry, flags) for x in (q, k, v))
-        return from_head_layouts(attention(q, k, v, band, variant=None), geometry, flags)
+        return from_head_layouts(backend.attend(q, k, v, band), geometry, flags)
 
     @jax.jit
     def in_place(q, k, v):
-        return attention(q, k, v, strided, variant=None)
+        return backend.attend(q, k, v, strided)
 
     difference = float(jnp.max(jnp.abs(permuted(q, k, v).astype(jnp.float32) - in_place(q, k, v))))
     rows = []
@@ -56,7 +57,7 @@ def temporal_comparison(
         ("permute_band_unpermute", permuted, band),
         ("strided_in_place", in_place, strided),
     ):
-        row = {"path": name, "variant": variant, **plan_row(plan)}
+        row = {"path": name, "variant": variant, **plan_row(plan, backend.name)}
         row.update(time_call(lambda fn=fn: fn(q, k, v), runs))
         row["max_abs_difference_between_paths"] = difference
         rows.append(row)

@@ -1,8 +1,9 @@
-"""Executors: run a tile plan (dispatch, reference oracle, XLA block-sparse, Pallas TPU visits),
-and the dense controls (splash, cuDNN, the per-platform rule, their memory model).
+"""Executors: run a tile plan (dispatch, reference oracle, XLA block-sparse, Pallas TPU and GPU
+visit lists), and the dense controls (splash, cuDNN, the per-platform rule, their memory model).
 
-The Pallas TPU kernel itself (``kernels.executors.pallas_tpu``) is not imported here: the dispatch
-loads it only when ``backend="pallas_tpu"`` is asked for, and says clearly when it is unavailable.
+The Pallas kernels themselves (``kernels.executors.pallas_tpu``, ``kernels.executors.pallas_gpu``)
+are not imported here: the dispatch loads one only when ``backend="pallas_tpu"`` or
+``backend="pallas_gpu"`` is asked for, and says clearly when it is unavailable.
 Splash attention is likewise imported on first use. The platform rule ``dense_controls`` is
 exported by ``kernels.policy`` (here the name stays the submodule ``kernels.executors.dense_controls``).
 """

@@ -7,8 +7,8 @@ dense arm must be a flash-style kernel on each platform:
 
 | platform | dense arm | noise-floor executor |
 |---|---|---|
-| tpu | "splash": JAX's TPU splash attention with a full mask | "b0": our dense tiles (Pallas) |
-| gpu | "cudnn": cuDNN flash attention (bf16) | "b0": our dense tiles (XLA) |
+| tpu | "splash": JAX's TPU splash attention with a full mask | "b0": our dense tiles (Pallas TPU) |
+| gpu | "cudnn": cuDNN flash attention (bf16) | "b0": our dense tiles (Pallas GPU) |
 | cpu | "b0": our dense tiles (XLA) | "dot_product_attention": XLA einsum |
 
 The noise floor is the PSNR between two *different* dense executors, so the pair must differ.

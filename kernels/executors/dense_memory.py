@@ -19,10 +19,11 @@ those sizes, s the input dtype's bytes.
   temporaries were 0.56-1.15x of it. XLA may drop the probabilities' own buffer (batch > 1: the
   low end), and on CPU it may add a float32 copy of bfloat16 K and V and a second scan with its
   own step buffers for a last, padded key tile (the high end).
-- "b0" on backend "pallas_tpu", "splash" (linear in N): the online-softmax state (running max,
-  sum, float32 accumulator) and the score tiles live in VMEM, not HBM; what HBM holds are the
-  heads-leading, padded copies of q, k, v and of the output before it is moved back, about
-  4 * B*H*Np*D*s (Np: N padded to the tiles), plus block tables of a few KiB.
+- "b0" on backends "pallas_tpu" and "pallas_gpu", "splash" (linear in N): the online-softmax state
+  (running max, sum, float32 accumulator) and the score tiles stay on chip (VMEM on a TPU,
+  registers and shared memory on a GPU), not in HBM; what HBM holds are the heads-leading, padded
+  copies of q, k, v and of the output before it is moved back, about 4 * B*H*Np*D*s (Np: N padded
+  to the tiles; for b0, q and out to BQ, k and v to BKV), plus block tables of a few KiB.
 - "cudnn" (linear in N): cuDNN's fused kernel keeps scores on chip and takes the [B, N, H, D]
   layout directly; its output comes back heads-leading, so at most one relayout copy B*H*N*D*s.
   cuDNN's own workspace is chosen at compile time and is not modelled (small next to the
@@ -37,7 +38,7 @@ from kernels.plans.block_sizes import BlockSizes, default_block_sizes
 # Executors whose temporaries grow as N^2 and those that stay linear in N.
 QUADRATIC_EXECUTORS = ("dot_product_attention", "reference")
 LINEAR_EXECUTORS = ("b0", "splash", "cudnn")
-MEMORY_BACKENDS = ("xla", "pallas_tpu")
+MEMORY_BACKENDS = ("xla", "pallas_tpu", "pallas_gpu")
 _F32 = 4
 
 
@@ -106,8 +107,9 @@ def dense_executor_temp_bytes(
         dtype_bytes: bytes per element of q, k, v (2 for bfloat16, 4 for float32).
         block_q: query tile of "b0" or "splash"; None takes the executor's default.
         block_kv: key/value tile of "b0" or "splash"; None takes the executor's default.
-        backend: backend of "b0": "xla" (the scan; the default, and the larger estimate) or
-            "pallas_tpu" (state in VMEM). Ignored by the other executors.
+        backend: backend of "b0": "xla" (the scan; the default, and the larger estimate),
+            "pallas_tpu" (state in VMEM) or "pallas_gpu" (state in registers and shared
+            memory). Ignored by the other executors.
 
     Returns:
         The modelled temporaries in bytes.
@@ -136,8 +138,9 @@ def dense_executor_temp_bytes(
         return 4 * b * h * padded * d * s
     tiles = default_block_sizes(n, backend)
     tiles = BlockSizes(block_q or tiles.block_q, block_kv or tiles.block_kv)
-    if backend == "pallas_tpu":
-        # q and the output padded to BQ, k and v to BKV (``kernels.executors.pallas_tpu``).
+    if backend in ("pallas_tpu", "pallas_gpu"):
+        # q and the output padded to BQ, k and v to BKV (``kernels.executors.pallas_tpu`` and
+        # ``kernels.executors.pallas_gpu``).
         padded = 2 * _round_up(n, tiles.block_q) + 2 * _round_up(n, tiles.block_kv)
         return b * h * padded * d * s
     return _b0_xla_bytes(b, h, n, d, s, tiles)

@@ -11,7 +11,8 @@ Variants:
   (``jax.nn.dot_product_attention`` XLA einsum, O(N^2) memory: CPU and small N only), "splash"
   (JAX's TPU splash attention, full mask) and "cudnn" (cuDNN flash attention, bfloat16).
 - "b0" dense tiles, "b1" exact sparse, "b2" full/partial split, "b3" tile-rounded mask (see
-  ``kernels.plans.tiles``), on backend "xla" (pure JAX) or "pallas_tpu" (``kernels.executors.pallas_tpu``).
+  ``kernels.plans.tiles``), on backend "xla" (pure JAX), "pallas_tpu" (``kernels.executors.pallas_tpu``)
+  or "pallas_gpu" (``kernels.executors.pallas_gpu``, Triton).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from kernels.executors.dense_controls import cudnn_attention, splash_attention
+from kernels.executors.kernel_inputs import SUPPORTED_DTYPES
 from kernels.executors.reference import reference_attention
 from kernels.executors.xla_blocksparse import blocksparse_attention
 from kernels.masks.band import PaddingMask
@@ -29,8 +31,8 @@ from kernels.plans.tiles import VARIANTS, TilePlan, build_plan
 # Dense executors from outside the project: no mask, no tile plan.
 DENSE_PEERS = ("dot_product_attention", "splash", "cudnn")
 ALL_VARIANTS = ("reference", *DENSE_PEERS, *VARIANTS)
-BACKENDS = ("xla", "pallas_tpu")
-SUPPORTED_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
+BACKENDS = ("xla", "pallas_tpu", "pallas_gpu")
+
 # Head dims the block-sparse XLA path accepts; the Pallas kernel checks its own (64, 128).
 _XLA_HEAD_DIM_MULTIPLE = 8
 _XLA_MAX_HEAD_DIM = 256
@@ -50,15 +52,19 @@ def _validate_qkv(q, k, v) -> None:
         raise ValueError(f"q, k, v dtypes differ: {q.dtype}, {k.dtype}, {v.dtype}")
 
 
-def _pallas_backend():
+def _pallas_backend(backend: str):
+    """The Pallas kernel module of ``backend`` (imported on first use)."""
     try:
-        from kernels.executors import pallas_tpu
+        if backend == "pallas_gpu":
+            from kernels.executors import pallas_gpu as module
+        else:
+            from kernels.executors import pallas_tpu as module
     except ImportError as error:
         raise ValueError(
-            "backend='pallas_tpu' needs kernels/executors/pallas_tpu.py, which is not available "
+            f"backend={backend!r} needs kernels/executors/{backend}.py, which is not available "
             f"({error}); use backend='xla'"
         ) from error
-    return pallas_tpu
+    return module
 
 
 def _dense_peer(
@@ -93,6 +99,8 @@ def attention(
     rounding_tolerance: float | None = 0.01,
     block_kv_compute: int | None = None,
     vmem_limit_bytes: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
 ) -> jax.Array:
     """Scaled dot-product attention under a mask, by the chosen variant and backend.
 
@@ -108,14 +116,18 @@ def attention(
             one.
         block_sizes: tiles for b0-b3 (default ``default_block_sizes(tokens, backend)``) and for
             "splash" (default ``kernels.executors.dense_controls.splash_tiles``).
-        backend: "xla" or "pallas_tpu" (b0-b3 only).
-        interpret: Pallas interpret mode (runs the TPU kernels, ours and splash, on CPU); ignored
-            by "xla".
+        backend: "xla", "pallas_tpu" or "pallas_gpu" (b0-b3 only).
+        interpret: Pallas interpret mode (runs the Pallas kernels, ours and splash, on CPU);
+            ignored by "xla".
         rounding_tolerance: b3 only, see ``kernels.plans.rounding.round_to_tiles``.
         block_kv_compute: key chunk per online-softmax update of the Pallas kernels (b0-b3 on
             "pallas_tpu", and "splash"); None keeps their default. Ignored elsewhere.
         vmem_limit_bytes: scoped VMEM limit for b0-b3 on "pallas_tpu"; None keeps Mosaic's
             default. Ignored elsewhere.
+        num_warps: warps per program of b0-b3 on "pallas_gpu"; None picks by tile and head_dim
+            (``kernels.executors.pallas_gpu_budget.default_num_warps``). Ignored elsewhere.
+        num_stages: software-pipelining stages of b0-b3 on "pallas_gpu"; None keeps the
+            kernel's default. Ignored elsewhere.
 
     Returns:
         [batch, tokens, heads, head_dim] in q's dtype.
@@ -160,8 +172,19 @@ def attention(
             variant,
             rounding_tolerance if variant == "b3" else 0.01,
         )
+    if backend == "pallas_gpu":
+        return _pallas_backend(backend).pallas_gpu_blocksparse_attention(
+            q,
+            k,
+            v,
+            plan,
+            variant=plan.variant,
+            interpret=interpret,
+            num_warps=num_warps,
+            num_stages=num_stages,
+        )
     if backend == "pallas_tpu":
-        return _pallas_backend().pallas_blocksparse_attention(
+        return _pallas_backend(backend).pallas_blocksparse_attention(
             q,
             k,
             v,

@@ -36,25 +36,27 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from kernels.executors.kernel_inputs import (
+    check_kernel_inputs,
+    check_platform,
+    program_builder,
+)
 from kernels.executors.pallas_tpu_budget import resolve_block_kv_compute, visits_budget
 from kernels.executors.pallas_tpu_visits import (
     CODE_BITS,
     CODE_MASK,
     CODE_PACK_LIMIT,
-    PARTIAL_PREDICATE,
-    VARIANTS,
     VisitSlots,
     plan_block_sizes,
     plan_visit_slots,
 )
+from kernels.executors.predicates import partial_predicate
 from kernels.masks.protocols import TilePlanLike
 
 # TPU vregs are 8 sublanes x 128 lanes; the running max and sum are kept lane-replicated
 # ([block_q, 128]) so their updates stay whole-vreg operations.
 NUM_LANES = 128
 NUM_SUBLANES = 8
-SUPPORTED_HEAD_DIMS = (64, 128)
-SUPPORTED_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
 # Finite "minus infinity": a row whose every score in a tile is masked then gives exp(0) = 1 terms
 # that the next real maximum rescales to exactly zero, instead of NaN from (-inf) - (-inf).
 MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
@@ -69,32 +71,6 @@ def _visit_code(visit_ref, flat: jax.Array, codes_per_word: int) -> jax.Array:
         return visit_ref[flat]
     word = visit_ref[lax.shift_right_logical(flat, 1)]
     return lax.shift_right_logical(word, (flat & 1) * CODE_BITS) & CODE_MASK
-
-
-def _padding_only(tokens: int, q: jax.Array, k: jax.Array) -> jax.Array:
-    """Predicate of b0/b3 masked visits: only padded keys are dropped."""
-    del q
-    return k < tokens
-
-
-def _partial_predicate(plan: TilePlanLike, variant: str, tokens: int) -> Callable:
-    """The ``allowed(q, k)`` predicate masked visits evaluate for ``variant``.
-
-    b1/b2 evaluate the plan's mask itself (band + sink + padding for ``BandMask``). b0 and b3 visit
-    exactly the tiles they mean to keep, so their masked tiles only need the padding test, the
-    cheapest predicate there is.
-    """
-    if PARTIAL_PREDICATE[variant] == "padding":
-        return functools.partial(_padding_only, tokens)
-    mask = plan.mask
-    if not callable(getattr(mask, "allowed", None)):
-        raise ValueError(
-            f"variant {variant} masks boundary tiles with plan.mask.allowed(q, k), but plan.mask "
-            f"is {type(mask).__name__}; build the plan from a kernels.masks.band mask"
-        )
-    if int(getattr(mask, "tokens", tokens)) != tokens:
-        raise ValueError(f"plan.mask is for {mask.tokens} tokens but q has {tokens}")
-    return mask.allowed
 
 
 def _blocksparse_kernel(
@@ -187,29 +163,8 @@ def _blocksparse_kernel(
 
 
 def _validate(q: jax.Array, k: jax.Array, v: jax.Array, plan: TilePlanLike, variant: str) -> None:
-    """Raises ValueError for inputs the kernel does not support."""
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
-    plan_variant = getattr(plan, "variant", None)
-    if plan_variant is not None and str(plan_variant).lower() != variant:
-        raise ValueError(
-            f"plan was built for variant {plan_variant!r} but variant {variant!r} was requested; "
-            f"build the plan with kernels.plans.tiles.build_plan(mask, block_sizes, {variant!r})"
-        )
-    if q.ndim != 4 or q.shape != k.shape or q.shape != v.shape:
-        raise ValueError(
-            "q, k, v must share the shape [batch, tokens, heads, head_dim]; got "
-            f"q {q.shape}, k {k.shape}, v {v.shape}"
-        )
-    if not (q.dtype == k.dtype == v.dtype):
-        raise ValueError(f"q, k, v must share one dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
-    if jnp.dtype(q.dtype) not in SUPPORTED_DTYPES:
-        raise ValueError(f"dtype {q.dtype} is not supported; use float32 or bfloat16")
-    head_dim = q.shape[-1]
-    if head_dim not in SUPPORTED_HEAD_DIMS:
-        raise ValueError(f"head_dim {head_dim} is not supported; use one of {SUPPORTED_HEAD_DIMS}")
-    if int(plan.tokens) != q.shape[1]:
-        raise ValueError(f"plan was built for {plan.tokens} tokens but q has {q.shape[1]}")
+    """Raises ValueError for inputs the kernel does not support (shared checks, then TPU tiles)."""
+    check_kernel_inputs(q, k, v, plan, variant)
     block_q, block_kv = plan_block_sizes(plan)
     if block_q <= 0 or block_q % NUM_SUBLANES:
         raise ValueError(
@@ -218,12 +173,6 @@ def _validate(q: jax.Array, k: jax.Array, v: jax.Array, plan: TilePlanLike, vari
     if block_kv <= 0 or block_kv % NUM_LANES:
         raise ValueError(
             f"block_kv {block_kv} does not suit the TPU: use a positive multiple of {NUM_LANES}"
-        )
-    num_q_tiles = int(np.size(plan.full_count))
-    if num_q_tiles * block_q < q.shape[1]:
-        raise ValueError(
-            f"plan has {num_q_tiles} query tiles of {block_q}, fewer than {q.shape[1]} tokens; "
-            f"it needs at least {math.ceil(q.shape[1] / block_q)}"
         )
 
 
@@ -292,18 +241,8 @@ def pallas_blocksparse_attention(
     """
     variant = str(variant).lower()
     _validate(q, k, v, plan, variant)
-    if not interpret and jax.default_backend() != "tpu" and not isinstance(q, jax.core.Tracer):
-        raise ValueError(
-            f"the Pallas TPU kernel needs a TPU (backend is {jax.default_backend()!r}); "
-            "pass interpret=True to run it on this backend, or trace it (jax.export with "
-            "platforms=['tpu']) to lower it for one"
-        )
-    build = _build_forward
-    try:
-        hash(plan)
-    except TypeError:  # a plan holding arrays by value: build without the cache
-        build = _build_forward.__wrapped__
-    forward = build(
+    check_platform(q, interpret, "tpu", "tpu")
+    forward = program_builder(_build_forward, plan)(
         plan,
         variant,
         tuple(q.shape),
@@ -366,7 +305,7 @@ def _build_forward(
         )
     words = visits.packed(code_pack_limit)
     codes_per_word = visits.codes_per_word(code_pack_limit)
-    allowed = _partial_predicate(plan, variant, tokens)
+    allowed = partial_predicate(plan, variant, tokens)
 
     slots = visits.slots
     precision = lax.Precision.HIGHEST if dtype == jnp.float32 else lax.Precision.DEFAULT

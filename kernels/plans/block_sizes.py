@@ -5,8 +5,29 @@ from __future__ import annotations
 import dataclasses
 
 # Smallest tile granularity per backend: the XLA path only needs sublane-friendly sizes; the Pallas
-# TPU kernel feeds the MXU, whose tiles are 128 wide.
-BACKEND_MULTIPLE: dict[str, int] = {"xla": 8, "pallas_tpu": 128}
+# TPU kernel feeds the MXU, whose tiles are 128 wide; the Pallas GPU (Triton) kernel's blocks are
+# tensor-core operands of at least 16 rows, and Triton tensors have power-of-two shapes.
+BACKEND_MULTIPLE: dict[str, int] = {"xla": 8, "pallas_tpu": 128, "pallas_gpu": 16}
+POWER_OF_TWO_BACKENDS = frozenset({"pallas_gpu"})
+
+
+def _is_power_of_two(value: int) -> bool:
+    return value > 0 and value & (value - 1) == 0
+
+
+def _next_power_of_two(value: int) -> int:
+    return 1 << max(0, value - 1).bit_length()
+
+
+def tile_limit(tokens: int, backend: str) -> int:
+    """The largest tile ``backend`` accepts for a ``tokens``-long sequence.
+
+    The sequence rounded up to the backend's granularity (a bigger tile would be mostly padding);
+    for power-of-two backends, the next power of two at or above that.
+    """
+    multiple = BACKEND_MULTIPLE[backend]
+    limit = -(-tokens // multiple) * multiple
+    return _next_power_of_two(limit) if backend in POWER_OF_TWO_BACKENDS else limit
 
 
 def plan_backend(backend: str) -> str:
@@ -16,7 +37,7 @@ def plan_backend(backend: str) -> str:
     (B3 rounding), so they follow the XLA granularity. Other backends plan their own tiles.
 
     Args:
-        backend: a run's attention backend ("xla", "pallas_tpu" or "reference").
+        backend: a run's attention backend ("xla", "pallas_tpu", "pallas_gpu" or "reference").
 
     Returns:
         A key of ``BACKEND_MULTIPLE`` for the known backends; anything else unchanged (so
@@ -46,19 +67,28 @@ class BlockSizes:
     def validate(self, tokens: int, backend: str = "xla") -> None:
         """Raises ValueError unless these tiles suit ``tokens`` on ``backend``.
 
-        Tiles must be multiples of the backend's granularity, and no larger than the sequence
-        rounded up to that granularity (a bigger tile would be mostly padding).
+        Tiles must be multiples of the backend's granularity (powers of two on "pallas_gpu"),
+        and no larger than ``tile_limit(tokens, backend)`` (a bigger tile would be mostly
+        padding).
 
         Args:
             tokens: sequence length N.
-            backend: "xla" or "pallas_tpu".
+            backend: "xla", "pallas_tpu" or "pallas_gpu".
         """
         if backend not in BACKEND_MULTIPLE:
             raise ValueError(f"backend={backend!r}; use one of {sorted(BACKEND_MULTIPLE)}")
         multiple = BACKEND_MULTIPLE[backend]
-        limit = -(-tokens // multiple) * multiple
+        limit = tile_limit(tokens, backend)
         for name in ("block_q", "block_kv"):
             value = getattr(self, name)
+            if backend in POWER_OF_TWO_BACKENDS and (
+                value < multiple or not _is_power_of_two(value)
+            ):
+                lower = max(multiple, 1 << (value.bit_length() - 1))
+                raise ValueError(
+                    f"{name}={value} is not a power of two of at least {multiple} as backend "
+                    f"{backend!r} needs (Triton blocks); try {lower} or {max(multiple, 2 * lower)}"
+                )
             if value % multiple:
                 near = max(multiple, round(value / multiple) * multiple)
                 raise ValueError(
@@ -66,48 +96,61 @@ class BlockSizes:
                     f"needs; try {near}"
                 )
             if value > limit:
+                rounded = "a power of two" if backend in POWER_OF_TWO_BACKENDS else str(multiple)
                 raise ValueError(
                     f"{name}={value} exceeds the {tokens}-token sequence rounded up to "
-                    f"{multiple} ({limit}); use at most {limit}"
+                    f"{rounded} ({limit}); use at most {limit}"
                 )
 
 
 def default_block_sizes(tokens: int, backend: str = "xla") -> BlockSizes:
     """Tiles of 512 (CPU-friendly), shrunk to the padded sequence for short sequences.
 
+    On "pallas_gpu", whose tiles are Triton blocks, the GPU's own tiles instead
+    (``auto_block_sizes``): 512 x 512 blocks would not fit a streaming multiprocessor.
+
     Args:
         tokens: sequence length N.
-        backend: "xla" or "pallas_tpu".
+        backend: "xla", "pallas_tpu" or "pallas_gpu".
 
     Returns:
         BlockSizes valid for ``tokens`` on ``backend``.
     """
     if backend not in BACKEND_MULTIPLE:
         raise ValueError(f"backend={backend!r}; use one of {sorted(BACKEND_MULTIPLE)}")
-    multiple = BACKEND_MULTIPLE[backend]
-    size = min(512, -(-tokens // multiple) * multiple)
+    if backend in AUTO_TILES and backend in POWER_OF_TWO_BACKENDS:
+        return auto_block_sizes(tokens, backend)
+    size = min(512, tile_limit(tokens, backend))
     return BlockSizes(size, size)
 
 
 # Tiles per backend before shrinking to short sequences (query x key/value). Pallas TPU: the seed's
 # 3,328 x 1,536 (26 x 12 MXU tiles of 128). XLA: 128 x 128, what the CPU default job runs
-# (conf/kernel/auto.yaml), small enough for fine-grained sparsity.
-AUTO_TILES: dict[str, tuple[int, int]] = {"pallas_tpu": (3328, 1536), "xla": (128, 128)}
+# (conf/kernel/auto.yaml), small enough for fine-grained sparsity. Pallas GPU: 128 x 64, the
+# FlashAttention-2 forward tile for head_dim 128 (a 128 x 128 float32 accumulator across 8 warps,
+# K and V blocks of 64 rows double-buffered in shared memory, ~96 KiB of an H200's 227 KiB).
+AUTO_TILES: dict[str, tuple[int, int]] = {
+    "pallas_tpu": (3328, 1536),
+    "xla": (128, 128),
+    "pallas_gpu": (128, 64),
+}
 
 
 def auto_block_sizes(tokens: int, backend: str) -> BlockSizes:
     """The backend's tiles for a ``tokens``-long sequence.
 
-    Rule: ``AUTO_TILES[backend]``, each side shrunk to the sequence rounded up to the backend's
-    granularity (``BACKEND_MULTIPLE``: 128 on "pallas_tpu", 8 on "xla") when the sequence is
-    shorter than a tile. Why the TPU tiles are large: the kernel's VMEM working set depends on
+    Rule: ``AUTO_TILES[backend]``, each side shrunk to ``tile_limit(tokens, backend)`` (the
+    sequence rounded up to the backend's granularity, ``BACKEND_MULTIPLE``: 128 on "pallas_tpu",
+    8 on "xla"; to a power of two of at least 16 on "pallas_gpu") when the sequence is shorter
+    than a tile. Why the TPU tiles are large: the kernel's VMEM working set depends on
     the tiles and not on N, while its scalar-prefetched visit table (SMEM, 1 MiB on v6e) grows
     with (N / block_q) * (N / block_kv); 128 x 128 tiles overflow SMEM at 1080p, the seed's tiles
     need tens of KiB (``kernels.executors.pallas_tpu_budget``).
 
     Args:
         tokens: sequence length N (per attention call).
-        backend: "pallas_tpu" or "xla" (for "reference", pass ``plan_backend(backend)``).
+        backend: "pallas_tpu", "pallas_gpu" or "xla" (for "reference", pass
+            ``plan_backend(backend)``).
 
     Returns:
         BlockSizes valid for ``tokens`` on ``backend``.
@@ -119,7 +162,6 @@ def auto_block_sizes(tokens: int, backend: str) -> BlockSizes:
         raise ValueError(f"backend={backend!r}; auto tiles are known for {sorted(AUTO_TILES)}")
     if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
         raise ValueError(f"tokens={tokens!r}: expected a positive int")
-    multiple = BACKEND_MULTIPLE[backend]
-    padded = -(-tokens // multiple) * multiple
+    padded = tile_limit(tokens, backend)
     block_q, block_kv = AUTO_TILES[backend]
     return BlockSizes(min(block_q, padded), min(block_kv, padded))

@@ -35,7 +35,7 @@ from kernels.policy.schedule import SparsitySchedule
 
 # ``attend`` functions below are typed as plain callables: their contract is the model's ``AttendFn``
 # protocol (``attend(q, k, v, *, step, layer) -> out``), and kernels do not import the model.
-POLICY_BACKENDS = ("xla", "pallas_tpu", "reference")
+POLICY_BACKENDS = ("xla", "pallas_tpu", "pallas_gpu", "reference")
 # Dense executors a run may name: "auto" is resolved per platform by
 # ``kernels.executors.dense_controls.dense_controls`` before an ``attend`` is built.
 DENSE_EXECUTORS = ("auto", "b0", "splash", "cudnn", "dot_product_attention", "reference")
@@ -54,6 +54,8 @@ def make_dense_attend(
     interpret: bool = False,
     block_kv_compute: int | None = None,
     vmem_limit_bytes: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
 ) -> Callable[..., jax.Array]:
     """A dense ``attend`` function from the kernels executors.
 
@@ -62,11 +64,13 @@ def make_dense_attend(
             ``backend``), "splash" (TPU splash attention, its own tiles), "cudnn" (cuDNN flash
             attention, bfloat16), "dot_product_attention" (XLA einsum) or "reference" (dense jnp
             oracle). Backend "reference" always uses "reference".
-        backend: "xla", "pallas_tpu" or "reference".
+        backend: "xla", "pallas_tpu", "pallas_gpu" or "reference".
         block_sizes: tiles for "b0"; default ``default_block_sizes(tokens, backend)``.
-        interpret: Pallas interpret mode (CPU tests of the TPU kernels, ours and splash).
+        interpret: Pallas interpret mode (CPU tests of the Pallas kernels, ours and splash).
         block_kv_compute: key chunk of "b0" on "pallas_tpu"; None keeps the kernel's default.
         vmem_limit_bytes: scoped VMEM limit of "b0" on "pallas_tpu"; None keeps Mosaic's.
+        num_warps: warps per program of "b0" on "pallas_gpu"; None picks by tile and head_dim.
+        num_stages: pipelining stages of "b0" on "pallas_gpu"; None keeps the kernel's default.
 
     Returns:
         ``attend(q, k, v, *, step, layer) -> out`` ignoring step and layer.
@@ -99,6 +103,8 @@ def make_dense_attend(
                 interpret=interpret,
                 block_kv_compute=block_kv_compute,
                 vmem_limit_bytes=vmem_limit_bytes,
+                num_warps=num_warps,
+                num_stages=num_stages,
             )
         # splash keeps its own tiles (``splash_tiles``): the policy's tiles are the b0/band ones.
         return attention(q, k, v, None, variant=executor, interpret=interpret)
@@ -157,6 +163,8 @@ class AttentionPolicy:
         rounding_tolerance: float | None = None,
         block_kv_compute: int | None = None,
         vmem_limit_bytes: int | None = None,
+        num_warps: int | None = None,
+        num_stages: int | None = None,
     ) -> None:
         """Builds the policy and its host-side plans (nothing is traced).
 
@@ -165,7 +173,8 @@ class AttentionPolicy:
             geometry: token geometry of the video.
             num_steps: denoising steps (the loop's length).
             num_layers: transformer blocks.
-            backend: sparse (and default dense) backend: "xla", "pallas_tpu" or "reference".
+            backend: sparse (and default dense) backend: "xla", "pallas_tpu", "pallas_gpu" or
+                "reference".
             block_sizes: tiles; default ``default_block_sizes(tokens, backend)``.
             dense_attend: dense executor; default ``make_dense_attend("b0", backend=...)``.
             routing_mode: "sampled" (``schedule.routing_samples`` rows) or "oracle" (all rows).
@@ -177,6 +186,10 @@ class AttentionPolicy:
             block_kv_compute: key chunk of the Pallas TPU kernel (sparse executor and the
                 default dense b0); ignored by the other backends.
             vmem_limit_bytes: scoped VMEM limit of the Pallas TPU kernel; ignored elsewhere.
+            num_warps: warps per program of the Pallas GPU kernel (sparse executor and the
+                default dense b0); None picks by tile and head_dim; ignored elsewhere.
+            num_stages: pipelining stages of the Pallas GPU kernel; None keeps its default;
+                ignored elsewhere.
 
         Raises:
             ValueError: on an unknown backend or routing mode, or a schedule that does not suit
@@ -199,6 +212,8 @@ class AttentionPolicy:
         self.interpret = interpret
         self.block_kv_compute = block_kv_compute
         self.vmem_limit_bytes = vmem_limit_bytes
+        self.num_warps = num_warps
+        self.num_stages = num_stages
         # The policy builds the run's plans, so it validates their tiles, once per run; the
         # executors do not recheck a prebuilt plan on every call.
         if block_sizes is None:
@@ -212,6 +227,8 @@ class AttentionPolicy:
             interpret=interpret,
             block_kv_compute=block_kv_compute,
             vmem_limit_bytes=vmem_limit_bytes,
+            num_warps=num_warps,
+            num_stages=num_stages,
         )
         self.recorder = RoutingRecorder(num_steps, num_layers) if record_stats else None
         self.plan: TilePlan | None = None
@@ -270,7 +287,7 @@ class AttentionPolicy:
         if not self.is_sparse_layer(layer):
             return self.dense_attend(q, k, v, step=step, layer=layer)
         step = jnp.asarray(step, jnp.int32)
-        sparse = functools.partial(self._sparse, step=step, layer=layer)
+        sparse = functools.partial(self.sparse_branch, step=step, layer=layer)
         if self.dense_steps == 0:
             return sparse(q, k, v)
 
@@ -279,7 +296,24 @@ class AttentionPolicy:
 
         return jax.lax.cond(step < self.dense_steps, dense, sparse, q, k, v)
 
-    def _sparse(self, q, k, v, *, step: jax.Array, layer: int) -> jax.Array:
+    def sparse_branch(self, q, k, v, *, step: jax.Array, layer: int) -> jax.Array:
+        """The sparse side of ``__call__`` alone: route heads, then ``sparse_attention``.
+
+        ``__call__`` takes it for sparse (step, layer) cells; a dry run lowers it by itself when
+        the dense side's executor cannot be lowered from that machine (cuDNN without a GPU).
+
+        Args:
+            q: [batch, tokens, heads, head_dim], frame-major, unscaled.
+            k: [batch, tokens, heads, head_dim].
+            v: [batch, tokens, heads, head_dim].
+            step: denoising step (traced int32 scalar; it seeds the routing sample).
+            layer: block index (Python int).
+
+        Returns:
+            [batch, tokens, heads, head_dim], frame-major.
+        """
+        if self.plan is None:
+            raise ValueError(f"schedule {self.schedule.name!r} is not sparse; it has no band")
         routing = route_heads(
             q,
             k,
@@ -353,4 +387,6 @@ class AttentionPolicy:
             interpret=self.interpret,
             block_kv_compute=self.block_kv_compute,
             vmem_limit_bytes=self.vmem_limit_bytes,
+            num_warps=self.num_warps,
+            num_stages=self.num_stages,
         )

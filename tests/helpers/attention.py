@@ -1,0 +1,42 @@
+"""Inputs and the oracle check shared by the Pallas kernel tests (TPU and GPU, interpret mode)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from kernels.executors.reference import reference_attention
+from tests.helpers.numerics import assert_allclose
+
+# float32 on both sides at HIGHEST precision; the online softmax reorders the sums, so the error
+# follows float32 rounding of O(1) outputs: a small rtol plus atol.
+F32_TOL = {"atol": 1e-5, "rtol": 2e-5}
+# bfloat16 inputs and probabilities (8 significant bits) against a float32-accumulated oracle.
+BF16_TOL = {"atol": 2e-2, "rtol": 2e-2}
+
+# The project oracle, jitted once per (shape, mask): eager dispatch of its ops costs more CPU than
+# an interpreted kernel at these sizes.
+oracle = jax.jit(reference_attention, static_argnums=3)
+
+
+def numpy_qkv(seed: int, batch: int, tokens: int, heads: int, head_dim: int, dtype):
+    """q, k, v [batch, tokens, heads, head_dim] of standard normals in ``dtype``.
+
+    NumPy draws: no per-shape compilation of a jax.random program.
+    """
+    rng = np.random.default_rng(seed)
+    shape = (batch, tokens, heads, head_dim)
+    return tuple(
+        jnp.asarray(rng.standard_normal(shape, np.float32).astype(jnp.dtype(dtype)))
+        for _ in range(3)
+    )
+
+
+def check_against_oracle(out, q, k, v, mask) -> None:
+    """``out`` is the dense masked oracle's result (``mask`` None: dense), finite, in q's dtype."""
+    expected = oracle(q, k, v, mask)
+    assert out.dtype == q.dtype
+    assert out.shape == q.shape
+    assert bool(jnp.all(jnp.isfinite(out.astype(jnp.float32))))
+    assert_allclose(out, expected, **(F32_TOL if q.dtype == jnp.float32 else BF16_TOL))
