@@ -35,7 +35,7 @@ from evalharness.config import (
 )
 from evalharness.resolutions import token_geometry
 from kernels.executors.dense_controls import check_dense_pair, dense_controls
-from kernels.plans.block_sizes import auto_block_sizes, plan_backend
+from kernels.plans.block_sizes import BlockSizes, auto_block_sizes, plan_backend
 from models.video_geometry import VideoGeometry
 
 PLATFORMS = ("tpu", "gpu", "cpu")
@@ -111,10 +111,11 @@ def resolve_kernel(kernel: KernelConfig, platform: str, tokens: int) -> KernelCo
     backend = backend_for(kernel.backend, platform)
     _check_gpu_launch(kernel, backend, platform)
     block_q, block_kv = kernel.block_q, kernel.block_kv
+    auto = auto_block_sizes(tokens, plan_backend(backend))
     if block_q is None or block_kv is None:
-        auto = auto_block_sizes(tokens, plan_backend(backend))
         block_q = auto.block_q if block_q is None else block_q
         block_kv = auto.block_kv if block_kv is None else block_kv
+    _check_tiles(BlockSizes(block_q, block_kv), auto, backend, platform, tokens)
     dense, floor = dense_controls(platform)
     if kernel.dense_executor is not DenseExecutor.auto:
         dense = kernel.dense_executor.value
@@ -167,6 +168,22 @@ def _check_executor_platform(executor: str, platform: str, setting: str) -> None
             f"kernel.{setting}={executor} runs on {needed} only, but the run targets {platform!r}; "
             f"use kernel.{setting}=auto (or b0)"
         )
+
+
+def _check_tiles(
+    tiles: BlockSizes, auto: BlockSizes, backend: str, platform: str, tokens: int
+) -> None:
+    """Pinned tiles that do not suit the resolved backend (e.g. an experiment's TPU tiles aimed
+    at a GPU) are refused here, naming the platform's own tiles."""
+    try:
+        tiles.validate(tokens, plan_backend(backend))
+    except ValueError as error:
+        raise ValueError(
+            f"kernel.block_q={tiles.block_q} x kernel.block_kv={tiles.block_kv} do not suit "
+            f"backend {backend} on {platform!r}: {error}. Set kernel.block_q=null "
+            f"kernel.block_kv=null for this platform's tiles ({auto.block_q} x {auto.block_kv} "
+            "here)"
+        ) from error
 
 
 def _check_gpu_launch(kernel: KernelConfig, backend: str, platform: str) -> None:

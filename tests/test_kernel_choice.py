@@ -53,6 +53,17 @@ def test_explicit_tiles_and_executors_are_kept():
     assert kernel.noise_floor_executor is DenseExecutor.splash
 
 
+def test_pinned_tiles_that_do_not_suit_the_platform_name_its_own():
+    # The seed experiment pins the TPU's 3,328 x 1,536 tiles; aimed at a GPU they are refused,
+    # pointing at the GPU's tiles rather than at a power of two that would overflow the SM.
+    seed_tiles = KernelConfig(block_q=3328, block_kv=1536)
+    with pytest.raises(ValueError, match=r"kernel.block_q=null kernel.block_kv=null .*128 x 64"):
+        kernel_choice.resolve_kernel(seed_tiles, "gpu", 75_600)
+    assert kernel_choice.resolve_kernel(seed_tiles, "tpu", 75_600).block_q == 3328
+    with pytest.raises(ValueError, match=r"not a multiple of 8 .*128 x 128 here"):
+        kernel_choice.resolve_kernel(KernelConfig(block_q=100, block_kv=128), "cpu", 2160)
+
+
 def test_equal_dense_executors_are_refused():
     same = KernelConfig(dense_executor=DenseExecutor.b0, noise_floor_executor=DenseExecutor.b0)
     with pytest.raises(ValueError, match="noise_floor_executor"):
@@ -108,6 +119,10 @@ def test_unknown_platform_is_refused():
         kernel_choice.resolve_kernel(KernelConfig(), "metal", 2160)
 
 
+# small_config pins the CPU tests' 8 x 8 tiles; runs resolved for a TPU or GPU take the platform's.
+PLATFORM_TILES = ("kernel.block_q=null", "kernel.block_kv=null")
+
+
 @pytest.mark.parametrize(
     ("model", "platform", "expected"),
     [
@@ -120,7 +135,9 @@ def test_unknown_platform_is_refused():
     ],
 )
 def test_auto_dtype_is_bf16_for_checkpoints_and_on_gpu(tmp_path, model, platform, expected):
-    cfg = to_config(small_config(tmp_path, f"model={model}", "model.checkpoint=null"))
+    cfg = to_config(
+        small_config(tmp_path, f"model={model}", "model.checkpoint=null", *PLATFORM_TILES)
+    )
     resolved = kernel_choice.resolve(cfg, platform)
     assert resolved.dtype is expected
     assert cfg.dtype is ComputeDType.auto  # the input is not modified
@@ -128,7 +145,13 @@ def test_auto_dtype_is_bf16_for_checkpoints_and_on_gpu(tmp_path, model, platform
 
 def test_explicit_dtype_wins(tmp_path):
     cfg = to_config(
-        small_config(tmp_path, "model=wan2.1-t2v-14b", "model.checkpoint=null", "dtype=float32")
+        small_config(
+            tmp_path,
+            "model=wan2.1-t2v-14b",
+            "model.checkpoint=null",
+            "dtype=float32",
+            *PLATFORM_TILES,
+        )
     )
     assert kernel_choice.resolve(cfg, "tpu").dtype is ComputeDType.float32
 
@@ -145,7 +168,7 @@ def test_the_default_job_resolves_to_bf16_pallas_gpu_and_cudnn_on_a_gpu(tmp_path
 
 @pytest.mark.parametrize("setting", ["dense_executor", "noise_floor_executor"])
 def test_cudnn_in_float32_is_refused_before_anything_compiles(tmp_path, setting):
-    overrides = ["dtype=float32"]
+    overrides = ["dtype=float32", *PLATFORM_TILES]
     if setting == "noise_floor_executor":
         overrides += ["kernel.dense_executor=b0", "kernel.noise_floor_executor=cudnn"]
     cfg = to_config(small_config(tmp_path, *overrides))
@@ -153,7 +176,7 @@ def test_cudnn_in_float32_is_refused_before_anything_compiles(tmp_path, setting)
         kernel_choice.resolve(cfg, "gpu")
     explicit = "kernel.dense_executor=b0", "kernel.noise_floor_executor=dot_product_attention"
     assert kernel_choice.resolve(
-        to_config(small_config(tmp_path, *overrides[:1], *explicit)), "gpu"
+        to_config(small_config(tmp_path, *overrides[:3], *explicit)), "gpu"
     )
 
 
