@@ -18,6 +18,7 @@ import numpy as np
 from evalharness.config import EvalConfig, KernelBackend
 from evalharness.resolutions import token_geometry
 from evalharness.routing_plots import plot_temporal_fraction
+from kernels.executors.xla_blocksparse import visit_groups
 from kernels.masks.geometry import TokenGeometry
 from kernels.parallel.attend import parallelize
 from kernels.parallel.mesh import check_same_config, make_mesh
@@ -79,6 +80,14 @@ class AttentionSetup:
             )
         if plan is not None:
             out.update({f"tiles.{k}": v for k, v in plan.stats().items() if _number(v)})
+            if self.backend == "xla":
+                # The XLA scans also step through padding entries of grouped visit lists.
+                groups = visit_groups(plan)
+                area = plan.block_sizes.block_q * plan.block_sizes.block_kv
+                out["tiles.scan_wasted_fraction"] = groups.wasted_fraction
+                out["tiles.scan_executed_pairs_fraction"] = (
+                    groups.executed_visits * area / float(plan.tokens) ** 2
+                )
         return out
 
     def collect_stats(self) -> RoutingStats:

@@ -1,56 +1,37 @@
-"""On-disk cache of the dense arm, keyed by everything that affects its result.
+"""On-disk cache of the dense arms' decoded frames, under the key of ``evalharness.cache_key``.
 
-A sweep over sparse schedules computes the dense control once; any change of model, weights,
-resolution, steps, seed, prompts, guidance, dtype, dense executor or code gives a new key. The dense
-arm's key, what is stored with it, and the hit/miss decision all live here.
+What is stored with an entry (``key.json``: the key's inputs, readable; where it came from:
+created when, on which host), the hit/miss decision and the explanation of a miss live here.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
+import datetime
 import json
 import logging
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jax
 import numpy as np
 
 from evalharness.arms import ArmResult
-from evalharness.config import EvalConfig
+from evalharness.cache_key import key_fields_of
 from evalharness.timing import RunTimes
 
 log = logging.getLogger(__name__)
 
-# Packages whose source decides what the dense arm computes.
-_CODE_PACKAGES = ("models", "kernels")
-
-
-def code_version() -> str:
-    """Hash of the model and kernel source files (works without git, changes with any edit)."""
-    root = Path(__file__).resolve().parent.parent
-    digest = hashlib.sha256()
-    for package in _CODE_PACKAGES:
-        for path in sorted((root / package).rglob("*.py")):
-            digest.update(path.relative_to(root).as_posix().encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def cache_key(fields: Mapping[str, Any]) -> str:
-    """Stable hash of a JSON-able mapping (keys sorted)."""
-    text = json.dumps(fields, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:24]
-
 
 class ArmCache:
-    """A folder of cached arms: ``<root>/<key>/{arrays.npz, meta.json}``.
+    """A folder of cached arms: ``<root>/<key>/{arrays.npz, meta.json, key.json}``.
+
+    ``key.json`` holds the key's inputs, readable, so a miss can be explained
+    (:meth:`closest_differences`); entries without one (older ones) are still read.
 
     Writes go to a temporary folder renamed into place, so a crash or a concurrent run never leaves a
     half-written entry that a later run would read.
@@ -83,13 +64,48 @@ class ArmCache:
         self.hits += 1
         return arrays, meta
 
-    def store(self, key: str, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> Path:
-        """Saves an entry atomically and returns its folder."""
+    def key_fields(self, key: str) -> dict[str, Any] | None:
+        """The inputs of the key an entry was stored under (its ``key.json``), or None."""
+        try:
+            return json.loads((self.path(key) / "key.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def closest_differences(self, fields: Mapping[str, Any]) -> tuple[str, list[str]] | None:
+        """The stored entry whose ``key.json`` differs from ``fields`` in the fewest inputs, and
+        those inputs (dotted names, e.g. ``environment.xla_flags``); None without any entry."""
+        if not self.root.is_dir():
+            return None
+        wanted = _flatten(json.loads(json.dumps(fields, default=str)))
+        best: tuple[str, list[str]] | None = None
+        for folder in sorted(self.root.iterdir()):
+            stored = None if folder.name.startswith(".") else self.key_fields(folder.name)
+            if stored is None:
+                continue
+            have = _flatten(stored)
+            differ = sorted(k for k in wanted.keys() | have.keys() if wanted.get(k) != have.get(k))
+            if best is None or len(differ) < len(best[1]):
+                best = (folder.name, differ)
+        return best
+
+    def store(
+        self,
+        key: str,
+        arrays: Mapping[str, np.ndarray],
+        meta: Mapping[str, Any],
+        key_fields: Mapping[str, Any] | None = None,
+    ) -> Path:
+        """Saves an entry atomically and returns its folder; ``key_fields`` (the key's inputs)
+        go to its ``key.json``."""
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=self.root))
         try:
             np.savez(tmp / "arrays.npz", **{k: np.asarray(v) for k, v in arrays.items()})
             (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True, default=str))
+            if key_fields is not None:
+                (tmp / "key.json").write_text(
+                    json.dumps(key_fields, indent=2, sort_keys=True, default=str)
+                )
             final = self.path(key)
             if final.exists():  # another run stored the same key meanwhile; keep theirs
                 shutil.rmtree(tmp)
@@ -101,46 +117,14 @@ class ArmCache:
         return self.path(key)
 
 
-def dense_arm_fields(cfg: EvalConfig, identity: str, shift: float) -> dict[str, Any]:
-    """Everything that decides what the dense arm (and its noise floor) computes.
-
-    The names and values here are the cache key's content: changing any of them invalidates every
-    cached dense arm, so they stay as they are unless the dense arm's result really depends on
-    something new.
-
-    Args:
-        cfg: the run's configuration.
-        identity: the model's identity (preset and weights), from the built components.
-        shift: the sampler's flow shift actually used.
-
-    Returns:
-        The key's fields, JSON-able.
-    """
-    return {
-        "model": identity,
-        "param_dtype": cfg.model.param_dtype,
-        "dtype": cfg.dtype,
-        "resolution": [cfg.resolution.frames, cfg.resolution.height, cfg.resolution.width],
-        "steps": cfg.steps,
-        "sampler": cfg.sampler,
-        "flow_shift": shift,
-        "seed": cfg.seed,
-        "prompt": cfg.prompt,
-        "negative_prompt": cfg.negative_prompt,
-        "guidance_scale": cfg.guidance_scale,
-        "kernel": dataclasses.asdict(cfg.kernel),
-        "parallel": dataclasses.asdict(cfg.parallel),
-        "warm_runs": cfg.warm_runs,
-        "noise_floor": cfg.noise_floor,
-        "code": code_version(),
-        "jax": jax.__version__,
-        "device": jax.devices()[0].device_kind,
-    }
-
-
-def dense_arm_key(cfg: EvalConfig, identity: str, shift: float) -> str:
-    """The cache key of a run's dense arm (see :func:`dense_arm_fields`)."""
-    return cache_key(dense_arm_fields(cfg, identity, shift))
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as ``{dotted.name: leaf}``."""
+    if not isinstance(tree, Mapping):
+        return {prefix: tree}
+    out: dict[str, Any] = {}
+    for name, value in tree.items():
+        out.update(_flatten(value, f"{prefix}.{name}" if prefix else str(name)))
+    return out
 
 
 def arm_meta(arm: ArmResult) -> dict[str, Any]:
@@ -175,6 +159,10 @@ def arm_from_cache(
     )
 
 
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
 @dataclass
 class DenseArms:
     """The dense arm and its optional dense-vs-dense noise floor, with where they came from.
@@ -184,40 +172,109 @@ class DenseArms:
         noise_floor: the second dense executor's arm, decoded (None when not run).
         key: the cache key they are stored under.
         hit: True when they were read from the cache rather than computed.
+        created_at: when they were computed (UTC, ISO 8601): for freshly computed arms the moment
+            this object was made, for cached ones what the entry recorded (None for entries
+            stored before this was recorded).
+        host: the host name of the machine that computed them (None as for ``created_at``).
     """
 
     dense: ArmResult
     noise_floor: ArmResult | None
     key: str
     hit: bool
+    created_at: str | None = field(default_factory=_now)
+    host: str | None = field(default_factory=socket.gethostname)
 
     def metrics(self) -> dict[str, str]:
         """Whether the dense arm was reused, and its key (run metrics)."""
         return {"dense_cache": "hit" if self.hit else "miss", "dense_cache_key": self.key}
 
+    def holds(self, fresh: Mapping[str, ArmResult]) -> bool:
+        """Whether this entry's arms are the ones a run just computed: the same arms ("dense",
+        optionally "noise_floor") with bit-identical latents. Only then are its frames reused."""
+        pairs = [(self.dense, fresh["dense"])]
+        if "noise_floor" in fresh:
+            if self.noise_floor is None:
+                return False
+            pairs.append((self.noise_floor, fresh["noise_floor"]))
+        return all(
+            a.latents.shape == b.latents.shape and np.array_equal(a.latents, b.latents)
+            for a, b in pairs
+        )
+
+    def provenance(self) -> dict[str, str]:
+        """Where the dense frames came from, as strings (e.g. run tags): :meth:`metrics` plus
+        ``dense_created_at`` and ``dense_host`` (``unknown`` for entries that did not record
+        them)."""
+        return {
+            **self.metrics(),
+            "dense_created_at": self.created_at or "unknown",
+            "dense_host": self.host or "unknown",
+        }
+
 
 def load_dense_arms(cache: ArmCache, key: str) -> DenseArms | None:
-    """The cached dense arms under ``key``, or None on a miss."""
+    """The cached dense arms under ``key``, or None on a miss.
+
+    On a miss of a key computed by :func:`dense_arm_key` in this process, the log names the
+    closest stored entry and the key inputs it differs in.
+    """
     cached = cache.load(key)
     if cached is None:
-        log.info("dense arm: cache miss %s (computing)", key)
+        log.info("dense arm: cache miss %s (computing)%s", key, _explain_miss(cache, key))
         return None
     arrays, meta = cached
-    log.info("dense arm: cache hit %s (reused, not recomputed)", key)
+    log.info(
+        "dense arm: cache hit %s (reused, not recomputed; computed %s on %s)",
+        key,
+        meta.get("created_at", "at an unrecorded time"),
+        meta.get("host", "an unrecorded host"),
+    )
     floor = None
     if meta.get("noise_floor"):
         floor = arm_from_cache("noise_floor", arrays, meta["noise_floor"])
-    return DenseArms(arm_from_cache("dense", arrays, meta["dense"]), floor, key, hit=True)
+    return DenseArms(
+        arm_from_cache("dense", arrays, meta["dense"]),
+        floor,
+        key,
+        hit=True,
+        created_at=meta.get("created_at"),
+        host=meta.get("host"),
+    )
 
 
-def store_dense_arms(cache: ArmCache, arms: DenseArms) -> Path:
-    """Stores freshly computed dense arms under their key and returns the entry's folder."""
+def _explain_miss(cache: ArmCache, key: str) -> str:
+    fields = key_fields_of(key)
+    closest = cache.closest_differences(fields) if fields is not None else None
+    if closest is None:
+        return ""
+    other, differ = closest
+    return f"; closest cached entry {other} differs in: {', '.join(differ) or 'nothing'}"
+
+
+def store_dense_arms(
+    cache: ArmCache, arms: DenseArms, key_fields: Mapping[str, Any] | None = None
+) -> Path:
+    """Stores freshly computed dense arms under their key and returns the entry's folder.
+
+    The metadata records the key, ``created_at`` and ``host`` (from ``arms``); ``key_fields`` (the
+    key's inputs; default: those :func:`dense_arm_key` computed for ``arms.key`` in this process)
+    are written to the entry's ``key.json``.
+    """
     arrays = {"dense_latents": arms.dense.latents, "dense_frames": arms.dense.frames}
-    meta: dict[str, Any] = {"dense": arm_meta(arms.dense), "noise_floor": None}
+    meta: dict[str, Any] = {
+        "dense": arm_meta(arms.dense),
+        "noise_floor": None,
+        "key": arms.key,
+        "created_at": arms.created_at,
+        "host": arms.host,
+    }
     if arms.noise_floor is not None:
         arrays.update(
             noise_floor_latents=arms.noise_floor.latents,
             noise_floor_frames=arms.noise_floor.frames,
         )
         meta["noise_floor"] = arm_meta(arms.noise_floor)
-    return cache.store(arms.key, arrays, meta)
+    if key_fields is None:
+        key_fields = key_fields_of(arms.key)
+    return cache.store(arms.key, arrays, meta, key_fields=key_fields)

@@ -44,7 +44,11 @@ def dtype_of(name: DType | str):
 
 @dataclass
 class Components:
-    """Transformer, prompt encoder and VAE of one model, with the identity used in cache keys."""
+    """Transformer, prompt encoder and VAE of one model, with the identity used in cache keys.
+
+    ``identity`` is ``tiny|seed=<seed>`` for the tiny preset (its weights follow from the seed and
+    the code, which the cache key hashes apart) and :func:`checkpoint_identity` for a checkpoint.
+    """
 
     name: str
     config: WanTransformerConfig
@@ -95,11 +99,89 @@ def transformer_config_for(model: ModelConfig) -> WanTransformerConfig:
     return found
 
 
-def _identity_of_folder(folder: Path) -> str:
-    digest = hashlib.sha256((folder / "config.json").read_bytes())
-    for f in sorted(folder.glob("*.safetensors")):
-        digest.update(f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}".encode())
+# Files up to this size are identified by their full content (configs, safetensors indexes,
+# tokenizer files: hashing a 16 MB tokenizer.json takes milliseconds); larger files other than
+# safetensors by their size and their first and last MiB.
+_FULL_HASH_BYTES = 64 << 20
+_SAMPLE_BYTES = 1 << 20
+# The parts of a checkpoint folder a run reads (``models.checkpoint.locate_checkpoint``).
+CHECKPOINT_PARTS = ("transformer", "vae", "text_encoder", "tokenizer")
+
+
+def _safetensors_header(path: Path, size: int) -> bytes | None:
+    """The JSON header of a safetensors file (tensor names, dtypes, shapes, offsets), or None."""
+    with path.open("rb") as f:
+        prefix = f.read(8)
+        if len(prefix) < 8:
+            return None
+        length = int.from_bytes(prefix, "little")
+        if length > size - 8 or length > _FULL_HASH_BYTES:
+            return None
+        return f.read(length)
+
+
+def file_identity(path: Path) -> str:
+    """A content-derived identity of one file that does not change when the file is copied.
+
+    - ``*.safetensors``: its size, its JSON header (every tensor's name, dtype, shape and byte
+      offsets) and the first and last MiB of its weights (so a fine-tune of the same shapes
+      differs), never the whole file;
+    - any other file up to 64 MiB (configs, safetensors indexes, tokenizer files): its content;
+    - a larger file: its size and its first and last MiB.
+
+    Names and modification times play no part (the caller adds the name).
+    """
+    size = path.stat().st_size
+    digest = hashlib.sha256(f"size={size}".encode())
+    header = _safetensors_header(path, size) if path.suffix == ".safetensors" else None
+    if header is not None:
+        digest.update(b"safetensors-header:" + header)
+        _sample(path, 8 + len(header), size, digest)
+    elif size <= _FULL_HASH_BYTES:
+        digest.update(b"content:" + path.read_bytes())
+    else:
+        _sample(path, 0, size, digest)
     return digest.hexdigest()[:16]
+
+
+def _sample(path: Path, start: int, size: int, digest) -> None:
+    """Feeds the first and last MiB of ``path[start:size]`` (all of it when shorter) to ``digest``."""
+    with path.open("rb") as f:
+        f.seek(start)
+        digest.update(b"head:" + f.read(_SAMPLE_BYTES))
+        f.seek(max(start, size - _SAMPLE_BYTES))
+        digest.update(b"tail:" + f.read(_SAMPLE_BYTES))
+
+
+def folder_identity(folder: Path) -> str:
+    """Identity of a checkpoint sub-folder: every file in it (recursively, hidden files and
+    folders skipped), by relative path and :func:`file_identity`."""
+    folder = Path(folder)
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        relative = path.relative_to(folder)
+        if any(part.startswith(".") for part in relative.parts) or not path.is_file():
+            continue
+        digest.update(f"{relative.as_posix()}:{file_identity(path)}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def checkpoint_identities(checkpoint: WanCheckpoint) -> dict[str, str]:
+    """``{part: folder identity}`` for every part of a checkpoint a run reads (transformer, VAE,
+    text encoder, tokenizer)."""
+    return {part: folder_identity(getattr(checkpoint, part)) for part in CHECKPOINT_PARTS}
+
+
+def checkpoint_identity(name: str, checkpoint: WanCheckpoint) -> str:
+    """The ``Components.identity`` of a checkpoint model: the preset name and every part's
+    identity, readable (``wan2.1-t2v-1.3b|transformer=…|vae=…|text_encoder=…|tokenizer=…``).
+
+    Content-derived (see :func:`file_identity`), so a copied or moved checkpoint keeps its identity,
+    while any changed config, tokenizer file, weight layout (safetensors header) or sampled weight
+    bytes give a new one.
+    """
+    parts = checkpoint_identities(checkpoint)
+    return "|".join([name, *(f"{part}={value}" for part, value in parts.items())])
 
 
 def build_components(
@@ -178,6 +260,6 @@ def _checkpoint_components(
         transformer=transformer,
         prompt_encoder=encoder,
         vae=checkpoint_vae(checkpoint),
-        identity=f"{model.name}|{_identity_of_folder(checkpoint.transformer)}",
+        identity=checkpoint_identity(model.name, checkpoint),
         tiling=TilingConfig(),
     )

@@ -190,9 +190,18 @@ class LoggerConfig:
 
 @dataclass
 class GateConfig:
-    """Thresholds that turn a run into a CI exit code; None disables a check."""
+    """Thresholds that turn a run into a CI exit code; None disables a check.
+
+    Attributes:
+        min_psnr_db: lowest raw-frame PSNR of sparse vs dense (``psnr_db``: from the mean squared
+            error over all frames; the codec plays no part).
+        min_worst_frame_psnr_db: lowest PSNR of the worst single frame (``psnr_worst_frame_db``).
+        min_speedup: lowest headline speedup (against the faster dense control, timed
+            interleaved with the sparse arm in the same process).
+    """
 
     min_psnr_db: float | None = None
+    min_worst_frame_psnr_db: float | None = None
     min_speedup: float | None = None
 
 
@@ -238,7 +247,7 @@ class EvalConfig:
     cache_dir: str = "outputs/cache"
     fps: int = 16
     crf: int = 18
-    progress: ProgressMode = ProgressMode.auto  # the step bar is a host callback in the loop
+    progress: ProgressMode = ProgressMode.auto  # the phase bar (never a callback in a timed loop)
     dry_run: bool = False  # plan, check and estimate on abstract weights; exit 0 fits, 2 not
     target: str | None = None  # dry-run device: tpu-v6e-1, tpu-v6e-8, h200, cpu (None: this host)
 

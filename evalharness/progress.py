@@ -12,8 +12,7 @@ log = logging.getLogger("evalharness")
 
 
 class Progress:
-    """A phase bar and a denoising-step bar; ``event`` logs finer steps (compiling, warm-up,
-    timed runs).
+    """A phase bar; ``event`` logs finer steps (compiling, warm-up, timed rounds).
 
     Args:
         phases: the phase names in order.
@@ -25,7 +24,6 @@ class Progress:
         self.phases = list(phases)
         self.enabled = sys.stderr.isatty() if enabled is None else enabled
         self.bar = tqdm(total=len(self.phases), unit="phase", disable=not self.enabled, leave=False)
-        self.steps_bar: tqdm | None = None
         self.current: str | None = None
 
     def phase(self, name: str) -> None:
@@ -43,25 +41,6 @@ class Progress:
         self.bar.set_postfix_str(message, refresh=True)
         log.info("  %s", message)
 
-    def step_callback(self, steps: int):
-        """A per-denoising-step callback driving a second bar, or None when not drawing.
-
-        The bar restarts whenever step 0 comes round again (each run of the loop).
-        """
-        if not self.enabled:
-            return None
-
-        def on_step(step: int) -> None:
-            if self.steps_bar is None:
-                self.steps_bar = tqdm(total=steps, unit="step", position=1, leave=False)
-            if step == 0:
-                self.steps_bar.reset(total=steps)
-            self.steps_bar.update(1)
-
-        return on_step
-
     def close(self) -> None:
-        """Closes both bars (the run is over, or failed)."""
-        if self.steps_bar is not None:
-            self.steps_bar.close()
+        """Closes the bar (the run is over, or failed)."""
         self.bar.close()

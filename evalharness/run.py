@@ -8,6 +8,7 @@ steps over one :class:`Comparison`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import tempfile
 import time
@@ -21,24 +22,31 @@ from omegaconf import DictConfig, OmegaConf
 
 from evalharness import artifacts, kernel_choice, preflight
 from evalharness.admission import admit
-from evalharness.arms import ArmResult, decode_arm, run_arm
+from evalharness.arms import (
+    ArmResult,
+    PreparedArm,
+    check_same_latents,
+    decode_arm,
+    prepare_arm,
+    time_arms_interleaved,
+)
 from evalharness.attention_setup import (
     AttentionSetup,
 )
 from evalharness.cache import (
     ArmCache,
     DenseArms,
-    dense_arm_key,
     load_dense_arms,
     store_dense_arms,
 )
+from evalharness.cache_key import dense_arm_key
 from evalharness.components import Components, build_components
 from evalharness.config import EvalConfig, to_config, to_plain_dict
 from evalharness.gate import GateResult, check_gate
 from evalharness.progress import Progress
 from evalharness.quality import VideoQuality, measure, quality_metrics
 from evalharness.run_plan import RunPlan
-from evalharness.timing import fastest_control, timing_metrics
+from evalharness.timing import fastest_control, timed_window_tags, timing_metrics
 from evalharness.tracking import (
     Tracker,
     environment_tags,
@@ -59,9 +67,8 @@ PHASES = (
     "preflight",
     "build model",
     "encode prompts",
-    "dense arm",
-    "noise floor",
-    "sparse arm",
+    "compile arms",
+    "timing (interleaved)",
     "routing statistics",
     "decode",
     "quality",
@@ -123,9 +130,10 @@ class Comparison:
     negative_context: jax.Array | None = None
     text_encode_s: float = float("nan")
 
-    def run_arm(self, label: str, attend: Any, warm_runs: int) -> ArmResult:
-        """Runs one arm on the shared model, sampler, noise and prompts."""
-        return run_arm(
+    def prepare_arm(self, label: str, attend: Any) -> PreparedArm:
+        """Compiles one arm on the shared model, sampler, noise and prompts and runs it once
+        (its result; the loop carries no per-step callback, so timed runs hold none)."""
+        return prepare_arm(
             label,
             self.components.transformer,
             self.sampler,
@@ -134,9 +142,7 @@ class Comparison:
             noise=self.noise,
             context=self.context,
             negative_context=self.negative_context,
-            warm_runs=warm_runs,
             on_event=self.progress.event,
-            on_step=self.progress.step_callback(self.cfg.steps),
         )
 
 
@@ -231,7 +237,12 @@ def _record_start(comparison: Comparison) -> None:
 def _finish(comparison: Comparison, metrics: dict[str, Any]) -> GateResult:
     """Checks the gate, writes ``metrics.json`` and ``report.md``, and closes the tracker's run."""
     cfg, run_dir, tracker = comparison.cfg, comparison.run_dir, comparison.tracker
-    gate = check_gate(metrics, min_psnr_db=cfg.gate.min_psnr_db, min_speedup=cfg.gate.min_speedup)
+    gate = check_gate(
+        metrics,
+        min_psnr_db=cfg.gate.min_psnr_db,
+        min_speedup=cfg.gate.min_speedup,
+        min_worst_frame_psnr_db=cfg.gate.min_worst_frame_psnr_db,
+    )
     metrics["gate_passed"] = gate.passed
     artifacts.write_metrics(run_dir, metrics)
     artifacts.write_report(run_dir, cfg, metrics, gate.failures)
@@ -245,20 +256,38 @@ def _finish(comparison: Comparison, metrics: dict[str, Any]) -> GateResult:
 
 
 def _compare(comparison: Comparison) -> dict[str, Any]:
-    """The comparison proper: model, prompts, dense arms, sparse arm, quality and files.
+    """The comparison proper: model, prompts, the arms timed side by side, quality and files.
+
+    Every run compiles and times its dense arm, its second dense control and its sparse arm in
+    this process, round-robin, whatever the cache holds: a speedup is never a ratio of medians
+    taken under different loads. The dense-arm cache only saves decoding the dense videos.
 
     Returns:
         The comparison's metrics (run-level ones such as the estimate and the gate come later).
     """
     _build_model(comparison)
     _encode_prompts(comparison)
-    dense = _dense_arms(comparison)
-    sparse, stats = _sparse_arm(comparison)
+    prepared = _prepare_arms(comparison)
+    comparison.progress.phase("timing (interleaved)")
+    times = time_arms_interleaved(
+        prepared, comparison.cfg.warm_runs, on_event=comparison.progress.event
+    )
+    dense = _dense_arms(comparison, prepared, times)
+    sparse = prepared["sparse"].result(times["sparse"])
+    stats, routing_check = _routing_statistics(comparison, sparse)
     comparison.progress.phase("decode")
     decode_arm(sparse, comparison.components.decode)
     comparison.progress.phase("quality")
     quality, metrics = _quality(comparison, dense, sparse)
     metrics.update(_speed_and_setup(comparison, dense, sparse))
+    metrics.update(routing_check)
+    comparison.tracker.set_tags(
+        {
+            **dense.provenance(),
+            "timing": "fresh, interleaved (dense, sparse, noise floor round-robin)",
+            **timed_window_tags([dense.dense, sparse, dense.noise_floor]),
+        }
+    )
     comparison.progress.phase("artifacts")
     metrics.update(_write_artifacts(comparison, dense, sparse, quality, stats))
     return metrics
@@ -291,45 +320,71 @@ def _encode_prompts(comparison: Comparison) -> None:
     )
 
 
-def _dense_arms(comparison: Comparison) -> DenseArms:
-    """The dense arm and its noise floor: from the cache when present, else computed and stored."""
-    cfg, progress = comparison.cfg, comparison.progress
-    cache = ArmCache(Path(cfg.cache_dir) / "dense_arms")
-    key = dense_arm_key(cfg, comparison.components.identity, comparison.shift)
-    cached = load_dense_arms(cache, key)
-    progress.phase("dense arm")
-    if cached is not None:
-        progress.phase("noise floor")
-        return cached
-    decode = comparison.components.decode
-    dense = decode_arm(
-        comparison.run_arm("dense", comparison.attention.dense, cfg.warm_runs), decode
-    )
-    progress.phase("noise floor")
-    floor = None
-    if cfg.noise_floor:
+def _prepare_arms(comparison: Comparison) -> dict[str, PreparedArm]:
+    """Every timed arm compiled and run once, in the order the timing rounds take them."""
+    comparison.progress.phase("compile arms")
+    attention = comparison.attention
+    arms = {
+        "dense": comparison.prepare_arm("dense", attention.dense),
+        "sparse": comparison.prepare_arm("sparse", attention.sparse),
+    }
+    if comparison.cfg.noise_floor:
         # Timed like the dense arm: it is the second dense control the headline speedup uses.
-        floor = decode_arm(
-            comparison.run_arm("noise_floor", comparison.attention.noise_floor, cfg.warm_runs),
-            decode,
+        arms["noise_floor"] = comparison.prepare_arm("noise_floor", attention.noise_floor)
+    return arms
+
+
+def _dense_arms(
+    comparison: Comparison, prepared: dict[str, PreparedArm], times: dict[str, Any]
+) -> DenseArms:
+    """The dense arm and its noise floor with this run's timings; their decoded frames come from
+    the cache when it holds them for these exact latents, else they are decoded and stored."""
+    cfg = comparison.cfg
+    cache = ArmCache(Path(cfg.cache_dir) / "dense_arms")
+    # No per-step callback is ever in a timed loop (``Comparison.prepare_arm``).
+    key = dense_arm_key(cfg, comparison.components.identity, comparison.shift, step_callback=False)
+    fresh = {label: arm.result(times[label]) for label, arm in prepared.items()}
+    fresh.pop("sparse")
+    cached = load_dense_arms(cache, key)
+    if cached is not None and cached.holds(fresh):
+        for label, arm in fresh.items():
+            stored = cached.dense if label == "dense" else cached.noise_floor
+            arm.frames, arm.decode_s = stored.frames, stored.decode_s
+        return dataclasses.replace(
+            cached, dense=fresh["dense"], noise_floor=fresh.get("noise_floor")
         )
-    arms = DenseArms(dense, floor, key, hit=False)
+    if cached is not None:
+        log.warning(
+            "dense arm: the cache entry %s holds other latents than this run computed (its key "
+            "misses something that changes them); decoding afresh and replacing it",
+            key,
+        )
+    for arm in fresh.values():
+        decode_arm(arm, comparison.components.decode)
+    arms = DenseArms(fresh["dense"], fresh.get("noise_floor"), key, hit=False)
     store_dense_arms(cache, arms)
     return arms
 
 
-def _sparse_arm(comparison: Comparison) -> tuple[ArmResult, RoutingStats | None]:
-    """The timed sparse arm (not yet decoded) and, when any step routes, a recorded run's
-    routing statistics."""
-    comparison.progress.phase("sparse arm")
-    attention = comparison.attention
-    sparse = comparison.run_arm("sparse", attention.sparse, comparison.cfg.warm_runs)
+def _routing_statistics(
+    comparison: Comparison, sparse: ArmResult
+) -> tuple[RoutingStats | None, dict[str, float]]:
+    """When any step routes: one more, untimed run that records the routing, and how far its
+    latents are from the timed sparse arm's (they must agree: the statistics describe that run).
+
+    Raises:
+        RuntimeError: the recorded run's latents differ from the sparse arm's beyond rounding.
+    """
     comparison.progress.phase("routing statistics")
+    attention = comparison.attention
     if attention.recording is None:
-        return sparse, None
-    # A separate untimed run records routing, so recording never slows the timed sparse arm.
-    comparison.run_arm("sparse (recording routing)", attention.recording, 0)
-    return sparse, attention.collect_stats()
+        return None, {}
+    # A separate run records routing, so recording never slows the timed sparse arm.
+    recorded = comparison.prepare_arm("sparse (recording routing)", attention.recording)
+    diff = check_same_latents(
+        recorded.latents, sparse.latents, comparison.cfg.dtype.value, what="routing-recording run"
+    )
+    return attention.collect_stats(), {"routing_recording_max_abs_latent_diff": diff}
 
 
 def _quality(
@@ -339,10 +394,18 @@ def _quality(
     videos = artifacts.write_arm_videos(
         comparison.run_dir, dense.dense, sparse, dense.noise_floor, comparison.cfg
     )
-    sparse_q = measure(videos.dense, videos.sparse, dense.dense, sparse)
+    sparse_q = measure(
+        videos.dense, videos.sparse, dense.dense, sparse, codec_video=videos.dense_mp4
+    )
     floor_q = None
     if dense.noise_floor is not None:
-        floor_q = measure(videos.dense, videos.noise_floor, dense.dense, dense.noise_floor)
+        floor_q = measure(
+            videos.dense,
+            videos.noise_floor,
+            dense.dense,
+            dense.noise_floor,
+            codec_video=videos.dense_mp4,
+        )
     return sparse_q, quality_metrics(sparse_q, floor_q)
 
 

@@ -1,4 +1,14 @@
-"""Video files: encode uint8 frames to mp4 with FFmpeg, read them back, build comparisons.
+"""Video files: encode uint8 frames with FFmpeg, read them back, build comparisons.
+
+Two kinds of file per arm:
+
+- ``<label>.mp4``: the viewable video, H.264 CRF 18 yuv420p (:func:`encode_mp4`). Its chroma
+  subsampling and quantisation move it away from the raw frames (codec noise, reported as
+  ``codec_psnr_db``), so it is for eyes, not for metrics.
+- ``<label>.lossless.mkv``: the measurement video, FFV1 in Matroska on planar RGB
+  (:func:`encode_lossless`), which decodes back to the exact uint8 frames; FFmpeg's PSNR of two
+  such files is the raw-frame PSNR, with no codec in it. FFV1 is FFmpeg's own codec, so any build
+  (``EVALHARNESS_FFMPEG``) has it, unlike the GPL-only libx264rgb.
 
 FFmpeg is the binary that ``imageio-ffmpeg`` ships (no system install needed); another binary
 can be named with the ``EVALHARNESS_FFMPEG`` environment variable.
@@ -12,6 +22,9 @@ from pathlib import Path
 import ffmpeg
 import imageio_ffmpeg
 import numpy as np
+
+# The measurement video of ``<label>.mp4`` is ``<label>.lossless.mkv`` in the same folder.
+LOSSLESS_SUFFIX = ".lossless.mkv"
 
 
 class VideoError(RuntimeError):
@@ -47,7 +60,8 @@ def encode_mp4(
     crf: int = 18,
     lossless: bool = False,
 ) -> Path:
-    """Encodes RGB frames to an H.264 mp4.
+    """Encodes RGB frames to an H.264 mp4 (the viewable video; see :func:`encode_lossless` for
+    the measurement one).
 
     Args:
         frames: uint8 [T, H, W, 3] RGB frames (H and W even).
@@ -85,8 +99,59 @@ def encode_mp4(
     return path
 
 
+def encode_lossless(frames: np.ndarray, path: str | Path, *, fps: int = 16) -> Path:
+    """Encodes RGB frames losslessly: FFV1 on planar RGB (gbrp) in Matroska.
+
+    The decoded frames equal ``frames`` bit for bit, so FFmpeg's ``psnr`` filter on two such
+    files measures the frames themselves, not the codec. Any height and width work.
+
+    Args:
+        frames: uint8 [T, H, W, 3] RGB frames.
+        path: output file, ending in ``.mkv``; its folder is created.
+        fps: frame rate.
+
+    Returns:
+        The path written.
+
+    Raises:
+        ValueError: frames of the wrong shape or dtype, or a path that is not ``.mkv``.
+        VideoError: FFmpeg failed (its message is included).
+    """
+    frames = _check_frames(frames)
+    path = Path(path)
+    if path.suffix != ".mkv":
+        raise ValueError(f"a lossless (FFV1) video goes in a .mkv file, got {path.name}")
+    _, h, w, _ = frames.shape
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stream = (
+        ffmpeg.input("pipe:", format="rawvideo", pix_fmt="rgb24", s=f"{w}x{h}", framerate=fps)
+        .output(str(path), r=fps, vcodec="ffv1", level=3, pix_fmt="gbrp")
+        .overwrite_output()
+    )
+    try:
+        stream.run(cmd=ffmpeg_executable(), input=frames.tobytes(), quiet=True)
+    except ffmpeg.Error as err:
+        raise VideoError(f"FFmpeg could not write {path}:\n{_tail(err.stderr)}") from err
+    return path
+
+
+def lossless_path(video: str | Path) -> Path:
+    """The measurement video that goes with a viewable one: ``dense.mp4`` -> ``dense.lossless.mkv``."""
+    video = Path(video)
+    return video.with_name(video.name.removesuffix(video.suffix) + LOSSLESS_SUFFIX)
+
+
+def viewable_path(video: str | Path) -> Path | None:
+    """The viewable video that goes with a measurement one (``dense.lossless.mkv`` ->
+    ``dense.mp4``), or None when ``video`` is not named as a measurement video."""
+    video = Path(video)
+    if not video.name.endswith(LOSSLESS_SUFFIX):
+        return None
+    return video.with_name(video.name.removesuffix(LOSSLESS_SUFFIX) + ".mp4")
+
+
 def decode_mp4(path: str | Path) -> np.ndarray:
-    """Decodes a video file to uint8 RGB frames [T, H, W, 3].
+    """Decodes a video file (mp4, mkv, any container FFmpeg reads) to uint8 RGB frames [T, H, W, 3].
 
     Raises:
         FileNotFoundError: the file does not exist.

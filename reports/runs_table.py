@@ -30,7 +30,7 @@ COLUMNS = (
     ("dense s", "dense_median_s", "{:.3f}"),
     ("sparse s", "sparse_median_s", "{:.3f}"),
     ("speedup", "speedup", "{:.2f}x"),
-    ("PSNR dB", "psnr_ffmpeg_db", "{:.2f}"),
+    ("PSNR dB (raw frames)", "psnr_db", "{:.2f}"),
     ("noise floor dB", "noise_floor_psnr_db", "{:.2f}"),
     ("SSIM", "ssim_frames", "{:.4f}"),
     ("kept", "schedule_kept_fraction", "{:.3f}"),
@@ -58,7 +58,7 @@ def quality_vs_speed_plot(rows: list[dict[str, Any]], path: Path) -> Path:
     """Scatter of PSNR against speedup, one point per run, labelled by schedule."""
     fig, ax = plt.subplots(figsize=(6, 4))
     for row in rows:
-        speedup, psnr = row.get("speedup"), row.get("psnr_ffmpeg_db")
+        speedup, psnr = row.get("speedup"), row.get("psnr_db")
         if speedup is None or psnr is None or format_cell(psnr) == "inf":
             continue
         ax.scatter(float(speedup), float(psnr))

@@ -57,6 +57,15 @@ def test_pallas_gpu_interpret_prints_b0_b3_and_drops_cudnn(capsys, tmp_path):
     assert (config["num_warps"], config["num_stages"]) == (4, pallas_gpu_budget.DEFAULT_NUM_STAGES)
     assert config["machine"]["jax_backend"] == "cpu"
     assert [r["variant"] for r in result["kernel_table"]] == ["b0", "b1", "b2", "b3"]
+    # Without cuDNN, B0 is the only dense row and so the baseline of the fraction of ideal.
+    for row in result["kernel_table"]:
+        assert row["fastest_dense"] == "b0"
+        assert row["fraction_of_ideal"] == pytest.approx(
+            row["speedup_vs_fastest_dense"] * row["mask_density"]
+        )
+        assert row["executed_pairs_fraction"] >= row["density"]
+        assert "cpu_fraction_of_ideal" not in row  # host CPU time is not judged on a GPU
+    assert "| executed pairs % |" in out and "| flag |" in out
     checks = result["checks"]
     assert isinstance(checks["b3_at_least_0.90_of_ideal_vs_b0"], bool)
     # Without a cuDNN row its checks are shown as not evaluated, not dropped or passed.
@@ -123,6 +132,10 @@ def test_tile_sweep_records_refused_tiles(monkeypatch):
     assert timed["refused"] is None
     assert timed["b3_median_ms"] > 0 and timed["b2_min_ms"] <= timed["b2_max_ms"]
     assert timed["b3_fraction_of_ideal"] > 0 and "b2_fraction_of_ideal" in timed
+    # 32 x 32 tiles divide 128 tokens: no padding, so executed pairs = visited tiles.
+    assert timed["b3_executed_pairs_fraction"] == pytest.approx(timed["b3_tiles_visited_fraction"])
+    above = max(timed["b2_fraction_of_ideal"], timed["b3_fraction_of_ideal"]) > 1.0
+    assert timed["ideal_flag"] == ("baseline likely slow" if above else None)
     assert "overflow shared memory (test)" in too_wide["refused"]
     assert "b3_median_ms" not in too_wide
     assert "exceeds the 128-token sequence" in too_long["refused"]  # tile granularity, too

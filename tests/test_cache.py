@@ -1,24 +1,43 @@
-"""Dense-arm cache: hits on the same key, misses on any change, never half-written."""
+"""Dense-arm cache: hits on the same key, misses on any change that matters (and only then), never
+half-written, and says where a cached arm came from."""
 
 import json
+import logging
 
 import numpy as np
+import pytest
 
-from evalharness import kernel_choice
 from evalharness.arms import ArmResult
 from evalharness.cache import (
     ArmCache,
     DenseArms,
-    cache_key,
-    code_version,
-    dense_arm_fields,
-    dense_arm_key,
     load_dense_arms,
     store_dense_arms,
 )
-from evalharness.config import to_config
+from evalharness.cache_key import (
+    cache_key,
+    environment_fields,
+    key_fields_of,
+)
 from evalharness.timing import RunTimes
-from tests.helpers.harness_config import small_config
+from tests.helpers.cache_key import (
+    pinned_key,
+    replace_field,
+    resolved_small_config,
+)
+
+
+@pytest.fixture(scope="module")
+def cfg(tmp_path_factory):
+    return resolved_small_config(tmp_path_factory.mktemp("cfg"))
+
+
+@pytest.fixture(scope="module")
+def env():
+    return environment_fields()
+
+
+# ----------------------------------------------------------------------------- the store itself
 
 
 def test_cache_hit_and_invalidation(tmp_path):
@@ -44,56 +63,7 @@ def test_unreadable_entry_is_a_miss(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
-def test_code_version_is_stable():
-    assert code_version() == code_version() and len(code_version()) == 16
-
-
-def test_dense_arm_key_fields_are_stable(tmp_path):
-    # Existing caches stay valid only while the key's fields keep their names and values. The key
-    # is taken on the config resolved for the platform (what the run actually computes).
-    cfg = kernel_choice.resolve(to_config(small_config(tmp_path)), "cpu")
-    fields = dense_arm_fields(cfg, "tiny|seed=0", 3.0)
-    assert list(fields) == [
-        "model",
-        "param_dtype",
-        "dtype",
-        "resolution",
-        "steps",
-        "sampler",
-        "flow_shift",
-        "seed",
-        "prompt",
-        "negative_prompt",
-        "guidance_scale",
-        "kernel",
-        "parallel",
-        "warm_runs",
-        "noise_floor",
-        "code",
-        "jax",
-        "device",
-    ]
-    as_json = json.loads(json.dumps(fields, default=str))
-    assert as_json["resolution"] == [33, 64, 64]
-    assert as_json["kernel"] == {
-        "backend": "xla",
-        "block_q": 8,
-        "block_kv": 8,
-        "block_kv_compute": None,
-        "vmem_limit_bytes": None,
-        "num_warps": None,
-        "num_stages": None,
-        "dense_executor": "b0",
-        "noise_floor_executor": "dot_product_attention",
-    }
-    assert as_json["parallel"] == {"sequence": 0, "permute_placement": "head_local"}
-    assert (as_json["sampler"], as_json["dtype"], as_json["param_dtype"]) == (
-        "unipc",
-        "float32",
-        "float32",
-    )
-    assert dense_arm_key(cfg, "tiny|seed=0", 3.0) == cache_key(fields)
-    assert dense_arm_key(cfg, "tiny|seed=1", 3.0) != cache_key(fields)
+# ----------------------------------------------------------------------------- entries and provenance
 
 
 def _arm(label, value, timed):
@@ -120,3 +90,62 @@ def test_dense_arms_round_trip_through_the_cache(tmp_path):
         np.testing.assert_array_equal(got.frames, want.frames)
     store_dense_arms(cache, DenseArms(_arm("dense", 3, True), None, "k2", hit=False))
     assert load_dense_arms(cache, "k2").noise_floor is None
+
+
+def test_entry_records_its_key_inputs_and_provenance(cfg, env, tmp_path, caplog):
+    cache = ArmCache(tmp_path)
+    key = pinned_key(cfg, env)
+    fields = key_fields_of(key)
+    assert cache_key(fields) == key
+    computed = DenseArms(_arm("dense", 1, True), None, key, hit=False)
+    assert computed.host and computed.created_at  # this host, now
+    folder = store_dense_arms(cache, computed)
+    assert json.loads((folder / "key.json").read_text()) == fields  # readable, beside the entry
+    meta = json.loads((folder / "meta.json").read_text())
+    assert (meta["key"], meta["created_at"], meta["host"]) == (
+        key,
+        computed.created_at,
+        computed.host,
+    )
+    loaded = load_dense_arms(cache, key)
+    assert loaded.provenance() == {
+        "dense_cache": "hit",
+        "dense_cache_key": key,
+        "dense_created_at": computed.created_at,
+        "dense_host": computed.host,
+    }
+    assert computed.provenance()["dense_cache"] == "miss"
+
+    # A miss names the closest cached entry and what differs.
+    other = pinned_key(replace_field(cfg, "seed", cfg.seed + 1), {**env, "xla_flags": "--x"})
+    with caplog.at_level(logging.INFO, logger="evalharness.cache"):
+        assert load_dense_arms(cache, other) is None
+    assert f"closest cached entry {key} differs in: environment.xla_flags, seed" in caplog.text
+    assert cache.closest_differences(fields) == (key, [])
+
+
+def test_entries_without_provenance_still_load(tmp_path):
+    cache = ArmCache(tmp_path)
+    arms = DenseArms(_arm("dense", 1, True), None, "old", hit=False)
+    folder = store_dense_arms(cache, arms, key_fields={"seed": 1})
+    meta = json.loads((folder / "meta.json").read_text())
+    for name in ("created_at", "host", "key"):
+        del meta[name]
+    (folder / "meta.json").write_text(json.dumps(meta))
+    (folder / "key.json").unlink()
+    loaded = load_dense_arms(cache, "old")
+    assert loaded.provenance()["dense_created_at"] == "unknown"
+    assert loaded.provenance()["dense_host"] == "unknown"
+    assert cache.closest_differences({"seed": 1}) is None
+
+
+def test_an_entry_is_reused_only_for_bit_identical_latents_of_the_same_arms():
+    stored = DenseArms(_arm("dense", 1, True), _arm("noise_floor", 2, True), "k", hit=True)
+    same = {"dense": _arm("dense", 1, False), "noise_floor": _arm("noise_floor", 2, False)}
+    assert stored.holds(same) and stored.holds({"dense": same["dense"]})
+    other = dict(same, noise_floor=_arm("noise_floor", 3, False))
+    assert not stored.holds(other)
+    nudged = _arm("dense", 1, False)
+    nudged.latents = np.nextafter(nudged.latents, np.float32(2))
+    assert not stored.holds({"dense": nudged})
+    assert not DenseArms(_arm("dense", 1, True), None, "k", hit=True).holds(same)

@@ -100,6 +100,7 @@ def _expected_params(tmp_path) -> dict:
         "logger.experiment_name": "evalharness",
         "logger.log_videos": True,
         "gate.min_psnr_db": None,
+        "gate.min_worst_frame_psnr_db": None,
         "gate.min_speedup": None,
         "parallel.sequence": 0,
         "parallel.permute_placement": "head_local",

@@ -50,3 +50,6 @@ def test_benchmark_tiles_command_reads_the_presets(capsys):
         75_600,
     )
     assert (stats["num_q_tiles"], stats["num_kv_tiles"]) == (23, 50)
+    # Executed pairs: whole visited tiles, padding included, so at least the kept fraction.
+    assert stats["b3_executed_pairs_fraction"] >= stats["b3_density"]
+    assert stats["executed_pairs_fraction"] >= stats["density"]

@@ -86,13 +86,19 @@ DEFAULT_JOB_METRIC_KEYS = {
     "speedup_vs_dot_product_attention",  # the other dense control on a CPU
     "dense_controls",
     "dense_control",
+    "psnr_db",  # raw frames: what the gate reads
+    "psnr_worst_frame_db",
     "psnr_ffmpeg_db",
+    "codec_psnr_db",
+    "gap_to_noise_floor_db",
     "psnr_frames_db",
     "psnr_video_db",
     "ssim_frames",
     "max_abs_latent_diff",
     "noise_floor_psnr_db",
     "noise_floor_psnr_frames_db",
+    "noise_floor_psnr_worst_frame_db",
+    "noise_floor_psnr_ffmpeg_db",
     "noise_floor_ssim_frames",
     "noise_floor_max_abs_latent_diff",
     "text_encode_s",
@@ -108,6 +114,7 @@ DEFAULT_JOB_METRIC_KEYS = {
     "attention_backend",
     "routing_flops_fraction",
     "routing_temporal_fraction",
+    "routing_recording_max_abs_latent_diff",
     "tiles.tokens",
     "tiles.block_q",
     "tiles.block_kv",
@@ -116,6 +123,9 @@ DEFAULT_JOB_METRIC_KEYS = {
     "tiles.density",
     "tiles.target_density",
     "tiles.tiles_visited_fraction",
+    "tiles.executed_pairs_fraction",
+    "tiles.scan_executed_pairs_fraction",
+    "tiles.scan_wasted_fraction",
     "tiles.masked_fraction",
     "tiles.padded_visit_fraction",
     "preflight.tokens",
@@ -146,10 +156,19 @@ def test_dense_cache_hit_then_invalidation(first_run):
     # Also the videos-off run: mp4 files stay in the run folder but are not uploaded.
     again = run(small_config(tmp, "schedule=aggressive", "logger.log_videos=false"))
     assert again["dense_cache"] == "hit"
-    assert again["dense_median_s"] == metrics["dense_median_s"]  # the cached timings, reused
-    videos = {"dense.mp4", "sparse.mp4", "side_by_side.mp4", "noise_floor.mp4"}
-    assert videos <= {p.name for p in Path(again["run_dir"]).iterdir()}
     client = MlflowClient(default_tracking_uri(tmp / "outputs"))
+    # The dense frames are reused, but every arm is timed again, in this run, after the first
+    # run's timed window ended: the cache never carries a timing from another process.
+    first_tags = client.get_run(metrics["mlflow_run_id"]).data.tags
+    tags = client.get_run(again["mlflow_run_id"]).data.tags
+    assert tags["dense_cache"] == "hit" and tags["dense_cache_key"] == again["dense_cache_key"]
+    assert tags["dense_created_at"] == first_tags["dense_created_at"]
+    for arm in ("dense", "sparse", "noise_floor"):
+        assert tags[f"timed.{arm}"].split(" / ")[0] >= first_tags[f"timed.{arm}"].split(" / ")[1]
+    assert again["dense_median_s"] != metrics["dense_median_s"]
+    videos = {"dense.mp4", "sparse.mp4", "side_by_side.mp4", "noise_floor.mp4"}
+    videos |= {"dense.lossless.mkv", "sparse.lossless.mkv", "noise_floor.lossless.mkv"}
+    assert videos <= {p.name for p in Path(again["run_dir"]).iterdir()}
     uploaded = {a.path for a in client.list_artifacts(again["mlflow_run_id"])}
     assert not videos & uploaded
     assert {"metrics.json", "report.md", "config.yaml", "routing_stats.npz"} <= uploaded

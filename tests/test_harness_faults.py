@@ -5,7 +5,7 @@ import pytest
 from flax import nnx
 from mlflow.tracking import MlflowClient
 
-from evalharness.arms import NonFiniteLatents, run_arm
+from evalharness.arms import NonFiniteLatents, prepare_arm
 from evalharness.run import make_run_dir, run
 from evalharness.tracking import default_tracking_uri
 from models.checkpoint import CheckpointError
@@ -53,7 +53,7 @@ def test_nan_latents_are_a_clear_error():
     latents = jnp.ones((1, 16, 1, 2, 2))
     context = jnp.ones((1, 4, 8))
     with pytest.raises(NonFiniteLatents, match="NaN or Inf"):
-        run_arm(
+        prepare_arm(
             "sparse",
             _NaNModel(),
             make_sampler("euler", 2, 3.0),
@@ -62,7 +62,6 @@ def test_nan_latents_are_a_clear_error():
             noise=latents,
             context=context,
             negative_context=None,
-            warm_runs=1,
         )
 
 

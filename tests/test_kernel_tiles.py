@@ -101,3 +101,22 @@ def test_block_size_validation():
         build_plan(BandMask(8, 1, 0), BlockSizes(8, 8), "b4")
     assert default_block_sizes(37) == BlockSizes(40, 40)
     assert default_block_sizes(100_000) == BlockSizes(512, 512)
+
+
+@pytest.mark.parametrize("variant", ["b0", "b1", "b2", "b3"])
+def test_executed_pairs_count_whole_visited_tiles_not_the_mask(variant):
+    """Executed pairs: every visited tile's full area (masked-out pairs and padding included),
+    counted here tile by tile from the visit lists; never below the plan's density."""
+    tokens, tiles = 300, BlockSizes(64, 32)
+    mask = PaddingMask(tokens) if variant == "b0" else BandMask(tokens, 50, 20)
+    plan = build_plan(mask, tiles, variant, rounding_tolerance=None)
+    visited = {
+        (i, int(j))
+        for i in range(plan.num_q_tiles)
+        for kv, count in ((plan.full_kv, plan.full_count), (plan.partial_kv, plan.partial_count))
+        for j in kv[i, : count[i]]
+    }
+    expected = len(visited) * 64 * 32 / tokens**2
+    assert plan.executed_pairs_fraction == pytest.approx(expected, rel=1e-12)
+    assert plan.executed_pairs_fraction >= plan.density
+    assert plan.stats()["executed_pairs_fraction"] == plan.executed_pairs_fraction

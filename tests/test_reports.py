@@ -9,9 +9,7 @@ def test_report_table_and_plot_from_stored_runs(tmp_path, capsys):
     for name, speedup, psnr in (("balanced", 1.3, 28.0), ("aggressive", 1.6, float("inf"))):
         tracker = MlflowTracker(uri, "exp", f"run-{name}")
         tracker.log_params({"schedule.name": name, "resolution.name": "cpu"})
-        tracker.log_metrics(
-            {"speedup": speedup, "psnr_ffmpeg_db": psnr, "noise_floor_psnr_db": 40.0}
-        )
+        tracker.log_metrics({"speedup": speedup, "psnr_db": psnr, "noise_floor_psnr_db": 40.0})
         tracker.finish("FINISHED")
     assert main(["--experiment", "exp", "--tracking-uri", uri, "--out", str(tmp_path / "r")]) == 0
     table = (tmp_path / "r" / "runs.md").read_text()

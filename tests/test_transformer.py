@@ -151,8 +151,11 @@ def test_rope_tables_against_per_token_loop():
                 expected[n] = row
                 n += 1
     assert cos.dtype == jnp.float32 and cos.shape == (60, 16)
-    assert_allclose(cos, np.cos(expected), atol=1e-6)
-    assert_allclose(sin, np.sin(expected), atol=1e-6)
+    # The tables are built in float64 and rounded to float32 once: the error is at most half an
+    # ulp of a value in [-1, 1] (2^-25, 3e-8). Absolute, since sin(0) = 0 makes rtol meaningless;
+    # 2.5e-7 is two ulps at 1.0, room for the host libm's float64 cos and sin.
+    assert_allclose(cos, np.cos(expected), atol=2.5e-7)
+    assert_allclose(sin, np.sin(expected), atol=2.5e-7)
 
 
 def test_apply_rope_is_complex_rotation_of_interleaved_pairs():
@@ -165,7 +168,10 @@ def test_apply_rope_is_complex_rotation_of_interleaved_pairs():
         np.asarray(cos, np.float64) + 1j * np.asarray(sin, np.float64)
     )[None, :, None, :]
     expected = np.stack([z.real, z.imag], axis=-1).reshape(xn.shape)
-    assert_allclose(out, expected, atol=1e-6)
+    # Each output is x cos - y sin (two float32 products and a sum, |x|, |y| up to ~4): a few
+    # ulps relative, rtol 1e-6 (~8 ulps). An output near zero is a cancellation whose rounding
+    # error is relative to the inputs, not to the result, hence atol 1e-6 (~2 ulps at |x| = 4).
+    assert_allclose(out, expected, rtol=1e-6, atol=1e-6)
     assert apply_rope(x.astype(jnp.bfloat16), cos, sin).dtype == jnp.bfloat16
 
 
@@ -182,7 +188,10 @@ def test_timestep_embedding_cos_first():
     emb = timestep_embedding(t, 8)
     freqs = np.exp(-np.log(10000.0) * np.arange(4) / 4)
     ang = np.asarray(t, np.float64)[:, None] * freqs[None]
+    # cos/sin are bounded by 1 and the error is absolute in the float32 angle: t * freq at
+    # t = 999 carries up to half an ulp of 999 (3e-5) into cos and sin, so atol 1e-4, no rtol.
     assert_allclose(emb, np.concatenate([np.cos(ang), np.sin(ang)], -1), atol=1e-4)
+    # At t = 0 every angle is exactly 0: cos 0 = 1 and sin 0 = 0 are exact in float32.
     assert_allclose(emb[0], np.array([1, 1, 1, 1, 0, 0, 0, 0.0]), atol=0)
 
 
@@ -195,11 +204,16 @@ def test_dense_attention_matches_reference_formula():
     p = np.exp(s - s.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
     expected = np.einsum("bhqk,bkhd->bqhd", p, np.asarray(v, np.float64))
-    assert_allclose(dense_attention(q, k, v, step=0, layer=0), expected, atol=1e-5)
-    assert_allclose(jax.nn.dot_product_attention(q, k, v), expected, atol=1e-5)
+    # float32: 16-term scores, a 9-term softmax and a 9-term weighted sum of v, so a few ulps
+    # times ~25 accumulated terms: rtol 1e-5. Outputs are convex combinations of v (|v| <= 3.3)
+    # and one near zero is a cancellation, whose error scales with |v|: atol 3e-6 (~12 ulps of 3.3).
+    assert_allclose(dense_attention(q, k, v, step=0, layer=0), expected, rtol=1e-5, atol=3e-6)
+    assert_allclose(jax.nn.dot_product_attention(q, k, v), expected, rtol=1e-5, atol=3e-6)
     out16 = dense_attention(q.astype(jnp.bfloat16), k.astype(jnp.bfloat16), v.astype(jnp.bfloat16))
     assert out16.dtype == jnp.bfloat16
-    assert_allclose(out16, expected, atol=3e-2)
+    # bfloat16 keeps 8 significant bits: rounding q, k, v and the output costs ~2^-8 relative
+    # each, so rtol 1e-2; outputs near zero inherit errors of size 2^-8 |v| ~ 1e-2 (atol).
+    assert_allclose(out16, expected, rtol=1e-2, atol=1e-2)
 
 
 # --- the model and its attention contract ---------------------------------------------------
@@ -225,10 +239,16 @@ def test_attend_receives_contract_shapes_layers_and_step(small_model):
     at_step0 = small_model(latents, timestep, context, attend=attend, step=0)
     n = 3 * 2 * 3  # F * Hp * Wp
     assert calls == [((2, n, 2, 32),) * 3 + (layer, int) for layer in (0, 1)]
+    # Exact: both calls run the same eager ops on the same q, k, v; scaling by 1.0 is exact.
     assert_allclose(at_step0, default, atol=0)
 
     run = nnx.jit(lambda m, s: m(latents, timestep, context, attend=attend, step=s))
-    assert_allclose(run(small_model, jnp.int32(0)), default, atol=1e-6)
+    # jit fuses and reorders float32 sums that eager runs op by op, so the two differ by rounding:
+    # a few ulps times the accumulated terms (64-wide projections and FFN, two blocks), about
+    # 1e-5 relative. Outputs (RMS ~1, up to ~4) near zero are cancellations whose error is set
+    # by that scale, not by the element, hence atol 1e-5 as well. A wrong step scales attention
+    # by 2 and moves outputs by ~1 (checked below), far beyond either bound.
+    assert_allclose(run(small_model, jnp.int32(0)), default, rtol=1e-5, atol=1e-5)
     assert float(jnp.max(jnp.abs(run(small_model, jnp.int32(1)) - default))) > 1e-3
 
 
@@ -261,8 +281,12 @@ def test_batch_rows_are_independent_and_scalar_timestep_broadcasts(small_model):
     both = small_model(latents, timestep, context)
     for b in range(2):
         single = small_model(latents[b : b + 1], timestep[b : b + 1], context[b : b + 1])
-        assert_allclose(single[0], both[b], atol=1e-5)
+        # Batch 1 and batch 2 matmuls may block and sum differently: rounding only, bounded as
+        # in test_attend_receives_contract_shapes_layers_and_step (rtol and an atol at the output
+        # scale, RMS ~1). Leakage between batch rows would move outputs by O(1).
+        assert_allclose(single[0], both[b], rtol=1e-5, atol=1e-5)
     same_t = small_model(latents, jnp.float32(500.0), context)
+    # Exact: a scalar timestep is broadcast to [B] before anything is computed from it.
     assert_allclose(same_t, small_model(latents, jnp.full((2,), 500.0), context), atol=0)
 
 

@@ -21,8 +21,13 @@ which times the interpreter (for checking the benchmark, not for timings); the c
 drops out, as cuDNN needs a GPU.
 
 Timings are wall-clock medians of warm runs (compile excluded), rows timed round-robin in one
-process, with min/max and process CPU time beside them, because the benchmark machine may be
-shared with other work.
+process (every part: kernel table, sweeps, temporal heads), with min/max and process CPU time
+beside them, because the benchmark machine may be shared with other work.
+
+The kernel table's "of ideal" is the speedup over the fastest dense row (B0 at the table's tiles
+or the backend's dense control, whichever ran faster) times the mask's kept fraction; above 1.0 it
+is flagged "baseline likely slow" in the table and the notes. "executed pairs %" is the share of
+the N^2 query-key pairs the kernel computes (visited tiles x tile area, padding included).
 """
 
 from __future__ import annotations
@@ -41,7 +46,12 @@ from evalharness.bench.backends import (
     platform_problem,
 )
 from evalharness.bench.checks import acceptance_checks
-from evalharness.bench.kernel_table import kernel_table, table_variants
+from evalharness.bench.kernel_table import (
+    SLOW_BASELINE,
+    kernel_table,
+    slow_baseline_notes,
+    table_variants,
+)
 from evalharness.bench.machine import machine_info
 from evalharness.bench.memory import compiled_peak_bytes
 from evalharness.bench.report import (
@@ -268,6 +278,22 @@ def _sweep(
     return result
 
 
+def _baseline_notes(rows: list[dict]) -> list[str]:
+    """Which row the kernel table's fractions of ideal are against, and any row flagged above 1.0
+    (``kernel_table.slow_baseline_notes``)."""
+    fastest = next((r["fastest_dense"] for r in rows if r.get("fastest_dense")), None)
+    if fastest is None:
+        return []
+    note = (
+        f"kernel table: 'of ideal' = speedup over the fastest dense row ({fastest}) x the mask's "
+        "kept fraction"
+    )
+    cpu_fastest = next((r["cpu_fastest_dense"] for r in rows if r.get("cpu_fastest_dense")), None)
+    if cpu_fastest is not None:
+        note += f"; on CPU medians the fastest dense row is {cpu_fastest}"
+    return [note, *slow_baseline_notes(rows)]
+
+
 def _measure(
     args: argparse.Namespace,
     geometry: TokenGeometry,
@@ -293,9 +319,17 @@ def _measure(
         result["kernel_table"] = kernel_table(
             geometry, args.density, block_sizes, variants=variants, backend=backend, **timed
         )
+        result["notes"] += _baseline_notes(result["kernel_table"])
     if "sweep" not in skip:
         print("running tile sweep ...", file=sys.stderr, flush=True)
         result.update(_sweep(args, geometry, block_sizes, backend, timed))
+        flagged = [r for r in result.get("tile_sweep", []) if r.get("ideal_flag")]
+        if flagged:
+            tiles = ", ".join(f"{r['block_q']}x{r['block_kv']}" for r in flagged)
+            result["notes"].append(
+                f"tile sweep {tiles}: B2 or B3 above 1.0 of ideal against B0 at the same tiles: "
+                f"{SLOW_BASELINE}, not a result"
+            )
     if "temporal" not in skip:
         print("running temporal comparison ...", file=sys.stderr, flush=True)
         result["temporal"] = temporal_comparison(

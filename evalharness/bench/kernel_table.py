@@ -14,6 +14,9 @@ from kernels.plans.tiles import VARIANTS, build_plan
 
 # The XLA backend's rows, in the order the table shows them (B0, its dense control, B1-B3).
 TABLE_VARIANTS = ("b0", "dot_product_attention", "b1", "b2", "b3")
+# A fraction of ideal above this says the baseline ran slow (no kernel beats 1 / density).
+IDEAL_CEILING = 1.0
+SLOW_BASELINE = "baseline likely slow"
 
 
 def table_variants(backend: Backend, with_dense_control: bool = True) -> tuple[str, ...]:
@@ -25,14 +28,17 @@ def table_variants(backend: Backend, with_dense_control: bool = True) -> tuple[s
 def plan_row(plan, backend: str = "xla") -> dict:
     """Tile statistics of a plan, plus the padding share of its XLA visit groups on "xla".
 
-    The visit groups (``wasted_fraction``, ``scan_groups``) are how the XLA path batches its
-    tiles; the Pallas kernels visit tiles one by one, so there they are None rather than figures
-    of a schedule that does not run.
+    ``executed_pairs_fraction`` is the work the kernel does (``executed_pairs_fraction``); the
+    visit groups (``wasted_fraction``, ``scan_groups``) are how the XLA path batches its tiles,
+    and ``wasted_fraction`` the share of the scan's tile products that are padding on top of that.
+    The Pallas kernels visit tiles one by one, so there those two are None rather than figures of
+    a schedule that does not run.
     """
     sched = visit_groups(plan) if backend == "xla" else None
     return {
         "density": plan.density,
         "tiles_visited_fraction": plan.tiles_visited_fraction,
+        "executed_pairs_fraction": plan.executed_pairs_fraction,
         "masked_fraction": plan.masked_fraction,
         "wasted_fraction": sched.wasted_fraction if sched else None,
         "scan_groups": len(sched.groups) if sched else None,
@@ -65,8 +71,8 @@ def kernel_table(
         backend: where b0-b3 run; the dense controls follow its interpret mode.
 
     Returns:
-        One dict per variant: timing, tile statistics, num_warps/num_stages (b0-b3), speedup over
-        B0 and over the dense control (the first dense row), fraction of ideal for both.
+        One dict per variant: timing, tile statistics (executed pairs included), num_warps and
+        num_stages (b0-b3), and the speedups and fractions of ideal of :func:`add_speedups`.
     """
     mask = band_for_density(geometry, density)
     q, k, v = random_qkv(geometry.tokens, heads, head_dim, dtype)
@@ -81,7 +87,13 @@ def kernel_table(
             row.update(backend.launch(block_sizes.block_q, head_dim))
         else:
             fn = backend.dense_fn(variant)
-            row.update(density=1.0, tiles_visited_fraction=1.0, masked_fraction=0.0)
+            # A dense control computes every pair once: no tiles, no padding.
+            row.update(
+                density=1.0,
+                tiles_visited_fraction=1.0,
+                executed_pairs_fraction=1.0,
+                masked_fraction=0.0,
+            )
             # No XLA visit groups (see ``plan_row``): zero on "xla" as before, None elsewhere.
             xla = backend.name == "xla"
             row.update(wasted_fraction=0.0 if xla else None, scan_groups=0 if xla else None)
@@ -91,30 +103,92 @@ def kernel_table(
     timings = time_interleaved(fns, runs)
     for row in rows:
         row.update(timings[row["variant"]])
-    add_speedups(rows, mask.density)
+    add_speedups(rows, mask.density, cpu=backend.name != "pallas_gpu")
     return rows
 
 
-def add_speedups(rows: list[dict], mask_density: float) -> None:
-    """Adds speedups and fractions of ideal to timed rows, in place.
+def _fastest(rows: list[dict], key: str) -> dict | None:
+    """The row with the smallest ``key`` among ``rows`` that have it (None when none do)."""
+    timed = [row for row in rows if row.get(key) is not None]
+    return min(timed, key=lambda row: row[key]) if timed else None
 
-    Ideal speedup is 1 / (exact kept fraction of the SVG mask) for every sparse row, against B0
-    and against the dense control alike (both compute every pair).
+
+def add_speedups(rows: list[dict], mask_density: float, cpu: bool = True) -> None:
+    """Adds speedups, fractions of ideal and slow-baseline flags to timed rows, in place.
+
+    The baseline is the fastest dense executor that ran: B0 at the table's tiles or the
+    backend's dense control (``dot_product_attention``, ``splash``, ``cudnn``), whichever has the
+    smaller median, chosen separately for wall-clock and CPU medians. Against it:
+
+    - ``speedup_vs_fastest_dense`` = baseline_ms / row_ms (``fastest_dense`` names the row);
+    - ``fraction_of_ideal`` = speedup_vs_fastest_dense * mask_density, the ideal speedup being
+      1 / (exact kept fraction of the SVG mask) for every sparse row;
+    - ``cpu_speedup_vs_fastest_dense`` and ``cpu_fraction_of_ideal`` likewise on CPU medians
+      (``cpu_fastest_dense``), unless ``cpu`` is False.
+
+    Beside them: ``speedup_vs_b0`` (the kernel effect against our own dense tiles, what the
+    checks use) with ``fraction_of_ideal_vs_b0``, and ``speedup_vs_dense`` /
+    ``fraction_of_ideal_vs_dense`` against the dense control (the first row that is not b0-b3).
+
+    A fraction of ideal above ``IDEAL_CEILING`` cannot be the kernel's doing (it would compute
+    fewer pairs than the mask keeps): the baseline ran slow. Such rows get ``ideal_flag`` =
+    ``SLOW_BASELINE`` (with "(CPU)" when only the CPU fraction is above); else ``ideal_flag`` is
+    None.
 
     Args:
-        rows: dicts with "variant", "median_ms" and "cpu_median_ms".
+        rows: dicts with "variant", "median_ms" and (optionally) "cpu_median_ms".
         mask_density: the exact mask's kept fraction.
+        cpu: whether CPU medians are judged (False on a GPU, where the host's CPU time measures
+            waiting for the kernel): without it no CPU fraction of ideal is computed or flagged.
     """
     base = next((r for r in rows if r["variant"] == "b0"), None)
     dense = next((r for r in rows if r["variant"] not in VARIANTS), None)
+    dense_rows = [r for r in rows if r["variant"] == "b0" or r["variant"] not in VARIANTS]
+    fastest = _fastest(dense_rows, "median_ms")
+    cpu_fastest = _fastest(dense_rows, "cpu_median_ms") if cpu else None
     for row in rows:
+        row["mask_density"] = mask_density
         if base is not None:
             row["speedup_vs_b0"] = base["median_ms"] / row["median_ms"]
-            row["cpu_speedup_vs_b0"] = base["cpu_median_ms"] / row["cpu_median_ms"]
-            row["fraction_of_ideal"] = row["speedup_vs_b0"] * mask_density
-            row["cpu_fraction_of_ideal"] = row["cpu_speedup_vs_b0"] * mask_density
+            row["fraction_of_ideal_vs_b0"] = row["speedup_vs_b0"] * mask_density
+            if row.get("cpu_median_ms") is not None and base.get("cpu_median_ms") is not None:
+                row["cpu_speedup_vs_b0"] = base["cpu_median_ms"] / row["cpu_median_ms"]
         if dense is not None:
             row["dense_control"] = dense["variant"]
             row["speedup_vs_dense"] = dense["median_ms"] / row["median_ms"]
             row["fraction_of_ideal_vs_dense"] = row["speedup_vs_dense"] * mask_density
-        row["mask_density"] = mask_density
+        flags = []
+        if fastest is not None:
+            row["fastest_dense"] = fastest["variant"]
+            row["speedup_vs_fastest_dense"] = fastest["median_ms"] / row["median_ms"]
+            row["fraction_of_ideal"] = row["speedup_vs_fastest_dense"] * mask_density
+            if row["fraction_of_ideal"] > IDEAL_CEILING:
+                flags.append(SLOW_BASELINE)
+        if cpu_fastest is not None and row.get("cpu_median_ms") is not None:
+            row["cpu_fastest_dense"] = cpu_fastest["variant"]
+            speedup = cpu_fastest["cpu_median_ms"] / row["cpu_median_ms"]
+            row["cpu_speedup_vs_fastest_dense"] = speedup
+            row["cpu_fraction_of_ideal"] = speedup * mask_density
+            if row["cpu_fraction_of_ideal"] > IDEAL_CEILING and not flags:
+                flags.append(SLOW_BASELINE + " (CPU)")
+        row["ideal_flag"] = flags[0] if flags else None
+
+
+def slow_baseline_notes(rows: list[dict]) -> list[str]:
+    """One note per row whose fraction of ideal is above ``IDEAL_CEILING`` (see ``add_speedups``).
+
+    Returns:
+        Notes naming the row, its fraction of ideal and the baseline it was measured against; an
+        empty list when no row is flagged.
+    """
+    notes = []
+    for row in rows:
+        for prefix, label in (("", "wall-clock"), ("cpu_", "CPU")):
+            fraction = row.get(prefix + "fraction_of_ideal")
+            if fraction is not None and fraction > IDEAL_CEILING:
+                notes.append(
+                    f"{row['variant']}: {fraction:.3g} of ideal ({label}) against "
+                    f"{row[prefix + 'fastest_dense']} is above {IDEAL_CEILING:g}, which no "
+                    f"kernel reaches: {SLOW_BASELINE}, not a result"
+                )
+    return notes

@@ -42,7 +42,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from evalharness.bench.machine import machine_info  # noqa: E402
 from evalharness.bench.report import PLACEMENT_COLUMNS  # noqa: E402
-from evalharness.bench.timing import time_call  # noqa: E402
+from evalharness.bench.timing import time_interleaved  # noqa: E402
 from evalharness.formatting import markdown_table  # noqa: E402
 from evalharness.resolutions import load_resolution  # noqa: E402
 from kernels.masks.geometry import TokenGeometry  # noqa: E402
@@ -116,27 +116,26 @@ def _traffic(args: argparse.Namespace, policy: AttentionPolicy, placement: str) 
 
 
 def _rows(args: argparse.Namespace, policy: AttentionPolicy) -> list[dict]:
-    """Timings of the single-device policy and of each placement on ``args.devices`` devices."""
+    """Timings of the single-device policy and of each placement on ``args.devices`` devices,
+    timed round-robin (``time_interleaved``): one run of each per round, after every one has
+    compiled and warmed up."""
     shape = (args.batch, policy.geometry.tokens, args.heads, args.head_dim)
     keys = jax.random.split(jax.random.key(0), 3)
     q, k, v = (jax.random.normal(key, shape, jnp.float32) for key in keys)
     step = jnp.int32(0)
     single = jax.jit(lambda q, k, v: policy(q, k, v, step=step, layer=0))
-    rows = [{"variant": "1 device (no exchange)", **time_call(lambda: single(q, k, v), args.runs)}]
+    fns = {"1 device (no exchange)": lambda: single(q, k, v)}
+    traffic = {}
     mesh = make_mesh(args.devices)
     for placement in PLACEMENTS:
         attend = SequenceParallelAttend(policy, mesh, placement=placement)
         fn = jax.jit(lambda q, k, v, attend=attend: attend(q, k, v, step=step, layer=0))
         sharded = [attend.shard_tokens(x) for x in (q, k, v)]
-        timing = time_call(lambda fn=fn, xs=sharded: fn(*xs), args.runs)
-        rows.append(
-            {
-                "variant": f"{args.devices} devices, {placement}",
-                **timing,
-                **_traffic(args, policy, placement),
-            }
-        )
-    return rows
+        name = f"{args.devices} devices, {placement}"
+        fns[name] = lambda fn=fn, xs=sharded: fn(*xs)
+        traffic[name] = _traffic(args, policy, placement)
+    timings = time_interleaved(fns, args.runs)
+    return [{"variant": name, **timings[name], **traffic.get(name, {})} for name in fns]
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -177,7 +176,8 @@ def format_table(result: dict) -> str:
             f"Sparse self-attention call: routing + permutation + exchange + B3 kernel; "
             f"{cfg['geometry']} tokens ({cfg['tokens']:,}), batch {cfg['batch']}, "
             f"{cfg['heads']} heads x {cfg['head_dim']}, {cfg['dtype']}, density "
-            f"{cfg['density']:.4f}, tiles {cfg['block']}; median of {cfg['runs']} warm runs.",
+            f"{cfg['density']:.4f}, tiles {cfg['block']}; median of {cfg['runs']} warm runs, "
+            "interleaved (one run of each variant per round).",
             "",
             markdown_table(result["rows"], PLACEMENT_COLUMNS),
             "",

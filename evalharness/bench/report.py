@@ -14,7 +14,13 @@ from evalharness.formatting import markdown_table
 NUMBER = "{:.4g}"
 
 # Keys holding a fraction in [0, 1] that the tables show as a percentage.
-PERCENT_KEYS = ("tiles_visited_fraction", "masked_fraction", "wasted_fraction", "density")
+PERCENT_KEYS = (
+    "tiles_visited_fraction",
+    "executed_pairs_fraction",
+    "masked_fraction",
+    "wasted_fraction",
+    "density",
+)
 
 TIMING_COLUMNS = (
     ("median ms", "median_ms", NUMBER),
@@ -22,25 +28,32 @@ TIMING_COLUMNS = (
     ("max", "max_ms", NUMBER),
     ("CPU ms", "cpu_median_ms", NUMBER),
 )
+# "executed pairs %": query-key pairs the kernel computes (visited tiles x BQ x BKV, padding
+# included) over N^2; "wasted %": on xla, the padding share of the scan's tile products on top.
 TILE_COLUMNS = (
     ("visited %", "tiles_visited_fraction", NUMBER),
+    ("executed pairs %", "executed_pairs_fraction", NUMBER),
     ("visited masked %", "masked_fraction", NUMBER),
     ("wasted %", "wasted_fraction", NUMBER),
     ("density %", "density", NUMBER),
 )
+# "of ideal" is against the fastest dense row (B0 or the dense control, see
+# ``kernel_table.add_speedups``); "flag" says when it is above 1.0, i.e. the baseline ran slow.
 SPEEDUP_COLUMNS = (
     ("speedup vs B0", "speedup_vs_b0", NUMBER),
+    ("speedup vs control", "speedup_vs_dense", NUMBER),
+    ("speedup vs fastest dense", "speedup_vs_fastest_dense", NUMBER),
     ("of ideal", "fraction_of_ideal", NUMBER),
-    ("speedup vs dense", "speedup_vs_dense", NUMBER),
-    ("of ideal vs dense", "fraction_of_ideal_vs_dense", NUMBER),
 )
+FLAG_COLUMN = ("flag", "ideal_flag", "{}")
 KERNEL_TABLE_COLUMNS = (
     ("variant", "variant", "{}"),
     *TIMING_COLUMNS,
     *TILE_COLUMNS,
     *SPEEDUP_COLUMNS,
-    ("CPU speedup", "cpu_speedup_vs_b0", NUMBER),
+    ("CPU speedup vs fastest dense", "cpu_speedup_vs_fastest_dense", NUMBER),
     ("CPU of ideal", "cpu_fraction_of_ideal", NUMBER),
+    FLAG_COLUMN,
 )
 # On a GPU the host's CPU time measures waiting for the kernel, so its columns are left out; the
 # launch parameters of the Triton kernel are shown instead.
@@ -48,14 +61,20 @@ GPU_KERNEL_TABLE_COLUMNS = (
     ("variant", "variant", "{}"),
     *TIMING_COLUMNS[:3],
     ("visited %", "tiles_visited_fraction", NUMBER),
+    ("executed pairs %", "executed_pairs_fraction", NUMBER),
     ("visited masked %", "masked_fraction", NUMBER),
     ("density %", "density", NUMBER),
     *SPEEDUP_COLUMNS,
+    FLAG_COLUMN,
     ("warps", "num_warps", "{}"),
     ("stages", "num_stages", "{}"),
 )
 # Tile-sweep rows hold one tile's B0, B2 and B3 side by side; B3's plan statistics in percent.
-TILE_SWEEP_PERCENT_KEYS = ("b3_tiles_visited_fraction", "b3_masked_fraction")
+TILE_SWEEP_PERCENT_KEYS = (
+    "b3_tiles_visited_fraction",
+    "b3_executed_pairs_fraction",
+    "b3_masked_fraction",
+)
 TILE_SWEEP_COLUMNS = (
     ("BQ", "block_q", "{}"),
     ("BKV", "block_kv", "{}"),
@@ -71,7 +90,9 @@ TILE_SWEEP_COLUMNS = (
     ("B2 of ideal", "b2_fraction_of_ideal", NUMBER),
     ("B3 of ideal", "b3_fraction_of_ideal", NUMBER),
     ("B3 visited %", "b3_tiles_visited_fraction", NUMBER),
+    ("B3 executed pairs %", "b3_executed_pairs_fraction", NUMBER),
     ("B3 visited masked %", "b3_masked_fraction", NUMBER),
+    FLAG_COLUMN,
     ("refused", "refused", "{}"),
 )
 SWEEP_COLUMNS = (("BQ", "block_q", "{}"), *TIMING_COLUMNS, *TILE_COLUMNS)

@@ -1,6 +1,7 @@
 """Tile-size sweeps (seed Figure 7 in spirit).
 
-- ``block_q_sweep`` (xla, pallas_tpu): BQ values at fixed BKV, latency vs masked work.
+- ``block_q_sweep`` (xla, pallas_tpu): BQ values at fixed BKV, latency vs masked work, every BQ
+  timed round-robin.
 - ``tile_sweep`` (pallas_gpu): a BQ x BKV grid of Triton blocks, B0, B2 and B3 per tile timed
   round-robin, fraction of ideal per tile. Tiles the backend refuses (tile granularity, shared
   memory) are kept as rows saying why, so a gap in the grid is never silent.
@@ -10,8 +11,12 @@ from __future__ import annotations
 
 from evalharness.bench.backends import XLA, Backend
 from evalharness.bench.inputs import random_qkv
-from evalharness.bench.kernel_table import plan_row
-from evalharness.bench.timing import time_call, time_interleaved
+from evalharness.bench.kernel_table import (
+    IDEAL_CEILING,
+    SLOW_BASELINE,
+    plan_row,
+)
+from evalharness.bench.timing import time_interleaved
 from kernels.masks.band import band_for_density
 from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes
@@ -39,12 +44,16 @@ def block_q_sweep(
 ) -> list[dict]:
     """Times ``variant`` (default B2: full/partial split, exact mask) for each BQ.
 
+    Every BQ is checked and compiled first; then the BQs are timed round-robin
+    (``time_interleaved``), one run of each per round, so load drift hits every BQ alike.
+
     Returns:
         One dict per BQ with timing and tile statistics.
     """
     mask = band_for_density(geometry, density)
     q, k, v = random_qkv(geometry.tokens, heads, head_dim, dtype)
     rows = []
+    fns = {}
     for block_q in block_qs:
         block_sizes = BlockSizes(block_q, block_kv)
         backend.check_tiles(block_sizes, geometry.tokens, head_dim, dtype)
@@ -52,8 +61,11 @@ def block_q_sweep(
         fn = backend.sparse_fn(plan)
         row = {"variant": variant, "block_q": block_q, "block_kv": block_kv}
         row.update(plan_row(plan, backend.name))
-        row.update(time_call(lambda fn=fn: fn(q, k, v), runs))
+        fns[block_q] = lambda fn=fn: fn(q, k, v)
         rows.append(row)
+    timings = time_interleaved(fns, runs)
+    for row in rows:
+        row.update(timings[row["block_q"]])
     return rows
 
 
@@ -89,8 +101,10 @@ def tile_sweep(
     Returns:
         One dict per (BQ, BKV), in grid order: "block_q", "block_kv", "num_warps", "num_stages",
         "refused" (None, or why: the backend's tile rules, or B3 rounding's tolerance), and for accepted tiles "{variant}_median_ms",
-        "_min_ms", "_max_ms" per variant, "b2_/b3_fraction_of_ideal" and the B3 plan's
-        "b3_tiles_visited_fraction" and "b3_masked_fraction".
+        "_min_ms", "_max_ms" per variant, "b2_/b3_fraction_of_ideal", "ideal_flag" (the
+        kernel table's ``SLOW_BASELINE`` when either is above 1.0: B0 ran slow, else None) and
+        the B3 plan's "b3_tiles_visited_fraction", "b3_executed_pairs_fraction" and
+        "b3_masked_fraction".
     """
     mask = band_for_density(geometry, density)
     q, k, v = random_qkv(geometry.tokens, heads, head_dim, dtype)
@@ -118,7 +132,10 @@ def tile_sweep(
             for name in ("b2", "b3"):
                 speedup = timings["b0"]["median_ms"] / timings[name]["median_ms"]
                 row[f"{name}_fraction_of_ideal"] = speedup * mask.density
+            above = any(row[f"{n}_fraction_of_ideal"] > IDEAL_CEILING for n in ("b2", "b3"))
+            row["ideal_flag"] = SLOW_BASELINE if above else None
             row["b3_tiles_visited_fraction"] = plans["b3"].tiles_visited_fraction
+            row["b3_executed_pairs_fraction"] = plans["b3"].executed_pairs_fraction
             row["b3_masked_fraction"] = plans["b3"].masked_fraction
             rows.append(row)
     return rows

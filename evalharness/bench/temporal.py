@@ -8,7 +8,7 @@ import jax.numpy as jnp
 from evalharness.bench.backends import XLA, Backend
 from evalharness.bench.inputs import random_qkv
 from evalharness.bench.kernel_table import plan_row
-from evalharness.bench.timing import time_call
+from evalharness.bench.timing import time_interleaved
 from kernels.masks.band import band_for_density, strided_temporal_mask
 from kernels.masks.geometry import TokenGeometry
 from kernels.masks.layouts import from_head_layouts, to_head_layouts
@@ -32,7 +32,8 @@ def temporal_comparison(
 
     The permuted path includes the gathers into and out of the temporal layout (selected per head
     with the routing flags, all True here). Both paths compute the same pairs, so their outputs
-    must agree; the largest difference is reported. Both run on ``backend``.
+    must agree; the largest difference is reported. Both run on ``backend``, timed round-robin
+    (``time_interleaved``).
 
     Returns:
         Two dicts ("permute_band_unpermute", "strided_in_place") with timing and tile stats.
@@ -52,13 +53,14 @@ def temporal_comparison(
         return backend.attend(q, k, v, strided)
 
     difference = float(jnp.max(jnp.abs(permuted(q, k, v).astype(jnp.float32) - in_place(q, k, v))))
+    paths = {"permute_band_unpermute": (permuted, band), "strided_in_place": (in_place, strided)}
+    timings = time_interleaved(
+        {name: (lambda fn=fn: fn(q, k, v)) for name, (fn, _) in paths.items()}, runs
+    )
     rows = []
-    for name, fn, plan in (
-        ("permute_band_unpermute", permuted, band),
-        ("strided_in_place", in_place, strided),
-    ):
+    for name, (_, plan) in paths.items():
         row = {"path": name, "variant": variant, **plan_row(plan, backend.name)}
-        row.update(time_call(lambda fn=fn: fn(q, k, v), runs))
+        row.update(timings[name])
         row["max_abs_difference_between_paths"] = difference
         rows.append(row)
     return rows

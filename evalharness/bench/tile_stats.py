@@ -18,7 +18,8 @@ def tile_stats(geometry: TokenGeometry, density: float, block_sizes: BlockSizes)
 
     Returns:
         JSON-ready dict with tokens, density (exact, sink counted), tiles_visited_fraction,
-        b2_masked_fraction, b3_masked_fraction, b3_density and more.
+        executed_pairs_fraction (B1/B2: visited tiles x tile area over N^2, padding included),
+        b2_masked_fraction, b3_masked_fraction, b3_executed_pairs_fraction, b3_density and more.
     """
     mask = band_for_density(geometry, density)
     b2 = build_plan(mask, block_sizes, "b2")
@@ -37,9 +38,11 @@ def tile_stats(geometry: TokenGeometry, density: float, block_sizes: BlockSizes)
         "half_width": mask.half_width,
         "density": mask.density,
         "tiles_visited_fraction": b2.tiles_visited_fraction,
+        "executed_pairs_fraction": b2.executed_pairs_fraction,
         "b1_masked_fraction": 1.0,
         "b2_masked_fraction": b2.masked_fraction,
         "b3_tiles_visited_fraction": b3.tiles_visited_fraction,
+        "b3_executed_pairs_fraction": b3.executed_pairs_fraction,
         "b3_masked_fraction": b3.masked_fraction,
         "b3_density": b3.density,
     }

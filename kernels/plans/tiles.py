@@ -113,6 +113,18 @@ class TilePlan:
         """Key/value tiles, padding included."""
         return tile_grid(self.tokens, self.block_sizes)[1]
 
+    @property
+    def executed_pairs_fraction(self) -> float:
+        """Query-key pairs the executor computes, over N^2: every visited tile's whole
+        BQ x BKV area, the pairs a masked tile computes and then drops and the padding included.
+
+        This, not ``density``, is the work a sparse arm does; it exceeds ``density`` by the
+        masked-out share of partial tiles and the padding (and can exceed 1 for a dense plan).
+        """
+        visited = int(self.full_count.sum()) + int(self.partial_count.sum())
+        area = self.block_sizes.block_q * self.block_sizes.block_kv
+        return visited * area / float(self.tokens) ** 2
+
     def stats(self) -> dict[str, float | int | str]:
         """The plan's statistics as a flat dict (JSON-friendly)."""
         return {
@@ -125,6 +137,7 @@ class TilePlan:
             "density": self.density,
             "target_density": self.target_density,
             "tiles_visited_fraction": self.tiles_visited_fraction,
+            "executed_pairs_fraction": self.executed_pairs_fraction,
             "masked_fraction": self.masked_fraction,
             "padded_visit_fraction": self.padded_visit_fraction,
         }

@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from kernels.masks.geometry import TokenGeometry
 from kernels.masks.layouts import temporal_position
@@ -77,8 +78,11 @@ def sample_rows(key: jax.Array, tokens: int, samples: int) -> jax.Array:
         raise ValueError(f"samples={samples}: expected 1 <= samples <= tokens={tokens}")
     offsets = jax.random.uniform(key, (samples,), jnp.float32)
     # Slice i is [i N / R, (i + 1) N / R); integer bounds keep the rows distinct even when R = N.
-    lo = (jnp.arange(samples, dtype=jnp.int32) * tokens) // samples
-    hi = ((jnp.arange(samples, dtype=jnp.int32) + 1) * tokens) // samples
+    # The bounds are static: computed on the host in int64, since i * N overflows int32 once
+    # R * N reaches 2**31 (28k rows at 720p), and stored as int32 (each is below N).
+    index = np.arange(samples + 1, dtype=np.int64) * tokens // samples
+    lo = jnp.asarray(index[:-1].astype(np.int32))
+    hi = jnp.asarray(index[1:].astype(np.int32))
     rows = lo + jnp.floor(offsets * (hi - lo)).astype(jnp.int32)
     return jnp.minimum(rows, hi - 1)
 
