@@ -225,7 +225,8 @@ def load_dense_arms(cache: ArmCache, key: str) -> DenseArms | None:
         return None
     arrays, meta = cached
     log.info(
-        "dense arm: cache hit %s (reused, not recomputed; computed %s on %s)",
+        "dense arm: cache hit %s (its decoded frames are reused if this run's latents match; "
+        "computed %s on %s)",
         key,
         meta.get("created_at", "at an unrecorded time"),
         meta.get("host", "an unrecorded host"),

@@ -14,12 +14,12 @@ interpreter's numbers are never read as a kernel's by mistake.
 from __future__ import annotations
 
 import dataclasses
-import types
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 
+from kernels.executors import pallas_gpu_budget
 from kernels.executors.dispatch import BACKENDS, attention
 from kernels.plans.block_sizes import BlockSizes, auto_block_sizes
 from kernels.plans.tiles import TilePlan
@@ -32,18 +32,6 @@ _LABELS = {"xla": "XLA", "pallas_tpu": "Pallas TPU", "pallas_gpu": "Pallas GPU (
 # The XLA default of the benchmark before backends existed: 768 x 768 tiles (21 of them on the
 # default 16,128-token grid), kept so results stay comparable with earlier runs.
 XLA_DEFAULT_TILE = 768
-
-
-def _gpu_budget() -> types.ModuleType:
-    """``kernels.executors.pallas_gpu_budget``, imported on first use (only pallas_gpu needs it)."""
-    try:
-        from kernels.executors import pallas_gpu_budget
-    except ImportError as error:
-        raise ValueError(
-            "backend 'pallas_gpu' needs kernels/executors/pallas_gpu_budget.py, which is not "
-            f"available ({error}); use --backend xla"
-        ) from error
-    return pallas_gpu_budget
 
 
 def platform_problem(backend: str, interpret: bool) -> str | None:
@@ -161,11 +149,12 @@ class Backend:
         """
         if self.name != "pallas_gpu":
             return {"num_warps": None, "num_stages": None}
-        budget = _gpu_budget()
         warps = self.num_warps
         if warps is None:
-            warps = budget.default_num_warps(block_q, head_dim)
-        stages = budget.DEFAULT_NUM_STAGES if self.num_stages is None else self.num_stages
+            warps = pallas_gpu_budget.default_num_warps(block_q, head_dim)
+        stages = self.num_stages
+        if stages is None:
+            stages = pallas_gpu_budget.DEFAULT_NUM_STAGES
         return {"num_warps": warps, "num_stages": stages}
 
     def check_tiles(self, block_sizes: BlockSizes, tokens: int, head_dim: int, dtype) -> None:
@@ -178,7 +167,7 @@ class Backend:
         block_sizes.validate(tokens, self.name)
         if self.name == "pallas_gpu":
             stages = self.launch(block_sizes.block_q, head_dim)["num_stages"]
-            _gpu_budget().check_gpu_tiles(
+            pallas_gpu_budget.check_gpu_tiles(
                 block_sizes.block_q,
                 block_sizes.block_kv,
                 head_dim,
