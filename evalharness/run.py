@@ -341,10 +341,10 @@ def _dense_arms(
     the cache when it holds them for these exact latents, else they are decoded and stored."""
     cfg = comparison.cfg
     cache = ArmCache(Path(cfg.cache_dir) / "dense_arms")
-    # No per-step callback is ever in a timed loop (``Comparison.prepare_arm``).
-    key = dense_arm_key(cfg, comparison.components.identity, comparison.shift, step_callback=False)
-    fresh = {label: arm.result(times[label]) for label, arm in prepared.items()}
-    fresh.pop("sparse")
+    # step_callback keeps its default, False: no timed loop carries one (``prepare_arm``).
+    key = dense_arm_key(cfg, comparison.components.identity, comparison.shift)
+    dense_labels = [label for label in prepared if label != "sparse"]
+    fresh = {label: prepared[label].result(times[label]) for label in dense_labels}
     cached = load_dense_arms(cache, key)
     if cached is not None and cached.holds(fresh):
         for label, arm in fresh.items():

@@ -48,9 +48,11 @@ from kernels.executors.pallas_tpu_visits import plan_block_sizes
 from kernels.executors.predicates import partial_predicate
 from kernels.executors.xla_visit_code import TABLE, VisitCode
 from kernels.masks.protocols import TilePlanLike
+from kernels.plans.block_sizes import BACKEND_MULTIPLE, is_power_of_two
 
-# Tensor-core dots need at least 16 rows and columns; Triton tensors have power-of-two shapes.
-MIN_BLOCK = 16
+# Tensor-core dots need at least 16 rows and columns; Triton tensors have power-of-two shapes
+# (the tile rule of ``kernels.plans.block_sizes`` for this backend).
+MIN_BLOCK = BACKEND_MULTIPLE["pallas_gpu"]
 # Finite "minus infinity" (as in the TPU kernel): a row whose scores in a tile are all masked gets
 # exp2(0) = 1 terms that the next real maximum rescales to exactly zero, never NaN.
 MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
@@ -142,15 +144,11 @@ def _blocksparse_kernel(
     o_ref[...] = (acc / l_final[:, None]).astype(o_ref.dtype)
 
 
-def _is_power_of_two(value: int) -> bool:
-    return value > 0 and value & (value - 1) == 0
-
-
 def _validate(q: jax.Array, k: jax.Array, v: jax.Array, plan: TilePlanLike, variant: str) -> None:
     """Raises ValueError for inputs the kernel does not support (shared checks, then GPU tiles)."""
     check_kernel_inputs(q, k, v, plan, variant)
     for name, value in zip(("block_q", "block_kv"), plan_block_sizes(plan), strict=True):
-        if value < MIN_BLOCK or not _is_power_of_two(value):
+        if value < MIN_BLOCK or not is_power_of_two(value):
             raise ValueError(
                 f"{name} {value} does not suit the GPU kernel: use a power of two of at least "
                 f"{MIN_BLOCK} (e.g. kernel=pallas_gpu's 128 x 64)"

@@ -11,7 +11,8 @@ BACKEND_MULTIPLE: dict[str, int] = {"xla": 8, "pallas_tpu": 128, "pallas_gpu": 1
 POWER_OF_TWO_BACKENDS = frozenset({"pallas_gpu"})
 
 
-def _is_power_of_two(value: int) -> bool:
+def is_power_of_two(value: int) -> bool:
+    """Whether ``value`` is 1, 2, 4, 8, ... (Triton tensor sides must be)."""
     return value > 0 and value & (value - 1) == 0
 
 
@@ -82,7 +83,7 @@ class BlockSizes:
         for name in ("block_q", "block_kv"):
             value = getattr(self, name)
             if backend in POWER_OF_TWO_BACKENDS and (
-                value < multiple or not _is_power_of_two(value)
+                value < multiple or not is_power_of_two(value)
             ):
                 lower = max(multiple, 1 << (value.bit_length() - 1))
                 raise ValueError(
