@@ -21,8 +21,9 @@ from evalharness.attention_setup import (
 from evalharness.components import transformer_config_for
 from evalharness.config import EvalConfig
 from evalharness.run_plan import RunPlan, plan_run, quadratic_arms
+from evalharness.suite import run_pairs
 from evalharness.targets import host_target
-from models.config import WanTransformerConfig
+from models.config import SEEDED_PRESETS, WanTransformerConfig
 from models.pipeline import uses_guidance
 from models.samplers import Sampler, default_flow_shift, make_sampler
 from models.video_geometry import VideoGeometry
@@ -81,6 +82,8 @@ def admit(cfg: EvalConfig) -> Admission:
         param_dtype=cfg.model.param_dtype,
         dtype=cfg.dtype,
         devices=sequence_devices(cfg),
+        # Refuses a bad prompt file or seed list here, before anything is allocated.
+        pairs=len(run_pairs(cfg.prompt, cfg.seed, cfg.prompts, cfg.seeds)),
     )
     what = f"model={cfg.model.name} resolution={cfg.resolution.name} schedule={cfg.schedule.name}"
     preflight.check(estimate, max_minutes=cfg.max_minutes, what=what)  # time first: it is cheap
@@ -93,7 +96,7 @@ def admit(cfg: EvalConfig) -> Admission:
             "Nothing was allocated."
         )
     attention = build_attention(cfg, geometry, tcfg)
-    if cfg.model.name != "tiny":  # a checkpoint is slow to read: fail before reading it
+    if cfg.model.name not in SEEDED_PRESETS:  # a checkpoint is slow to read: fail first
         _compile_ahead(cfg, tcfg, attention)
     memory = plan.memory
     log.info(

@@ -8,6 +8,7 @@ compile the loop without a per-step host callback, so nothing but the loop runs 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -186,6 +187,59 @@ def prepare_arm(
         clock=clock,
     )
     args = (noise, context, negative_context)
+    warmup_s, latents = _warm_up(label, compiled, args, on_event, clock, block)
+    return PreparedArm(label, compiled, args, len(sampler.timesteps), compile_s, warmup_s, latents)
+
+
+def rebind_arm(
+    arm: PreparedArm,
+    args: tuple[jax.Array, jax.Array, jax.Array | None],
+    *,
+    on_event: Callable[[str], None] = lambda message: None,
+    clock: Clock = time.perf_counter,
+    block: Block = jax.block_until_ready,
+) -> PreparedArm:
+    """The arm's compiled loop bound to other inputs of the same shapes (another prompt or
+    seed of a suite), run once on them untimed: no recompilation.
+
+    Args:
+        arm: a prepared arm.
+        args: (noise [1, 16, F, H, W], context [1, L, text_dim], negative context or None), with
+            the shapes ``arm`` was compiled for.
+        on_event: progress hook.
+        clock: monotonic seconds for the warm-up time (injected by tests).
+        block: waits for the warm-up's outputs (injected by tests).
+
+    Returns:
+        The arm with the new inputs, their warm-up seconds and latents; ``compile_s`` is the
+        shared compilation's.
+
+    Raises:
+        ValueError: an input's shape differs from the compiled one's.
+        NonFiniteLatents: when the warm-up's latents hold NaN or Inf.
+    """
+    for name, new, old in zip(
+        ("noise", "context", "negative context"), args, arm.args, strict=True
+    ):
+        if (new is None) != (old is None) or (new is not None and new.shape != old.shape):
+            shapes = [None if x is None else tuple(x.shape) for x in (new, old)]
+            raise ValueError(
+                f"{arm.label}: the {name} has shape {shapes[0]}, but the loop was compiled for "
+                f"{shapes[1]}; every pair of a suite needs the same shapes"
+            )
+    warmup_s, latents = _warm_up(arm.label, arm.compiled, args, on_event, clock, block)
+    return dataclasses.replace(arm, args=args, warmup_s=warmup_s, latents=latents)
+
+
+def _warm_up(
+    label: str,
+    compiled: Callable[..., DenoiseOutput],
+    args: tuple[jax.Array, jax.Array, jax.Array | None],
+    on_event: Callable[[str], None],
+    clock: Clock,
+    block: Block,
+) -> tuple[float, np.ndarray]:
+    """Runs the compiled loop once, untimed; returns (seconds, host latents)."""
     on_event(f"{label}: warm-up run")
     start = clock()
     out = compiled(*args)
@@ -194,8 +248,7 @@ def prepare_arm(
     log.info("%s: warm-up in %.2f s", label, warmup_s)
     _check_finite(label, out, " in its warm-up run")
     # Host copy: the result outlives the device output, which is dropped here.
-    latents = np.asarray(out.latents)
-    return PreparedArm(label, compiled, args, len(sampler.timesteps), compile_s, warmup_s, latents)
+    return warmup_s, np.asarray(out.latents)
 
 
 def _clock_time(epoch_s: float | None) -> str:

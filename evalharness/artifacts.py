@@ -259,7 +259,7 @@ def _report_table(m: Mapping[str, Any]) -> list[str]:
     return markdown_table(rows, _REPORT_COLUMNS).splitlines()
 
 
-def _gate_section(cfg: EvalConfig, gate_failures: Sequence[str]) -> list[str]:
+def gate_section(cfg: EvalConfig, gate_failures: Sequence[str]) -> list[str]:
     """The report's verdict: no thresholds, the failed ones, or a pass with the thresholds set."""
     gate = cfg.gate
     # getattr: a configuration from before the worst-frame threshold has no such field.
@@ -304,7 +304,7 @@ def write_report(
         "",
         "## Gate",
         "",
-        *_gate_section(cfg, gate_failures),
+        *gate_section(cfg, gate_failures),
         "",
         "## Files",
         "",

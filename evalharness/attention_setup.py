@@ -2,7 +2,8 @@
 
 - dense arm: the dense executor (``kernel.dense_executor``, B0 by default) on the chosen backend;
 - noise floor: a second dense executor (``kernel.noise_floor_executor``), same model otherwise;
-- sparse arm: the schedule's policy (routing + B1/B2/B3), and a recording twin for routing stats.
+- sparse arm: the schedule's policy (routing + B1/B2/B3), and a recording twin for routing stats;
+  both carry ``negative_control`` (``none``, or a deliberately broken arm the gate must fail).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from evalharness.config import EvalConfig, KernelBackend
+from evalharness.config import EvalConfig, KernelBackend, NegativeControl
 from evalharness.resolutions import token_geometry
 from evalharness.routing_plots import plot_temporal_fraction
 from kernels.executors.xla_blocksparse import visit_groups
@@ -150,10 +151,12 @@ def build_attention(
         seed=cfg.seed,
         **pallas_options(cfg),
     )
-    sparse = AttentionPolicy(schedule, geometry, **options)
+    # The control is part of the sparse arm only: the dense arms (and their cache key) never see it.
+    control = {"negative_control": NegativeControl(cfg.negative_control).value}
+    sparse = AttentionPolicy(schedule, geometry, **options, **control)
     recording = None
     if schedule.sparse and sparse.dense_steps < cfg.steps:
-        recording = AttentionPolicy(schedule, geometry, record_stats=True, **options)
+        recording = AttentionPolicy(schedule, geometry, record_stats=True, **options, **control)
     kept = schedule.overall_kept_fraction(cfg.steps, layers, geometry, block_sizes)
     mesh = None
     if sequence_devices(cfg) > 1:

@@ -1,4 +1,4 @@
-"""The model parts a run needs, built from the ``model`` config group: tiny preset or checkpoint.
+"""The model parts a run needs, built from the ``model`` config group: seeded preset or checkpoint.
 
 Both paths produce the same objects (``WanTransformer``, ``PromptEncoder``, ``WanVAE``), so the CPU
 default exercises exactly the code a real ``Wan2.1-T2V-*-Diffusers`` folder takes.
@@ -14,7 +14,6 @@ from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 from jax.sharding import Mesh
 
 from evalharness.config import DType, ModelConfig
@@ -24,11 +23,21 @@ from models.checkpoint import (
     checkpoint_vae,
     locate_checkpoint,
 )
-from models.config import WanTransformerConfig, config_differences, get_transformer_config
+from models.config import (
+    SEEDED_PRESETS,
+    WanTransformerConfig,
+    config_differences,
+    get_transformer_config,
+)
 from models.loading import load_transformer, read_diffusers_config
 from models.prompt_encoder import PromptEncoder
 from models.sharding import param_shardings, place_params
-from models.tiny_components import tiny_prompt_encoder, tiny_vae
+from models.tiny_components import (
+    tiny_identity,
+    tiny_prompt_encoder,
+    tiny_transformer,
+    tiny_vae,
+)
 from models.transformer import WanTransformer
 from models.vae import TilingConfig, WanVAE, decode_to_frames
 
@@ -46,8 +55,10 @@ def dtype_of(name: DType | str):
 class Components:
     """Transformer, prompt encoder and VAE of one model, with the identity used in cache keys.
 
-    ``identity`` is ``tiny|seed=<seed>`` for the tiny preset (its weights follow from the seed and
-    the code, which the cache key hashes apart) and :func:`checkpoint_identity` for a checkpoint.
+    ``identity`` is :func:`models.tiny_components.tiny_identity` for a seeded preset
+    (``tiny|planted-v1|seed=<seed>``, ``tiny-random|seed=<seed>``: their weights follow from the
+    name, the seed and the code, which the cache key hashes apart) and :func:`checkpoint_identity`
+    for a checkpoint.
     """
 
     name: str
@@ -83,10 +94,12 @@ def transformer_config_for(model: ModelConfig) -> WanTransformerConfig:
     For a checkpoint, the folder is checked completely first (every missing part named), and its
     ``config.json`` must agree with the named preset.
     """
-    if model.name == "tiny":
+    if model.name in SEEDED_PRESETS:
         if model.checkpoint:
-            raise ValueError("model=tiny has seeded random weights; drop model.checkpoint")
-        return get_transformer_config("tiny")
+            raise ValueError(
+                f"model={model.name} has seeded weights (no checkpoint); drop model.checkpoint"
+            )
+        return get_transformer_config(model.name)
     preset = get_transformer_config(model.name)
     found = read_diffusers_config(_checkpoint(model).transformer, text_len=preset.text_len)
     differences = config_differences(preset, found)
@@ -187,7 +200,8 @@ def checkpoint_identity(name: str, checkpoint: WanCheckpoint) -> str:
 def build_components(
     model: ModelConfig, dtype: DType | str, cache_dir: str | Path, mesh: Mesh | None = None
 ) -> Components:
-    """Builds (tiny) or loads (checkpoint) the transformer, prompt encoder and VAE.
+    """Builds (``tiny``, ``tiny-random``) or loads (checkpoint) the transformer, prompt encoder
+    and VAE.
 
     Args:
         model: the model config group.
@@ -201,7 +215,7 @@ def build_components(
     """
     dtypes = (dtype_of(model.param_dtype), dtype_of(dtype))
     prompts_cache = Path(cache_dir) / "prompts"
-    if model.name == "tiny":
+    if model.name in SEEDED_PRESETS:
         return _tiny_components(model, dtypes, prompts_cache, mesh)
     return _checkpoint_components(model, dtypes, prompts_cache, mesh)
 
@@ -209,26 +223,22 @@ def build_components(
 def _tiny_components(
     model: ModelConfig, dtypes: tuple, prompts_cache: Path, mesh: Mesh | None
 ) -> Components:
-    """The ``tiny`` preset: seeded random weights, replicated on the mesh if there is one."""
+    """A seeded preset (``tiny``: planted heads; ``tiny-random``: plain random weights),
+    replicated on the mesh if there is one."""
     param_dtype, compute = dtypes
-    cfg = get_transformer_config("tiny")
-    # One compiled init program instead of an eager dispatch per parameter.
-    transformer = nnx.jit(
-        lambda: WanTransformer(
-            cfg, rngs=nnx.Rngs(model.seed), param_dtype=param_dtype, dtype=compute
-        )
-    )()
+    cfg = get_transformer_config(model.name)
+    transformer = tiny_transformer(model.name, model.seed, param_dtype=param_dtype, dtype=compute)
     if mesh is not None:
         place_params(transformer, mesh, "replicated")
     return Components(
-        name="tiny",
+        name=model.name,
         config=cfg,
         transformer=transformer,
         prompt_encoder=tiny_prompt_encoder(
             model.seed, max_length=cfg.text_len, cache_dir=prompts_cache
         ),
         vae=tiny_vae(model.seed),
-        identity=f"tiny|seed={model.seed}",
+        identity=tiny_identity(model.name, model.seed),
         tiling=None,
     )
 

@@ -22,6 +22,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from kernels.parallel import PLACEMENTS
 from kernels.policy import DENSE_EXECUTORS, POLICY_BACKENDS, SparsitySchedule
+from kernels.policy.negative_controls import NEGATIVE_CONTROLS
 from models.samplers import SAMPLER_NAMES
 
 
@@ -52,6 +53,14 @@ SamplerName = _choices(
     SAMPLER_NAMES,
     "Flow-matching sampler: Wan's default UniPC, or first-order Euler.",
 )
+NegativeControl = _choices(
+    "NegativeControl",
+    NEGATIVE_CONTROLS,
+    "A deliberately broken sparse arm, to show that the gate fails it: ``none`` (the correct arm), "
+    "``all_spatial`` / ``all_temporal`` (every head forced to one layout), ``inverted`` (each "
+    "head routed to the layout it did not choose) or ``no_unpermute`` (temporal heads' outputs "
+    "left in the temporal layout).",
+)
 PermutePlacement = _choices(
     "PermutePlacement",
     PLACEMENTS,
@@ -74,6 +83,15 @@ class ComputeDType(enum.StrEnum):
     auto = "auto"
     float32 = "float32"
     bfloat16 = "bfloat16"
+
+
+class GateOn(enum.StrEnum):
+    """Which statistic of a prompt suite the gate reads: the mean over (prompt, seed) pairs, the
+    lower bound of its 95% bootstrap confidence interval, or the worst pair."""
+
+    mean = "mean"
+    lcb = "lcb"
+    worst = "worst"
 
 
 class ProgressMode(enum.StrEnum):
@@ -101,8 +119,9 @@ class ModelConfig:
     """Which transformer (plus VAE and text encoder) to run.
 
     Attributes:
-        name: preset name: ``tiny`` (seeded random weights, no checkpoint), ``wan2.1-t2v-1.3b`` or
-            ``wan2.1-t2v-14b``.
+        name: preset name: ``tiny`` (seeded weights with planted spatial and temporal heads, no
+            checkpoint, ``models.planted_heads``), ``tiny-random`` (the same, purely random),
+            ``wan2.1-t2v-1.3b`` or ``wan2.1-t2v-14b``.
         checkpoint: a diffusers-format ``Wan2.1-T2V-*-Diffusers`` folder (required for Wan presets).
         param_dtype: dtype of the weights.
         seed: seed of the random weights of the ``tiny`` preset.
@@ -198,11 +217,15 @@ class GateConfig:
         min_worst_frame_psnr_db: lowest PSNR of the worst single frame (``psnr_worst_frame_db``).
         min_speedup: lowest headline speedup (against the faster dense control, timed
             interleaved with the sparse arm in the same process).
+        on: over a prompt suite, the statistic each threshold is compared with: ``mean``,
+            ``lcb`` (the lower bound of the 95% bootstrap interval) or ``worst`` (the worst
+            pair). One pair: all three are that pair's value.
     """
 
     min_psnr_db: float | None = None
     min_worst_frame_psnr_db: float | None = None
     min_speedup: float | None = None
+    on: GateOn = GateOn.mean
 
 
 @dataclass
@@ -234,14 +257,22 @@ class EvalConfig:
     gate: GateConfig = field(default_factory=GateConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     prompt: str = "A red fox trotting through fresh snow in a pine forest at sunrise"
+    # A prompt suite instead of ``prompt``: a built-in suite's name or a text file, one prompt per
+    # line (``evalharness.suite``).
+    prompts: str | None = None
     negative_prompt: str = "blurry, low quality, static, distorted"
     seed: int = 42
+    seeds: list[int] | None = None  # several noise seeds per prompt instead of ``seed``
     steps: int | None = None  # None: the resolution preset's default_steps
     sampler: SamplerName = SamplerName.unipc
     guidance_scale: float = 5.0
     dtype: ComputeDType = ComputeDType.auto
     warm_runs: int = 3
     noise_floor: bool = True
+    # Time only the sparse arm and take the dense medians from the dense-arm cache (an earlier
+    # process): for very long runs. The run is tagged, and a speedup threshold refuses to pass.
+    reuse_dense_timing: bool = False
+    negative_control: NegativeControl = NegativeControl.none  # a broken sparse arm, on purpose
     max_minutes: float = 30.0
     output_root: str = "outputs"
     cache_dir: str = "outputs/cache"

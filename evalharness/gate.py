@@ -7,6 +7,11 @@ encodes, whose codec noise would swamp the attention error.
 ``python -m evalharness.gate --experiment evalharness --min-psnr-db 40 --min-speedup 1.1`` checks the
 latest finished run of an experiment (or ``--run-id``) in MLflow without rerunning anything;
 ``--min-worst-frame-psnr-db`` adds a threshold on the worst frame.
+
+Over a prompt suite each threshold reads one statistic of the metric across (prompt, seed) pairs
+(``gate.on``, ``--on``): ``mean``, ``lcb`` (the lower bound of its 95% bootstrap interval) or
+``worst``; e.g. ``psnr_db_lcb``. A speedup threshold never passes on a run whose dense medians
+were reused from another process (``reuse_dense_timing=true``).
 """
 
 from __future__ import annotations
@@ -17,9 +22,12 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from evalharness.suite import statistic_name
+
 PSNR_METRIC = "psnr_db"
 WORST_FRAME_PSNR_METRIC = "psnr_worst_frame_db"
 SPEEDUP_METRIC = "speedup"
+REUSED_TIMING_METRIC = "dense_timing_reused"
 # Runs logged before ``psnr_db`` existed carry the same figure (raw frames, from the mean squared
 # error over the video) as ``psnr_video_db``; the gate reads it there.
 _OLDER_NAMES = {PSNR_METRIC: "psnr_video_db"}
@@ -44,6 +52,7 @@ def check_gate(
     min_psnr_db: float | None,
     min_speedup: float | None,
     min_worst_frame_psnr_db: float | None = None,
+    on: str = "mean",
 ) -> GateResult:
     """Compares run metrics with the thresholds; a None threshold is not checked.
 
@@ -53,12 +62,21 @@ def check_gate(
         min_psnr_db: lowest acceptable raw-frame PSNR of sparse vs dense (``psnr_db``), in dB.
         min_speedup: lowest acceptable dense median / sparse median.
         min_worst_frame_psnr_db: lowest acceptable PSNR of the worst frame, in dB.
+        on: the statistic across a suite's pairs each threshold reads: ``mean``, ``lcb`` or
+            ``worst`` (``<metric>_<on>``; for ``mean``, runs without it are read at ``<metric>``).
 
     Returns:
         The result; each failure names the metric, its value and the threshold. A missing or NaN
         metric fails its threshold; inf (identical frames) passes.
     """
+    statistic_name(PSNR_METRIC, on)  # refuses an unknown statistic before anything is read
     failures = []
+    if min_speedup is not None and metrics.get(REUSED_TIMING_METRIC):
+        failures.append(
+            f"{SPEEDUP_METRIC}: the dense medians were reused from another process "
+            "(reuse_dense_timing=true), so no speedup threshold can pass; rerun without "
+            "reuse_dense_timing to time dense and sparse side by side"
+        )
     for name, threshold in (
         (PSNR_METRIC, min_psnr_db),
         (WORST_FRAME_PSNR_METRIC, min_worst_frame_psnr_db),
@@ -66,6 +84,8 @@ def check_gate(
     ):
         if threshold is None:
             continue
+        if statistic_name(name, on) in metrics or on != "mean":
+            name = statistic_name(name, on)
         label = name
         if name not in metrics and _OLDER_NAMES.get(name) in metrics:
             label = f"{name} (as {_OLDER_NAMES[name]})"
@@ -96,6 +116,12 @@ def main(argv: list[str] | None = None) -> int:
         "--min-worst-frame-psnr-db", type=float, help=f"threshold on {WORST_FRAME_PSNR_METRIC}"
     )
     parser.add_argument("--min-speedup", type=float, help=f"threshold on {SPEEDUP_METRIC}")
+    parser.add_argument(
+        "--on",
+        choices=("mean", "lcb", "worst"),
+        default="mean",
+        help="statistic across a prompt suite's pairs each threshold reads (default: mean)",
+    )
     args = parser.parse_args(argv)
     thresholds = (args.min_psnr_db, args.min_worst_frame_psnr_db, args.min_speedup)
     if all(t is None for t in thresholds):
@@ -118,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         min_psnr_db=args.min_psnr_db,
         min_speedup=args.min_speedup,
         min_worst_frame_psnr_db=args.min_worst_frame_psnr_db,
+        on=args.on,
     )
     label = f"run {run.info.run_id} ({run.info.run_name})"
     if result.passed:

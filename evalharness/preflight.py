@@ -79,6 +79,7 @@ def estimate_cost(
     devices: int = 1,
     device_flops_per_s: float | None = None,
     device_bytes: int | None = None,
+    pairs: int = 1,
 ) -> CostEstimate:
     """Estimates the cost of a dense-vs-sparse comparison.
 
@@ -95,6 +96,7 @@ def estimate_cost(
         devices: devices the sequence is split over.
         device_flops_per_s: measured throughput; measured now when None.
         device_bytes: device memory; read now when None.
+        pairs: (prompt, seed) pairs of a prompt suite; every pair runs every arm.
     """
     weight, act = dtype_bytes("param_dtype", param_dtype), dtype_bytes("dtype", dtype)
     n = geometry.tokens
@@ -104,7 +106,7 @@ def estimate_cost(
     runs_per_arm = warm_runs + 1
     dense_arms = 2 if noise_floor else 1
     sparse = total - attention * (1.0 - kept_fraction)
-    total_flops = steps * (total * runs_per_arm * dense_arms + sparse * runs_per_arm)
+    total_flops = pairs * steps * (total * runs_per_arm * dense_arms + sparse * runs_per_arm)
     return CostEstimate(
         tokens=n,
         attention_flops_per_step=attention,

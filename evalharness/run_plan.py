@@ -44,7 +44,7 @@ from kernels.masks.band import PaddingMask
 from kernels.plans.block_sizes import BlockSizes
 from kernels.plans.tiles import build_plan
 from kernels.policy.attention_policy import AttentionPolicy, make_dense_attend
-from models.config import WanTransformerConfig
+from models.config import SEEDED_PRESETS, WanTransformerConfig
 from models.peak_memory import umt5_peak_bytes, vae_decode_peak_bytes
 from models.pipeline import uses_guidance
 from models.text_encoder import UMT5Config
@@ -304,15 +304,15 @@ def quadratic_arms(cfg: EvalConfig) -> tuple[str, ...]:
 
 
 def _text_encoder_bytes(cfg: EvalConfig, tcfg: WanTransformerConfig) -> int:
-    config = TINY_UMT5_CONFIG if cfg.model.name == "tiny" else UMT5_XXL
+    config = TINY_UMT5_CONFIG if cfg.model.name in SEEDED_PRESETS else UMT5_XXL
     param_dtype = jnp.dtype(cfg.model.param_dtype.value)
     return umt5_peak_bytes(config, param_dtype, tcfg.text_len, 1)
 
 
 def _vae_bytes(cfg: EvalConfig, video: VideoGeometry) -> int:
-    """The VAE's decode peak: the whole latent for ``tiny``, one tile for checkpoints."""
+    """The VAE's decode peak: the whole latent for the seeded presets, one tile for checkpoints."""
     latent_h, latent_w = video.latent_shape()[-2:]
-    if cfg.model.name == "tiny":
+    if cfg.model.name in SEEDED_PRESETS:
         config, hw = TINY_VAE_CONFIG, (latent_h, latent_w)
     else:
         tiling, config = TilingConfig(), WanVAEConfig()

@@ -51,6 +51,10 @@ class Tracker(Protocol):
         """Closes the run as ``FINISHED``, ``FAILED`` or ``KILLED``."""
         ...
 
+    def child(self, run_name: str) -> Tracker:
+        """A nested run under this one (a pair of a prompt suite), opened now."""
+        ...
+
 
 class NullTracker:
     """Tracks nothing; artifacts stay in the run folder."""
@@ -71,6 +75,25 @@ class NullTracker:
 
     def finish(self, status: str) -> None:
         """Nothing to close."""
+
+    def child(self, run_name: str) -> NullTracker:
+        """Another tracker that tracks nothing."""
+        return NullTracker()
+
+
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+
+
+def run_tags(cfg: Any) -> dict[str, str]:
+    """What the MLflow UI's compare view groups runs by: ``model``, ``resolution``,
+    ``schedule`` and the attention ``backend`` (as resolved for this host)."""
+    return {
+        "model": cfg.model.name,
+        "resolution": cfg.resolution.name,
+        "schedule": cfg.schedule.name,
+        "backend": str(cfg.kernel.backend),
+    }
 
 
 def default_tracking_uri(output_root: str | Path) -> str:
@@ -112,9 +135,25 @@ class MlflowTracker:
             )
         else:
             experiment_id = experiment.experiment_id
+        if experiment is None or EXPERIMENT_KIND_TAG not in experiment.tags:
+            # MLflow 3 opens an experiment without this tag in its GenAI view; ours compares
+            # model runs (metrics, params, artifacts), its "model development" view.
+            self.client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         self.experiment_id = experiment_id
         run = self.client.create_run(experiment_id, run_name=run_name)
         self.run_id: str | None = run.info.run_id
+
+    def child(self, run_name: str) -> MlflowTracker:
+        """A run nested under this one (MLflow's ``mlflow.parentRunId`` tag), in the same
+        experiment, so the UI lists a suite's pairs under their parent run."""
+        nested = object.__new__(MlflowTracker)
+        nested.client, nested.tracking_uri = self.client, self.tracking_uri
+        nested.experiment_id = self.experiment_id
+        run = self.client.create_run(
+            self.experiment_id, run_name=run_name, tags={"mlflow.parentRunId": self.run_id}
+        )
+        nested.run_id = run.info.run_id
+        return nested
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         """Logs params in batches, each value cut to MLflow's length limit."""
@@ -146,7 +185,8 @@ class MlflowTracker:
         self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items()])
 
     def log_artifacts(self, folder: Path, exclude: Sequence[str] = ()) -> None:
-        """Uploads a folder's files, except those whose name matches a pattern of ``exclude``."""
+        """Uploads a folder's files, except those whose name or relative path matches a pattern
+        of ``exclude``."""
         if not exclude:
             self.client.log_artifacts(self.run_id, str(folder))
             return
@@ -161,13 +201,15 @@ class MlflowTracker:
 
 
 def artifact_files(folder: Path, exclude: Sequence[str] = ()) -> list[Path]:
-    """Files under ``folder``, sorted, without those whose name matches a pattern of ``exclude``
-    (shell-style, e.g. ``*.mp4``)."""
-    return sorted(
-        path
-        for path in Path(folder).rglob("*")
-        if path.is_file() and not any(fnmatch.fnmatch(path.name, p) for p in exclude)
-    )
+    """Files under ``folder``, sorted, without those whose name or path relative to ``folder``
+    matches a shell-style pattern of ``exclude`` (e.g. ``*.mp4``, ``pairs/*``)."""
+    folder = Path(folder)
+
+    def excluded(path: Path) -> bool:
+        relative = path.relative_to(folder).as_posix()
+        return any(fnmatch.fnmatch(path.name, p) or fnmatch.fnmatch(relative, p) for p in exclude)
+
+    return sorted(path for path in folder.rglob("*") if path.is_file() and not excluded(path))
 
 
 def _param_text(value: Any) -> str:
@@ -184,7 +226,10 @@ def _is_number(value: Any) -> bool:
 
 
 def finished_runs(client: MlflowClient, experiment_name: str, max_results: int) -> list[Run]:
-    """Finished MLflow runs of an experiment, newest first.
+    """Finished top-level MLflow runs of an experiment, newest first.
+
+    A prompt suite's per-pair child runs (tag ``mlflow.parentRunId``) are left out: their parent
+    run carries the suite's result.
 
     Args:
         client: an ``MlflowClient``.
@@ -197,13 +242,21 @@ def finished_runs(client: MlflowClient, experiment_name: str, max_results: int) 
     experiment = client.get_experiment_by_name(experiment_name)
     if experiment is None:
         raise LookupError(f"no MLflow experiment named {experiment_name!r}")
-    runs = client.search_runs(
-        [experiment.experiment_id],
-        filter_string="attributes.status = 'FINISHED'",
-        order_by=["attributes.start_time DESC"],
-        max_results=max_results,
-    )
-    return runs
+    runs: list[Run] = []
+    page_token = None
+    while len(runs) < max_results:
+        page = client.search_runs(
+            [experiment.experiment_id],
+            filter_string="attributes.status = 'FINISHED'",
+            order_by=["attributes.start_time DESC"],
+            max_results=max(max_results, 100),
+            page_token=page_token,
+        )
+        runs += [r for r in page if "mlflow.parentRunId" not in r.data.tags]
+        page_token = page.token
+        if not page_token:
+            break
+    return runs[:max_results]
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

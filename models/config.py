@@ -148,6 +148,16 @@ ARCHITECTURE_FIELDS: tuple[str, ...] = tuple(
 )
 
 
+# The architecture of the two seeded CPU models (no checkpoint exists for them).
+_TINY = WanTransformerConfig(
+    num_attention_heads=4,
+    attention_head_dim=64,
+    ffn_dim=512,
+    num_layers=2,
+    text_dim=64,
+    text_len=128,  # the byte tokenizer spends one token per character of the prompt
+)
+
 _PRESETS: dict[str, WanTransformerConfig] = {
     "wan2.1-t2v-1.3b": WanTransformerConfig(
         num_attention_heads=12, attention_head_dim=128, ffn_dim=8960, num_layers=30
@@ -155,16 +165,15 @@ _PRESETS: dict[str, WanTransformerConfig] = {
     "wan2.1-t2v-14b": WanTransformerConfig(
         num_attention_heads=40, attention_head_dim=128, ffn_dim=13824, num_layers=40
     ),
-    # Random-weight model for CPU tests and smoke runs; no checkpoint exists for it.
-    "tiny": WanTransformerConfig(
-        num_attention_heads=4,
-        attention_head_dim=64,
-        ffn_dim=512,
-        num_layers=2,
-        text_dim=64,
-        text_len=128,  # the byte tokenizer spends one token per character of the prompt
-    ),
+    # Seeded weights with planted spatial and temporal attention heads (models.planted_heads):
+    # the CPU default, whose sparse arm visibly breaks when attention goes to the wrong keys.
+    "tiny": _TINY,
+    # The same architecture with plain seeded random weights (diffuse attention).
+    "tiny-random": _TINY,
 }
+
+# Presets whose weights are built from ``model.seed`` instead of read from a checkpoint.
+SEEDED_PRESETS: tuple[str, ...] = ("tiny", "tiny-random")
 
 
 def transformer_config_names() -> tuple[str, ...]:
@@ -176,7 +185,9 @@ def get_transformer_config(name: str) -> WanTransformerConfig:
     """Returns the preset config called ``name``.
 
     Args:
-        name: one of ``transformer_config_names()``: "wan2.1-t2v-1.3b", "wan2.1-t2v-14b", "tiny".
+        name: one of ``transformer_config_names()``: "wan2.1-t2v-1.3b", "wan2.1-t2v-14b",
+            "tiny" or "tiny-random" (one architecture; their weights differ, see
+            ``models.tiny_components.tiny_transformer``).
 
     Raises:
         ValueError: for an unknown name (the message lists the known ones).

@@ -23,10 +23,15 @@ def rope_axis_dims(head_dim: int) -> tuple[int, int, int]:
     return head_dim - 2 * hw, hw, hw
 
 
+def axis_frequencies(axis_dim: int, theta: float = 10000.0) -> np.ndarray:
+    """Rotation per position of each channel pair of one axis: float64 [axis_dim // 2],
+    theta^(-2i / axis_dim) (1 for the first pair, then ever slower)."""
+    return 1.0 / theta ** (np.arange(0, axis_dim, 2, dtype=np.float64) / axis_dim)
+
+
 def _axis_angles(length: int, axis_dim: int, theta: float) -> np.ndarray:
     """Angles [length, axis_dim // 2] in float64: position * theta^(-2i / axis_dim)."""
-    inv_freq = 1.0 / theta ** (np.arange(0, axis_dim, 2, dtype=np.float64) / axis_dim)
-    return np.outer(np.arange(length, dtype=np.float64), inv_freq)
+    return np.outer(np.arange(length, dtype=np.float64), axis_frequencies(axis_dim, theta))
 
 
 def rope_tables(

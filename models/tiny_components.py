@@ -1,7 +1,9 @@
-"""Tiny VAE, UMT5 encoder and tokenizer with seeded random weights for the CPU default.
+"""Tiny transformer, VAE, UMT5 encoder and tokenizer with seeded weights for the CPU default.
 
-Same classes and functions as a real checkpoint (``WanVAE`` + ``decode_to_frames``, ``UMT5Encoder``
-inside a ``PromptEncoder``); only the sizes and the weights' origin differ. The tiny UMT5's
+Same classes and functions as a real checkpoint (``WanTransformer``, ``WanVAE`` +
+``decode_to_frames``, ``UMT5Encoder`` inside a ``PromptEncoder``); only the sizes and the weights'
+origin differ. The transformer of preset ``tiny`` has planted spatial and temporal attention heads
+(``models.planted_heads``); ``tiny-random`` keeps the plain random draw. The tiny UMT5's
 ``d_model`` (64) is the tiny transformer's ``text_dim``; the VAE keeps 16 latent channels.
 """
 
@@ -16,9 +18,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from models.config import SEEDED_PRESETS, get_transformer_config
+from models.planted_heads import PLANTED_VERSION, plant_heads
 from models.prompt_encoder import PromptEncoder
 from models.text_encoder import UMT5Config, UMT5Encoder
 from models.tokenizer import ByteTokenizer
+from models.transformer import WanTransformer
 from models.vae import WanVAE, WanVAEConfig
 
 # Distinct per-channel latent statistics (not the real Wan ones) keep the un-normalisation
@@ -45,6 +50,39 @@ TINY_UMT5_CONFIG = UMT5Config(
     relative_attention_num_buckets=32,
     relative_attention_max_distance=128,
 )
+
+
+def tiny_transformer(
+    name: str = "tiny", seed: int = 0, *, param_dtype=jnp.float32, dtype=jnp.float32
+) -> WanTransformer:
+    """The tiny Wan transformer (2 blocks, 4 heads x 64) with seeded weights.
+
+    Args:
+        name: "tiny" (planted spatial / temporal heads, ``models.planted_heads``) or
+            "tiny-random" (the plain random draw).
+        seed: weight seed.
+        param_dtype: weights dtype.
+        dtype: compute dtype.
+    """
+    if name not in SEEDED_PRESETS:
+        raise ValueError(f"name={name!r}; the seeded presets are {SEEDED_PRESETS}")
+    config = get_transformer_config(name)
+    # One compiled init program instead of an eager dispatch per parameter.
+    model = nnx.jit(
+        lambda: WanTransformer(config, rngs=nnx.Rngs(seed), param_dtype=param_dtype, dtype=dtype)
+    )()
+    if name == "tiny":
+        plant_heads(model)
+    return model
+
+
+def tiny_identity(name: str, seed: int) -> str:
+    """The model identity of a seeded preset in cache keys: its name, its weights' recipe and
+    seed (``tiny|planted-v1|seed=0``, ``tiny-random|seed=0``)."""
+    if name not in SEEDED_PRESETS:
+        raise ValueError(f"name={name!r}; the seeded presets are {SEEDED_PRESETS}")
+    recipe = f"|planted-v{PLANTED_VERSION}" if name == "tiny" else ""
+    return f"{name}{recipe}|seed={seed}"
 
 
 def tiny_vae(seed: int = 0, *, param_dtype=jnp.float32) -> WanVAE:

@@ -1,7 +1,7 @@
-"""``python -m reports``: tables and figures across the harness's MLflow runs."""
+"""``python -m reports``: the seed's tables and figures regenerated from MLflow (see reports.cli)."""
 
 import sys
 
-from reports.runs_table import main
+from reports.cli import main
 
 sys.exit(main())

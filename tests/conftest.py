@@ -5,6 +5,21 @@ import os
 # Tests always run on the CPU; a developer's accelerator must not change the numbers.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+import atexit  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+
+# One persistent compilation cache for the session, subprocesses included (they inherit the
+# environment): many tests compile the same toy denoising loops, and a cache hit returns the very
+# executable XLA built before, so results are unchanged. Fresh per session, removed at exit, so no
+# run ever reads an executable another checkout compiled.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    _cache = tempfile.mkdtemp(prefix="evalharness-tests-jax-cache-")
+    atexit.register(shutil.rmtree, _cache, ignore_errors=True)
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+
 import jax  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")

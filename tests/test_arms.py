@@ -12,6 +12,7 @@ from evalharness.arms import (
     ArmResult,
     NonFiniteLatents,
     prepare_arm,
+    rebind_arm,
     time_arms_interleaved,
 )
 from models.pipeline import DenoiseLoop
@@ -131,6 +132,27 @@ def test_prepare_arm_refuses_non_finite_warm_up(fakes, monkeypatch):
     loops.finite = {"sparse": [False]}
     with pytest.raises(NonFiniteLatents, match="sparse arm produced NaN or Inf.*warm-up"):
         _prepare(loops, clock, [], "sparse")
+
+
+def test_rebind_runs_the_same_compiled_loop_on_new_inputs_without_compiling(fakes):
+    clock, loops = fakes
+    blocked = []
+    shaped = (np.zeros((1, 16, 1, 2, 2)), np.zeros((1, 4, 8)), None)
+    arm = _prepare(loops, clock, blocked, "sparse")
+    arm = arm.__class__(**{**arm.__dict__, "args": shaped})
+    other = (np.ones((1, 16, 1, 2, 2)), np.ones((1, 4, 8)), None)
+    start = clock.now
+    rebound = rebind_arm(arm, other, clock=clock, block=blocked.append)
+    # No compile: only the warm-up's fake seconds (the second duration) passed.
+    assert clock.now - start == 1.0 and rebound.warmup_s == 1.0
+    assert rebound.compiled is arm.compiled and rebound.compile_s == COMPILE_S
+    assert rebound.args is other and loops.compiled["sparse"].calls == 2
+    for bad, name in (
+        ((np.ones((1, 16, 2, 2, 2)), other[1], None), "noise"),
+        ((other[0], other[1], np.ones((1, 4, 8))), "negative context"),
+    ):
+        with pytest.raises(ValueError, match=f"the {name} has shape"):
+            rebind_arm(arm, bad, clock=clock, block=blocked.append)
 
 
 def test_interleaved_timing_excludes_compile_and_warm_up(fakes):

@@ -82,6 +82,14 @@ DEFAULT_JOB_METRIC_KEYS = {
         for arm in ("dense", "noise_floor", "sparse")
     ),
     "speedup",
+    # The statistics across (prompt, seed) pairs that ``gate.on`` reads; one pair here.
+    *(
+        f"{name}_{stat}"
+        for name in ("psnr_db", "psnr_worst_frame_db", "ssim_frames", "speedup")
+        for stat in ("mean", "std", "worst", "lcb", "ucb")
+    ),
+    "pairs",
+    "dense_timing_reused",  # 1 only with reuse_dense_timing=true, which the gate then refuses
     "speedup_vs_b0",  # the kernel effect: our dense B0 against the sparse arm
     "speedup_vs_dot_product_attention",  # the other dense control on a CPU
     "dense_controls",

@@ -129,6 +129,7 @@ PLATFORM_TILES = ("kernel.block_q=null", "kernel.block_kv=null")
         ("tiny", "cpu", ComputeDType.float32),
         ("tiny", "tpu", ComputeDType.float32),
         ("tiny", "gpu", ComputeDType.bfloat16),  # cuDNN, the GPU's dense arm, takes bf16 only
+        ("tiny-random", "cpu", ComputeDType.float32),  # the other seeded preset
         ("wan2.1-t2v-14b", "tpu", ComputeDType.bfloat16),
         ("wan2.1-t2v-14b", "cpu", ComputeDType.bfloat16),
         ("wan2.1-t2v-1.3b", "gpu", ComputeDType.bfloat16),

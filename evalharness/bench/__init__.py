@@ -1,5 +1,7 @@
 """Benchmarks: ``python -m evalharness.bench`` (kernels), ``python -m evalharness.bench.schedules``
-(denoising time per sparsity schedule) and ``python -m evalharness.bench.placement`` (sequence
-parallelism). They live with the harness because they need the model, the resolution presets and
+(denoising time per sparsity schedule), ``python -m evalharness.bench.placement`` (sequence
+parallelism), ``python -m evalharness.bench.memory``, ``python -m
+evalharness.bench.attention_share`` and ``python -m evalharness.bench.negative_controls`` (broken
+sparse arms against the gate on the planted ``tiny`` model). They live with the harness because they need the model, the resolution presets and
 matplotlib, none of which ``kernels/`` may import.
 """

@@ -11,6 +11,9 @@ Usage:
     python -m evalharness.bench tiles --resolution 720p --density 0.3887 --block-q 3328 \
         --block-kv 1536 --json
         tile statistics only (no timing), one JSON object.
+    python -m evalharness.bench ... --mlflow [--tracking-uri URI] [--experiment NAME]
+        also logs each part as an MLflow run (tag bench=kernel_table, tile_sweep,
+        temporal_heads, kernel_memory; see evalharness.bench.mlflow_record).
 
 Backends and their dense controls: xla (dot_product_attention, the XLA einsum), pallas_tpu
 (splash), pallas_gpu (cudnn). Tiles default to 768 x 768 on xla and to the backend's own tiles
@@ -46,6 +49,7 @@ from evalharness.bench.backends import (
     platform_problem,
 )
 from evalharness.bench.checks import acceptance_checks
+from evalharness.bench.kernel_records import kernel_records
 from evalharness.bench.kernel_table import (
     SLOW_BASELINE,
     kernel_table,
@@ -54,6 +58,7 @@ from evalharness.bench.kernel_table import (
 )
 from evalharness.bench.machine import machine_info
 from evalharness.bench.memory import compiled_peak_bytes
+from evalharness.bench.mlflow_record import add_tracking_args, log_records, tracking_requested
 from evalharness.bench.report import (
     GPU_KERNEL_TABLE_COLUMNS,
     KERNEL_TABLE_COLUMNS,
@@ -147,6 +152,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--skip", default="", help="comma-separated: " + ",".join(PARTS))
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     parser.add_argument("--json-out", help="also write the JSON object to this path")
+    add_tracking_args(parser)
     return parser
 
 
@@ -413,6 +419,9 @@ def main(argv: list[str] | None = None) -> int:
         result.get("kernel_table", []), result.get("memory", []), backend.name
     )
     _emit(result, args)
+    if tracking_requested(args):
+        plots = {k: result.get(f"{k}_plot") for k in ("bq_sweep", "tile_sweep")}
+        log_records(args, kernel_records(result, args.resolution, plots))
     return 0
 
 

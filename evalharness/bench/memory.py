@@ -20,7 +20,8 @@ dense first step) it prints the denoise-phase peak of:
   live buffers. XLA:CPU's dot runtime also packs operands outside XLA's plan (about one more
   [B, H, N, N] buffer for the einsum attention): that is in the measurement and in no plan.
 
-Each shape takes one to two minutes on a 2-core CPU. ``compiled_peak_bytes`` (one executor's
+Each shape takes one to two minutes on a 2-core CPU. ``--mlflow`` (or ``--tracking-uri URI``,
+``--experiment NAME``) also logs the table as an MLflow run (tag ``bench=memory_prediction``). ``compiled_peak_bytes`` (one executor's
 plan) is what ``python -m evalharness.bench`` uses.
 """
 
@@ -40,6 +41,13 @@ from dataclasses import asdict, dataclass
 import jax
 import jax.numpy as jnp
 
+from evalharness.bench.machine import machine_info
+from evalharness.bench.mlflow_record import (
+    BenchRecord,
+    add_tracking_args,
+    log_records,
+    tracking_requested,
+)
 from evalharness.block_memory import compiled_temp_bytes
 from evalharness.formatting import markdown_table
 from evalharness.memory_plan import ExecutorSpec, plan_memory
@@ -296,6 +304,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--json", action="store_true", help="one JSON list instead of Markdown")
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # the subprocess's entry point
+    add_tracking_args(parser)
     args = parser.parse_args(argv)
     if args.measure:
         spec = json.loads(args.measure)
@@ -303,6 +312,22 @@ def main(argv: list[str] | None = None) -> None:
         return
     rows = benchmark(args.shapes)
     print(json.dumps(rows, indent=1) if args.json else markdown_table(rows, COLUMNS))
+    if tracking_requested(args):
+        log_records(args, [record(rows, args.shapes)])
+
+
+def record(rows: list[dict], shapes: list[str]) -> BenchRecord:
+    """The rows as an MLflow record (``bench=memory_prediction``), metrics ``<shape>/<arm>.<col>``."""
+    named = [{"case": f"{r['shape']}/{r['arm']}", **r} for r in rows]
+    config = {"shapes": shapes, "machine": machine_info()}
+    return BenchRecord(
+        "memory_prediction",
+        config,
+        named,
+        "case",
+        markdown_table(rows, COLUMNS),
+        {"backend": "xla"},
+    )
 
 
 if __name__ == "__main__":

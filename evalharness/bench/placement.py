@@ -16,6 +16,7 @@ they add, not by interconnect speed, which the byte counts cover.
 Usage:
     python -m evalharness.bench.placement [--devices 8] [--frames 21 --height 8 --width 16]
         [--heads 8 --head-dim 64] [--density 0.3887] [--runs 5] [--json]
+        [--mlflow] [--tracking-uri URI] [--experiment NAME]   (an MLflow run, tag bench=placement)
 """
 
 from __future__ import annotations
@@ -41,6 +42,12 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from evalharness.bench.machine import machine_info  # noqa: E402
+from evalharness.bench.mlflow_record import (  # noqa: E402
+    BenchRecord,
+    add_tracking_args,
+    log_records,
+    tracking_requested,
+)
 from evalharness.bench.report import PLACEMENT_COLUMNS  # noqa: E402
 from evalharness.bench.timing import time_interleaved  # noqa: E402
 from evalharness.formatting import markdown_table  # noqa: E402
@@ -78,6 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--block", type=int, default=256, help="BQ = BKV of the B3 plan")
     parser.add_argument("--runs", type=int, default=5, help="warm runs (median, min, max)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_tracking_args(parser)
     return parser
 
 
@@ -158,6 +166,7 @@ def run(args: argparse.Namespace) -> dict:
             "dtype": "float32",
             "density": policy.plan.density,
             "variant": "b3",
+            "backend": policy.backend,
             "block": args.block,
             "devices": args.devices,
             "runs": args.runs,
@@ -190,6 +199,18 @@ def format_table(result: dict) -> str:
     )
 
 
+def record(result: dict) -> BenchRecord:
+    """The result as an MLflow record (``bench=placement``), one row per variant."""
+    return BenchRecord(
+        bench="placement",
+        config={**result["config"], "machine": result["machine"]},
+        rows=result["rows"],
+        row_key="variant",
+        markdown=format_table(result),
+        tags={"backend": str(result["config"]["backend"])},
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code."""
     args = _parser().parse_args(argv)
@@ -202,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     result = run(args)
     print(json.dumps(result, indent=2) if args.json else format_table(result))
+    if tracking_requested(args):
+        log_records(args, [record(result)])
     return 0
 
 

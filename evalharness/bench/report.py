@@ -100,7 +100,7 @@ TEMPORAL_COLUMNS = (
     ("path", "path", "{}"),
     *TIMING_COLUMNS,
     *TILE_COLUMNS,
-    ("max |diff|", "max_abs_difference_between_paths", NUMBER),
+    ("max abs diff", "max_abs_difference_between_paths", NUMBER),
 )
 MEMORY_COLUMNS = (
     ("variant", "variant", "{}"),

@@ -13,6 +13,9 @@ Usage:
     python -m evalharness.bench.schedules [--steps 8] [--runs 3] [--block 64] [--json]
     python -m evalharness.bench.schedules --model wan2.1-t2v-1.3b --frames 81 --height 480 \
         --width 832 --backend pallas_gpu --dtype bfloat16 --steps 4   # on a GPU
+    python -m evalharness.bench.schedules ... --mlflow [--tracking-uri URI] [--experiment NAME]
+        also logs the table as an MLflow run (tag bench=schedules; metrics <schedule>.median_ms,
+        <schedule>.speedup_vs_dense, ...)
 
 Random weights say nothing about video quality; this benchmark measures time only.
 """
@@ -35,6 +38,12 @@ from flax import nnx
 
 from evalharness.bench.backends import platform_problem
 from evalharness.bench.machine import machine_info
+from evalharness.bench.mlflow_record import (
+    BenchRecord,
+    add_tracking_args,
+    log_records,
+    tracking_requested,
+)
 from evalharness.formatting import markdown_table
 from evalharness.resolutions import load_resolution, token_geometry
 from kernels.masks.geometry import TokenGeometry
@@ -284,7 +293,42 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--schedule-dir", default=str(_DEFAULT_SCHEDULE_DIR))
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_tracking_args(parser)
     return parser
+
+
+def record(result: dict, resolution: str) -> BenchRecord:
+    """The result as an MLflow record (``bench=schedules``), one row per arm.
+
+    Args:
+        result: what :func:`run` returns.
+        resolution: the preset whose pixel size was run, or ``<frames>x<height>x<width>px``.
+    """
+    config = {k: v for k, v in result.items() if k != "arms"}
+    rows = [
+        {k: v for k, v in arm.items() if k not in ("wall_ms", "cpu_ms")}
+        for arm in _table_rows(result["arms"])
+    ]
+    model = result["model"].removesuffix(" (random weights)")
+    return BenchRecord(
+        bench="schedules",
+        config=config,
+        rows=rows,
+        row_key="schedule",
+        markdown=format_table(result),
+        tags={"model": model, "resolution": resolution, "backend": result["backend"]},
+    )
+
+
+def resolution_label(frames: int, height: int, width: int) -> str:
+    """The ``conf/resolution`` preset of this pixel size, or ``<frames>x<height>x<width>px``."""
+    from evalharness.resolutions import resolution_names
+
+    for name in resolution_names():
+        preset = load_resolution(name).config
+        if (preset.frames, preset.height, preset.width) == (frames, height, width):
+            return name
+    return f"{frames}x{height}x{width}px"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -304,6 +348,9 @@ def main(argv: list[str] | None = None) -> int:
         print()
     else:
         print(format_table(result))
+    if tracking_requested(args):
+        label = resolution_label(args.frames, args.height, args.width)
+        log_records(args, [record(result, label)])
     return 0
 
 

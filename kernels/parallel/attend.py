@@ -17,7 +17,9 @@ needs every token, so each call (inside ``jax.shard_map``):
    (each device gathers the whole sequence to build its slice of the permuted order) and is undone
    after step 4 the same way; the alternative the seed measured as slower, kept to time both;
 4. ``all_to_all`` back to sequence-sharded.
-Dense steps and layers use the same exchange around the dense executor.
+Dense steps and layers use the same exchange around the dense executor. A policy's negative
+control (``kernels.policy.negative_controls``) applies here as on one device: its flags override
+after routing, and ``no_unpermute`` skips step 3's (or, before the exchange, step 4's) restoring.
 
 Heads that do not divide by the device count are zero-padded (``kernels.parallel.exchange``). Tokens that
 do not divide by it are an error (padding tokens would change the softmax of real ones): pick a
@@ -252,6 +254,9 @@ class SequenceParallelAttend:
     ) -> jax.Array:
         """The sparse executor with the given routing, around the exchange, per ``placement``.
 
+        The flags are used as given; under the policy's ``no_unpermute`` control temporal heads'
+        outputs stay in the temporal layout, as ``AttentionPolicy.sparse_attention`` leaves them.
+
         Args:
             q: [batch, tokens, heads, head_dim], frame-major.
             k: [batch, tokens, heads, head_dim].
@@ -282,6 +287,8 @@ class SequenceParallelAttend:
             moved = (permute_sharded(x, perm, temporal, SEQ_AXIS) for x in (q, k, v))
             qh, kh, vh = (sequence_to_heads(x, SEQ_AXIS, devices) for x in moved)
             out = heads_to_sequence(policy.execute_band(qh, kh, vh), SEQ_AXIS, heads)
+            if not policy.restores_layout:  # the ``no_unpermute`` negative control
+                return out
             inv = inverse_temporal_permutation(policy.geometry)
             return permute_sharded(out, inv, temporal, SEQ_AXIS)
 
@@ -302,16 +309,17 @@ class SequenceParallelAttend:
 
     def _routed(self, q, k, v, *, step: jax.Array, layer: int) -> jax.Array:
         routing = self.route(q, k, v, step=step, layer=layer)
+        temporal = self.policy.layout_flags(routing.temporal)  # a negative control's override
         recorder = self.policy.recorder
         if recorder is not None:
             jax.debug.callback(
                 functools.partial(recorder.record, layer=layer),
                 step,
-                routing.temporal,
+                temporal,
                 routing.spatial_error,
                 routing.temporal_error,
             )
-        return self.sparse_attention(q, k, v, routing.temporal)
+        return self.sparse_attention(q, k, v, temporal)
 
 
 def parallelize(

@@ -1,4 +1,5 @@
-"""Policy: the sparsity schedule, head routing and its statistics, and the ``attend`` policy.
+"""Policy: the sparsity schedule, head routing and its statistics, the ``attend`` policy and its
+negative controls (deliberately broken sparse arms).
 
 Also exports the dense-control rule (``dense_controls``, ``check_dense_pair``) that turns
 ``DENSE_EXECUTORS``' "auto" into concrete executors per platform.
@@ -11,6 +12,7 @@ from kernels.policy.attention_policy import (
     AttentionPolicy,
     make_dense_attend,
 )
+from kernels.policy.negative_controls import NEGATIVE_CONTROLS
 from kernels.policy.routing import (
     ROUTING_MODES,
     Routing,
@@ -28,6 +30,7 @@ from kernels.policy.schedule import SPARSE_VARIANTS, SparseVariant, SparsitySche
 __all__ = [
     "DENSE_EXECUTORS",
     "DENSE_FLAG",
+    "NEGATIVE_CONTROLS",
     "POLICY_BACKENDS",
     "ROUTING_MODES",
     "SPARSE_VARIANTS",

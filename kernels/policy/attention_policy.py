@@ -13,6 +13,10 @@ Per call:
   layout by a per-(batch, head) select between the frame-major and the permuted copy (shapes never
   depend on the flags), run the band executor (one tile plan serves both layouts), restore
   frame-major order.
+
+A negative control (``kernels.policy.negative_controls``) breaks one of these on purpose (the
+layouts routing chose, or the restoring of frame-major order); with ``none`` the traced program is
+the correct one, untouched.
 """
 
 from __future__ import annotations
@@ -29,6 +33,11 @@ from kernels.masks.geometry import TokenGeometry
 from kernels.masks.layouts import inverse_temporal_permutation, temporal_permutation
 from kernels.plans.block_sizes import BlockSizes, default_block_sizes, plan_backend
 from kernels.plans.tiles import TilePlan, build_plan
+from kernels.policy.negative_controls import (
+    check_negative_control,
+    controlled_flags,
+    restores_layout,
+)
 from kernels.policy.routing import ROUTING_MODES, route_heads, routing_key
 from kernels.policy.routing_stats import RoutingRecorder, RoutingStats
 from kernels.policy.schedule import SparsitySchedule
@@ -144,6 +153,8 @@ class AttentionPolicy:
         routing_mask: the mask routing compares (the plan's logical mask; rounded for b3).
         dense_attend: the dense executor.
         recorder: the routing recorder when built with ``record_stats=True``, else None.
+        negative_control: ``none`` (the correct arm) or a deliberately broken variant (see
+            ``kernels.policy.negative_controls``).
     """
 
     def __init__(
@@ -165,6 +176,7 @@ class AttentionPolicy:
         vmem_limit_bytes: int | None = None,
         num_warps: int | None = None,
         num_stages: int | None = None,
+        negative_control: str = "none",
     ) -> None:
         """Builds the policy and its host-side plans (nothing is traced).
 
@@ -190,16 +202,19 @@ class AttentionPolicy:
                 default dense b0); None picks by tile and head_dim; ignored elsewhere.
             num_stages: pipelining stages of the Pallas GPU kernel; None keeps its default;
                 ignored elsewhere.
+            negative_control: one of ``NEGATIVE_CONTROLS``; anything but ``none`` breaks the
+                sparse cells on purpose (dense cells are untouched).
 
         Raises:
-            ValueError: on an unknown backend or routing mode, or a schedule that does not suit
-                the geometry and tiles (see ``SparsitySchedule.validate``).
+            ValueError: on an unknown backend, routing mode or negative control, or a schedule
+                that does not suit the geometry and tiles (see ``SparsitySchedule.validate``).
         """
         _check_backend(backend)
         if routing_mode not in ROUTING_MODES:
             raise ValueError(f"routing_mode={routing_mode!r}; use one of {ROUTING_MODES}")
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f"seed={seed!r}: expected an int")
+        self.negative_control = check_negative_control(negative_control)
         self.schedule = schedule
         self.geometry = geometry
         self.num_steps = num_steps
@@ -301,6 +316,8 @@ class AttentionPolicy:
 
         ``__call__`` takes it for sparse (step, layer) cells; a dry run lowers it by itself when
         the dense side's executor cannot be lowered from that machine (cuDNN without a GPU).
+        Under a negative control the recorded flags are the layouts that ran (``layout_flags``),
+        next to routing's unchanged errors.
 
         Args:
             q: [batch, tokens, heads, head_dim], frame-major, unscaled.
@@ -324,18 +341,43 @@ class AttentionPolicy:
             samples=self.schedule.routing_samples,
             mode=self.routing_mode,
         )
+        temporal = self.layout_flags(routing.temporal)
         if self.recorder is not None:
             jax.debug.callback(
                 functools.partial(self.recorder.record, layer=layer),
                 step,
-                routing.temporal,
+                temporal,
                 routing.spatial_error,
                 routing.temporal_error,
             )
-        return self.sparse_attention(q, k, v, routing.temporal)
+        return self.sparse_attention(q, k, v, temporal)
+
+    def layout_flags(self, temporal: jax.Array) -> jax.Array:
+        """The layouts the sparse executor runs, given routing's choice: the choice itself,
+        unless the negative control overrides it (``all_spatial``, ``all_temporal``,
+        ``inverted``).
+
+        Args:
+            temporal: bool [batch, heads], routing's flags.
+
+        Returns:
+            bool [batch, heads] (``temporal`` itself, the same array, for ``none``).
+        """
+        if self.negative_control == "none":
+            return temporal
+        return controlled_flags(self.negative_control, temporal)
+
+    @property
+    def restores_layout(self) -> bool:
+        """Whether temporal heads' outputs are restored to frame-major order (not under the
+        ``no_unpermute`` control)."""
+        return restores_layout(self.negative_control)
 
     def sparse_attention(self, q, k, v, temporal: jax.Array) -> jax.Array:
         """Band attention with the given routing: temporal heads in the temporal layout.
+
+        The flags are used as given (a negative control's override happens in ``layout_flags``);
+        under ``no_unpermute`` temporal heads' outputs are returned in the temporal layout.
 
         Args:
             q: [batch, tokens, heads, head_dim], frame-major.
@@ -344,7 +386,8 @@ class AttentionPolicy:
             temporal: bool [batch, heads].
 
         Returns:
-            [batch, tokens, heads, head_dim], frame-major.
+            [batch, tokens, heads, head_dim], frame-major (temporal heads in the temporal layout
+            under ``no_unpermute``).
         """
         if self.plan is None:
             raise ValueError(f"schedule {self.schedule.name!r} is not sparse; it has no band")
@@ -356,6 +399,8 @@ class AttentionPolicy:
         perm = jnp.asarray(temporal_permutation(self.geometry))
         q_l, k_l, v_l = (_select_layout(x, perm, temporal) for x in (q, k, v))
         out = self.execute_band(q_l, k_l, v_l)
+        if not self.restores_layout:
+            return out
         inv = jnp.asarray(inverse_temporal_permutation(self.geometry))
         return _select_layout(out, inv, temporal)
 

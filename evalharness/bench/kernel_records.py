@@ -1,0 +1,119 @@
+"""The kernel benchmark's parts as MLflow records: one run per part that ran.
+
+``python -m evalharness.bench --mlflow`` logs ``bench=kernel_table`` (B0, dense control, B1-B3),
+``bench=tile_sweep`` (the BQ sweep on xla / pallas_tpu, the BQ x BKV grid on pallas_gpu),
+``bench=temporal_heads`` and ``bench=kernel_memory``, each with the run's configuration and machine
+as params and the notes and checks in its Markdown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from evalharness.bench.mlflow_record import BenchRecord
+from evalharness.bench.report import (
+    GPU_KERNEL_TABLE_COLUMNS,
+    KERNEL_TABLE_COLUMNS,
+    MEMORY_COLUMNS,
+    SWEEP_COLUMNS,
+    TEMPORAL_COLUMNS,
+    TILE_SWEEP_COLUMNS,
+    TILE_SWEEP_PERCENT_KEYS,
+    record_table,
+    table,
+)
+
+# bench tag -> (result key(s), row key, title)
+_PARTS = (
+    ("kernel_table", ("kernel_table",), "variant", "Kernel table"),
+    ("tile_sweep", ("bq_sweep", "tile_sweep"), "tile", "Tile sweep"),
+    ("temporal_heads", ("temporal",), "path", "Temporal heads"),
+    ("kernel_memory", ("memory",), "variant", "Compiled peak memory"),
+)
+
+
+def _rows(key: str, rows: list[dict]) -> list[dict]:
+    """Sweep rows get a ``tile`` name (``256x768``) so their metrics are ``<BQ>x<BKV>.<col>``."""
+    if key in ("bq_sweep", "tile_sweep"):
+        return [{"tile": f"{r['block_q']}x{r['block_kv']}", **r} for r in rows]
+    return rows
+
+
+def _columns(key: str, gpu: bool):
+    return {
+        "kernel_table": GPU_KERNEL_TABLE_COLUMNS if gpu else KERNEL_TABLE_COLUMNS,
+        "bq_sweep": SWEEP_COLUMNS,
+        "tile_sweep": TILE_SWEEP_COLUMNS,
+        "temporal": TEMPORAL_COLUMNS,
+        "memory": MEMORY_COLUMNS,
+    }[key]
+
+
+def _markdown(title: str, key: str, rows: list[dict], result: Mapping[str, Any]) -> str:
+    config = result["config"]
+    gpu = config["backend"] == "pallas_gpu"
+    if key == "tile_sweep":
+        body = table(rows, _columns(key, gpu), TILE_SWEEP_PERCENT_KEYS)
+    else:
+        body = table(rows, _columns(key, gpu))
+    parts = [f"## {title} ({config['backend']})", "", body, ""]
+    parts += [f"note: {note}" for note in _notes(key, result.get("notes", []))]
+    if key == "kernel_table" and result.get("checks"):
+        parts += ["", "### Checks", "", record_table(result["checks"])]
+    return "\n".join(parts)
+
+
+# Notes of the benchmark that belong to a part besides the kernel table (which gets them all).
+_NOTE_PREFIXES = {"bq_sweep": "tile sweep", "tile_sweep": "tile sweep", "memory": "memory part"}
+
+
+def _notes(key: str, notes: list[str]) -> list[str]:
+    """The notes of part ``key``: all for the kernel table, else its own and interpret mode's."""
+    if key == "kernel_table":
+        return notes
+    prefix = _NOTE_PREFIXES.get(key)
+    return [n for n in notes if n.startswith("interpret mode") or (prefix and n.startswith(prefix))]
+
+
+def kernel_records(
+    result: Mapping[str, Any], resolution: str | None, plots: Mapping[str, str | None] | None = None
+) -> list[BenchRecord]:
+    """One record per part of ``result`` (what ``python -m evalharness.bench --json`` prints).
+
+    Args:
+        result: the benchmark's result: "config" (with "machine"), the parts, "notes", "checks".
+        resolution: the ``--resolution`` preset, or None for an explicit token grid.
+        plots: result key -> figure path (the sweep's PNG), uploaded with that part.
+
+    Returns:
+        Records in part order; parts that did not run are left out.
+    """
+    config = dict(result["config"])
+    machine = config.pop("machine", {})
+    config["machine"] = machine
+    tags = {"backend": str(config["backend"])}
+    if resolution is not None:
+        tags["resolution"] = resolution
+    records = []
+    for bench, keys, row_key, title in _PARTS:
+        key = next((k for k in keys if k in result), None)
+        if key is None:
+            continue
+        rows = _rows(key, result[key])
+        plot = (plots or {}).get(key)
+        files = (Path(plot),) if plot else ()
+        part_config = {**config, "part": key}
+        records.append(
+            BenchRecord(
+                bench=bench,
+                config=part_config,
+                rows=rows,
+                row_key=row_key,
+                markdown=_markdown(title, key, rows, result),
+                tags=tags,
+                files=files,
+            )
+        )
+    return records

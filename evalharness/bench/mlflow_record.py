@@ -1,0 +1,195 @@
+"""Benchmarks as MLflow runs: one run per benchmark table, when the command line asks for it.
+
+Every benchmark entry point adds the same options (:func:`add_tracking_args`): ``--mlflow`` logs
+to the local sqlite store under ``--output-root`` (as the harness does), ``--tracking-uri URI`` to
+any MLflow store, ``--experiment NAME`` names the experiment (``evalharness`` by default, beside
+the harness's own runs, so ``python -m reports`` finds both).
+
+A run holds:
+
+- tags: ``bench=<name>``, the environment (``evalharness.tracking.environment_tags``: device,
+  host, machine, JAX version, git commit) and ``model`` / ``resolution`` / ``backend`` where they
+  apply;
+- params: the geometry and settings of the benchmark, and ``version.*`` (Python, JAX, jaxlib,
+  Flax, NumPy);
+- metrics: one per row and measured column, ``<row>.<column>`` (e.g. ``b3.median_ms``,
+  ``b3.fraction_of_ideal``), names made of MLflow's allowed characters;
+- artifacts: ``<name>.md`` (the printed table), ``<name>.json`` (``{"config": ..., "rows": [...]}``,
+  what ``reports`` reads) and any figure the benchmark drew.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evalharness.tracking import environment_tags, make_tracker
+
+DEFAULT_EXPERIMENT = "evalharness"
+BENCH_TAG = "bench"
+_UNSAFE = re.compile(r"[^A-Za-z0-9_\-. /]")
+
+
+@dataclass(frozen=True)
+class BenchRecord:
+    """One benchmark table as it goes to MLflow.
+
+    Attributes:
+        bench: the ``bench`` tag and the artifact file stem, e.g. ``kernel_table``.
+        config: what was benchmarked (geometry, tiles, backend, ...); logged as params and as
+            ``config`` in the JSON artifact.
+        rows: the table's rows (dicts), as the benchmark computed them.
+        row_key: the key naming each row in metric names (``variant``, ``schedule``, ...).
+        markdown: the table as printed.
+        tags: ``model``, ``resolution``, ``backend`` where they apply.
+        files: figures to upload beside the table.
+    """
+
+    bench: str
+    config: Mapping[str, Any]
+    rows: Sequence[Mapping[str, Any]]
+    row_key: str
+    markdown: str
+    tags: Mapping[str, str] = field(default_factory=dict)
+    files: Sequence[Path] = ()
+
+    def metrics(self) -> dict[str, float]:
+        """``<row>.<column>`` for every finite number of every row (bools left out)."""
+        out: dict[str, float] = {}
+        for row in self.rows:
+            name = metric_name(str(row[self.row_key]))
+            for key, value in row.items():
+                if key == self.row_key or not _finite_number(value):
+                    continue
+                out[f"{name}.{metric_name(key)}"] = float(value)
+        return out
+
+
+def metric_name(text: str) -> str:
+    """``text`` with every character MLflow refuses in a metric or param name replaced by ``_``."""
+    return _UNSAFE.sub("_", text).strip() or "_"
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def add_tracking_args(parser: argparse.ArgumentParser) -> None:
+    """Adds ``--mlflow``, ``--tracking-uri``, ``--experiment`` and ``--output-root``."""
+    group = parser.add_argument_group("MLflow")
+    group.add_argument(
+        "--mlflow",
+        action="store_true",
+        help="log each table as an MLflow run (sqlite under --output-root unless --tracking-uri)",
+    )
+    group.add_argument("--tracking-uri", help="an MLflow tracking URI (implies --mlflow)")
+    group.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment")
+    group.add_argument(
+        "--output-root", default="outputs", help="where the default sqlite store lives"
+    )
+
+
+def tracking_requested(args: argparse.Namespace) -> bool:
+    """Whether the command line asked for MLflow (``--mlflow`` or ``--tracking-uri``)."""
+    return bool(getattr(args, "mlflow", False) or getattr(args, "tracking_uri", None))
+
+
+def version_params() -> dict[str, str]:
+    """``version.*``: Python and the numerical libraries that produced a result."""
+    import flax
+    import jax
+    import jaxlib
+    import numpy
+
+    return {
+        "version.python": platform.python_version(),
+        "version.jax": jax.__version__,
+        "version.jaxlib": jaxlib.__version__,
+        "version.flax": flax.__version__,
+        "version.numpy": numpy.__version__,
+    }
+
+
+def _flat_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for key, value in config.items():
+        name = metric_name(f"{prefix}{key}")
+        if isinstance(value, Mapping):
+            params.update(_flat_params(value, f"{name}."))
+        else:
+            params[name] = json.dumps(value) if isinstance(value, list | tuple) else value
+    return params
+
+
+def write_record_files(record: BenchRecord, folder: Path) -> list[Path]:
+    """``<bench>.md``, ``<bench>.json`` and copies of the figures in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    md = folder / f"{record.bench}.md"
+    md.write_text(record.markdown.rstrip() + "\n")
+    data = folder / f"{record.bench}.json"
+    payload = {"bench": record.bench, "config": record.config, "rows": list(record.rows)}
+    data.write_text(json.dumps(payload, indent=1, default=str))
+    copies = [md, data]
+    for path in record.files:
+        if Path(path).is_file():
+            copies.append(Path(shutil.copy(path, folder / Path(path).name)))
+    return copies
+
+
+def log_record(args: argparse.Namespace, record: BenchRecord) -> str:
+    """Logs one benchmark table as a finished MLflow run; returns its run id.
+
+    Args:
+        args: parsed options of :func:`add_tracking_args`.
+        record: the table.
+
+    Raises:
+        Whatever MLflow raises; the run is then closed as FAILED with an ``error`` tag.
+    """
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    tracker = make_tracker(
+        "mlflow",
+        tracking_uri=args.tracking_uri,
+        experiment_name=args.experiment,
+        run_name=f"bench-{record.bench}-{stamp}",
+        output_root=Path(args.output_root),
+    )
+    try:
+        tracker.set_tags({**environment_tags(), BENCH_TAG: record.bench, **record.tags})
+        tracker.log_params({**_flat_params(record.config), **version_params()})
+        tracker.log_metrics(record.metrics())
+        with tempfile.TemporaryDirectory(prefix=f"bench-{record.bench}-") as tmp:
+            write_record_files(record, Path(tmp))
+            tracker.log_artifacts(Path(tmp))
+    except BaseException as err:
+        tracker.set_tags({"error": f"{type(err).__name__}: {err}"[:5000]})
+        tracker.finish("FAILED")
+        raise
+    tracker.finish("FINISHED")
+    return str(tracker.run_id)
+
+
+def log_records(args: argparse.Namespace, records: Iterable[BenchRecord]) -> list[str]:
+    """Logs each record (:func:`log_record`) and says where on stderr; returns the run ids."""
+    import sys
+
+    ids = []
+    for record in records:
+        run_id = log_record(args, record)
+        ids.append(run_id)
+        print(
+            f"mlflow: bench={record.bench} run {run_id} in experiment {args.experiment!r}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return ids

@@ -1,0 +1,270 @@
+"""``python -m evalharness.bench.negative_controls``: does the gate fail a broken sparse arm?
+
+Runs the default job (``python -m evalharness``'s config: model, resolution, schedule, prompt,
+seed, sampler, guidance, kernel) once dense, then once per sparse arm: the correct one and each
+negative control of ``kernels.policy.negative_controls`` (every head spatial, every head temporal,
+every head given the other layout, temporal heads' outputs left in the temporal layout). Every row
+is measured against the one shared dense arm with the gate's own metric (``psnr_db``: raw-frame
+PSNR of the whole video) plus the worst frame and SSIM, and gets the gate's verdict at
+``--min-psnr-db`` (25 dB, the CI gate's threshold). A sound harness passes the correct row and
+fails every other.
+
+Nothing is timed (the controls cost what the correct arm costs); each sparse arm runs its
+routing-recording policy, whose latents are the sparse arm's, so each row also reports the
+fraction of heads that ran in the temporal layout.
+
+Usage:
+    python -m evalharness.bench.negative_controls [--min-psnr-db 25] [--json] [OVERRIDE ...]
+    python -m evalharness.bench.negative_controls schedule=aggressive   # Hydra overrides
+    python -m evalharness.bench.negative_controls model=tiny-random     # random weights pass all
+
+The default model is ``tiny`` with planted spatial and temporal heads (``models.planted_heads``);
+its PSNR shows whether the harness detects attention errors, not how good a real video would be.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from hydra import compose, initialize_config_dir
+
+from evalharness import kernel_choice
+from evalharness.attention_setup import build_attention
+from evalharness.bench.machine import machine_info
+from evalharness.components import Components, build_components, transformer_config_for
+from evalharness.config import EvalConfig, NegativeControl, register_configs, to_config
+from evalharness.formatting import markdown_table
+from evalharness.gate import check_gate
+from evalharness.quality import frame_quality
+from kernels.policy.negative_controls import NEGATIVE_CONTROLS
+from models.pipeline import DenoiseLoop, uses_guidance
+from models.samplers import default_flow_shift, make_sampler
+from models.video_geometry import VideoGeometry
+
+# The repository's Hydra config folder (parents: bench, evalharness, then the repository root).
+_CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
+DEFAULT_MIN_PSNR_DB = 25.0  # the CI gate's threshold (.ci/run)
+ROW_NAMES = {"none": "correct"}
+COLUMNS = (
+    ("arm", "arm", "{}"),
+    ("psnr_db (gated)", "psnr_db", "{:.2f}"),
+    ("worst frame dB", "psnr_worst_frame_db", "{:.2f}"),
+    ("mean frame dB", "psnr_frames_db", "{:.2f}"),
+    ("SSIM", "ssim_frames", "{:.4f}"),
+    ("heads temporal", "temporal_fraction", "{:.3f}"),
+    ("gate", "gate", "{}"),
+)
+
+
+def compose_config(overrides: Sequence[str] = ()) -> EvalConfig:
+    """The default job's config with Hydra ``overrides``, resolved for this host."""
+    register_configs()
+    with initialize_config_dir(config_dir=_CONF_DIR, version_base="1.3"):
+        composed = compose("config", overrides=list(overrides))
+    return kernel_choice.resolve(to_config(composed))
+
+
+@dataclasses.dataclass
+class _Inputs:
+    """What every arm shares: model, sampler, noise and prompt embeddings."""
+
+    components: Components
+    video: VideoGeometry
+    sampler: Any
+    noise: jax.Array
+    context: jax.Array
+    negative_context: jax.Array | None
+
+
+def _inputs(cfg: EvalConfig) -> _Inputs:
+    video = VideoGeometry(cfg.resolution.frames, cfg.resolution.height, cfg.resolution.width)
+    shift = cfg.resolution.flow_shift or default_flow_shift(video.height, video.width)
+    components = build_components(cfg.model, cfg.dtype, cfg.cache_dir)
+    with components.prompt_encoder.session():
+        context = jnp.asarray(components.encode([cfg.prompt]))
+        negative = None
+        if uses_guidance(cfg.guidance_scale, cfg.negative_prompt):
+            negative = jnp.asarray(components.encode([cfg.negative_prompt]))
+    noise = jax.random.normal(jax.random.key(cfg.seed), (1, *video.latent_shape()), jnp.float32)
+    sampler = make_sampler(cfg.sampler.value, cfg.steps, shift)
+    return _Inputs(components, video, sampler, noise, context, negative)
+
+
+def _denoise(cfg: EvalConfig, inputs: _Inputs, attend: Any) -> np.ndarray:
+    loop = DenoiseLoop(
+        inputs.components.transformer,
+        inputs.sampler,
+        guidance_scale=cfg.guidance_scale,
+        attend=attend,
+    )
+    out = loop(inputs.noise, inputs.context, inputs.negative_context)
+    if not bool(out.finite):
+        raise RuntimeError("the denoising loop produced NaN or Inf latents")
+    return np.asarray(out.latents)
+
+
+def measure_controls(
+    cfg: EvalConfig,
+    controls: Sequence[str] = NEGATIVE_CONTROLS,
+    *,
+    min_psnr_db: float = DEFAULT_MIN_PSNR_DB,
+    on_event: Callable[[str], None] = lambda message: None,
+) -> list[dict[str, Any]]:
+    """One dense arm, then one row per sparse arm (``controls``), each against that dense arm.
+
+    Args:
+        cfg: a resolved config (``compose_config``); its own ``negative_control`` is ignored.
+        controls: names from ``NEGATIVE_CONTROLS`` (``none`` is the correct arm).
+        min_psnr_db: the gate's ``psnr_db`` threshold.
+        on_event: progress hook, called with one line per phase.
+
+    Returns:
+        Per control: ``arm``, ``control``, ``psnr_db``, ``psnr_worst_frame_db``,
+        ``psnr_frames_db``, ``ssim_frames``, ``temporal_fraction`` (heads run in the temporal
+        layout over sparse cells; None when no cell is sparse), ``max_abs_latent_diff``,
+        ``gate_passed``, ``gate`` and ``seconds``.
+
+    Raises:
+        ValueError: an unknown control, or a schedule that is not sparse.
+    """
+    if not cfg.schedule.sparse:
+        raise ValueError(f"schedule={cfg.schedule.name} is dense; pick a sparse schedule")
+    for control in controls:
+        NegativeControl(control)  # unknown names fail before any work
+    started = time.perf_counter()
+    tcfg = transformer_config_for(cfg.model)
+    inputs = _inputs(cfg)
+    setup = build_attention(cfg, inputs.video, tcfg)
+    on_event(f"dense arm ({cfg.kernel.dense_executor.value})")
+    dense_latents = _denoise(cfg, inputs, setup.dense)
+    dense_frames = inputs.components.decode(dense_latents)
+    on_event(f"dense arm done in {time.perf_counter() - started:.1f} s")
+    rows = []
+    for control in controls:
+        start = time.perf_counter()
+        arm_cfg = dataclasses.replace(cfg, negative_control=NegativeControl(control))
+        arm = build_attention(arm_cfg, inputs.video, tcfg)
+        # The recording twin computes the sparse arm's latents and also keeps its routing.
+        attend = arm.recording if arm.recording is not None else arm.sparse
+        latents = _denoise(cfg, inputs, attend)
+        quality = frame_quality(dense_frames, inputs.components.decode(latents))
+        metrics = {
+            "psnr_db": quality.video_psnr_db,
+            "psnr_worst_frame_db": quality.worst_psnr_db,
+            "psnr_frames_db": quality.mean_psnr_db,
+            "ssim_frames": quality.mean_ssim,
+        }
+        gate = check_gate(metrics, min_psnr_db=min_psnr_db, min_speedup=None)
+        fraction = None
+        if arm.recording is not None:
+            fraction = arm.collect_stats().overall_temporal_fraction()
+        rows.append(
+            {
+                "arm": ROW_NAMES.get(control, control),
+                "control": control,
+                **metrics,
+                "temporal_fraction": fraction,
+                "max_abs_latent_diff": float(np.max(np.abs(latents - dense_latents))),
+                "gate_passed": gate.passed,
+                "gate": "pass" if gate.passed else "FAIL",
+                "seconds": time.perf_counter() - start,
+            }
+        )
+        on_event(f"{rows[-1]['arm']}: psnr_db {metrics['psnr_db']:.2f} ({rows[-1]['gate']})")
+    return rows
+
+
+def sound(rows: Sequence[dict[str, Any]]) -> bool:
+    """True when the correct arm passes the gate and every broken arm fails it."""
+    return all(row["gate_passed"] == (row["control"] == "none") for row in rows)
+
+
+def format_report(result: dict[str, Any]) -> str:
+    """The result as Markdown: setup line, machine, the table and the verdict."""
+    setup = result["setup"]
+    machine = ", ".join(f"{k} {v}" for k, v in result["machine"].items())
+    verdict = (
+        "sound: the correct arm passes and every broken arm fails"
+        if result["sound"]
+        else "NOT SOUND: a broken arm passes the gate, or the correct arm fails it"
+    )
+    return "\n\n".join(
+        [
+            "# Negative controls against the gate",
+            ", ".join(f"{k} {v}" for k, v in setup.items()),
+            f"Machine: {machine}",
+            markdown_table(result["rows"], COLUMNS),
+            f"Gate: psnr_db >= {result['min_psnr_db']:g} dB. Verdict: {verdict}.",
+        ]
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m evalharness.bench.negative_controls",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--min-psnr-db",
+        type=float,
+        default=DEFAULT_MIN_PSNR_DB,
+        help="the gate's psnr_db threshold (default: the CI gate's 25 dB)",
+    )
+    parser.add_argument(
+        "--controls",
+        nargs="+",
+        default=list(NEGATIVE_CONTROLS),
+        choices=NEGATIVE_CONTROLS,
+        help="arms to run (none is the correct arm); default: all",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. schedule=aggressive")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; exit status 1 when the verdict is not sound."""
+    args = _parser().parse_args(argv)
+    cfg = compose_config(args.overrides)
+    rows = measure_controls(
+        cfg,
+        args.controls,
+        min_psnr_db=args.min_psnr_db,
+        on_event=lambda message: print(message, file=sys.stderr, flush=True),
+    )
+    result = {
+        "setup": {
+            "model": cfg.model.name,
+            "resolution": f"{cfg.resolution.name} ({cfg.resolution.frames}x"
+            f"{cfg.resolution.height}x{cfg.resolution.width})",
+            "schedule": cfg.schedule.name,
+            "steps": cfg.steps,
+            "backend": cfg.kernel.backend.value,
+            "dtype": cfg.dtype.value,
+        },
+        "machine": machine_info(),
+        "min_psnr_db": args.min_psnr_db,
+        "rows": rows,
+        "sound": sound(rows),
+    }
+    if args.json:
+        json.dump(result, sys.stdout, indent=1, default=float)
+        print()
+    else:
+        print(format_report(result))
+    return 0 if result["sound"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

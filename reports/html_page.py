@@ -1,0 +1,106 @@
+"""The report's Markdown as one self-contained HTML page: figures embedded as data URIs, tables
+as plain HTML tables (readable without scripts), nothing fetched from anywhere.
+
+Only the Markdown the report writes is understood: ``#``/``##``/``###`` headings, pipe tables,
+image lines ``![caption](relative/path.png)``, paragraphs, ``*emphasis*`` lines and inline
+``code``.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import re
+from pathlib import Path
+
+_IMAGE = re.compile(r"^!\[(?P<alt>[^\]]*)\]\((?P<src>[^)]+)\)$")
+_CODE = re.compile(r"`([^`]+)`")
+_MIME = {".png": "image/png", ".svg": "image/svg+xml", ".jpg": "image/jpeg"}
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 24px auto; max-width: 1400px; color: #222;
+       background: #fff; padding: 0 16px; }
+h1 { font-size: 1.6em; } h2 { font-size: 1.25em; margin-top: 1.8em;
+       border-bottom: 1px solid #ddd; }
+.scroll { overflow-x: auto; }
+table { border-collapse: collapse; font-size: 12px; margin: 8px 0; }
+th, td { border: 1px solid #ccc; padding: 3px 6px; text-align: right; white-space: nowrap; }
+th { background: #eef2f6; position: sticky; top: 0; }
+td:first-child, th:first-child { text-align: left; }
+tr:nth-child(even) td { background: #fafafa; }
+figure { margin: 12px 0; } figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { font-size: 12px; color: #555; }
+em { color: #7a4b00; } code { background: #f3f3f3; padding: 0 3px; }
+"""
+
+
+def data_uri(path: Path) -> str:
+    """``data:<mime>;base64,...`` of an image file."""
+    mime = _MIME.get(path.suffix.lower(), "application/octet-stream")
+    return f"data:{mime};base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def _inline(text: str) -> str:
+    escaped = html.escape(text)
+    escaped = _CODE.sub(r"<code>\1</code>", escaped)
+    if escaped.startswith("*") and escaped.endswith("*") and len(escaped) > 1:
+        escaped = f"<em>{escaped[1:-1]}</em>"
+    return escaped
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def _table(lines: list[str]) -> str:
+    head, body = _cells(lines[0]), lines[2:] if len(lines) > 1 else []
+    out = ['<div class="scroll"><table>', "<thead><tr>"]
+    out += [f"<th>{_inline(c)}</th>" for c in head]
+    out.append("</tr></thead><tbody>")
+    for line in body:
+        out.append("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in _cells(line)) + "</tr>")
+    out.append("</tbody></table></div>")
+    return "\n".join(out)
+
+
+def _block(lines: list[str], base: Path) -> str:
+    first = lines[0]
+    if first.startswith("|"):
+        return _table(lines)
+    if first.startswith("#"):
+        level = len(first) - len(first.lstrip("#"))
+        return f"<h{level}>{_inline(first[level:].strip())}</h{level}>"
+    match = _IMAGE.match(first)
+    if match:
+        src = data_uri(base / match["src"])
+        alt = html.escape(match["alt"])
+        return f'<figure><img src="{src}" alt="{alt}"><figcaption>{alt}</figcaption></figure>'
+    return "<p>" + "<br>".join(_inline(line) for line in lines) + "</p>"
+
+
+def _blocks(markdown: str) -> list[list[str]]:
+    """Lines grouped: a table's rows together, every heading or image alone, paragraphs."""
+    blocks: list[list[str]] = []
+    for line in markdown.splitlines():
+        line = line.rstrip()
+        if not line:
+            blocks.append([])
+            continue
+        alone = line.startswith("#") or _IMAGE.match(line)
+        table = line.startswith("|")
+        if alone or not blocks or not blocks[-1] or blocks[-1][0].startswith("|") != table:
+            blocks.append([line])
+            if alone:
+                blocks.append([])
+        else:
+            blocks[-1].append(line)
+    return [b for b in blocks if b]
+
+
+def render_html(markdown: str, base: Path, title: str) -> str:
+    """The page: ``markdown`` converted, images under ``base`` embedded as data URIs."""
+    body = "\n".join(_block(block, base) for block in _blocks(markdown))
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head>\n"
+        f"<body>\n{body}\n</body></html>\n"
+    )

@@ -1,0 +1,145 @@
+"""The SVG masks of a run's geometry in both layouts, and the tile classes of its plans
+(seed Figures 3 and 5 in spirit), computed from ``kernels.masks`` and ``kernels.plans``.
+
+A mask is drawn by evaluating its predicate on at most ``MAX_PIXELS`` evenly spaced query and key
+indices, so a 720p geometry (75,600 tokens) costs no more than a CPU one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.colors import ListedColormap  # noqa: E402
+
+from evalharness.resolutions import token_geometry  # noqa: E402
+from kernels.masks import TokenGeometry, band_for_density, temporal_permutation  # noqa: E402
+from kernels.plans import BlockSizes, TilePlan, build_plan  # noqa: E402
+from models.video_geometry import VideoGeometry  # noqa: E402
+from reports.sources import ReportRun  # noqa: E402
+
+MAX_PIXELS = 480
+# Tile classes as in JAX splash attention's block mask: 0 empty (skipped), 1 partial, 2 full.
+TILE_CLASSES = ("empty (skipped)", "partial (masked)", "full (mask-free)")
+_TILE_COLORS = ListedColormap(["#f4f4f4", "#f2b134", "#2a6f97"])
+
+
+@dataclass(frozen=True)
+class PlanChoice:
+    """The geometry, density and tiles of a run's sparse attention."""
+
+    run: str
+    geometry: TokenGeometry
+    density: float
+    block_sizes: BlockSizes
+    variant: str
+
+    @property
+    def label(self) -> str:
+        """One line: run, token grid, density and tiles."""
+        g = self.geometry
+        return (
+            f"{self.run}: {g.frames} x {g.height} x {g.width} tokens ({g.tokens:,}), density "
+            f"{self.density:g}, tiles {self.block_sizes.block_q} x {self.block_sizes.block_kv}"
+        )
+
+
+def plan_choice(run: ReportRun) -> PlanChoice:
+    """The sparse attention of a harness run, from its params (``resolution.*``, ``schedule.*``,
+    ``kernel.*``)."""
+    p = run.params
+    video = VideoGeometry(
+        frames=int(p["resolution.frames"]),
+        height=int(p["resolution.height"]),
+        width=int(p["resolution.width"]),
+    )
+    return PlanChoice(
+        run=f"{run.tags.get('schedule', '?')} @ {run.tags.get('resolution', '?')}",
+        geometry=token_geometry(video),
+        density=float(p["schedule.density"]),
+        block_sizes=BlockSizes(int(p["kernel.block_q"]), int(p["kernel.block_kv"])),
+        variant=p.get("schedule.variant", "b3"),
+    )
+
+
+def _samples(tokens: int) -> np.ndarray:
+    return np.unique(np.linspace(0, tokens - 1, min(tokens, MAX_PIXELS)).round().astype(np.int64))
+
+
+def mask_images(choice: PlanChoice) -> dict[str, np.ndarray]:
+    """Sampled bool images [q, k] of both head types in both layouts.
+
+    Keys: "spatial, frame-major" (band), "temporal, frame-major" (stripes),
+    "spatial, temporal-major" (stripes), "temporal, temporal-major" (band).
+    """
+    geometry = choice.geometry
+    band = band_for_density(geometry, choice.density)
+    idx = _samples(geometry.tokens)
+    perm = temporal_permutation(geometry).astype(np.int64)  # temporal position -> frame-major
+    inverse = np.empty_like(perm)
+    inverse[perm] = np.arange(perm.size)  # frame-major -> temporal position
+    q, k = idx[:, None], idx[None, :]
+    return {
+        "spatial, frame-major": band.allowed(q, k),
+        "temporal, frame-major": band.allowed(inverse[q], inverse[k]),
+        "spatial, temporal-major": band.allowed(perm[q], perm[k]),
+        "temporal, temporal-major": band.allowed(q, k),
+    }
+
+
+def tile_classes(plan: TilePlan) -> np.ndarray:
+    """int8 [q_tiles, kv_tiles]: 0 empty, 1 partial (visited with a mask), 2 full (mask-free)."""
+    classes = np.zeros((plan.num_q_tiles, plan.num_kv_tiles), np.int8)
+    for i in range(plan.num_q_tiles):
+        classes[i, plan.partial_kv[i, : plan.partial_count[i]]] = 1
+        classes[i, plan.full_kv[i, : plan.full_count[i]]] = 2
+    return classes
+
+
+def masks_figure(choice: PlanChoice, path: Path) -> Path:
+    """The four mask images (head type x layout), saved as a PNG."""
+    images = mask_images(choice)
+    fig, axes = plt.subplots(2, 2, figsize=(8, 8))
+    for ax, (title, image) in zip(axes.flat, images.items(), strict=True):
+        ax.imshow(image, cmap="Greys", interpolation="nearest")
+        ax.set_title(f"{title} ({image.mean():.1%} kept)", fontsize=10)
+        ax.set_xlabel("key token")
+        ax.set_ylabel("query token")
+    fig.suptitle(f"SVG masks, sink = frame 0\n{choice.label}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def tile_classes_figure(choice: PlanChoice, path: Path) -> Path:
+    """Tile classes of the B2 plan (exact mask) and of the run's plan (B3: tile-rounded mask)."""
+    band = band_for_density(choice.geometry, choice.density)
+    variants = ["b2", choice.variant] if choice.variant != "b2" else ["b1", "b2"]
+    fig, axes = plt.subplots(1, len(variants), figsize=(4.5 * len(variants), 4.8))
+    for ax, variant in zip(np.atleast_1d(axes), variants, strict=True):
+        plan = build_plan(band, choice.block_sizes, variant, None)
+        classes = tile_classes(plan)
+        ax.imshow(classes, cmap=_TILE_COLORS, vmin=0, vmax=2, interpolation="nearest")
+        counts = [int((classes == c).sum()) for c in range(3)]
+        ax.set_title(
+            f"{variant.upper()}: "
+            + ", ".join(f"{n} {t.split()[0]}" for n, t in zip(counts, TILE_CLASSES, strict=True)),
+            fontsize=9,
+        )
+        ax.set_xlabel("key tile")
+        ax.set_ylabel("query tile")
+    handles = [
+        plt.Rectangle((0, 0), 1, 1, color=_TILE_COLORS(c / 2)) for c in range(len(TILE_CLASSES))
+    ]
+    fig.legend(handles, TILE_CLASSES, loc="lower center", ncol=3, fontsize=9)
+    fig.suptitle(f"Tile classes, spatial band\n{choice.label}", fontsize=10)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

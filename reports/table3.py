@@ -1,0 +1,127 @@
+"""Table 3: end to end per resolution and schedule, from the harness's runs.
+
+One row per (model, resolution, schedule, backend), the newest run of each: dense and sparse
+median denoising times, the headline speedup (against the fastest dense control) and the speedup
+against each dense control by name (``speedup_vs_<executor>``), raw-frame PSNR with its interval
+when the run is a prompt suite (``psnr_db_lcb`` / ``psnr_db_ucb`` over more than one pair), the
+dense-vs-dense noise floor and the schedule's kept fraction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from evalharness.formatting import format_cell
+from reports.sources import ReportRun, of_kind
+from reports.tables import PROVENANCE_COLUMNS, Table, mark_mixed_machines, provenance
+
+SCHEDULE_ORDER = ("dense", "conservative", "balanced", "aggressive")
+_RESOLUTION_ORDER = ("test", "cpu", "480p", "720p", "1080p", "1440p")
+
+
+def harness_runs(runs: Sequence[ReportRun]) -> list[ReportRun]:
+    """The newest harness run per (model, resolution, schedule, backend), in table order."""
+    newest: dict[tuple, ReportRun] = {}
+    for run in of_kind(runs, "harness"):
+        key = tuple(run.tags.get(k) for k in ("model", "resolution", "schedule", "backend"))
+        newest.setdefault(key, run)
+
+    def order(run: ReportRun) -> tuple:
+        res, schedule = run.tags.get("resolution", ""), run.tags.get("schedule", "")
+        return (
+            _RESOLUTION_ORDER.index(res) if res in _RESOLUTION_ORDER else len(_RESOLUTION_ORDER),
+            res,
+            run.tags.get("model", ""),
+            SCHEDULE_ORDER.index(schedule) if schedule in SCHEDULE_ORDER else len(SCHEDULE_ORDER),
+            schedule,
+        )
+
+    return sorted(newest.values(), key=order)
+
+
+def controls(runs: Sequence[ReportRun]) -> list[str]:
+    """Every dense control a run was timed against (``speedup_vs_<name>``), sorted."""
+    names = {
+        k.removeprefix("speedup_vs_")
+        for r in runs
+        for k in r.metrics
+        if k.startswith("speedup_vs_")
+    }
+    return sorted(names)
+
+
+def psnr_cell(run: ReportRun) -> str:
+    """PSNR in dB, with ``[lcb, ucb]`` when the run is a suite of more than one pair."""
+    psnr = format_cell(run.metrics.get("psnr_db"), "{:.2f}")
+    low, high = run.metrics.get("psnr_db_lcb"), run.metrics.get("psnr_db_ucb")
+    if run.metrics.get("pairs", 1) > 1 and low is not None and high is not None:
+        return f"{psnr} [{format_cell(low, '{:.2f}')}, {format_cell(high, '{:.2f}')}]"
+    return psnr
+
+
+def row(run: ReportRun, names: Sequence[str]) -> dict[str, Any]:
+    """One Table 3 row of a harness run."""
+    m = run.metrics
+    out: dict[str, Any] = {
+        "model": run.tags.get("model"),
+        "resolution": run.tags.get("resolution"),
+        "tokens": m.get("tokens"),
+        "schedule": run.tags.get("schedule"),
+        "steps": run.params.get("steps"),
+        "pairs": m.get("pairs"),
+        "dense_median_s": m.get("dense_median_s"),
+        "sparse_median_s": m.get("sparse_median_s"),
+        "speedup": m.get("speedup"),
+        "psnr": psnr_cell(run),
+        "noise_floor_psnr_db": m.get("noise_floor_psnr_db"),
+        "schedule_kept_fraction": m.get("schedule_kept_fraction"),
+        "gate": run.tags.get("gate"),
+        **provenance(run),
+    }
+    for name in names:
+        out[f"speedup_vs_{name}"] = m.get(f"speedup_vs_{name}")
+    return out
+
+
+def table3(runs: Sequence[ReportRun]) -> Table:
+    """End to end per resolution and schedule (seed Table 3)."""
+    chosen = harness_runs(runs)
+    names = controls(chosen)
+    columns = (
+        ("resolution", "resolution", "{}"),
+        ("model", "model", "{}"),
+        ("tokens", "tokens", "{:,.0f}"),
+        ("schedule", "schedule", "{}"),
+        ("steps", "steps", "{}"),
+        ("pairs", "pairs", "{:.0f}"),
+        ("dense s", "dense_median_s", "{:.4g}"),
+        ("sparse s", "sparse_median_s", "{:.4g}"),
+        ("speedup (fastest dense)", "speedup", "{:.3f}x"),
+        *((f"vs {n}", f"speedup_vs_{n}", "{:.3f}x") for n in names),
+        ("PSNR dB [interval]", "psnr", "{}"),
+        ("noise floor dB", "noise_floor_psnr_db", "{:.2f}"),
+        ("kept fraction", "schedule_kept_fraction", "{:.3f}"),
+        ("gate", "gate", "{}"),
+        *PROVENANCE_COLUMNS,
+    )
+    table = Table(
+        "Table 3: end to end per resolution and schedule",
+        "Median denoising time of the dense and sparse arms (warm runs, interleaved, same "
+        "process); speedup = dense / sparse against the fastest dense control and against each "
+        "control by name; PSNR of the sparse video against the dense one on raw frames (a "
+        "prompt suite's interval in brackets), beside the dense-vs-dense noise floor.",
+        columns,
+        [row(run, names) for run in chosen],
+    )
+    skipped = len(of_kind(runs, "negative_control"))
+    if skipped:
+        table.notes.append(f"{skipped} negative-control run(s) left out (deliberately broken arms)")
+    if not chosen:
+        table.notes.append(
+            "no harness runs: run `python -m evalharness schedule=balanced` (or a sweep, "
+            "`-m schedule=dense,conservative,balanced,aggressive`) with the same tracking URI "
+            "and experiment"
+        )
+    mark_mixed_machines(table)
+    return table

@@ -1,0 +1,151 @@
+"""Benchmark results as MLflow records: metric names, files, and each benchmark's record, from
+synthetic results (nothing is timed; the logged runs themselves are checked in test_reports)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from evalharness.bench import placement, schedules
+from evalharness.bench.kernel_records import kernel_records
+from evalharness.bench.mlflow_record import (
+    BenchRecord,
+    add_tracking_args,
+    metric_name,
+    tracking_requested,
+    version_params,
+    write_record_files,
+)
+
+MACHINE = {
+    "processor": "x86_64",
+    "platform": "Linux",
+    "cpu_count": 2,
+    "jax_backend": "cpu",
+    "jax_version": "0.0",
+    "devices": "cpu:0",
+}
+
+
+def _timing(ms: float) -> dict:
+    return {"median_ms": ms, "min_ms": ms * 0.9, "max_ms": ms * 1.1, "cpu_median_ms": ms}
+
+
+def test_metric_names_keep_only_what_mlflow_accepts():
+    assert metric_name("8 devices, head_local") == "8 devices_ head_local"
+    assert metric_name("b3") == "b3" and metric_name("a/b.c-d e") == "a/b.c-d e"
+    record = BenchRecord(
+        "x",
+        {},
+        [{"variant": "b3", "median_ms": 1.5, "flag": None, "ok": True, "inf": float("inf")}],
+        "variant",
+        "",
+    )
+    assert record.metrics() == {"b3.median_ms": 1.5}
+
+
+def test_tracking_options_and_versions():
+    parser = argparse.ArgumentParser()
+    add_tracking_args(parser)
+    assert not tracking_requested(parser.parse_args([]))
+    assert tracking_requested(parser.parse_args(["--mlflow"]))
+    args = parser.parse_args(["--tracking-uri", "http://x", "--experiment", "e"])
+    assert tracking_requested(args) and args.experiment == "e"
+    assert set(version_params()) >= {"version.jax", "version.jaxlib", "version.flax"}
+
+
+def _kernel_result() -> dict:
+    config = {"backend": "xla", "interpret": False, "tokens": 320, "machine": MACHINE}
+    table = [
+        {"variant": v, **_timing(ms), "masked_fraction": f}
+        for v, ms, f in (("b0", 2.0, 0.0), ("b3", 1.0, 0.02))
+    ]
+    sweep = [{"variant": "b2", "block_q": q, "block_kv": 64, **_timing(1.0)} for q in (32, 64)]
+    return {
+        "config": config,
+        "kernel_table": table,
+        "bq_sweep": sweep,
+        "notes": ["tile sweep 32x64: slow", "kernel table: of ideal"],
+        "checks": {"b3_fastest": True},
+    }
+
+
+def test_kernel_records_one_per_part_with_its_notes(tmp_path):
+    plot = tmp_path / "sweep.png"
+    plot.write_bytes(b"png")
+    records = kernel_records(_kernel_result(), "cpu", {"bq_sweep": str(plot)})
+    assert [r.bench for r in records] == ["kernel_table", "tile_sweep"]
+    table, sweep = records
+    assert table.tags == {"backend": "xla", "resolution": "cpu"}
+    assert table.metrics()["b3.median_ms"] == 1.0 and "Checks" in table.markdown
+    assert sweep.metrics()["64x64.median_ms"] == 1.0
+    assert "tile sweep 32x64" in sweep.markdown and "kernel table:" not in sweep.markdown
+    files = write_record_files(sweep, tmp_path / "out")
+    assert [f.name for f in files] == ["tile_sweep.md", "tile_sweep.json", "sweep.png"]
+    data = json.loads((tmp_path / "out" / "tile_sweep.json").read_text())
+    assert data["config"]["machine"] == MACHINE and data["rows"][0]["tile"] == "32x64"
+
+
+def test_schedule_and_placement_records():
+    arms = [
+        {
+            "schedule": name,
+            "kept_fraction": kept,
+            "dense_steps": 0,
+            "dense_layers": 0,
+            **_timing(ms),
+            "wall_ms": [ms],
+            "cpu_ms": [ms],
+            "speedup_vs_dense": 10.0 / ms,
+            "routing_flops_fraction": 0.0,
+            "compile_and_warm_s": 1.0,
+        }
+        for name, kept, ms in (("dense", 1.0, 10.0), ("aggressive", 0.3, 5.0))
+    ]
+    result = {
+        "machine": MACHINE,
+        "model": "tiny (random weights)",
+        "dtype": "float32",
+        "interpret": False,
+        "geometry": {"frames": 5, "height": 8, "width": 8, "tokens": 320, "pixels": [17, 128, 128]},
+        "steps": 2,
+        "runs": 3,
+        "block_sizes": [8, 8],
+        "backend": "xla",
+        "routing_flops_fraction_720p": {"aggressive": 0.01},
+        "arms": arms,
+    }
+    record = schedules.record(result, schedules.resolution_label(17, 128, 128))
+    assert record.tags == {"model": "tiny", "resolution": "17x128x128px", "backend": "xla"}
+    assert record.metrics()["aggressive.speedup_vs_dense"] == 2.0
+    assert "aggressive.wall_ms" not in record.metrics()
+    assert schedules.resolution_label(33, 192, 320) == "cpu"
+
+    config = {
+        "geometry": "21 x 8 x 16",
+        "tokens": 2688,
+        "batch": 1,
+        "heads": 8,
+        "head_dim": 64,
+        "dtype": "float32",
+        "density": 0.39,
+        "variant": "b3",
+        "backend": "xla",
+        "block": 256,
+        "devices": 8,
+        "runs": 5,
+        "full_720p": placement.FULL_720P,
+    }
+    rows = [{"variant": "8 devices, head_local", **_timing(3.0), "sent_mb": 1.0}]
+    placed = placement.record({"machine": MACHINE, "config": config, "rows": rows})
+    assert placed.bench == "placement" and placed.tags == {"backend": "xla"}
+    assert placed.metrics()["8 devices_ head_local.sent_mb"] == 1.0
+
+
+def test_memory_prediction_record():
+    from evalharness.bench import memory
+
+    rows = [{"shape": "cpu", "tokens": 2160, "arm": "dense", "measured_gib": 0.5, "dominant": "x"}]
+    record = memory.record(rows, ["cpu"])
+    assert record.bench == "memory_prediction"
+    assert record.metrics() == {"cpu/dense.tokens": 2160.0, "cpu/dense.measured_gib": 0.5}
