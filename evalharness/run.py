@@ -29,7 +29,14 @@ from evalharness.config import EvalConfig, to_config, to_plain_dict
 from evalharness.gate import GateResult, check_gate
 from evalharness.progress import Progress
 from evalharness.suite import Pair, run_pairs, suite_metrics
-from evalharness.tracking import Tracker, environment_tags, flatten, make_tracker, run_tags
+from evalharness.tracking import (
+    Tracker,
+    closed_on_error,
+    environment_tags,
+    flatten,
+    make_tracker,
+    run_tags,
+)
 from kernels.parallel.mesh import describe_mesh
 from models.pipeline import uses_guidance
 
@@ -91,19 +98,12 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
     run_dir, tracker = _open_run(cfg)
     comparison.run_dir, comparison.tracker = run_dir, tracker
     try:
-        _record_start(comparison)
-        metrics, per_pair = _compare(comparison, pairs)
-        metrics.update(comparison.estimate.as_metrics())
-        metrics["total_wall_s"] = time.perf_counter() - started
-        gate = _finish(comparison, metrics, per_pair)
-    except KeyboardInterrupt:
-        tracker.set_tags({"error": "interrupted (KeyboardInterrupt)"})
-        tracker.finish("KILLED")
-        raise
-    except BaseException as err:
-        tracker.set_tags({"error": f"{type(err).__name__}: {err}"[:5000]})
-        tracker.finish("FAILED")
-        raise
+        with closed_on_error(tracker):
+            _record_start(comparison)
+            metrics, per_pair = _compare(comparison, pairs)
+            metrics.update(comparison.estimate.as_metrics())
+            metrics["total_wall_s"] = time.perf_counter() - started
+            gate = _finish(comparison, metrics, per_pair)
     finally:
         progress.close()
     metrics["run_dir"] = str(run_dir)
@@ -237,7 +237,7 @@ def _run_pair(
     folder.mkdir(parents=True)
     child = comparison.tracker.child(f"{comparison.run_dir.name}/{pair.name}")
     out = PairOutput(folder, child, f"{pair.name}: ")
-    try:
+    with closed_on_error(child):
         child.log_params({"prompt": pair.prompt, "seed": pair.seed, "pair": pair.index})
         child.set_tags({**run_tags(cfg), "pair": pair.name})
         metrics = compare_pair(comparison, inputs, arms, out, cached)
@@ -246,10 +246,6 @@ def _run_pair(
         child.log_metrics({k: v for k, v in metrics.items() if isinstance(v, int | float)})
         exclude = () if cfg.logger.log_videos else artifacts.VIDEO_PATTERNS
         child.log_artifacts(folder, exclude=exclude)
-    except BaseException as err:
-        child.set_tags({"error": f"{type(err).__name__}: {err}"[:5000]})
-        child.finish("KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED")
-        raise
     child.finish("FINISHED")
     return metrics
 

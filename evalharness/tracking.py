@@ -6,13 +6,14 @@ The run loop only calls :class:`Tracker` methods, so tracking is never wired int
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import logging
 import os
 import platform
 import socket
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -79,6 +80,30 @@ class NullTracker:
     def child(self, run_name: str) -> NullTracker:
         """Another tracker that tracks nothing."""
         return NullTracker()
+
+
+@contextlib.contextmanager
+def closed_on_error(tracker: Tracker) -> Iterator[Tracker]:
+    """Closes ``tracker``'s run if the body raises: ``KILLED`` on Ctrl-C, else ``FAILED``, with
+    the exception in an ``error`` tag; the exception then propagates. The body closes the run
+    itself on success.
+
+    A tracking backend that fails while recording the error (a server gone away) is logged and
+    does not replace the body's exception, which says what went wrong first.
+    """
+    try:
+        yield tracker
+    except BaseException as err:
+        interrupted = isinstance(err, KeyboardInterrupt)
+        message = (
+            "interrupted (KeyboardInterrupt)" if interrupted else f"{type(err).__name__}: {err}"
+        )
+        try:
+            tracker.set_tags({"error": message[:5000]})
+            tracker.finish("KILLED" if interrupted else "FAILED")
+        except Exception as tracking_err:  # noqa: BLE001 - the body's error is the one to raise
+            log.warning("could not close run %s as failed: %s", tracker.run_id, tracking_err)
+        raise
 
 
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"

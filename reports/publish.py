@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from evalharness.tracking import MlflowTracker, environment_tags
+from evalharness.tracking import MlflowTracker, closed_on_error, environment_tags
 from reports.build import Report
 from reports.sources import REPORT_TAG
 
@@ -18,7 +18,7 @@ def publish(report: Report, tracking_uri: str, experiment: str) -> str:
     """
     stamp = report.folder.name if report.folder.name.startswith("report") else "report"
     tracker = MlflowTracker(tracking_uri, experiment, f"{stamp}-{len(report.runs)}-runs")
-    try:
+    with closed_on_error(tracker):
         tracker.set_tags({**environment_tags(), REPORT_TAG: "true"})
         ids = [r.run_id for r in report.runs]
         tracker.log_params({"source_runs": json.dumps(ids), "source_run_count": len(ids)})
@@ -35,9 +35,5 @@ def publish(report: Report, tracking_uri: str, experiment: str) -> str:
             }
         )
         tracker.log_artifacts(report.folder)
-    except BaseException as err:
-        tracker.set_tags({"error": f"{type(err).__name__}: {err}"[:5000]})
-        tracker.finish("FAILED")
-        raise
     tracker.finish("FINISHED")
     return str(tracker.run_id)

@@ -1,6 +1,8 @@
-"""Tracking: artifact uploads that leave videos out, environment tags, per-step curves."""
+"""Tracking: artifact uploads that leave videos out, environment tags, per-step curves, runs
+closed as failed when their body raises."""
 
 import numpy as np
+import pytest
 from mlflow.tracking import MlflowClient
 
 from evalharness.artifacts import VIDEO_PATTERNS
@@ -8,6 +10,7 @@ from evalharness.tracking import (
     MlflowTracker,
     NullTracker,
     artifact_files,
+    closed_on_error,
     default_tracking_uri,
     environment_tags,
     log_routing_curve,
@@ -83,3 +86,51 @@ def test_routing_curve_skips_all_dense_steps():
         (1, {"routing_temporal_fraction": 0.5}),
         (2, {"routing_temporal_fraction": 0.5}),
     ]
+
+
+class _RecordingTracker(NullTracker):
+    """Remembers tags and the closing status; optionally fails like a server gone away."""
+
+    run_id = "r1"
+
+    def __init__(self, broken: bool = False) -> None:
+        self.tags: dict[str, str] = {}
+        self.status: str | None = None
+        self.broken = broken
+
+    def set_tags(self, tags):
+        if self.broken:
+            raise ConnectionError("tracking server unreachable")
+        self.tags.update(tags)
+
+    def finish(self, status):
+        self.status = status
+
+
+def test_closed_on_error_marks_failed_with_the_error_and_reraises():
+    tracker = _RecordingTracker()
+    with pytest.raises(ValueError, match="bad shape"), closed_on_error(tracker):
+        raise ValueError("bad shape")
+    assert tracker.status == "FAILED"
+    assert tracker.tags["error"] == "ValueError: bad shape"
+
+
+def test_closed_on_error_marks_killed_on_interrupt():
+    tracker = _RecordingTracker()
+    with pytest.raises(KeyboardInterrupt), closed_on_error(tracker):
+        raise KeyboardInterrupt
+    assert tracker.status == "KILLED"
+    assert "interrupted" in tracker.tags["error"]
+
+
+def test_closed_on_error_leaves_a_successful_run_open_for_its_owner():
+    tracker = _RecordingTracker()
+    with closed_on_error(tracker):
+        pass
+    assert tracker.status is None and tracker.tags == {}
+
+
+def test_closed_on_error_keeps_the_first_error_when_tracking_fails_too():
+    tracker = _RecordingTracker(broken=True)
+    with pytest.raises(RuntimeError, match="out of memory"), closed_on_error(tracker):
+        raise RuntimeError("out of memory")

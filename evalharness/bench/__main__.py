@@ -59,17 +59,7 @@ from evalharness.bench.kernel_table import (
 from evalharness.bench.machine import machine_info
 from evalharness.bench.memory import compiled_peak_bytes
 from evalharness.bench.mlflow_record import add_tracking_args, log_records, tracking_requested
-from evalharness.bench.report import (
-    GPU_KERNEL_TABLE_COLUMNS,
-    KERNEL_TABLE_COLUMNS,
-    MEMORY_COLUMNS,
-    SWEEP_COLUMNS,
-    TEMPORAL_COLUMNS,
-    TILE_SWEEP_COLUMNS,
-    TILE_SWEEP_PERCENT_KEYS,
-    record_table,
-    table,
-)
+from evalharness.bench.report import part_table, record_table
 from evalharness.bench.sweep import (
     GPU_SWEEP_BLOCK_KV,
     GPU_SWEEP_BLOCK_Q,
@@ -366,22 +356,16 @@ def format_report(result: dict) -> str:
     if result.get("notes"):
         parts[-1] += "\n"
     gpu = config["backend"] == "pallas_gpu"
-    sections = (
-        (
-            "kernel_table",
-            f"## Kernel table ({label})",
-            GPU_KERNEL_TABLE_COLUMNS if gpu else KERNEL_TABLE_COLUMNS,
-        ),
-        ("bq_sweep", f"## BQ sweep at BKV={config['block_kv']} (B2, {label})", SWEEP_COLUMNS),
-        ("tile_sweep", f"## Tile sweep BQ x BKV (B0, B2, B3; {label})", TILE_SWEEP_COLUMNS),
-        ("temporal", f"## Temporal heads (B2, exact mask, {label})", TEMPORAL_COLUMNS),
-        ("memory", f"## Compiled peak memory ({label})", MEMORY_COLUMNS),
-    )
-    for key, heading, columns in sections:
+    headings = {
+        "kernel_table": f"## Kernel table ({label})",
+        "bq_sweep": f"## BQ sweep at BKV={config['block_kv']} (B2, {label})",
+        "tile_sweep": f"## Tile sweep BQ x BKV (B0, B2, B3; {label})",
+        "temporal": f"## Temporal heads (B2, exact mask, {label})",
+        "memory": f"## Compiled peak memory ({label})",
+    }
+    for key, heading in headings.items():
         if key in result:
-            keys = TILE_SWEEP_PERCENT_KEYS if key == "tile_sweep" else None
-            rendered = table(result[key], columns, keys) if keys else table(result[key], columns)
-            parts += [heading + "\n", rendered + "\n"]
+            parts += [heading + "\n", part_table(key, result[key], gpu) + "\n"]
     parts += ["## Checks\n", record_table(result["checks"])]
     return "\n".join(parts)
 

@@ -13,17 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from evalharness.bench.mlflow_record import BenchRecord
-from evalharness.bench.report import (
-    GPU_KERNEL_TABLE_COLUMNS,
-    KERNEL_TABLE_COLUMNS,
-    MEMORY_COLUMNS,
-    SWEEP_COLUMNS,
-    TEMPORAL_COLUMNS,
-    TILE_SWEEP_COLUMNS,
-    TILE_SWEEP_PERCENT_KEYS,
-    record_table,
-    table,
-)
+from evalharness.bench.report import part_table, record_table
 
 # bench tag -> (result key(s), row key, title)
 _PARTS = (
@@ -41,23 +31,9 @@ def _rows(key: str, rows: list[dict]) -> list[dict]:
     return rows
 
 
-def _columns(key: str, gpu: bool):
-    return {
-        "kernel_table": GPU_KERNEL_TABLE_COLUMNS if gpu else KERNEL_TABLE_COLUMNS,
-        "bq_sweep": SWEEP_COLUMNS,
-        "tile_sweep": TILE_SWEEP_COLUMNS,
-        "temporal": TEMPORAL_COLUMNS,
-        "memory": MEMORY_COLUMNS,
-    }[key]
-
-
 def _markdown(title: str, key: str, rows: list[dict], result: Mapping[str, Any]) -> str:
     config = result["config"]
-    gpu = config["backend"] == "pallas_gpu"
-    if key == "tile_sweep":
-        body = table(rows, _columns(key, gpu), TILE_SWEEP_PERCENT_KEYS)
-    else:
-        body = table(rows, _columns(key, gpu))
+    body = part_table(key, rows, gpu=config["backend"] == "pallas_gpu")
     parts = [f"## {title} ({config['backend']})", "", body, ""]
     parts += [f"note: {note}" for note in _notes(key, result.get("notes", []))]
     if key == "kernel_table" and result.get("checks"):

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalharness.tracking import environment_tags, make_tracker
+from evalharness.tracking import closed_on_error, environment_tags, make_tracker
 
 DEFAULT_EXPERIMENT = "evalharness"
 BENCH_TAG = "bench"
@@ -164,17 +164,13 @@ def log_record(args: argparse.Namespace, record: BenchRecord) -> str:
         run_name=f"bench-{record.bench}-{stamp}",
         output_root=Path(args.output_root),
     )
-    try:
+    with closed_on_error(tracker):
         tracker.set_tags({**environment_tags(), BENCH_TAG: record.bench, **record.tags})
         tracker.log_params({**_flat_params(record.config), **version_params()})
         tracker.log_metrics(record.metrics())
         with tempfile.TemporaryDirectory(prefix=f"bench-{record.bench}-") as tmp:
             write_record_files(record, Path(tmp))
             tracker.log_artifacts(Path(tmp))
-    except BaseException as err:
-        tracker.set_tags({"error": f"{type(err).__name__}: {err}"[:5000]})
-        tracker.finish("FAILED")
-        raise
     tracker.finish("FINISHED")
     return str(tracker.run_id)
 

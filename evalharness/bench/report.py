@@ -132,6 +132,29 @@ def table(
     return markdown_table(as_percent(rows, percent_keys), columns)
 
 
+def part_table(key: str, rows: Iterable[Mapping[str, Any]], gpu: bool) -> str:
+    """One part of the kernel benchmark as a table, in that part's own columns.
+
+    Args:
+        key: the part's result key: ``kernel_table``, ``bq_sweep``, ``tile_sweep``, ``temporal``
+            or ``memory``.
+        rows: the part's rows.
+        gpu: whether the backend is ``pallas_gpu`` (its kernel table has the BQ x BKV columns).
+    """
+    columns = {
+        "kernel_table": GPU_KERNEL_TABLE_COLUMNS if gpu else KERNEL_TABLE_COLUMNS,
+        "bq_sweep": SWEEP_COLUMNS,
+        "tile_sweep": TILE_SWEEP_COLUMNS,
+        "temporal": TEMPORAL_COLUMNS,
+        "memory": MEMORY_COLUMNS,
+    }
+    if key not in columns:
+        raise ValueError(f"unknown benchmark part {key!r}; one of {sorted(columns)}")
+    if key == "tile_sweep":
+        return table(rows, columns[key], TILE_SWEEP_PERCENT_KEYS)
+    return table(rows, columns[key])
+
+
 def _plain(value: Any) -> Any:
     return ("yes" if value else "no") if isinstance(value, bool) else value
 
