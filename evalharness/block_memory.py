@@ -14,8 +14,9 @@ runs bfloat16 dots in float32 (so it over- rather than under-counts for an accel
 
 Self-attention is a shape-only stand-in unless an ``attend`` is given: q, k and v pass an
 ``optimization_barrier`` (so all three are materialised and live together, as when handed to a
-real kernel) and the output is a new q-shaped buffer. Cross-attention is the model's own dense
-attention over the text tokens, so its [B, H, N, L] float32 scores are in the plan.
+real kernel) and the output is a new q-shaped buffer. Cross-attention is the model's own
+(``models.attention.cross_attention``, a group of heads at a time at large N), so its float32
+scores, [B, H_group, N, L], are in the plan.
 
 14B at 720p on 8 devices (9,450 tokens per device, batch 2) compiles in about 2 s on a 2-core CPU.
 """

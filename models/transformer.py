@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from models.attention import AttendFn, WanAttention, dense_attention
+from models.attention import AttendFn, WanAttention, cross_attention, dense_attention
 from models.config import WanTransformerConfig
 from models.embeddings import PatchEmbed, TimeTextEmbedding
 from models.layers import FeedForward, Float32LayerNorm
@@ -85,7 +85,7 @@ class WanTransformerBlock(nnx.Module):
         x = (x.astype(jnp.float32) + attn * gate).astype(x.dtype)
 
         h = x if self.norm2 is None else self.norm2(x).astype(self.dtype)
-        x = x + self.attn2(h, text, attend=dense_attention, step=step, layer=layer).astype(x.dtype)
+        x = x + self.attn2(h, text, attend=cross_attention, step=step, layer=layer).astype(x.dtype)
 
         h = (self.norm3(x) * (1.0 + ff_scale) + ff_shift).astype(self.dtype)
         ff = self.ffn(h)
