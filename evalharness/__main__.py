@@ -21,7 +21,7 @@ from evalharness.config import register_configs
 from evalharness.dry_run import dry_run
 from evalharness.preflight import PreflightRefusal
 from evalharness.run import GateFailed, run
-from evalharness.sweep import append_summary
+from evalharness.sweep import SWEEP_JOB_TAG, append_summary, failed_jobs, tag_sweep_job
 
 log = logging.getLogger("evalharness")
 register_configs()
@@ -32,6 +32,10 @@ _failed_gates: list[str] = []
 def main(cfg: DictConfig) -> float | None:
     """Runs one comparison; in a multirun, records its row for the sweep table."""
     hydra_cfg = HydraConfig.get()
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    if multirun and not cfg.dry_run:
+        # The sweep table is read back from MLflow by these tags, whichever process ran the job.
+        tag_sweep_job(cfg, hydra_cfg.sweep.dir, hydra_cfg.job.num)
     if cfg.dry_run:
         code, report = dry_run(cfg)
         print(report, flush=True)
@@ -48,15 +52,17 @@ def main(cfg: DictConfig) -> float | None:
         print(f"error: {failure}", file=sys.stderr)
         metrics = failure.metrics
         _failed_gates.append(str(failure))
-    if hydra_cfg.mode == RunMode.MULTIRUN:
-        append_summary(hydra_cfg.sweep.dir, headline_row(metrics))
+    if multirun:
+        row = {**headline_row(metrics), SWEEP_JOB_TAG: hydra_cfg.job.num, "status": "FINISHED"}
+        append_summary(hydra_cfg.sweep.dir, {**row, "gate_passed": metrics.get("gate_passed")})
     return metrics.get("speedup")
 
 
 def cli() -> None:
-    """Entry point that turns gate failures (of any job in a sweep) into exit code 1."""
+    """Entry point that turns gate failures (of any job in a sweep, in this process or in a
+    launcher's) into exit code 1."""
     main()
-    if _failed_gates:
+    if _failed_gates or failed_jobs():
         sys.exit(1)
 
 

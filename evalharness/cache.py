@@ -7,12 +7,14 @@ created when, on which host), the hit/miss decision and the explanation of a mis
 from __future__ import annotations
 
 import datetime
+import errno
 import json
 import logging
 import os
 import shutil
 import socket
 import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +36,8 @@ class ArmCache:
     (:meth:`closest_differences`); entries without one (older ones) are still read.
 
     Writes go to a temporary folder renamed into place, so a crash or a concurrent run never leaves a
-    half-written entry that a later run would read.
+    half-written entry that a later run would read; when processes store the same key at once,
+    the first rename wins and the others discard theirs (``tests/test_cache_concurrency.py``).
     """
 
     def __init__(self, root: str | Path) -> None:
@@ -63,6 +66,17 @@ class ArmCache:
             return None
         self.hits += 1
         return arrays, meta
+
+    def discard(self, key: str) -> None:
+        """Removes the entry under ``key`` (a stale one), if any: renamed aside first, so a
+        concurrent reader sees the whole entry or none, then deleted."""
+        folder = self.path(key)
+        aside = folder.with_name(f".discard-{key}-{os.getpid()}-{time.monotonic_ns()}")
+        try:
+            os.rename(folder, aside)
+        except FileNotFoundError:
+            return
+        shutil.rmtree(aside, ignore_errors=True)
 
     def key_fields(self, key: str) -> dict[str, Any] | None:
         """The inputs of the key an entry was stored under (its ``key.json``), or None."""
@@ -106,11 +120,15 @@ class ArmCache:
                 (tmp / "key.json").write_text(
                     json.dumps(key_fields, indent=2, sort_keys=True, default=str)
                 )
-            final = self.path(key)
-            if final.exists():  # another run stored the same key meanwhile; keep theirs
+            try:
+                # rename(2) is atomic: readers see no entry or a whole one. No exists() check
+                # first: two processes can both pass it, and the second rename then fails.
+                os.rename(tmp, self.path(key))
+            except OSError as err:
+                if err.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+                # Another process stored the same key meanwhile (the same inputs): keep theirs.
                 shutil.rmtree(tmp)
-            else:
-                os.replace(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

@@ -199,6 +199,7 @@ def compare_pair(
     out.tracker.set_tags(
         {
             **dense.provenance(),
+            "dense_control": str(metrics["dense_control"]),
             "timing": timing,
             **timed_window_tags([dense.dense, sparse, dense.noise_floor]),
         }
@@ -230,6 +231,7 @@ def _dense_arms(
             "misses something that changes them); decoding afresh and replacing it",
             key,
         )
+        cache.discard(key)  # store() keeps an existing entry: the stale one must go first
     for arm in fresh.values():
         decode_arm(arm, comparison.components.decode)
     arms = DenseArms(fresh["dense"], fresh.get("noise_floor"), key, hit=False)

@@ -199,12 +199,15 @@ class LoggerConfig:
         experiment_name: MLflow experiment of the run.
         log_videos: upload the run folder's videos as MLflow artifacts; False keeps them in the
             run folder only (they are the largest artifacts by far).
+        tags: extra tags on the run (``+logger.tags.team=video``); a multirun adds ``sweep``
+            and ``sweep_job``, by which its table is read back from MLflow.
     """
 
     kind: LoggerKind = LoggerKind.mlflow
     tracking_uri: str | None = None
     experiment_name: str = "evalharness"
     log_videos: bool = True
+    tags: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -37,6 +37,7 @@ from evalharness.tracking import (
     make_tracker,
     run_tags,
 )
+from evalharness.tracking_probe import check_tracking
 from kernels.parallel.mesh import describe_mesh
 from models.pipeline import uses_guidance
 
@@ -82,8 +83,9 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
         Flat metrics (also in ``metrics.json`` of the run folder and in MLflow), plus ``run_dir``.
 
     Raises:
-        preflight.PreflightRefusal: the run would exceed ``max_minutes`` or device memory; nothing
-            was allocated and no run folder or MLflow run was created.
+        preflight.PreflightRefusal: the run would exceed ``max_minutes`` or device memory, or
+            (``tracking_probe.TrackingUnavailable``) ``logger.tracking_uri`` names a store that
+            cannot be used; nothing was allocated and no run folder or MLflow run was created.
         GateFailed: the run finished but missed a gate threshold.
         ValueError, FileNotFoundError: bad configuration or checkpoint, before any generation.
     """
@@ -94,6 +96,8 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
     progress = Progress(phases(pairs), enabled=cfg.progress.enabled)
     started = time.perf_counter()
     progress.phase("preflight")
+    # A wrong tracking URI is refused in seconds, before preflight's throughput probe compiles.
+    check_tracking(cfg.logger.kind, cfg.logger.tracking_uri, cfg.logger.experiment_name)
     comparison = _preflight(cfg, progress)  # nothing is allocated before this passes
     run_dir, tracker = _open_run(cfg)
     comparison.run_dir, comparison.tracker = run_dir, tracker
@@ -148,6 +152,7 @@ def _record_start(comparison: Comparison) -> None:
         tracker.log_params(describe_mesh(comparison.attention.mesh))
     cfg = comparison.cfg
     tags = {
+        **cfg.logger.tags,  # the user's (and a multirun's sweep tags); the harness's own win
         **environment_tags(),
         **run_tags(cfg),
         "run_dir": str(comparison.run_dir.resolve()),

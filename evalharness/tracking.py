@@ -128,6 +128,41 @@ def default_tracking_uri(output_root: str | Path) -> str:
     return f"sqlite:///{db}"
 
 
+def ensure_experiment(
+    client: MlflowClient, experiment_name: str, artifact_root: Path | None = None
+) -> str:
+    """The experiment's id, created (and tagged as a model-development experiment) if missing.
+
+    Creating the store's tables and the experiment once, before several processes log to it
+    (a multirun's jobs), keeps them from racing on a fresh database's schema migration.
+
+    Args:
+        client: a client of the tracking store.
+        experiment_name: the experiment.
+        artifact_root: artifact folder for a newly created experiment on a local store.
+    """
+    experiment = client.get_experiment_by_name(experiment_name)
+    if experiment is None:
+        location = None
+        if artifact_root is not None and not client.tracking_uri.startswith("http"):
+            location = (artifact_root.resolve() / experiment_name).as_uri()
+        try:
+            experiment_id = client.create_experiment(experiment_name, artifact_location=location)
+        except Exception:
+            # Another process created it between the lookup and the create.
+            experiment = client.get_experiment_by_name(experiment_name)
+            if experiment is None:
+                raise
+            experiment_id = experiment.experiment_id
+    else:
+        experiment_id = experiment.experiment_id
+    if experiment is None or EXPERIMENT_KIND_TAG not in experiment.tags:
+        # MLflow 3 opens an experiment without this tag in its GenAI view; ours compares
+        # model runs (metrics, params, artifacts), its "model development" view.
+        client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+    return experiment_id
+
+
 class MlflowTracker:
     """One MLflow run per comparison, through ``MlflowClient`` (no global active-run state).
 
@@ -150,21 +185,8 @@ class MlflowTracker:
 
         self.client = MlflowClient(tracking_uri=tracking_uri)
         self.tracking_uri = tracking_uri
-        experiment = self.client.get_experiment_by_name(experiment_name)
-        if experiment is None:
-            location = None
-            if artifact_root is not None and not tracking_uri.startswith("http"):
-                location = (artifact_root.resolve() / experiment_name).as_uri()
-            experiment_id = self.client.create_experiment(
-                experiment_name, artifact_location=location
-            )
-        else:
-            experiment_id = experiment.experiment_id
-        if experiment is None or EXPERIMENT_KIND_TAG not in experiment.tags:
-            # MLflow 3 opens an experiment without this tag in its GenAI view; ours compares
-            # model runs (metrics, params, artifacts), its "model development" view.
-            self.client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
-        self.experiment_id = experiment_id
+        self.experiment_id = ensure_experiment(self.client, experiment_name, artifact_root)
+        experiment_id = self.experiment_id
         run = self.client.create_run(experiment_id, run_name=run_name)
         self.run_id: str | None = run.info.run_id
 
@@ -343,6 +365,7 @@ def environment_tags() -> dict[str, str]:
         "device_platform": devices[0].platform,
         "device_count": str(len(devices)),
         "host": socket.gethostname(),
+        "pid": str(os.getpid()),  # which process: a launcher's jobs each run in their own
         "machine": f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cpus".strip(),
     }
 

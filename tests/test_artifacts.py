@@ -48,11 +48,12 @@ def test_sweep_table_and_summary_row_follow_the_headline_list():
     keys = [h.key for h in HEADLINE_METRICS]
     assert [key for _, key, _ in headline_columns()] == keys
     assert list(headline_row(METRICS)) == [*keys, "run_dir"]
-    header, _, row = summary_table([headline_row(METRICS)]).splitlines()
-    assert header.count("|") == len(keys) + 1
+    job = {**headline_row(METRICS), "sweep_job": 3, "status": "FINISHED"}
+    header, _, row = summary_table([job]).splitlines()
+    assert header.count("|") == len(keys) + 3  # job number first, status last
     assert row == (
-        "| balanced | 0.500 | 2.000 | 1.000 | 2.000x | cudnn | 3.000x | 31.23 | 28.50 | inf | inf "
-        "| 0.9877 | hit |"
+        "| 3 | balanced | 0.500 | 2.000 | 1.000 | 2.000x | cudnn | 3.000x | 31.23 | 28.50 | inf "
+        "| inf | 0.9877 | hit | FINISHED |"
     )
 
 

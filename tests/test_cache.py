@@ -55,6 +55,20 @@ def test_cache_hit_and_invalidation(tmp_path):
     assert cache_key(dict(reversed(list(fields.items())))) == key
 
 
+def test_a_stale_entry_is_replaced_only_after_it_is_discarded(tmp_path):
+    cache = ArmCache(tmp_path)
+    key = cache_key({"model": "tiny"})
+    cache.store(key, {"latents": np.zeros(3)}, {"run": "old"})
+    cache.store(key, {"latents": np.ones(3)}, {"run": "new"})  # the first entry stays
+    assert cache.load(key)[1] == {"run": "old"}
+    cache.discard(key)
+    assert cache.load(key) is None
+    cache.store(key, {"latents": np.ones(3)}, {"run": "new"})
+    assert cache.load(key)[1] == {"run": "new"}
+    cache.discard("no-such-key")  # nothing to discard is not an error
+    assert [p.name for p in tmp_path.iterdir()] == [key]
+
+
 def test_unreadable_entry_is_a_miss(tmp_path):
     cache = ArmCache(tmp_path)
     cache.store("k", {"x": np.ones(2)}, {})

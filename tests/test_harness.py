@@ -261,10 +261,11 @@ def test_multirun_reuses_one_dense_arm_and_prints_table(tmp_path):
     ]
     out = subprocess.run(cmd, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "Multirun summary (2 jobs)" in out.stdout
+    assert "Multirun summary (2 jobs, from " in out.stdout
     rows = [line for line in out.stdout.splitlines() if line.startswith("| ") and "x |" in line]
-    assert [r.split("|")[1].strip() for r in rows] == ["conservative", "aggressive"]
-    assert [r.split("|")[-2].strip() for r in rows] == ["miss", "hit"]
+    assert [r.split("|")[2].strip() for r in rows] == ["conservative", "aggressive"]
+    assert [r.split("|")[-3].strip() for r in rows] == ["miss", "hit"]
+    assert [r.split("|")[-2].strip() for r in rows] == ["FINISHED", "FINISHED"]
     assert len(list((tmp_path / "c" / "dense_arms").iterdir())) == 1
 
 

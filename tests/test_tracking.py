@@ -65,6 +65,7 @@ def test_environment_tags_name_the_devices_and_commit():
         "device_platform",
         "device_count",
         "host",
+        "pid",
         "machine",
     }
     assert tags["device_platform"] == "cpu" and tags["git_commit"]

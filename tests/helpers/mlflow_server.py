@@ -1,61 +1,140 @@
-"""A real ``mlflow server`` on 127.0.0.1 for integration tests (sqlite store, served artifacts)."""
+"""Real tracking servers on 127.0.0.1 for integration tests, and harness runs that log to them.
+
+``mlflow_server``: ``mlflow server`` on a sqlite store (``evalharness.tracking_server``'s Python
+API). ``team_server``: PostgreSQL behind ``mlflow server``, started and stopped (Ctrl-C) through
+``python -m evalharness.tracking_server`` itself. Both serve artifacts through the server. ``start_harness`` runs ``python -m evalharness``
+as its own process, the way team members' jobs reach a shared server.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from evalharness import tracking_server
+from evalharness.postgres_server import postgres_bin_dir
+from tests.helpers.harness_config import SMALL
 
 
 @contextmanager
 def mlflow_server(folder: Path, *, startup_s: float = 90.0) -> Iterator[str]:
-    """Starts ``mlflow server`` with its database and artifacts under ``folder``; yields its URL
-    once ``/health`` answers, and stops its whole process group (it spawns workers) after.
+    """Starts ``mlflow server`` with its sqlite database and artifacts under ``folder``; yields its
+    URL once ``/health`` answers, and stops its whole process group (it spawns workers) after.
 
     Raises:
         RuntimeError: the server exited, or did not answer within ``startup_s``.
     """
-    port = free_port()
-    command = [str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1"]
-    command += ["--port", str(port), "--backend-store-uri", f"sqlite:///{folder / 'server.db'}"]
-    command += ["--artifacts-destination", str(folder / "server-artifacts"), "--workers", "1"]
-    proc = subprocess.Popen(
-        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + startup_s
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None:
-                raise RuntimeError(f"mlflow server exited: {proc.stderr.read().decode()[-2000:]}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"mlflow server did not answer /health within {startup_s} s")
-            time.sleep(0.5)
+    with tracking_server.mlflow_server(
+        f"sqlite:///{folder / 'server.db'}",
+        folder / "server-artifacts",
+        workers=1,
+        startup_s=startup_s,
+    ) as url:
         yield url
+
+
+def postgres_missing() -> str | None:
+    """Why a PostgreSQL-backed server cannot run here (a skip reason), or None."""
+    try:
+        postgres_bin_dir()
+    except FileNotFoundError as err:
+        return str(err)
+    if importlib.util.find_spec("psycopg") is None:
+        return "psycopg (PostgreSQL's Python driver) is not installed: pip install -e '.[test]'"
+    return None
+
+
+@dataclass(frozen=True)
+class TeamServer:
+    """A PostgreSQL-backed MLflow server started by ``python -m evalharness.tracking_server``.
+
+    Attributes:
+        uri: the tracking URI clients use (``http://127.0.0.1:PORT``), as the command printed it.
+        database_uri: the backend store's SQLAlchemy URI, from the printed (redacted) one and the
+            password file.
+        artifacts: the server's artifact store (a folder only the server writes).
+    """
+
+    uri: str
+    database_uri: str
+    artifacts: Path
+
+
+@contextmanager
+def team_server() -> Iterator[TeamServer]:
+    """``python -m evalharness.tracking_server`` in a fresh folder; yields what it printed, then
+    stops it with Ctrl-C (SIGINT) and checks it stopped both servers cleanly.
+
+    The folder is made under the system temporary folder and opened to other users (0755):
+    started by root, PostgreSQL runs as the ``postgres`` user, who cannot enter pytest's
+    ``/tmp/pytest-of-root`` (0700).
+
+    Raises:
+        RuntimeError: the command did not start (its output included).
+        AssertionError: Ctrl-C did not stop it cleanly (exit 0, PostgreSQL shut down).
+    """
+    folder = Path(tempfile.mkdtemp(prefix="evalharness-team-server-"))
+    folder.chmod(0o755)
+    command = [sys.executable, "-m", "evalharness.tracking_server", "--folder", str(folder)]
+    proc = subprocess.Popen(
+        [*command, "--workers", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        banner = [proc.stdout.readline() for _ in range(6)]  # bounded by its own start timeouts
+        printed = dict(line.strip().split(": ", 1) for line in banner if ": " in line)
+        if "MLflow tracking server" not in printed:
+            raise RuntimeError(
+                f"tracking_server did not start: {''.join(banner)}{proc.stderr.read()}"
+            )
+        password = (folder / "postgres.password").read_text().strip()
+        database_uri = printed["runs"].split(" ")[0].replace(":***@", f":{password}@")
+        yield TeamServer(printed["MLflow tracking server"], database_uri, folder / "artifacts")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0 and "stopped" in out, f"Ctrl-C: exit {proc.returncode}, {err}"
+        assert not (folder / "postgres" / "postmaster.pid").exists(), "PostgreSQL still runs"
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # it stops both servers; killing it would orphan them
+            proc.wait(timeout=60)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def harness_command(tmp_path: Path, *overrides: str, cache_dir: Path | None = None) -> list[str]:
+    """``python -m evalharness`` at the tests' small sizes, outputs under ``tmp_path``."""
+    return [
+        sys.executable,
+        "-m",
+        "evalharness",
+        *SMALL,
+        f"output_root={tmp_path / 'outputs'}",
+        f"cache_dir={cache_dir or tmp_path / 'cache'}",
+        "progress=off",
+        *overrides,
+    ]
+
+
+def start_harness(
+    tmp_path: Path, *overrides: str, cache_dir: Path | None = None
+) -> subprocess.Popen:
+    """Starts :func:`harness_command` in ``tmp_path`` (Hydra writes nothing elsewhere); its
+    output goes to ``tmp_path/harness.log``. The environment (CPU JAX, the session's compilation
+    cache) is inherited."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    with open(tmp_path / "harness.log", "wb") as log:
+        return subprocess.Popen(
+            harness_command(tmp_path, *overrides, cache_dir=cache_dir),
+            cwd=tmp_path,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
