@@ -52,7 +52,8 @@ def main(cfg: DictConfig) -> float | None:
         print(f"error: {failure}", file=sys.stderr)
         metrics = failure.metrics
         _failed_gates.append(str(failure))
-    if multirun and cfg.logger.kind == "none":  # with MLflow, the table is read from the runs
+    primary = metrics.get("process_index", 0) == 0  # a multi-host run's other processes
+    if multirun and primary and cfg.logger.kind == "none":  # with MLflow, read from the runs
         row = {**headline_row(metrics), SWEEP_JOB_TAG: hydra_cfg.job.num, "status": "FINISHED"}
         append_summary(hydra_cfg.sweep.dir, {**row, "gate_passed": metrics.get("gate_passed")})
     return metrics.get("speedup")

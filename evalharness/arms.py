@@ -19,6 +19,7 @@ import jax
 import numpy as np
 from flax import nnx
 
+from evalharness.multihost import to_host
 from evalharness.timing import (
     Block,
     Clock,
@@ -248,7 +249,7 @@ def _warm_up(
     log.info("%s: warm-up in %.2f s", label, warmup_s)
     _check_finite(label, out, " in its warm-up run")
     # Host copy: the result outlives the device output, which is dropped here.
-    return warmup_s, np.asarray(out.latents)
+    return warmup_s, to_host(out.latents)  # gathered from every process on several hosts
 
 
 def _clock_time(epoch_s: float | None) -> str:

@@ -153,6 +153,13 @@ def write_timings(run_dir: Path, dense: ArmResult, sparse: ArmResult) -> Path:
     return path
 
 
+def write_latents(run_dir: Path, arms: dict[str, ArmResult | None]) -> Path:
+    """``latents.npz``: each arm's final float32 latents [1, 16, F, H, W], by arm label."""
+    path = run_dir / "latents.npz"
+    np.savez(path, **{label: arm.latents for label, arm in arms.items() if arm is not None})
+    return path
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, float) and math.isinf(value):
         return "inf" if value > 0 else "-inf"

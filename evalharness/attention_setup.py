@@ -22,7 +22,7 @@ from evalharness.routing_plots import plot_temporal_fraction
 from kernels.executors.xla_blocksparse import visit_groups
 from kernels.masks.geometry import TokenGeometry
 from kernels.parallel.attend import parallelize
-from kernels.parallel.mesh import check_same_config, make_mesh
+from kernels.parallel.mesh import make_mesh
 from kernels.plans.block_sizes import BlockSizes
 from kernels.policy.attention_policy import AttentionPolicy, make_dense_attend
 from kernels.policy.routing import routing_flops_fraction
@@ -206,9 +206,8 @@ def _on_mesh(
 ) -> tuple[Any, ...]:
     """Wraps each attention function (None stays None) for sequence parallelism on ``mesh``.
 
-    Token divisibility and, on several hosts, identical configs are checked here, before any
-    model is built or compiled.
+    Token divisibility is checked here, before any model is built or compiled (identical configs
+    on several hosts are checked by ``evalharness.run`` before any work).
     """
-    check_same_config(repr(cfg))
     placement = cfg.parallel.permute_placement.value
     return tuple(parallelize(a, mesh, placement=placement, tokens=geometry.tokens) for a in attends)

@@ -327,4 +327,7 @@ def _write_artifacts(
         log_routing_curve(tracker, stats.temporal_fraction())  # [steps, layers], NaN where dense
         metrics["routing_temporal_fraction"] = stats.overall_temporal_fraction()
     artifacts.write_timings(folder, dense.dense, sparse)
+    if comparison.cfg.save_latents:
+        latents = {"dense": dense.dense, "sparse": sparse, "noise_floor": dense.noise_floor}
+        artifacts.write_latents(folder, latents)
     return metrics

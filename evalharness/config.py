@@ -238,10 +238,15 @@ class ParallelConfig:
     Attributes:
         sequence: devices the token sequence is split over (0 = all local devices, 1 = off).
         permute_placement: where temporal heads are permuted.
+        distributed: whether the run is one of several processes (multi-host JAX) that
+            ``jax.distributed.initialize`` joins before any other JAX call: null detects it
+            (``JAX_COORDINATOR_ADDRESS``, a Slurm step of several tasks, a TPU pod's worker list),
+            true forces it (a cluster JAX detects by itself), false never joins.
     """
 
     sequence: int = 0
     permute_placement: PermutePlacement = PermutePlacement.head_local
+    distributed: bool | None = None
 
 
 @dataclass
@@ -272,6 +277,9 @@ class EvalConfig:
     dtype: ComputeDType = ComputeDType.auto
     warm_runs: int = 3
     noise_floor: bool = True
+    # latents.npz in the run folder: every arm's final float32 latents (to re-decode or compare
+    # runs bit for bit; 77 MB an arm at 1440p, so off by default).
+    save_latents: bool = False
     # Time only the sparse arm and take the dense medians from the dense-arm cache (an earlier
     # process): for very long runs. The run is tagged, and a speedup threshold refuses to pass.
     reuse_dense_timing: bool = False

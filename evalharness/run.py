@@ -10,6 +10,7 @@ MLflow child runs under the run's own.
 from __future__ import annotations
 
 import logging
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -19,10 +20,11 @@ import jax
 import jax.numpy as jnp
 from omegaconf import DictConfig, OmegaConf
 
-from evalharness import artifacts, kernel_choice, suite_report
+from evalharness import artifacts, kernel_choice, multihost, suite_report
 from evalharness.admission import admit
 from evalharness.arms import PreparedArm, rebind_arm
 from evalharness.cache import DenseArms, load_dense_arms
+from evalharness.cache_key import code_version
 from evalharness.compare import Comparison, PairInputs, PairOutput, compare_pair
 from evalharness.components import build_components
 from evalharness.config import EvalConfig, to_config, to_plain_dict
@@ -85,21 +87,31 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
     Raises:
         preflight.PreflightRefusal: the run would exceed ``max_minutes`` or device memory, or
             (``tracking_probe.TrackingUnavailable``) ``logger.tracking_uri`` names a store that
-            cannot be used; nothing was allocated and no run folder or MLflow run was created.
+            cannot be used, or (``multihost.ConfigMismatch``) the processes of a multi-host run
+            were started with different configs; nothing was allocated and no run folder or
+            MLflow run was created.
         GateFailed: the run finished but missed a gate threshold.
         ValueError, FileNotFoundError: bad configuration or checkpoint, before any generation.
     """
+    cfg = to_config(cfg)
+    # A multi-process run joins before anything else touches JAX (kernel_choice reads the platform).
+    multihost.join(cfg.parallel.distributed)
     # Every ``auto`` becomes this platform's concrete choice here, so the recorded config, the cache
     # key and the MLflow params name the tiles, executors and dtype that were actually run.
-    cfg = kernel_choice.resolve(to_config(cfg))
+    cfg = kernel_choice.resolve(cfg)
+    # Several processes must run one program: a mismatch fails on all of them, before any work.
+    if jax.process_count() > 1:
+        versions = {"code": code_version(), "jax": jax.__version__}
+        multihost.same_config({**to_plain_dict(cfg), "code and jax version": versions})
     pairs = run_pairs(cfg.prompt, cfg.seed, cfg.prompts, cfg.seeds)
-    progress = Progress(phases(pairs), enabled=cfg.progress.enabled)
+    primary = multihost.is_primary()
+    progress = Progress(phases(pairs), enabled=cfg.progress.enabled if primary else False)
     started = time.perf_counter()
     progress.phase("preflight")
-    # A wrong tracking URI is refused in seconds, before preflight's throughput probe compiles.
-    check_tracking(cfg.logger.kind, cfg.logger.tracking_uri, cfg.logger.experiment_name)
+    if primary:  # only the primary logs; a wrong URI is refused before the probe compiles
+        check_tracking(cfg.logger.kind, cfg.logger.tracking_uri, cfg.logger.experiment_name)
     comparison = _preflight(cfg, progress)  # nothing is allocated before this passes
-    run_dir, tracker = _open_run(cfg)
+    run_dir, tracker = _open_run(cfg, primary)
     comparison.run_dir, comparison.tracker = run_dir, tracker
     try:
         with closed_on_error(tracker):
@@ -110,10 +122,19 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
             gate = _finish(comparison, metrics, per_pair)
     finally:
         progress.close()
+        if not primary:  # the other processes' files were scratch: the primary wrote the run's
+            shutil.rmtree(run_dir, ignore_errors=True)
+    # Every process exits as the primary's gate says (timings differ a little between processes).
+    passed = multihost.from_primary(gate.passed)
+    if not primary:
+        metrics = {"gate_passed": passed, "process_index": jax.process_index()}
+        if not passed:
+            raise GateFailed("gate failed (process 0's verdict; its log names the metric)", metrics)
+        return metrics
     metrics["run_dir"] = str(run_dir)
     metrics["mlflow_run_id"] = tracker.run_id
     print(artifacts.summary_lines(metrics), flush=True)
-    if not gate.passed:
+    if not passed:
         raise GateFailed("gate failed: " + "; ".join(gate.failures), metrics)
     return metrics
 
@@ -126,8 +147,18 @@ def _preflight(cfg: EvalConfig, progress: Progress) -> Comparison:
     )
 
 
-def _open_run(cfg: EvalConfig) -> tuple[Path, Tracker]:
-    """Creates the run folder and the tracker's run."""
+def _open_run(cfg: EvalConfig, primary: bool = True) -> tuple[Path, Tracker]:
+    """Creates the run folder and the tracker's run; on a process other than the primary, a
+    scratch folder (removed when the run ends) and no tracker."""
+    if not primary:
+        scratch = tempfile.mkdtemp(prefix=f"evalharness-process{jax.process_index()}-")
+        return Path(scratch), make_tracker(
+            "none",
+            tracking_uri=None,
+            experiment_name=cfg.logger.experiment_name,
+            run_name="",
+            output_root=Path(scratch),
+        )
     output_root = Path(cfg.output_root)
     run_dir = make_run_dir(
         output_root, f"{cfg.model.name}-{cfg.resolution.name}-{cfg.schedule.name}"
@@ -297,7 +328,7 @@ def _reused_dense_arms(comparison: Comparison, pairs: list[Pair]) -> dict[int, D
     timing (then every arm is timed afresh, and the log says which pair missed)."""
     if not comparison.cfg.reuse_dense_timing:
         return None
-    found = {}
+    found: dict[int, DenseArms] | None = {}
     for pair in pairs:
         arms = load_dense_arms(comparison.cache, comparison.dense_key(pair))
         if arms is None or arms.dense.times is None:
@@ -308,8 +339,17 @@ def _reused_dense_arms(comparison: Comparison, pairs: list[Pair]) -> dict[int, D
                 pair.prompt,
                 pair.seed,
             )
-            return None
+            found = None
+            break
         found[pair.index] = arms
+    # Every process must run the same arms: reuse only when every host's cache holds them.
+    if not multihost.everywhere(found is not None):
+        if found is not None:
+            log.warning(
+                "reuse_dense_timing=true, but another process's dense-arm cache misses: timing "
+                "every arm afresh, side by side"
+            )
+        return None
     log.warning(
         "reuse_dense_timing=true: dense medians come from the cache (an earlier process); the "
         "speedup compares timings taken under different loads, and the gate refuses a speedup "

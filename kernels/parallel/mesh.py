@@ -37,16 +37,36 @@ def _env_int(env: Mapping[str, str], name: str) -> int:
         raise ValueError(f"{name}={value!r}: expected an integer") from None
 
 
+def detect_cluster(env: Mapping[str, str]) -> str | None:
+    """Names the multi-process launch this environment is part of, or None for a lone process.
+
+    Recognised: a launcher's ``JAX_COORDINATOR_ADDRESS``; a Slurm job step of several tasks
+    (``srun``, ``SLURM_STEP_NUM_TASKS`` > 1: a one-task job, e.g. one job of a submitit sweep, is
+    a lone process); a TPU pod slice whose ``TPU_WORKER_HOSTNAMES`` lists several hosts. A Cloud
+    TPU VM that only publishes its workers through the metadata server is not recognised from
+    the environment: set ``parallel.distributed=true`` there.
+    """
+    if env.get(_COORDINATOR_ENV):
+        return f"{_COORDINATOR_ENV}={env[_COORDINATOR_ENV]}"
+    tasks = env.get("SLURM_STEP_NUM_TASKS", "")
+    if tasks.isdigit() and int(tasks) > 1:
+        return f"a Slurm step of {tasks} tasks"
+    hosts = [h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if h.strip()]
+    if len(hosts) > 1:
+        return f"a TPU pod slice of {len(hosts)} hosts"
+    return None
+
+
 def initialize_distributed(
     distributed: bool | None = None, env: Mapping[str, str] | None = None
 ) -> bool:
     """Joins a multi-process run through ``jax.distributed.initialize`` when launched as one.
 
-    Must run before JAX touches a device (JAX's own rule).
+    Must run before JAX touches a device (JAX's own rule): the harness calls it first thing.
 
     Args:
-        distributed: True forces initialisation (auto-detected clusters), False skips it, None
-            initialises when ``JAX_COORDINATOR_ADDRESS`` is in the environment.
+        distributed: True forces initialisation (a cluster JAX detects by itself), False skips
+            it, None initialises when :func:`detect_cluster` recognises the launch.
         env: environment to read (default ``os.environ``).
 
     Returns:
@@ -54,23 +74,37 @@ def initialize_distributed(
 
     Raises:
         ValueError: a partial or malformed launcher environment.
+        RuntimeError: JAX already started a backend, so it can no longer join (names the fix).
     """
     env = os.environ if env is None else env
     if jax.distributed.is_initialized():
         return True
-    coordinator = env.get(_COORDINATOR_ENV)
-    if distributed is False or (distributed is None and coordinator is None):
+    if distributed is False or (distributed is None and detect_cluster(env) is None):
         return False
-    if coordinator is None:
-        jax.distributed.initialize()  # the cluster environment supplies everything
-        return True
-    num_processes = _env_int(env, _PROCESS_ENV[0])
-    process_id = _env_int(env, _PROCESS_ENV[1])
-    if not 0 <= process_id < num_processes:
-        raise ValueError(
-            f"{_PROCESS_ENV[1]}={process_id}: expected 0 <= id < {_PROCESS_ENV[0]}={num_processes}"
+    coordinator = env.get(_COORDINATOR_ENV)
+    kwargs: dict[str, object] = {}
+    if coordinator:
+        num_processes = _env_int(env, _PROCESS_ENV[0])
+        process_id = _env_int(env, _PROCESS_ENV[1])
+        if not 0 <= process_id < num_processes:
+            raise ValueError(
+                f"{_PROCESS_ENV[1]}={process_id}: expected 0 <= id < "
+                f"{_PROCESS_ENV[0]}={num_processes}"
+            )
+        kwargs = dict(
+            coordinator_address=coordinator, num_processes=num_processes, process_id=process_id
         )
-    jax.distributed.initialize(coordinator, num_processes=num_processes, process_id=process_id)
+    try:
+        jax.distributed.initialize(**kwargs)  # without kwargs the cluster supplies everything
+    except RuntimeError as error:
+        if "before" in str(error) or "already" in str(error):
+            raise RuntimeError(
+                f"cannot join the multi-process run ({error}): something used JAX before the "
+                "harness initialised the distributed runtime; call "
+                "kernels.parallel.mesh.initialize_distributed first, or set "
+                "parallel.distributed=false for a single-process run"
+            ) from error
+        raise
     return True
 
 
@@ -116,29 +150,39 @@ def config_digest(config_text: str) -> np.ndarray:
     return np.frombuffer(digest, dtype=np.uint32).copy()
 
 
-def check_same_config(config_text: str) -> None:
+def check_same_config(config: str | Mapping[str, str]) -> None:
     """Raises unless every process of the run was started with the same configuration.
 
-    One process: nothing to compare. Several: each contributes the digest of its resolved config
-    (e.g. the YAML the harness writes) through ``multihost_utils.process_allgather``.
+    One process: nothing to compare. Several: each contributes the digests of its resolved config
+    through ``multihost_utils.process_allgather`` (a collective: every process calls it), and
+    every process raises the same error, so a mismatched launch fails together before any work.
 
     Args:
-        config_text: the resolved configuration, serialised identically on every host.
+        config: the resolved configuration serialised identically on every host, whole or as
+            sections (name -> text, the same names on every process) so a mismatch is named.
 
     Raises:
-        ValueError: naming the processes whose config differs from process 0's.
+        ValueError: naming the processes whose config differs from process 0's, and where.
     """
     if jax.process_count() == 1:
         return
     from jax.experimental import multihost_utils
 
-    digests = np.asarray(multihost_utils.process_allgather(config_digest(config_text)))
-    digests = digests.reshape(jax.process_count(), -1)
-    differ = [p for p in range(digests.shape[0]) if not np.array_equal(digests[p], digests[0])]
+    sections = {"config": config} if isinstance(config, str) else dict(sorted(config.items()))
+    names = list(sections)
+    mine = np.stack([config_digest(text) for text in sections.values()])  # [sections, 2]
+    digests = np.asarray(multihost_utils.process_allgather(mine))
+    digests = digests.reshape(jax.process_count(), len(names), -1)
+    differ = {
+        p: [n for k, n in enumerate(names) if not np.array_equal(digests[p, k], digests[0, k])]
+        for p in range(1, digests.shape[0])
+    }
+    differ = {p: where for p, where in differ.items() if where}
     if differ:
+        listed = "; ".join(f"process {p} in {', '.join(where)}" for p, where in differ.items())
         raise ValueError(
-            f"multi-host launch with mismatched configs: processes {differ} differ from process 0 "
-            "(config hash); start every host with the same overrides"
+            f"multi-host launch with mismatched configs (differing from process 0 by hash: "
+            f"{listed}): start every process with the same overrides, config files and checkout"
         )
 
 
