@@ -29,6 +29,7 @@ from evalharness.compare import Comparison, PairInputs, PairOutput, compare_pair
 from evalharness.components import build_components
 from evalharness.config import EvalConfig, to_config, to_plain_dict
 from evalharness.gate import GateResult, check_gate
+from evalharness.preflight import PreflightRefusal
 from evalharness.progress import Progress
 from evalharness.suite import Pair, run_pairs, suite_metrics
 from evalharness.tracking import (
@@ -108,9 +109,19 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
     progress = Progress(phases(pairs), enabled=cfg.progress.enabled if primary else False)
     started = time.perf_counter()
     progress.phase("preflight")
-    if primary:  # only the primary logs; a wrong URI is refused before the probe compiles
-        check_tracking(cfg.logger.kind, cfg.logger.tracking_uri, cfg.logger.experiment_name)
-    comparison = _preflight(cfg, progress)  # nothing is allocated before this passes
+    refusal = None
+    try:
+        if primary:  # only the primary logs; a wrong URI is refused before the probe compiles
+            check_tracking(cfg.logger.kind, cfg.logger.tracking_uri, cfg.logger.experiment_name)
+        comparison = _preflight(cfg, progress)  # nothing is allocated before this passes
+    except PreflightRefusal as error:
+        refusal = error
+    # A refusal on one process stops all of them (the others would wait in a collective).
+    if not multihost.everywhere(refusal is None):
+        raise refusal or PreflightRefusal(
+            "refused by another process of this multi-host run (its log says why); nothing was "
+            "allocated"
+        )
     run_dir, tracker = _open_run(cfg, primary)
     comparison.run_dir, comparison.tracker = run_dir, tracker
     try:

@@ -181,3 +181,18 @@ def test_processes_started_with_different_configs_refuse_together(tmp_path):
         assert "mismatched configs" in result.stderr and "process 1 in seed" in result.stderr
         assert "Traceback" not in result.stderr
     assert not out.exists()  # refused before any folder or MLflow store
+
+
+def test_a_refusal_on_process_zero_stops_every_process(tmp_path):
+    # Only process 0 logs, so only it probes the tracking server; the other must not go on alone.
+    out = tmp_path / "o"
+    bad = (
+        f"output_root={out}",
+        f"cache_dir={tmp_path}/c",
+        f"logger.tracking_uri=http://127.0.0.1:{_free_port()}",
+    )
+    first, second = _launch([_harness(*bad), _harness(*bad)], _env(tmp_path))
+    assert first.returncode == 2 and second.returncode == 2, second.stderr[-3000:]
+    assert "tracking store http://127.0.0.1:" in first.stderr and "cannot be used" in first.stderr
+    assert "refused by another process of this multi-host run" in second.stderr
+    assert not out.exists()
