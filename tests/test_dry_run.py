@@ -38,6 +38,7 @@ def test_seed_setting_fits_eight_v6e_chips_and_lowers_for_tpu(tmp_path):
     assert _rss_gib() - before < 3.0
 
 
+@pytest.mark.slow  # end to end: run by .ci/run's second step (pytest -m slow)
 def test_14b_at_1440p_aggressive_fits_eight_v6e_chips(tmp_path):
     """The largest setting we claim: 302,400 tokens, 37,800 per chip. Cross-attention's float32
     scores, computed a few heads at a time, are what keeps it under 31.25 GiB (31.46 GiB before)."""

@@ -22,6 +22,7 @@ def first_run(tmp_path_factory):
     return tmp, metrics
 
 
+@pytest.mark.slow  # end to end: run by .ci/run's second step (pytest -m slow)
 def test_run_writes_videos_metrics_and_mlflow_run(first_run):
     tmp, metrics = first_run
     run_dir = tmp / "outputs" / "runs"
@@ -154,11 +155,13 @@ DEFAULT_JOB_METRIC_KEYS = {
 }
 
 
+@pytest.mark.slow  # end to end: run by .ci/run's second step (pytest -m slow)
 def test_default_job_metric_keys_are_unchanged(first_run):
     _, metrics = first_run
     assert set(metrics) == DEFAULT_JOB_METRIC_KEYS
 
 
+@pytest.mark.slow  # end to end: run by .ci/run's second step (pytest -m slow)
 def test_dense_cache_hit_then_invalidation(first_run):
     tmp, metrics = first_run
     # Also the videos-off run: mp4 files stay in the run folder but are not uploaded.
@@ -184,6 +187,7 @@ def test_dense_cache_hit_then_invalidation(first_run):
     assert changed["dense_cache"] == "miss"
 
 
+@pytest.mark.slow  # end to end: run by .ci/run's second step (pytest -m slow)
 def test_gate_failure_raises_after_the_run_is_recorded(first_run):
     tmp, _ = first_run
     with pytest.raises(GateFailed, match="speedup") as info:
@@ -192,6 +196,7 @@ def test_gate_failure_raises_after_the_run_is_recorded(first_run):
     assert info.value.metrics["gate_passed"] is False
 
 
+@pytest.mark.slow  # end to end: run by .ci/run's second step (pytest -m slow)
 def test_failed_run_is_marked_failed_and_keeps_the_dense_arm(first_run, monkeypatch):
     tmp, _ = first_run
     import evalharness.artifacts as artifacts_module
@@ -218,6 +223,7 @@ def test_invalid_geometry_fails_before_work(tmp_path):
     assert not (tmp_path / "outputs").exists()
 
 
+@pytest.mark.slow  # end to end: run by .ci/run's second step (pytest -m slow)
 def test_cli_exit_code_on_a_missed_gate(tmp_path):
     # The pass path (exit 0) is the multirun test below; this is the failing gate.
     cmd = [
@@ -247,6 +253,7 @@ def test_unknown_group_option_and_misspelt_keys_fail_before_work(tmp_path):
     assert not (tmp_path / "outputs").exists()
 
 
+@pytest.mark.slow  # end to end: run by .ci/run's second step (pytest -m slow)
 def test_multirun_reuses_one_dense_arm_and_prints_table(tmp_path):
     cmd = [
         sys.executable,
@@ -269,6 +276,7 @@ def test_multirun_reuses_one_dense_arm_and_prints_table(tmp_path):
     assert len(list((tmp_path / "c" / "dense_arms").iterdir())) == 1
 
 
+@pytest.mark.slow  # end to end: run by .ci/run's second step (pytest -m slow)
 def test_sequence_parallel_run_on_eight_forced_cpu_devices_logs_the_mesh(tmp_path):
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
     cmd = [

@@ -71,6 +71,7 @@ def _check_against_reference(case):
     )
 
 
+@pytest.mark.slow  # end to end: run by .ci/run's second step (pytest -m slow)
 @settings(max_examples=10, deadline=None, derandomize=True)
 @given(_cases())
 def test_xla_executors_match_reference(case):

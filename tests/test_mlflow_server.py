@@ -16,6 +16,7 @@ def server(tmp_path):
         yield url
 
 
+@pytest.mark.slow  # end to end: run by .ci/run's second step (pytest -m slow)
 def test_comparison_logged_to_a_real_server(server, tmp_path):
     cfg = small_config(
         tmp_path, f"logger.tracking_uri={server}", "logger.experiment_name=server-test"

@@ -121,6 +121,7 @@ def _harness(*overrides: str) -> list[str]:
     return [sys.executable, "-m", "evalharness", *SMALL, "progress=off", *overrides]
 
 
+@pytest.mark.slow  # end to end: run by .ci/run's second step (pytest -m slow)
 def test_two_process_run_matches_a_single_process_run_on_as_many_devices(tmp_path):
     env = _env(tmp_path)
     single = subprocess.run(

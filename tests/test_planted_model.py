@@ -202,6 +202,7 @@ def _gate(row):
     return check_gate(row, min_psnr_db=25.0, min_speedup=None)
 
 
+@pytest.mark.slow  # end to end: run by .ci/run's second step (pytest -m slow)
 def test_a_broken_arm_fails_the_default_gate_and_the_correct_arm_passes(tmp_path):
     """The default job end to end (model, resolution, schedule, sampler, guidance, tiles), one
     dense arm, the correct sparse arm and the broken arm closest to the gate (every head spatial:

@@ -25,6 +25,9 @@ from reports.sources import ReportError, load_runs
 from tests.helpers.harness_config import small_config
 from tests.helpers.mlflow_server import mlflow_server
 
+# End to end (harness runs and benchmarks behind a real server): .ci/run's second step.
+pytestmark = pytest.mark.slow
+
 EXPERIMENT = "report-test"
 CHROMIUM = "/usr/bin/chromium"
 

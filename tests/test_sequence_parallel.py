@@ -90,6 +90,7 @@ def test_exchange_bytes_by_hand():
     assert before["total"] == local["total"] + before["all_gather"]
 
 
+@pytest.mark.slow  # end to end: run by .ci/run's second step (pytest -m slow)
 def test_eight_device_suite():
     if jax.device_count() >= 8:
         pytest.skip("this process already has 8 devices: pytest runs test_sp_multidevice.py")

@@ -156,6 +156,7 @@ def suite_run(tmp_path_factory):
     return tmp, metrics, len(compiled)
 
 
+@pytest.mark.slow  # end to end: run by .ci/run's second step (pytest -m slow)
 def test_suite_compiles_once_and_reports_every_pair(suite_run):
     from pathlib import Path
 
@@ -180,6 +181,7 @@ def test_suite_compiles_once_and_reports_every_pair(suite_run):
     assert metrics["tokens"] == 144  # what every pair shares is kept
 
 
+@pytest.mark.slow  # end to end: run by .ci/run's second step (pytest -m slow)
 def test_suite_logs_child_runs_under_one_parent(suite_run):
     from evalharness.tracking import default_tracking_uri, finished_runs
 
@@ -213,6 +215,7 @@ def test_suite_logs_child_runs_under_one_parent(suite_run):
     assert [r.info.run_id for r in finished_runs(client, experiment, 10)] == [parent.info.run_id]
 
 
+@pytest.mark.slow  # end to end: run by .ci/run's second step (pytest -m slow)
 def test_suite_gate_reads_the_chosen_statistic(suite_run):
     from evalharness.run import GateFailed, run
     from tests.helpers.harness_config import small_config
@@ -240,6 +243,7 @@ def test_suite_gate_reads_the_chosen_statistic(suite_run):
     assert info.value.metrics["dense_cache"] == "miss"
 
 
+@pytest.mark.slow  # end to end: run by .ci/run's second step (pytest -m slow)
 def test_reused_dense_timing_is_tagged_and_refused_by_a_speedup_gate(suite_run):
     import json
     from pathlib import Path

@@ -36,6 +36,7 @@ def _sweep(tmp_path, *overrides: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=900)
 
 
+@pytest.mark.slow  # end to end: run by .ci/run's second step (pytest -m slow)
 def test_submitit_jobs_run_in_their_own_processes_and_the_table_comes_from_mlflow(tmp_path):
     out = _sweep(tmp_path)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

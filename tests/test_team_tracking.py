@@ -78,6 +78,7 @@ def _wait_all(procs: list[subprocess.Popen], timeout_s: float) -> list[int]:
                 proc.wait()
 
 
+@pytest.mark.slow  # end to end: run by .ci/run's second step (pytest -m slow)
 def test_two_parallel_runs_land_complete_on_a_postgres_backed_server(team, tmp_path):
     experiment = "team-parallel"
     shared_cache = tmp_path / "shared-cache"
@@ -194,6 +195,7 @@ def test_a_closed_database_port_is_refused_in_seconds(tmp_path, no_preflight):
     ("wrong", "reason"),
     [("database", 'database "no_such_db" does not exist'), ("password", "password authentication")],
 )
+@pytest.mark.slow  # end to end: run by .ci/run's second step (pytest -m slow)
 def test_a_wrong_database_uri_is_refused_in_seconds(team, tmp_path, no_preflight, wrong, reason):
     uri = team.database_uri
     if wrong == "database":
