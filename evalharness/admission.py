@@ -20,11 +20,16 @@ from evalharness.attention_setup import (
 )
 from evalharness.components import transformer_config_for
 from evalharness.config import EvalConfig
-from evalharness.run_plan import RunPlan, plan_run, quadratic_arms
+from evalharness.run_plan import (
+    RunPlan,
+    plan_run,
+    quadratic_arms,
+    samples_per_call,
+    samples_per_step,
+)
 from evalharness.suite import run_pairs
 from evalharness.targets import host_target
 from models.config import SEEDED_PRESETS, WanTransformerConfig
-from models.pipeline import uses_guidance
 from models.samplers import Sampler, default_flow_shift, make_sampler
 from models.video_geometry import VideoGeometry
 
@@ -75,7 +80,8 @@ def admit(cfg: EvalConfig) -> Admission:
         tcfg,
         geometry,
         steps=cfg.steps,
-        cfg_batch=2 if uses_guidance(cfg.guidance_scale, cfg.negative_prompt) else 1,
+        cfg_batch=samples_per_step(cfg),
+        forward_batch=samples_per_call(cfg),
         warm_runs=cfg.warm_runs,
         kept_fraction=nominal_kept_fraction(cfg, tcfg.num_layers),
         noise_floor=cfg.noise_floor,
@@ -135,7 +141,7 @@ def _compile_ahead(cfg: EvalConfig, tcfg: WanTransformerConfig, attention: Atten
     where = f"on {kernel.backend.value}, tiles {kernel.block_q}x{kernel.block_kv}"
     aot_check.compile_attention_paths(
         attention,
-        batch=2 if uses_guidance(cfg.guidance_scale, cfg.negative_prompt) else 1,
+        batch=samples_per_call(cfg),
         heads=tcfg.num_attention_heads,
         head_dim=tcfg.attention_head_dim,
         dtype=cfg.dtype.value,

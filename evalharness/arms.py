@@ -122,11 +122,17 @@ def _compile(
     negative_context: jax.Array | None,
     on_event: Callable[[str], None],
     on_step: Callable[[int], None] | None,
+    guidance_passes: str = "joint",
     clock: Clock = time.perf_counter,
 ) -> tuple[Callable[..., DenoiseOutput], float]:
     """Ahead-of-time compiles one arm's loop; returns (compiled loop, seconds)."""
     loop = DenoiseLoop(
-        model, sampler, guidance_scale=guidance_scale, attend=attend, on_step=on_step
+        model,
+        sampler,
+        guidance_scale=guidance_scale,
+        attend=attend,
+        on_step=on_step,
+        guidance_passes=guidance_passes,
     )
     on_event(f"{label}: compiling the {len(sampler.timesteps)}-step denoising loop")
     start = clock()
@@ -147,6 +153,7 @@ def prepare_arm(
     context: jax.Array,
     negative_context: jax.Array | None,
     on_event: Callable[[str], None] = lambda message: None,
+    guidance_passes: str = "joint",
     clock: Clock = time.perf_counter,
     block: Block = jax.block_until_ready,
 ) -> PreparedArm:
@@ -165,6 +172,7 @@ def prepare_arm(
         context: [1, L, text_dim] prompt embeddings.
         negative_context: [1, L, text_dim] negative-prompt embeddings, or None.
         on_event: progress hook called with a short description of each phase.
+        guidance_passes: ``joint`` or ``separate`` (``models.pipeline.GUIDANCE_PASSES``).
         clock: monotonic seconds for the compile and warm-up times (injected by tests).
         block: waits for the warm-up's outputs (injected by tests).
 
@@ -185,6 +193,7 @@ def prepare_arm(
         negative_context=negative_context,
         on_event=on_event,
         on_step=None,
+        guidance_passes=guidance_passes,
         clock=clock,
     )
     args = (noise, context, negative_context)

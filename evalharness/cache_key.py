@@ -141,7 +141,8 @@ def dense_arm_fields(
     results), ``max_minutes``, ``output_root``, ``cache_dir``, ``fps``/``crf`` (video encoding of
     the cached frames), ``dry_run``, ``target``, ``resolution.name`` (its sizes are in), the
     checkpoint's path (its content is in ``identity``, so a copied checkpoint still hits), the
-    raw ``parallel.sequence`` (its resolved device count is in) and ``progress`` itself (whether a
+    raw ``parallel.sequence`` (its resolved device count is in), ``parallel.distributed`` (the
+    same devices, one process or several), ``save_latents`` and ``progress`` itself (whether a
     step callback was in the loop is in).
 
     Args:
@@ -172,6 +173,7 @@ def dense_arm_fields(
         "prompt": cfg.prompt,
         "negative_prompt": cfg.negative_prompt,
         "guidance_scale": cfg.guidance_scale,
+        "guidance_passes": cfg.guidance_passes,
         "kernel": dataclasses.asdict(cfg.kernel),
         "parallel": {
             "devices": sequence_devices(cfg) if devices is None else int(devices),

@@ -93,6 +93,7 @@ class Comparison:
             context=inputs.context,
             negative_context=inputs.negative_context,
             on_event=self.progress.event,
+            guidance_passes=self.cfg.guidance_passes.value,
         )
 
     def dense_key(self, pair: Pair) -> str:

@@ -23,6 +23,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from kernels.parallel import PLACEMENTS
 from kernels.policy import DENSE_EXECUTORS, POLICY_BACKENDS, SparsitySchedule
 from kernels.policy.negative_controls import NEGATIVE_CONTROLS
+from models.pipeline import GUIDANCE_PASSES
 from models.samplers import SAMPLER_NAMES
 
 
@@ -52,6 +53,11 @@ SamplerName = _choices(
     "SamplerName",
     SAMPLER_NAMES,
     "Flow-matching sampler: Wan's default UniPC, or first-order Euler.",
+)
+GuidancePasses = _choices(
+    "GuidancePasses",
+    GUIDANCE_PASSES,
+    "Classifier-free guidance per step: one joint batch, or two separate passes in sequence.",
 )
 NegativeControl = _choices(
     "NegativeControl",
@@ -274,6 +280,9 @@ class EvalConfig:
     steps: int | None = None  # None: the resolution preset's default_steps
     sampler: SamplerName = SamplerName.unipc
     guidance_scale: float = 5.0
+    # joint: one batch of [cond; uncond] per step; separate: the two passes one after the other
+    # (half the activations, same FLOPs: what fits 14B at 1440p on one H200).
+    guidance_passes: GuidancePasses = GuidancePasses.joint
     dtype: ComputeDType = ComputeDType.auto
     warm_runs: int = 3
     noise_floor: bool = True

@@ -283,7 +283,8 @@ def plan_memory(
     Args:
         tcfg: transformer architecture.
         geometry: the video (its tokens N and latent shape).
-        batch: samples per transformer forward (2 with classifier-free guidance).
+        batch: samples per transformer call (2 with joint classifier-free guidance, 1 with
+            separate guidance passes or none).
         devices: P, devices the sequence is split over.
         param_dtype: parameter dtype name.
         dtype: compute dtype name.
@@ -342,7 +343,7 @@ def plan_memory(
     names = {
         arm: _executor_name(spec, compiled[arm] is not None) for arm, spec in executors.items()
     }
-    return MemoryTable(rows, phases, notes, device_bytes, device, names, devices, str(dtype))
+    return MemoryTable(rows, phases, notes, device_bytes, device, names, devices, str(dtype), batch)
 
 
 def _add_runtime_overhead(rows: dict, phases: dict, fraction: float) -> None:

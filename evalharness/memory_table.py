@@ -39,6 +39,7 @@ class MemoryTable:
         executors: arm -> executor name (``ExecutorSpec.name``).
         devices: P, the devices the sequence is split over (for advice).
         dtype: the compute dtype name (for advice).
+        batch: samples per model call (2 with joint classifier-free guidance; for advice).
     """
 
     rows: Mapping[str, Mapping[str, int]]
@@ -49,6 +50,7 @@ class MemoryTable:
     executors: Mapping[str, str] = field(default_factory=dict)
     devices: int = 1
     dtype: str = "float32"
+    batch: int = 1
 
     @property
     def arms(self) -> tuple[str, ...]:

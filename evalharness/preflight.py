@@ -80,6 +80,7 @@ def estimate_cost(
     device_flops_per_s: float | None = None,
     device_bytes: int | None = None,
     pairs: int = 1,
+    forward_batch: int | None = None,
 ) -> CostEstimate:
     """Estimates the cost of a dense-vs-sparse comparison.
 
@@ -87,7 +88,7 @@ def estimate_cost(
         cfg: transformer architecture.
         geometry: video size.
         steps: denoising steps.
-        cfg_batch: samples per forward (2 with classifier-free guidance, else 1).
+        cfg_batch: samples per step (2 with classifier-free guidance, else 1): the FLOPs.
         warm_runs: timed runs per arm (plus one compile/warm-up run each).
         kept_fraction: the schedule's overall kept fraction of attention pairs.
         noise_floor: whether a second dense arm runs.
@@ -97,11 +98,14 @@ def estimate_cost(
         device_flops_per_s: measured throughput; measured now when None.
         device_bytes: device memory; read now when None.
         pairs: (prompt, seed) pairs of a prompt suite; every pair runs every arm.
+        forward_batch: samples per model call (the activations' batch; 1 when the guidance
+            passes run separately); default ``cfg_batch``.
     """
     weight, act = dtype_bytes("param_dtype", param_dtype), dtype_bytes("dtype", dtype)
     n = geometry.tokens
     attention, total = step_flops(cfg, n, cfg_batch)
-    weight_bytes, activation_bytes = _memory_bytes(cfg, n, cfg_batch, devices, weight, act)
+    live = cfg_batch if forward_batch is None else forward_batch
+    weight_bytes, activation_bytes = _memory_bytes(cfg, n, live, devices, weight, act)
     flops_per_s = device_flops_per_s or measure_matmul_flops(str(dtype))
     runs_per_arm = warm_runs + 1
     dense_arms = 2 if noise_floor else 1
@@ -147,6 +151,11 @@ _EXECUTOR_KEYS = {
 def memory_advice(table: MemoryTable) -> list[str]:
     """Settings that shrink what does not fit, largest effect first."""
     advice = []
+    if table.batch > 1:
+        advice.append(
+            "guidance_passes=separate (the conditional and unconditional passes one after the "
+            "other: half the activations, the same FLOPs)"
+        )
     for arm in table.arms:
         if table.peak(arm) > table.device_bytes and table.dominant(arm) == "attention executor":
             held = table.rows["attention executor"][arm] / GIB

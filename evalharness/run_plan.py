@@ -46,7 +46,7 @@ from kernels.plans.tiles import build_plan
 from kernels.policy.attention_policy import AttentionPolicy, make_dense_attend
 from models.config import SEEDED_PRESETS, WanTransformerConfig
 from models.peak_memory import umt5_peak_bytes, vae_decode_peak_bytes
-from models.pipeline import uses_guidance
+from models.pipeline import forward_batch, uses_guidance
 from models.text_encoder import UMT5Config
 from models.tiny_components import TINY_UMT5_CONFIG, TINY_VAE_CONFIG
 from models.vae import TilingConfig, WanVAEConfig
@@ -69,7 +69,8 @@ class RunPlan:
     Attributes:
         target: the device target.
         devices: P, devices the sequence is split over.
-        batch: samples per forward (2 with classifier-free guidance).
+        batch: samples per model call (2 with joint classifier-free guidance, 1 with
+            ``guidance_passes=separate`` or without guidance).
         memory: the per-device memory table.
         timing: the roofline time estimate per arm.
         budgets: Pallas TPU SMEM/VMEM budget per plan ("sparse b3", "B0 dense", ...).
@@ -139,6 +140,18 @@ class RunPlan:
         return out
 
 
+def samples_per_step(cfg: EvalConfig) -> int:
+    """Samples the model computes per denoising step: 2 with classifier-free guidance, else 1
+    (the FLOPs, whether the passes run jointly or separately)."""
+    return 2 if uses_guidance(cfg.guidance_scale, cfg.negative_prompt) else 1
+
+
+def samples_per_call(cfg: EvalConfig) -> int:
+    """Samples in one model call (the activations' batch): 2 only with joint guidance passes."""
+    guided = uses_guidance(cfg.guidance_scale, cfg.negative_prompt)
+    return forward_batch(guided, cfg.guidance_passes.value)
+
+
 def plan_run(
     cfg: EvalConfig,
     tcfg: WanTransformerConfig,
@@ -164,7 +177,7 @@ def plan_run(
         The plan; ``problems`` lists every reason it does not fit.
     """
     video = VideoGeometry(cfg.resolution.frames, cfg.resolution.height, cfg.resolution.width)
-    batch = 2 if uses_guidance(cfg.guidance_scale, cfg.negative_prompt) else 1
+    batch = samples_per_call(cfg)
     attends, policy = _single_device_attends(cfg, tcfg, video)
     qkv = _per_device_qkv(cfg, tcfg, video, batch, devices)
     specs = _executor_specs(cfg, policy, attends, qkv, compile_arms)
@@ -189,7 +202,7 @@ def plan_run(
         video,
         target,
         steps=cfg.steps,
-        cfg_batch=batch,
+        cfg_batch=samples_per_step(cfg),
         warm_runs=cfg.warm_runs,
         kept_fraction=nominal_kept_fraction(cfg, tcfg.num_layers),
         noise_floor=cfg.noise_floor,

@@ -63,6 +63,28 @@ def _check_inputs(latents: Any, context: Any, negative_context: Any) -> None:
         )
 
 
+# How the two classifier-free guidance passes of a step run: ``joint`` as one batch of 2B (half
+# the weight reads), ``separate`` as two batch-B calls one after the other (half the activations:
+# what lets the largest videos fit one device). Same FLOPs either way.
+GUIDANCE_PASSES = ("joint", "separate")
+
+
+def forward_batch(guided: bool, guidance_passes: str, batch: int = 1) -> int:
+    """Samples in one model call: ``2 * batch`` for joint guidance, else ``batch``.
+
+    Args:
+        guided: whether classifier-free guidance runs (:func:`uses_guidance`).
+        guidance_passes: one of :data:`GUIDANCE_PASSES`.
+        batch: B, videos denoised together.
+
+    Raises:
+        ValueError: an unknown ``guidance_passes``.
+    """
+    if guidance_passes not in GUIDANCE_PASSES:
+        raise ValueError(f"guidance_passes={guidance_passes!r}; use one of {GUIDANCE_PASSES}")
+    return 2 * batch if guided and guidance_passes == "joint" else batch
+
+
 def uses_guidance(guidance_scale: float, negative_context: Any) -> bool:
     """Whether classifier-free guidance runs (a batch of 2B per step).
 
@@ -106,6 +128,14 @@ class CompiledDenoise:
         return self.compiled(self._params, latents, context, negative_context)
 
 
+def _at_batch_offset(attend: AttendFn | None, offset: jax.Array) -> AttendFn | None:
+    """``attend`` for a call whose samples are ``offset`` (a traced int32 scalar) onwards of the
+    step's batch (an attend that records per-sample data offers ``at_batch_offset``; any other
+    is shared as it is)."""
+    shift = getattr(attend, "at_batch_offset", None)
+    return attend if shift is None else shift(offset)
+
+
 class DenoiseLoop:
     """The compiled denoising loop for one model, sampler, guidance scale and attention function.
 
@@ -127,6 +157,7 @@ class DenoiseLoop:
         guidance_scale: float = DEFAULT_GUIDANCE_SCALE,
         attend: AttendFn | None = None,
         on_step: Callable[[int], None] | None = None,
+        guidance_passes: str = "joint",
     ) -> None:
         """Builds the loop (nothing is traced or compiled yet).
 
@@ -134,15 +165,21 @@ class DenoiseLoop:
             model: velocity model, ``model(latents, timestep, context, attend=..., step=...)``.
             sampler: from ``models.samplers.make_sampler``.
             guidance_scale: finite float >= 1.
-            attend: ``attend(q, k, v, *, step, layer)``, or None.
+            attend: ``attend(q, k, v, *, step, layer)``, or None. With separate guidance passes,
+                an attend that records per-sample data (routing) gives the unconditional pass
+                ``attend.at_batch_offset(offset)`` (a traced int32 scalar, B for that pass), so
+                its records land beside the conditional ones.
             on_step: called on the host with each finished step's index (a progress bar). It is a
                 ``jax.debug.callback`` per step, so leave it None where timings must be exact.
+            guidance_passes: one of :data:`GUIDANCE_PASSES`.
 
         Raises:
-            ValueError: on a bad ``guidance_scale``.
+            ValueError: on a bad ``guidance_scale`` or ``guidance_passes``.
         """
         self.sampler = sampler
         self.guidance_scale = _check_guidance(guidance_scale)
+        forward_batch(True, guidance_passes)  # validates the name
+        self.guidance_passes = guidance_passes
         self.attend = attend
         self.on_step = on_step
         self._graphdef, self._params = nnx.split(model)
@@ -166,21 +203,35 @@ class DenoiseLoop:
         sampler, scale = self.sampler, self.guidance_scale
         batch = latents.shape[0]
         guided = uses_guidance(scale, negative_context)
-        if guided:
+        ctx = context
+        if guided and self.guidance_passes == "joint":
             # One model call per step on [cond; uncond]: half the weight reads of two calls.
             ctx = jnp.concatenate([context, negative_context], axis=0)
-        else:
-            ctx = context
+        elif guided:
+            passes_ctx = jnp.stack([context, negative_context])  # [2, B, L, text_dim]
 
-        def body(i: jax.Array, state: Any) -> Any:
-            model = nnx.merge(self._graphdef, params)
-            x = sampler.sample(state)
+        def velocity(model: nnx.Module, x: jax.Array, i: jax.Array) -> jax.Array:
+            if guided and self.guidance_passes == "separate":
+                t = _model_timestep(sampler, i, batch)
+
+                def one_pass(inputs: tuple[jax.Array, jax.Array]) -> jax.Array:
+                    ctx_p, offset = inputs
+                    attend = _at_batch_offset(self.attend, offset)
+                    return model(x, t, ctx_p, attend=attend, step=i)
+
+                # A loop of two passes: one body, so every backend runs them one after the other
+                # and reuses the first pass's activations' memory for the second.
+                offsets = jnp.asarray([0, batch], jnp.int32)  # where each pass's samples sit
+                cond, uncond = jax.lax.map(one_pass, (passes_ctx, offsets))
+                return _combine(cond, uncond, scale)
             x_in = jnp.concatenate([x, x], axis=0) if guided else x
             t = _model_timestep(sampler, i, x_in.shape[0])
             v = model(x_in, t, ctx, attend=self.attend, step=i)
-            if guided:
-                v = _combine(v[:batch], v[batch:], scale)
-            state = sampler.step(state, v, i)
+            return _combine(v[:batch], v[batch:], scale) if guided else v
+
+        def body(i: jax.Array, state: Any) -> Any:
+            model = nnx.merge(self._graphdef, params)
+            state = sampler.step(state, velocity(model, sampler.sample(state), i), i)
             if self.on_step is not None:
                 jax.debug.callback(lambda step: self.on_step(int(step)), i)
             return state

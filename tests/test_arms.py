@@ -119,7 +119,8 @@ def test_prepare_arm_compiles_without_a_step_callback_and_warms_up_once(fakes):
     clock, loops = fakes
     blocked, events = [], []
     arm = _prepare(loops, clock, blocked, "sparse", on_event=events.append)
-    assert loops.built == [{"guidance_scale": 5.0, "attend": None, "on_step": None}]
+    built = {"guidance_scale": 5.0, "attend": None, "on_step": None, "guidance_passes": "joint"}
+    assert loops.built == [built]
     assert loops.compiled["sparse"].calls == 1 and len(blocked) == 1
     assert (arm.compile_s, arm.warmup_s, arm.steps) == (COMPILE_S, 40.0, 4)
     assert arm.args == ("noise", "context", None)

@@ -22,6 +22,7 @@ from evalharness.config import (
     ComputeDType,
     DenseExecutor,
     DType,
+    GuidancePasses,
     KernelBackend,
     LoggerKind,
     PermutePlacement,
@@ -131,6 +132,7 @@ def test_dense_arm_key_fields(cfg, env):
         "prompt",
         "negative_prompt",
         "guidance_scale",
+        "guidance_passes",
         "kernel",
         "parallel",
         "noise_floor",
@@ -198,6 +200,7 @@ def _config_flips(cfg):
         ("prompt", cfg.prompt + "!"),
         ("negative_prompt", cfg.negative_prompt + "!"),
         ("guidance_scale", cfg.guidance_scale + 0.5),
+        ("guidance_passes", other_choice(cfg.guidance_passes, list(GuidancePasses))),
         ("kernel.backend", other_choice(k.backend, list(KernelBackend))),
         ("kernel.block_q", 16),
         ("kernel.block_kv", 16),
@@ -264,6 +267,8 @@ def test_fields_that_do_not_decide_the_dense_arm_leave_the_key(cfg, env):
         ("model.checkpoint", "/copied/elsewhere"),  # the content is in the identity
         ("progress", other_choice(cfg.progress, list(ProgressMode))),  # given: step_callback
         ("parallel.sequence", 1),  # given: the resolved device count
+        ("parallel.distributed", True),  # given: the device count (one process or several)
+        ("save_latents", True),  # a file written beside the results
     ]
     for name, value in unchanged:
         if name == "schedule.name":

@@ -114,6 +114,7 @@ def _expected_params(tmp_path) -> dict:
         "steps": 10,
         "sampler": "unipc",
         "guidance_scale": 5.0,
+        "guidance_passes": "joint",
         "dtype": "float32",
         "warm_runs": 3,
         "noise_floor": True,

@@ -127,6 +127,40 @@ def test_every_schedule_runs_the_tiny_model_compiling_once(tiny, name):
         assert not np.array_equal(first.latents, plain)  # the sparse path really ran
 
 
+def test_separate_guidance_passes_record_the_same_routing_and_latents(tiny):
+    # Two batch-1 passes per step (a loop over cond and uncond) route each sample as the joint
+    # batch of 2 does; the unconditional pass's records land at batch index 1.
+    config, model, sampler, (latents, _, context, negative), _ = tiny
+    schedule = SparsitySchedule("probe", 0.4, 0.5, 0.35)
+    runs = {}
+    for passes in ("joint", "separate"):
+        policy = AttentionPolicy(
+            schedule,
+            GEOMETRY,
+            num_steps=STEPS,
+            num_layers=config.num_layers,
+            block_sizes=TILES,
+            record_stats=True,
+            seed=3,
+        )
+        loop = DenoiseLoop(model, sampler, attend=policy, guidance_passes=passes)
+        runs[passes] = (loop(latents, context, negative).latents, policy.stats)
+    (joint, joint_stats), (separate, separate_stats) = runs["joint"], runs["separate"]
+    assert separate_stats.temporal.shape == (
+        STEPS,
+        config.num_layers,
+        2,
+        config.num_attention_heads,
+    )
+    np.testing.assert_array_equal(separate_stats.temporal, joint_stats.temporal)
+    for name in ("spatial_error", "temporal_error"):
+        assert_allclose(
+            getattr(separate_stats, name), getattr(joint_stats, name), rtol=1e-4, atol=1e-6
+        )
+    scale = float(np.max(np.abs(joint)))
+    assert_allclose(separate, joint, rtol=1e-4, atol=1e-5 * scale)
+
+
 def test_recorded_routing_flips_without_recompiling(tiny, tmp_path):
     config, model, sampler, (latents, other, context, negative), _ = tiny
     # floor(0.4 * 5) = 2 dense steps and floor(0.5 * 2) = 1 dense layer.

@@ -31,6 +31,7 @@ same executor per head, so outputs agree to float rounding.
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Callable
 
@@ -112,6 +113,15 @@ class SequenceParallelAttend:
     def plan(self):
         """The policy's tile plan (None when dense), as ``AttentionPolicy.plan``."""
         return None if self.policy is None else self.policy.plan
+
+    def at_batch_offset(self, offset: int | jax.Array) -> SequenceParallelAttend:
+        """This attend for a call whose samples start at ``offset`` in the step's batch (see
+        ``AttentionPolicy.at_batch_offset``); without a policy there is nothing to shift."""
+        if self.policy is None:
+            return self
+        shifted = copy.copy(self)
+        shifted.policy = self.policy.at_batch_offset(offset)
+        return shifted
 
     @property
     def stats(self):
@@ -318,6 +328,7 @@ class SequenceParallelAttend:
                 temporal,
                 routing.spatial_error,
                 routing.temporal_error,
+                self.policy.batch_offset,
             )
         return self.sparse_attention(q, k, v, temporal)
 

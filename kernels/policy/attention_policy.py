@@ -21,6 +21,7 @@ the correct one, untouched.
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Callable
 
@@ -246,6 +247,7 @@ class AttentionPolicy:
             num_stages=num_stages,
         )
         self.recorder = RoutingRecorder(num_steps, num_layers) if record_stats else None
+        self.batch_offset = 0  # where this call's samples sit in the step's batch (records)
         self.plan: TilePlan | None = None
         self.routing_mask = None
         if not schedule.sparse:
@@ -255,6 +257,16 @@ class AttentionPolicy:
         band = band_for_density(geometry, schedule.density)
         self.plan = build_plan(band, block_sizes, schedule.variant, rounding_tolerance)
         self.routing_mask = self.plan.logical_mask
+
+    def at_batch_offset(self, offset: int | jax.Array) -> AttentionPolicy:
+        """This policy for a call whose samples start at ``offset`` (>= 0; an int, or a traced
+        int32 scalar) in the step's batch, as separate guidance passes' unconditional pass: the
+        same attention and recorder, its records stored at batch index ``offset`` onwards."""
+        if isinstance(offset, int) and offset < 0:
+            raise ValueError(f"batch offset {offset}: expected >= 0")
+        shifted = copy.copy(self)
+        shifted.batch_offset = offset
+        return shifted
 
     @property
     def stats(self) -> RoutingStats:
@@ -349,6 +361,7 @@ class AttentionPolicy:
                 temporal,
                 routing.spatial_error,
                 routing.temporal_error,
+                self.batch_offset,
             )
         return self.sparse_attention(q, k, v, temporal)
 

@@ -91,6 +91,7 @@ class RoutingRecorder:
         temporal: np.ndarray,
         spatial_error: np.ndarray,
         temporal_error: np.ndarray,
+        batch_offset: np.ndarray | int = 0,
         *,
         layer: int,
     ) -> None:
@@ -101,19 +102,29 @@ class RoutingRecorder:
             temporal: bool [batch, heads].
             spatial_error: float [batch, heads].
             temporal_error: float [batch, heads].
+            batch_offset: int scalar, index of this call's first sample in the step's batch
+                (the unconditional pass of separate guidance passes records after the
+                conditional one).
             layer: block index.
         """
         s = int(np.asarray(step))
         flags = np.asarray(temporal)
+        first = int(np.asarray(batch_offset))
+        rows = slice(first, first + flags.shape[0])
         with self._lock:
-            if self._temporal is None or self._temporal.shape[2:] != flags.shape:
-                shape = (self.num_steps, self.num_layers, *flags.shape)
+            if self._temporal is None or self._temporal.shape[3:] != flags.shape[1:]:
+                shape = (self.num_steps, self.num_layers, rows.stop, *flags.shape[1:])
                 self._temporal = np.full(shape, DENSE_FLAG, dtype=np.int8)
                 self._spatial_error = np.full(shape, np.nan, dtype=np.float32)
                 self._temporal_error = np.full(shape, np.nan, dtype=np.float32)
-            self._temporal[s, layer] = flags.astype(np.int8)
-            self._spatial_error[s, layer] = np.asarray(spatial_error, np.float32)
-            self._temporal_error[s, layer] = np.asarray(temporal_error, np.float32)
+            elif self._temporal.shape[2] < rows.stop:  # a later pass of the same step's batch
+                grow = [(0, 0), (0, 0), (0, rows.stop - self._temporal.shape[2]), (0, 0)]
+                self._temporal = np.pad(self._temporal, grow, constant_values=DENSE_FLAG)
+                self._spatial_error = np.pad(self._spatial_error, grow, constant_values=np.nan)
+                self._temporal_error = np.pad(self._temporal_error, grow, constant_values=np.nan)
+            self._temporal[s, layer, rows] = flags.astype(np.int8)
+            self._spatial_error[s, layer, rows] = np.asarray(spatial_error, np.float32)
+            self._temporal_error[s, layer, rows] = np.asarray(temporal_error, np.float32)
 
     @property
     def stats(self) -> RoutingStats:
