@@ -16,6 +16,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from evalharness import multihost
 from evalharness.artifacts import headline_row
 from evalharness.config import register_configs
 from evalharness.dry_run import dry_run
@@ -52,8 +53,8 @@ def main(cfg: DictConfig) -> float | None:
         print(f"error: {failure}", file=sys.stderr)
         metrics = failure.metrics
         _failed_gates.append(str(failure))
-    primary = metrics.get("process_index", 0) == 0  # a multi-host run's other processes
-    if multirun and primary and cfg.logger.kind == "none":  # with MLflow, read from the runs
+    # With MLflow the table is read from the runs; a multi-host run's row is process 0's.
+    if multirun and cfg.logger.kind == "none" and multihost.is_primary():
         row = {**headline_row(metrics), SWEEP_JOB_TAG: hydra_cfg.job.num, "status": "FINISHED"}
         append_summary(hydra_cfg.sweep.dir, {**row, "gate_passed": metrics.get("gate_passed")})
     return metrics.get("speedup")

@@ -52,13 +52,6 @@ def is_primary() -> bool:
     return jax.process_index() == 0
 
 
-def process_label() -> str:
-    """``process i/n`` in a multi-process run, else an empty string (for log lines)."""
-    if jax.process_count() == 1:
-        return ""
-    return f"process {jax.process_index()}/{jax.process_count()}"
-
-
 class ConfigMismatch(PreflightRefusal):
     """The processes of a multi-host run were started with different configurations."""
 
@@ -82,6 +75,23 @@ def same_config(resolved: Mapping[str, Any]) -> None:
         check_same_config(sections)
     except ValueError as error:
         raise ConfigMismatch(f"{error}; nothing ran") from None
+
+
+def refuse_together(refusal: PreflightRefusal | None) -> None:
+    """Raises on every process when preflight refused the run on any of them (the others would
+    otherwise wait in their first collective). A collective in a multi-process run.
+
+    Args:
+        refusal: this process's refusal, or None when it was admitted.
+
+    Raises:
+        PreflightRefusal: this process's own, or one that says another process refused.
+    """
+    if not everywhere(refusal is None):
+        raise refusal or PreflightRefusal(
+            "refused by another process of this multi-host run (its log says why); nothing was "
+            "allocated"
+        )
 
 
 def to_host(array: Any) -> np.ndarray:

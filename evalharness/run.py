@@ -33,6 +33,7 @@ from evalharness.preflight import PreflightRefusal
 from evalharness.progress import Progress
 from evalharness.suite import Pair, run_pairs, suite_metrics
 from evalharness.tracking import (
+    NullTracker,
     Tracker,
     closed_on_error,
     environment_tags,
@@ -116,12 +117,7 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
         comparison = _preflight(cfg, progress)  # nothing is allocated before this passes
     except PreflightRefusal as error:
         refusal = error
-    # A refusal on one process stops all of them (the others would wait in a collective).
-    if not multihost.everywhere(refusal is None):
-        raise refusal or PreflightRefusal(
-            "refused by another process of this multi-host run (its log says why); nothing was "
-            "allocated"
-        )
+    multihost.refuse_together(refusal)
     run_dir, tracker = _open_run(cfg, primary)
     comparison.run_dir, comparison.tracker = run_dir, tracker
     try:
@@ -163,13 +159,7 @@ def _open_run(cfg: EvalConfig, primary: bool = True) -> tuple[Path, Tracker]:
     scratch folder (removed when the run ends) and no tracker."""
     if not primary:
         scratch = tempfile.mkdtemp(prefix=f"evalharness-process{jax.process_index()}-")
-        return Path(scratch), make_tracker(
-            "none",
-            tracking_uri=None,
-            experiment_name=cfg.logger.experiment_name,
-            run_name="",
-            output_root=Path(scratch),
-        )
+        return Path(scratch), NullTracker()
     output_root = Path(cfg.output_root)
     run_dir = make_run_dir(
         output_root, f"{cfg.model.name}-{cfg.resolution.name}-{cfg.schedule.name}"

@@ -127,22 +127,28 @@ def test_every_schedule_runs_the_tiny_model_compiling_once(tiny, name):
         assert not np.array_equal(first.latents, plain)  # the sparse path really ran
 
 
+def _recording_probe_policy(config) -> tuple[SparsitySchedule, AttentionPolicy]:
+    """floor(0.4 * 5) = 2 dense steps and floor(0.5 * 2) = 1 dense layer; routing recorded."""
+    schedule = SparsitySchedule("probe", 0.4, 0.5, 0.35)
+    policy = AttentionPolicy(
+        schedule,
+        GEOMETRY,
+        num_steps=STEPS,
+        num_layers=config.num_layers,
+        block_sizes=TILES,
+        record_stats=True,
+        seed=3,
+    )
+    return schedule, policy
+
+
 def test_separate_guidance_passes_record_the_same_routing_and_latents(tiny):
     # Two batch-1 passes per step (a loop over cond and uncond) route each sample as the joint
     # batch of 2 does; the unconditional pass's records land at batch index 1.
     config, model, sampler, (latents, _, context, negative), _ = tiny
-    schedule = SparsitySchedule("probe", 0.4, 0.5, 0.35)
     runs = {}
     for passes in ("joint", "separate"):
-        policy = AttentionPolicy(
-            schedule,
-            GEOMETRY,
-            num_steps=STEPS,
-            num_layers=config.num_layers,
-            block_sizes=TILES,
-            record_stats=True,
-            seed=3,
-        )
+        _, policy = _recording_probe_policy(config)
         loop = DenoiseLoop(model, sampler, attend=policy, guidance_passes=passes)
         runs[passes] = (loop(latents, context, negative).latents, policy.stats)
     (joint, joint_stats), (separate, separate_stats) = runs["joint"], runs["separate"]
@@ -163,17 +169,7 @@ def test_separate_guidance_passes_record_the_same_routing_and_latents(tiny):
 
 def test_recorded_routing_flips_without_recompiling(tiny, tmp_path):
     config, model, sampler, (latents, other, context, negative), _ = tiny
-    # floor(0.4 * 5) = 2 dense steps and floor(0.5 * 2) = 1 dense layer.
-    schedule = SparsitySchedule("probe", 0.4, 0.5, 0.35)
-    policy = AttentionPolicy(
-        schedule,
-        GEOMETRY,
-        num_steps=STEPS,
-        num_layers=config.num_layers,
-        block_sizes=TILES,
-        record_stats=True,
-        seed=3,
-    )
+    schedule, policy = _recording_probe_policy(config)
     loop = DenoiseLoop(model, sampler, attend=policy)
     loop(latents, context, negative)
     stats_first = policy.stats

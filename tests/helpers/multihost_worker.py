@@ -36,7 +36,6 @@ def main() -> None:
         "joined": joined,
         "process": me,
         "primary": multihost.is_primary(),
-        "label": multihost.process_label(),
         "gathered": multihost.to_host(global_array).tolist(),
         "everywhere_mixed": multihost.everywhere(me == 0),
         "everywhere_all": multihost.everywhere(True),
