@@ -52,6 +52,11 @@ def is_primary() -> bool:
     return jax.process_index() == 0
 
 
+# Config sections only the primary acts on (it alone logs). A multirun's sweep tag, for one, is read
+# from each host's own sweep folder, so it may differ between hosts without changing the program.
+PRIMARY_ONLY_SECTIONS = ("logger",)
+
+
 class ConfigMismatch(PreflightRefusal):
     """The processes of a multi-host run were started with different configurations."""
 
@@ -63,13 +68,16 @@ def same_config(resolved: Mapping[str, Any]) -> None:
 
     Args:
         resolved: the run's resolved config as plain data (``config.to_plain_dict``); each
-            top-level section is compared by hash, so the error names the sections that differ.
+            top-level section but :data:`PRIMARY_ONLY_SECTIONS` is compared by hash, so the error
+            names the sections that differ.
 
     Raises:
         ConfigMismatch: naming the processes and sections that differ from process 0's.
     """
     sections = {
-        name: json.dumps(value, sort_keys=True, default=str) for name, value in resolved.items()
+        name: json.dumps(value, sort_keys=True, default=str)
+        for name, value in resolved.items()
+        if name not in PRIMARY_ONLY_SECTIONS
     }
     try:
         check_same_config(sections)

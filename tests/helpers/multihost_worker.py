@@ -2,8 +2,8 @@
 
 Run as ``python -m tests.helpers.multihost_worker SEED`` with the launcher environment set
 (``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID``): it joins, then prints
-one JSON line of what each collective returned. ``SEED`` is the only config value that may
-differ between the processes (to provoke a mismatch).
+one JSON line of what each collective returned. ``SEED`` is the config value that may differ
+between the processes (to provoke a mismatch); the logger section always differs.
 """
 
 from __future__ import annotations
@@ -42,7 +42,9 @@ def main() -> None:
         "from_primary": multihost.from_primary(me == 0),
     }
     try:
-        multihost.same_config({"model": "tiny", "seed": str(seed)})
+        # Each process's own sweep tag (only process 0 logs): never a mismatch by itself.
+        logger = {"tags": {"sweep": f"id-of-process-{me}"}}
+        multihost.same_config({"model": "tiny", "seed": str(seed), "logger": logger})
         report["mismatch"] = None
     except multihost.ConfigMismatch as error:
         report["mismatch"] = str(error)
