@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -147,10 +148,15 @@ class SweepSummary(Callback):
             from mlflow.tracking import MlflowClient
 
             from evalharness.tracking import ensure_experiment
-            from evalharness.tracking_probe import check_tracking
+            from evalharness.tracking_probe import TrackingUnavailable, check_tracking
 
-            # A wrong server or database is refused in seconds, before any job starts.
-            check_tracking("mlflow", config.logger.tracking_uri, config.logger.experiment_name)
+            # A wrong server or database is refused in seconds, before any job starts: exit 2,
+            # as a single run's refusal (a SystemExit passes through Hydra's error report).
+            try:
+                check_tracking("mlflow", config.logger.tracking_uri, config.logger.experiment_name)
+            except TrackingUnavailable as refusal:
+                print(f"error: {refusal}", file=sys.stderr, flush=True)
+                sys.exit(2)
             client = MlflowClient(tracking_uri=_tracking_uri(config))
             root = Path(config.output_root) / "mlartifacts"
             ensure_experiment(client, config.logger.experiment_name, root)

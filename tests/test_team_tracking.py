@@ -182,6 +182,24 @@ def test_an_unreachable_server_exits_2_through_the_cli_before_any_model(tmp_path
     assert not (tmp_path / "outputs").exists()
 
 
+def test_a_sweep_with_an_unreachable_server_exits_2_before_any_job(tmp_path):
+    url = f"http://127.0.0.1:{free_port()}"
+    command = harness_command(tmp_path, f"logger.tracking_uri={url}", "schedule=dense,balanced")
+    command.insert(command.index("evalharness") + 1, "-m")  # a multirun over two schedules
+    done = subprocess.run(
+        command,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert f"error: MLflow tracking store {url} cannot be used" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert "Launching" not in done.stdout and "compiling" not in done.stdout
+
+
 def test_a_closed_database_port_is_refused_in_seconds(tmp_path, no_preflight):
     pytest.importorskip("psycopg", reason="psycopg (PostgreSQL's driver) is not installed")
     uri = f"postgresql+psycopg://team:s3cret@127.0.0.1:{free_port()}/mlflow"
