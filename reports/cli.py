@@ -52,8 +52,14 @@ def main(argv: list[str] | None = None) -> int:
     from mlflow.tracking import MlflowClient
 
     from evalharness.tracking import default_tracking_uri
+    from evalharness.tracking_probe import TrackingUnavailable, check_tracking
 
     args = _parser().parse_args(argv)
+    try:  # a wrong server or database is refused in seconds (MLflow would retry for minutes)
+        check_tracking("mlflow", args.tracking_uri, args.experiment)
+    except TrackingUnavailable as refusal:
+        print(f"reports: {refusal}", file=sys.stderr)
+        return 2
     uri = args.tracking_uri or default_tracking_uri(args.output_root)
     client = MlflowClient(uri)
     stamp = time.strftime("%Y%m%d-%H%M%S")

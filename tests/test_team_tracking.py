@@ -200,6 +200,22 @@ def test_a_sweep_with_an_unreachable_server_exits_2_before_any_job(tmp_path):
     assert "Launching" not in done.stdout and "compiling" not in done.stdout
 
 
+def test_benchmarks_and_reports_refuse_an_unreachable_server_before_measuring(tmp_path, capsys):
+    from evalharness.bench import placement, schedules
+    from reports.cli import main as reports_main
+
+    url = f"http://127.0.0.1:{free_port()}"
+    for bench in (placement.main, schedules.main):
+        start = time.perf_counter()
+        with pytest.raises(SystemExit) as refused:
+            bench(["--tracking-uri", url])
+        assert refused.value.code == 2 and time.perf_counter() - start < FAST_S
+        assert f"error: MLflow tracking store {url} cannot be used" in capsys.readouterr().err
+    assert reports_main(["--tracking-uri", url, "--out", str(tmp_path / "r")]) == 2
+    assert f"MLflow tracking store {url} cannot be used" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
 def test_a_closed_database_port_is_refused_in_seconds(tmp_path, no_preflight):
     pytest.importorskip("psycopg", reason="psycopg (PostgreSQL's driver) is not installed")
     uri = f"postgresql+psycopg://team:s3cret@127.0.0.1:{free_port()}/mlflow"

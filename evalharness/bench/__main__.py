@@ -58,7 +58,12 @@ from evalharness.bench.kernel_table import (
 )
 from evalharness.bench.machine import machine_info
 from evalharness.bench.memory import compiled_peak_bytes
-from evalharness.bench.mlflow_record import add_tracking_args, log_records, tracking_requested
+from evalharness.bench.mlflow_record import (
+    add_tracking_args,
+    log_records,
+    parse_bench_args,
+    tracking_requested,
+)
 from evalharness.bench.report import part_table, record_table
 from evalharness.bench.sweep import (
     GPU_SWEEP_BLOCK_KV,
@@ -382,7 +387,7 @@ def _emit(result: dict, args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (2: the backend cannot run here as asked)."""
-    args = _parser().parse_args(argv)
+    args = parse_bench_args(_parser(), argv)
     if args.command == "tiles":
         return _tiles(args)
     problem = platform_problem(args.backend, args.interpret)

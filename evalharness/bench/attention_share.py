@@ -36,6 +36,7 @@ from evalharness.bench.mlflow_record import (
     BenchRecord,
     add_tracking_args,
     log_records,
+    parse_bench_args,
     tracking_requested,
 )
 from evalharness.formatting import markdown_table
@@ -295,7 +296,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code."""
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = parse_bench_args(parser, argv)
     if args.runs < 3:
         parser.error(f"--runs={args.runs}: use at least 3 for a median")
     for resolution in args.resolution:

@@ -46,6 +46,7 @@ from evalharness.bench.mlflow_record import (
     BenchRecord,
     add_tracking_args,
     log_records,
+    parse_bench_args,
     tracking_requested,
 )
 from evalharness.block_memory import compiled_temp_bytes
@@ -305,7 +306,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", action="store_true", help="one JSON list instead of Markdown")
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # the subprocess's entry point
     add_tracking_args(parser)
-    args = parser.parse_args(argv)
+    args = parse_bench_args(parser, argv)
     if args.measure:
         spec = json.loads(args.measure)
         print(json.dumps(measure(BenchShape(**spec["shape"]), spec["arm"])))

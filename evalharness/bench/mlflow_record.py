@@ -99,6 +99,27 @@ def add_tracking_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def parse_bench_args(
+    parser: argparse.ArgumentParser, argv: list[str] | None = None
+) -> argparse.Namespace:
+    """Parses a benchmark's command line and, when it asks for MLflow, checks the store first:
+    a wrong ``--tracking-uri`` exits 2 in seconds, before minutes of measurement are lost.
+
+    Args:
+        parser: a parser with :func:`add_tracking_args`.
+        argv: the arguments (default ``sys.argv[1:]``).
+    """
+    from evalharness.tracking_probe import TrackingUnavailable, check_tracking
+
+    args = parser.parse_args(argv)
+    if tracking_requested(args):
+        try:
+            check_tracking("mlflow", args.tracking_uri, args.experiment)
+        except TrackingUnavailable as refusal:
+            parser.exit(2, f"error: {refusal}\n")
+    return args
+
+
 def tracking_requested(args: argparse.Namespace) -> bool:
     """Whether the command line asked for MLflow (``--mlflow`` or ``--tracking-uri``)."""
     return bool(getattr(args, "mlflow", False) or getattr(args, "tracking_uri", None))

@@ -46,6 +46,7 @@ from evalharness.bench.mlflow_record import (  # noqa: E402
     BenchRecord,
     add_tracking_args,
     log_records,
+    parse_bench_args,
     tracking_requested,
 )
 from evalharness.bench.report import PLACEMENT_COLUMNS  # noqa: E402
@@ -213,7 +214,7 @@ def record(result: dict) -> BenchRecord:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code."""
-    args = _parser().parse_args(argv)
+    args = parse_bench_args(_parser(), argv)
     if args.devices > jax.device_count():
         print(
             f"--devices {args.devices}: only {jax.device_count()} devices; set XLA_FLAGS="

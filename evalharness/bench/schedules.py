@@ -42,6 +42,7 @@ from evalharness.bench.mlflow_record import (
     BenchRecord,
     add_tracking_args,
     log_records,
+    parse_bench_args,
     tracking_requested,
 )
 from evalharness.formatting import markdown_table
@@ -334,7 +335,7 @@ def resolution_label(frames: int, height: int, width: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = parse_bench_args(parser, argv)
     if args.runs < 3:
         parser.error(f"--runs={args.runs}: use at least 3 for a median")
     problem = (
