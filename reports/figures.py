@@ -183,6 +183,10 @@ def frame_psnr_figure(client: MlflowClient, runs: Sequence[ReportRun], path: Pat
     top = max(finite) + 3.0 if finite else 60.0
     for run, steps, values in curves:
         label = f"{run.tags.get('schedule')} @ {run.tags.get('resolution')}"
+        identical = sum(v >= _FINITE_LIMIT for v in values)
+        if identical:  # infinite PSNR cannot be plotted: say where those frames are drawn
+            frames = "frame" if identical == 1 else "frames"
+            label += f" ({identical} identical {frames}, inf, drawn at the top)"
         ax.plot(steps, [min(v, top) for v in values], marker=".", label=label)
     ax.set_xlabel("frame")
     ax.set_ylabel("PSNR sparse vs dense (dB)")
