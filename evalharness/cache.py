@@ -120,10 +120,12 @@ class ArmCache:
                 (tmp / "key.json").write_text(
                     json.dumps(key_fields, indent=2, sort_keys=True, default=str)
                 )
+            _sync(tmp)  # the files' bytes reach the disk before the rename makes them visible
             try:
                 # rename(2) is atomic: readers see no entry or a whole one. No exists() check
                 # first: two processes can both pass it, and the second rename then fails.
                 os.rename(tmp, self.path(key))
+                _sync(self.root, files=False)  # and the rename itself survives a crash
             except OSError as err:
                 if err.errno not in (errno.ENOTEMPTY, errno.EEXIST):
                     raise
@@ -133,6 +135,18 @@ class ArmCache:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return self.path(key)
+
+
+def _sync(folder: Path, *, files: bool = True) -> None:
+    """fsync(2) of ``folder``'s files (unless ``files`` is False) and of the folder itself, so a
+    power loss cannot leave a renamed entry whose files are empty."""
+    paths = [p for p in folder.iterdir() if p.is_file()] if files else []
+    for path in [*paths, folder]:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:

@@ -3,6 +3,8 @@ half-written, and says where a cached arm came from."""
 
 import json
 import logging
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -53,6 +55,32 @@ def test_cache_hit_and_invalidation(tmp_path):
     for change in ({"steps": 5}, {"seed": 2}, {"prompt": "owl"}):
         assert cache_key({**fields, **change}) != key
     assert cache_key(dict(reversed(list(fields.items())))) == key
+
+
+def test_an_entry_is_on_disk_before_it_becomes_visible(tmp_path, monkeypatch):
+    # Every file and the temporary folder are synced before the rename, the cache folder after.
+    import evalharness.cache as cache_module
+
+    synced, renamed = [], []
+    real_fsync, real_rename = cache_module.os.fsync, cache_module.os.rename
+
+    def fsync(fd):
+        synced.append((os.readlink(f"/proc/self/fd/{fd}"), bool(renamed)))
+        real_fsync(fd)
+
+    def rename(src, dst):
+        renamed.append(dst)
+        real_rename(src, dst)
+
+    monkeypatch.setattr(cache_module.os, "fsync", fsync)
+    monkeypatch.setattr(cache_module.os, "rename", rename)
+    cache = ArmCache(tmp_path)
+    folder = cache.store("k", {"latents": np.zeros(3)}, {"m": 1}, key_fields={"seed": 1})
+    before = {Path(path).name for path, after in synced if not after}
+    assert {"arrays.npz", "meta.json", "key.json"} <= before
+    assert any(name.startswith(".k-") for name in before)  # the temporary folder itself
+    assert [Path(path) for path, after in synced if after] == [tmp_path]
+    assert folder == cache.path("k") and cache.load("k") is not None
 
 
 def test_a_stale_entry_is_replaced_only_after_it_is_discarded(tmp_path):
