@@ -104,6 +104,8 @@ def test_eight_device_suite():
             "-q",
             "-p",
             "no:cacheprovider",
+            "-m",
+            "",  # every test of the file, its slow ones too: this whole suite is already slow
             "tests/test_sp_multidevice.py",
         ],
         cwd=ROOT,
