@@ -87,6 +87,19 @@ def test_detect_cluster_reads_launchers_slurm_steps_and_tpu_pods():
     assert initialize_distributed(False, env={"TPU_WORKER_HOSTNAMES": "a,b"}) is False
 
 
+def test_joining_after_jax_started_names_the_fix():
+    import jax
+
+    jax.devices()  # the backend is up: JAX refuses to join now, before connecting anywhere
+    env = {
+        "JAX_COORDINATOR_ADDRESS": "127.0.0.1:1",
+        "JAX_NUM_PROCESSES": "2",
+        "JAX_PROCESS_ID": "0",
+    }
+    with pytest.raises(RuntimeError, match="call kernels.parallel.mesh.initialize_distributed"):
+        initialize_distributed(env=env)
+
+
 def test_one_process_is_its_own_primary_and_every_collective_is_local():
     assert multihost.is_primary()
     assert multihost.everywhere(True) and not multihost.everywhere(False)
