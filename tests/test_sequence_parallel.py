@@ -74,7 +74,7 @@ def test_partial_launcher_environment_fails_before_initialising():
 def test_config_hash_check():
     assert not np.array_equal(config_digest("steps: 50"), config_digest("steps: 40"))
     np.testing.assert_array_equal(config_digest("a"), config_digest("a"))
-    check_same_config("steps: 50")  # one process: nothing to disagree with
+    check_same_config({"steps": "50"})  # one process: nothing to disagree with
 
 
 def test_exchange_bytes_by_hand():

@@ -150,7 +150,7 @@ def config_digest(config_text: str) -> np.ndarray:
     return np.frombuffer(digest, dtype=np.uint32).copy()
 
 
-def check_same_config(config: str | Mapping[str, str]) -> None:
+def check_same_config(sections: Mapping[str, str]) -> None:
     """Raises unless every process of the run was started with the same configuration.
 
     One process: nothing to compare. Several: each contributes the digests of its resolved config
@@ -158,8 +158,8 @@ def check_same_config(config: str | Mapping[str, str]) -> None:
     every process raises the same error, so a mismatched launch fails together before any work.
 
     Args:
-        config: the resolved configuration serialised identically on every host, whole or as
-            sections (name -> text, the same names on every process) so a mismatch is named.
+        sections: the resolved configuration by section (name -> text serialised identically
+            on every host; the same names on every process), so a mismatch is named.
 
     Raises:
         ValueError: naming the processes whose config differs from process 0's, and where.
@@ -168,7 +168,7 @@ def check_same_config(config: str | Mapping[str, str]) -> None:
         return
     from jax.experimental import multihost_utils
 
-    sections = {"config": config} if isinstance(config, str) else dict(sorted(config.items()))
+    sections = dict(sorted(sections.items()))
     names = list(sections)
     mine = np.stack([config_digest(text) for text in sections.values()])  # [sections, 2]
     digests = np.asarray(multihost_utils.process_allgather(mine))
