@@ -77,6 +77,11 @@ def round_to_tiles(mask: Mask, block_sizes: BlockSizes, tolerance: float | None 
 
     Returns:
         The TileMask; its ``density`` is the rounded density, ``target_density`` the exact one.
+
+    Raises:
+        ValueError: the built mask's kept pairs differ from the exact mask's by more than
+            ``tolerance``.
+        RuntimeError: the built mask does not keep the planned number of pairs (a bug here).
     """
     counts = mask.tile_counts(block_sizes)
     areas = tile_areas(mask.tokens, block_sizes)
@@ -91,10 +96,23 @@ def round_to_tiles(mask: Mask, block_sizes: BlockSizes, tolerance: float | None 
     blocks = full.copy()
     blocks[rows[order[:keep]], cols[order[:keep]]] = True
     blocks.setflags(write=False)
-    error = abs(int(running[keep]) - target) / target
+    rounded = TileMask(mask.tokens, block_sizes, blocks, float(mask.density))
+    # Both checks read the mask actually built, not the plan (``running[keep]``): a wrong selection
+    # above (say one tile short) would otherwise leave the planned count optimal and within
+    # tolerance while the returned mask is not. Counting per tile keeps this O(tiles), not O(N^2).
+    built = rounded.kept_pairs
+    planned = int(running[keep])
+    if built != planned:
+        raise RuntimeError(
+            f"rounding to {block_sizes} built a mask of {built} pairs, expected {planned} (the "
+            f"closest whole-tile count to the exact mask's {target} pairs, keeping the first {keep} "
+            f"of {rows.size} partial tiles in fill order); the tile selection is broken"
+        )
+    error = abs(built - target) / target
     if tolerance is not None and error > tolerance:
         raise ValueError(
             f"rounding to {block_sizes} changes the kept pairs by {error:.2%} (> "
-            f"tolerance={tolerance:.2%}); use smaller tiles or tolerance=None"
+            f"tolerance={tolerance:.2%}): built {built} pairs for the exact mask's {target}; use "
+            "smaller tiles or tolerance=None"
         )
-    return TileMask(mask.tokens, block_sizes, blocks, float(mask.density))
+    return rounded
