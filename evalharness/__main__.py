@@ -3,7 +3,7 @@
 With no arguments it runs the embedded default (the tiny model at the CPU preset, balanced
 schedule). Exit codes: 0 done; 1 failed, or missed a gate threshold (the message names the
 metric); 2 refused by preflight (the message gives the numbers and the override). With
-``dry_run=true`` it only plans (``evalharness.dry_run``): 0 fits, 2 does not.
+``dry_run=true`` it only plans (``evalharness.admission.dry_run_report``): 0 fits, 2 does not.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from evalharness import multihost
-from evalharness.artifacts import headline_row
+from evalharness.admission import dry_run
+from evalharness.comparison import SWEEP_JOB_TAG, append_summary, failed_jobs, tag_sweep_job
 from evalharness.config import register_configs
-from evalharness.dry_run import dry_run
-from evalharness.preflight import PreflightRefusal
+from evalharness.evidence import headline_row
+from evalharness.refusal import PreflightRefusal
 from evalharness.run import GateFailed, run
-from evalharness.sweep import SWEEP_JOB_TAG, append_summary, failed_jobs, tag_sweep_job
+from evalharness.tracking import multihost
 
 log = logging.getLogger("evalharness")
 register_configs()

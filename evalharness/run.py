@@ -2,8 +2,8 @@
 
 ``run(cfg) -> metrics``: preflight, prompt encoding, the arms compiled once, then for every
 (prompt, seed) pair (one, or a prompt suite's ``prompts`` × ``seeds``) the arms timed side by
-side, decoded and measured (``evalharness.compare``), then the statistics across pairs
-(``evalharness.suite``), artifacts, MLflow and the gate. A suite's pairs get sub-folders and
+side, decoded and measured (``evalharness.comparison.pair``), then the statistics across pairs
+(``evalharness.config.pairs``), artifacts, MLflow and the gate. A suite's pairs get sub-folders and
 MLflow child runs under the run's own.
 """
 
@@ -20,28 +20,32 @@ import jax
 import jax.numpy as jnp
 from omegaconf import DictConfig, OmegaConf
 
-from evalharness import artifacts, kernel_choice, multihost, suite_report
 from evalharness.admission import admit
 from evalharness.arms import PreparedArm, rebind_arm
-from evalharness.cache import DenseArms, load_dense_arms
-from evalharness.cache_key import code_version
-from evalharness.compare import Comparison, PairInputs, PairOutput, compare_pair
-from evalharness.components import build_components
-from evalharness.config import EvalConfig, to_config, to_plain_dict
+from evalharness.assembly import build_components, platform_choices
+from evalharness.comparison import (
+    Comparison,
+    PairInputs,
+    PairOutput,
+    Progress,
+    compare_pair,
+    suite_report,
+)
+from evalharness.config import EvalConfig, Pair, run_pairs, to_config, to_plain_dict
+from evalharness.evidence import DenseArms, code_version, load_dense_arms, run_folder, suite_metrics
 from evalharness.gate import GateResult, check_gate
-from evalharness.preflight import PreflightRefusal
-from evalharness.progress import Progress
-from evalharness.suite import Pair, run_pairs, suite_metrics
+from evalharness.refusal import PreflightRefusal
 from evalharness.tracking import (
     NullTracker,
     Tracker,
+    check_tracking,
     closed_on_error,
     environment_tags,
     flatten,
     make_tracker,
+    multihost,
     run_tags,
 )
-from evalharness.tracking_probe import check_tracking
 from kernels.parallel.mesh import describe_mesh
 from models.pipeline import uses_guidance
 
@@ -88,7 +92,7 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
 
     Raises:
         preflight.PreflightRefusal: the run would exceed ``max_minutes`` or device memory, or
-            (``tracking_probe.TrackingUnavailable``) ``logger.tracking_uri`` names a store that
+            (``tracking.TrackingUnavailable``) ``logger.tracking_uri`` names a store that
             cannot be used, or (``multihost.ConfigMismatch``) the processes of a multi-host run
             were started with different configs; nothing was allocated and no run folder or
             MLflow run was created.
@@ -96,11 +100,11 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
         ValueError, FileNotFoundError: bad configuration or checkpoint, before any generation.
     """
     cfg = to_config(cfg)
-    # A multi-process run joins before anything else touches JAX (kernel_choice reads the platform).
+    # A multi-process run joins before anything else touches JAX (platform_choices reads the platform).
     multihost.join(cfg.parallel.distributed)
     # Every ``auto`` becomes this platform's concrete choice here, so the recorded config, the cache
     # key and the MLflow params name the tiles, executors and dtype that were actually run.
-    cfg = kernel_choice.resolve(cfg)
+    cfg = platform_choices.resolve(cfg)
     # Several processes must run one program: a mismatch fails on all of them, before any work.
     if jax.process_count() > 1:
         versions = {"code": code_version(), "jax": jax.__version__}
@@ -140,7 +144,7 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
         return metrics
     metrics["run_dir"] = str(run_dir)
     metrics["mlflow_run_id"] = tracker.run_id
-    print(artifacts.summary_lines(metrics), flush=True)
+    print(run_folder.summary_lines(metrics), flush=True)
     if not passed:
         raise GateFailed("gate failed: " + "; ".join(gate.failures), metrics)
     return metrics
@@ -150,7 +154,7 @@ def _preflight(cfg: EvalConfig, progress: Progress) -> Comparison:
     """Estimates the cost, refuses what does not fit, and builds the attention functions."""
     a = admit(cfg)
     return Comparison(
-        cfg, a.geometry, a.sampler, a.shift, a.attention, a.estimate, progress, a.plan
+        cfg, a.geometry, a.sampler, a.shift, a.attention, a.estimate, progress, a.sizing
     )
 
 
@@ -196,10 +200,12 @@ def _record_start(comparison: Comparison) -> None:
         tags["negative_control"] = cfg.negative_control.value
     tracker.set_tags(tags)
     tracker.log_metrics(comparison.estimate.as_metrics())
-    if comparison.plan is not None:
-        tracker.log_metrics(comparison.plan.as_metrics())
-        plan_md = comparison.plan.memory.to_markdown() + "\n\n" + comparison.plan.budget_markdown()
-        (comparison.run_dir / "memory_plan.md").write_text(plan_md.rstrip() + "\n")
+    if comparison.sizing is not None:
+        tracker.log_metrics(comparison.sizing.as_metrics())
+        sizing_md = (
+            comparison.sizing.memory.to_markdown() + "\n\n" + comparison.sizing.budget_markdown()
+        )
+        (comparison.run_dir / "memory_plan.md").write_text(sizing_md.rstrip() + "\n")
 
 
 def _finish(
@@ -215,15 +221,15 @@ def _finish(
         on=cfg.gate.on.value,
     )
     metrics["gate_passed"] = gate.passed
-    artifacts.write_metrics(run_dir, metrics)
+    run_folder.write_metrics(run_dir, metrics)
     if len(per_pair) == 1:
-        artifacts.write_report(run_dir, cfg, metrics, gate.failures)
+        run_folder.write_report(run_dir, cfg, metrics, gate.failures)
     else:
         suite_report.write_suite_report(run_dir, cfg, metrics, per_pair, gate.failures)
     tracker.log_metrics({k: v for k, v in metrics.items() if isinstance(v, int | float)})
     tracker.set_tags({"gate": "passed" if gate.passed else "failed"})
     # A suite's pairs upload their own folders to their child runs.
-    exclude = (() if cfg.logger.log_videos else artifacts.VIDEO_PATTERNS) + ("pairs/*",)
+    exclude = (() if cfg.logger.log_videos else run_folder.VIDEO_PATTERNS) + ("pairs/*",)
     tracker.log_artifacts(run_dir, exclude=exclude)
     tracker.finish("FINISHED")
     return gate
@@ -231,12 +237,12 @@ def _finish(
 
 def _compare(comparison: Comparison, pairs: list[Pair]) -> tuple[dict, list[dict]]:
     """The comparison proper: the model, every pair's inputs, the arms compiled once, then each
-    pair compared (``evalharness.compare.compare_pair``) on the same compiled loops.
+    pair compared (``evalharness.comparison.pair.compare_pair``) on the same compiled loops.
 
     Returns:
         (the run's metrics, each pair's metrics): for one pair, its metrics plus the statistics
-        of :func:`evalharness.suite.suite_metrics`; for a suite, the statistics across pairs
-        (``evalharness.suite_report.parent_metrics``).
+        of :func:`evalharness.evidence.statistics.suite_metrics`; for a suite, the statistics across pairs
+        (``evalharness.comparison.suite_report.parent_metrics``).
     """
     _build_model(comparison)
     inputs = _encode_prompts(comparison, pairs)
@@ -279,9 +285,9 @@ def _run_pair(
         child.set_tags({**run_tags(cfg), "pair": pair.name})
         metrics = compare_pair(comparison, inputs, arms, out, cached)
         metrics.update(prompt=pair.prompt, seed=pair.seed, pair=pair.name)
-        artifacts.write_metrics(folder, metrics)
+        run_folder.write_metrics(folder, metrics)
         child.log_metrics({k: v for k, v in metrics.items() if isinstance(v, int | float)})
-        exclude = () if cfg.logger.log_videos else artifacts.VIDEO_PATTERNS
+        exclude = () if cfg.logger.log_videos else run_folder.VIDEO_PATTERNS
         child.log_artifacts(folder, exclude=exclude)
     child.finish("FINISHED")
     return metrics

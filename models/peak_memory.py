@@ -14,7 +14,7 @@ Both are written as *peak = weights + state + max(activations, workspace) + inpu
   ``max``. Accelerators multiply bfloat16 natively, so ``workspace`` is 0 unless ``host_cpu``.
 - ``inputs`` / ``outputs``: the program's arguments other than weights, and its results.
 
-Checked against XLA's own figure (CPU, float32, tests/test_peak_memory.py) within 25%.
+Checked against XLA's own figure (CPU, float32, tests/models/test_peak_memory.py) within 25%.
 
 UMT5-XXL (Wan 2.1) at L=512, one prompt: 5.68e9 parameters = 10.6 GiB in bfloat16 and ~0.15 GiB
 of activations. On the host CPU in bfloat16 the float32 conversion of the 24 layers adds 17.3 GiB

@@ -51,8 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     """Builds (and logs) the report; returns 0, or 2 with a message on bad input."""
     from mlflow.tracking import MlflowClient
 
-    from evalharness.tracking import default_tracking_uri
-    from evalharness.tracking_probe import TrackingUnavailable, check_tracking
+    from evalharness.tracking import TrackingUnavailable, check_tracking, default_tracking_uri
 
     args = _parser().parse_args(argv)
     try:  # a wrong server or database is refused in seconds (MLflow would retry for minutes)

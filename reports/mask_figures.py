@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 
-from evalharness.resolutions import token_geometry  # noqa: E402
+from evalharness.config import token_geometry  # noqa: E402
 from kernels.masks import TokenGeometry, band_for_density, temporal_permutation  # noqa: E402
 from kernels.plans import BlockSizes, TilePlan, build_plan  # noqa: E402
 from models.video_geometry import VideoGeometry  # noqa: E402

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
 REPORT_TAG = "report"
-# Tags that say where and with what a row was produced (``evalharness.tracking.environment_tags``).
+# Tags that say where and with what a row was produced (``evalharness.tracking.mlflow_client.environment_tags``).
 PROVENANCE_TAGS = ("host", "machine", "device_kind", "device_platform", "jax_version", "git_commit")
 
 

@@ -15,11 +15,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalharness.bench.attention_share import SEED_ATTENTION_SHARE, SEED_SETUP
-from evalharness.bench.mlflow_record import metric_name
+from evalharness.bench import metric_name
+from evalharness.config import load_resolution
+from evalharness.estimates import SEED_ATTENTION_SHARE, SEED_SETUP, step_flops
 from evalharness.formatting import format_cell, markdown_table
-from evalharness.resolutions import load_resolution
-from evalharness.workload import step_flops
 from models.config import get_transformer_config
 from reports.sources import Artifacts, ReportRun, of_kind
 

@@ -29,6 +29,49 @@ ALLOWED_TOP_LEVEL = {
 MAX_MODULE_LINES = 450
 MAX_FUNCTION_LINES = 60
 
+# evalharness: rooms along a run's stages, bottom first, and the rooms each may import (besides
+# itself). Base modules (``formatting``, ``refusal``) and the thin top (``run``, ``__main__``) are
+# rooms of one module. Every entry names only rooms before it, so the table has no cycle.
+HARNESS_ROOMS: dict[str, set[str]] = {
+    "formatting": set(),
+    "refusal": set(),
+    "config": set(),
+    "estimates": {"formatting"},
+    "tracking": {"refusal"},
+    "assembly": {"config"},
+    "admission": {"config", "estimates", "assembly", "formatting", "refusal"},
+    "arms": {"tracking"},
+    "evidence": {"config", "assembly", "arms", "formatting"},
+    "gate": {"evidence", "tracking"},
+    "comparison": {"config", "tracking", "assembly", "admission", "arms", "evidence", "formatting"},
+    "bench": {
+        "config",
+        "estimates",
+        "tracking",
+        "assembly",
+        "admission",
+        "arms",
+        "evidence",
+        "gate",
+        "formatting",
+    },
+    "run": {
+        "config",
+        "tracking",
+        "assembly",
+        "admission",
+        "arms",
+        "evidence",
+        "gate",
+        "comparison",
+        "refusal",
+    },
+    "__main__": {"config", "tracking", "admission", "evidence", "comparison", "refusal", "run"},
+}
+# What the reports package may read of the harness (only through each room's ``__init__``).
+REPORTS_READ = {"config", "estimates", "tracking", "formatting", "bench"}
+MAX_HARNESS_TOP_LEVEL_MODULES = 12
+
 
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(REPO_ROOT).with_suffix("").parts)
@@ -250,3 +293,135 @@ def _project_imports_of_file(path: Path) -> set[str]:
             names.add(node.module)
             names.update(f"{node.module}.{alias.name}" for alias in node.names)
     return names
+
+
+def _room(module: str) -> str | None:
+    """The harness room of a module: ``evalharness.<room>[...]``; None outside the harness."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "evalharness" and len(parts) > 1 else None
+
+
+def _room_violations(edges) -> list[str]:
+    """Harness and reports imports the room table forbids, from ``(module, dependency)`` pairs."""
+    wrong = []
+    for module, dep in edges:
+        room, dep_room = _room(module), _room(dep)
+        if dep_room is None or dep_room == room:
+            continue
+        allowed = REPORTS_READ if module.split(".")[0] == "reports" else HARNESS_ROOMS[room]
+        if dep_room not in allowed:
+            wrong.append(f"{module} imports {dep} ({room or 'reports'} may not use {dep_room})")
+    return wrong
+
+
+def _project_edges():
+    return [
+        (m, d)
+        for m in _modules()
+        if m.split(".")[0] in ("evalharness", "reports")
+        for d in _dependencies(m)
+    ]
+
+
+def test_harness_rooms_import_only_what_the_table_allows():
+    assert set(HARNESS_ROOMS) >= {r for m in _modules() if (r := _room(m))}, (
+        "a room the table lacks"
+    )
+    wrong = _room_violations(_project_edges())
+    assert not wrong, "\n".join(sorted(wrong))
+
+
+def test_the_room_check_catches_an_upward_import():
+    # A planted upward import (config reaching for the run) and a reports import of the gate.
+    assert _room_violations([("evalharness.config.schemas", "evalharness.run")])
+    assert _room_violations([("reports.tables", "evalharness.gate")])
+    assert not _room_violations([("evalharness.run", "evalharness.config")])
+
+
+def test_the_room_table_only_looks_down():
+    order = list(HARNESS_ROOMS)
+    upward = [
+        f"{room} -> {dep}"
+        for room, allowed in HARNESS_ROOMS.items()
+        for dep in allowed
+        if dep not in order or order.index(dep) >= order.index(room)
+    ]
+    assert not upward, f"the table names a room at or after its own: {upward}"
+
+
+def _rooms_with_packages() -> list[str]:
+    return sorted(p.parent.name for p in (REPO_ROOT / "evalharness").glob("*/__init__.py"))
+
+
+def test_other_rooms_are_entered_through_their_init():
+    packages = set(_rooms_with_packages())
+    deep = []
+    for module, path in _modules().items():
+        if module.split(".")[0] not in ("evalharness", "reports"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                named = [node.module]
+            elif isinstance(node, ast.Import):
+                named = [alias.name for alias in node.names]
+            else:
+                continue
+            for target in named:
+                parts = target.split(".")
+                if parts[0] == "evalharness" and len(parts) > 2 and parts[1] in packages:
+                    if _room(module) != parts[1]:
+                        deep.append(f"{module}: {target}")
+    assert not deep, "import another room through its __init__:\n" + "\n".join(sorted(deep))
+
+
+@pytest.mark.parametrize(
+    "room",
+    [
+        "admission",
+        "arms",
+        "assembly",
+        "bench",
+        "comparison",
+        "config",
+        "estimates",
+        "evidence",
+        "gate",
+        "tracking",
+    ],
+)
+def test_harness_room_has_a_public_api(room):
+    assert room in _rooms_with_packages()
+    init = REPO_ROOT / "evalharness" / room / "__init__.py"
+    tree = ast.parse(init.read_text())
+    bound = {
+        alias.asname or alias.name
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    exported = [
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and any(getattr(t, "id", "") == "__all__" for t in node.targets)
+    ]
+    assert ast.get_docstring(tree), f"{init} has no docstring"
+    assert exported, f"{init} declares no __all__"
+    names = [elt.value for elt in exported[0].elts]
+    assert names and set(names) <= bound, f"{init}: __all__ names {set(names) - bound} unbound"
+    # An exported name that is both a module and a function or class of the room is the one or
+    # the other depending on import order (``admit`` once exported admit.py, not ``admit()``).
+    modules = {path.stem for path in init.parent.glob("*.py")}
+    defined = {
+        node.name
+        for path in init.parent.glob("*.py")
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, ast.FunctionDef | ast.ClassDef)
+    }
+    ambiguous = sorted(set(names) & modules & defined)
+    assert not ambiguous, f"{init}: {ambiguous} name both a module and a function or class"
+
+
+def test_harness_top_level_stays_small():
+    top = sorted(p.name for p in (REPO_ROOT / "evalharness").glob("*.py"))
+    assert len(top) <= MAX_HARNESS_TOP_LEVEL_MODULES, f"evalharness/ top level: {top}"

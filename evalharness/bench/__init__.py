@@ -2,6 +2,12 @@
 (denoising time per sparsity schedule), ``python -m evalharness.bench.placement`` (sequence
 parallelism), ``python -m evalharness.bench.memory``, ``python -m
 evalharness.bench.attention_share`` and ``python -m evalharness.bench.negative_controls`` (broken
-sparse arms against the gate on the planted ``tiny`` model). They live with the harness because they need the model, the resolution presets and
-matplotlib, none of which ``kernels/`` may import.
+sparse arms against the gate on the planted ``tiny`` model). They live with the harness because
+they need the model, the resolution presets and matplotlib, none of which ``kernels/`` may import.
+
+Nothing imports the commands; the reports read benchmark runs through :func:`metric_name`.
 """
+
+from evalharness.bench.mlflow_record import metric_name
+
+__all__ = ["metric_name"]

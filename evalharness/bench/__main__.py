@@ -75,7 +75,7 @@ from evalharness.bench.sweep import (
 )
 from evalharness.bench.temporal import temporal_comparison
 from evalharness.bench.tile_stats import tile_stats
-from evalharness.resolutions import load_resolution, resolution_names
+from evalharness.config import load_resolution, resolution_names
 from kernels.executors.dispatch import BACKENDS
 from kernels.masks.band import band_for_density
 from kernels.masks.geometry import TokenGeometry

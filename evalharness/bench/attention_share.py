@@ -4,9 +4,9 @@ Times one forward of the Wan transformer twice at a model and resolution: with t
 dense attention (the harness's dense control: b0 on CPU, splash on TPU, cuDNN on GPU, or
 ``--executor``), and with self-attention replaced by ``q + k + v`` (same shape, so the q/k/v
 projections, norms, RoPE, output projection, cross-attention and FFN all still run). Both are
-compiled first, then timed in interleaved rounds (``evalharness.timing.time_interleaved``); the
+compiled first, then timed in interleaved rounds (``evalharness.arms.timing.time_interleaved``); the
 measured share is ``1 - median(without) / median(with)``. Beside it: the analytic FLOP share of
-self-attention (``evalharness.workload.step_flops``) and, at 720p / 1080p / 1440p, the seed's
+self-attention (``evalharness.estimates.workload.step_flops``) and, at 720p / 1080p / 1440p, the seed's
 measured share of a transformer block (Wan 2.1 14B, 81 frames, TPU v6e): 55.5% / 72.5% / 88.2%.
 
 Weights are random (seeded): the share depends on shapes, not on values. A size that would not
@@ -31,6 +31,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from evalharness.admission import estimate_cost
+from evalharness.arms import time_interleaved
+from evalharness.assembly import backend_for, host_platform
 from evalharness.bench.machine import machine_info
 from evalharness.bench.mlflow_record import (
     BenchRecord,
@@ -39,12 +42,9 @@ from evalharness.bench.mlflow_record import (
     parse_bench_args,
     tracking_requested,
 )
+from evalharness.config import load_resolution, resolution_names
+from evalharness.estimates import SEED_ATTENTION_SHARE, SEED_SETUP, step_flops
 from evalharness.formatting import markdown_table
-from evalharness.kernel_choice import backend_for, host_platform
-from evalharness.preflight import estimate_cost
-from evalharness.resolutions import load_resolution, resolution_names
-from evalharness.timing import time_interleaved
-from evalharness.workload import step_flops
 from kernels.executors.dense_controls import dense_controls
 from kernels.executors.dense_memory import dense_executor_temp_bytes
 from kernels.policy.attention_policy import make_dense_attend
@@ -55,8 +55,6 @@ from models.video_geometry import VideoGeometry
 
 # The seed's measured self-attention share of one transformer block (Wan 2.1 14B, 81 frames,
 # 8 x TPU v6e, splash attention), seed Table 1.
-SEED_ATTENTION_SHARE = {"720p": 0.555, "1080p": 0.725, "1440p": 0.882}
-SEED_SETUP = "Wan 2.1 14B, 81 frames, TPU v6e (seed Table 1)"
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # The share of device memory a run may plan to use (the rest: runtime, fragmentation).
 MEMORY_HEADROOM = 0.85

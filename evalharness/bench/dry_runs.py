@@ -3,7 +3,7 @@
 One row per (model, resolution, target): whether it fits, the per-device GiB of the main memory
 components and the peak, the SMEM and VMEM of the Pallas TPU plans, the lowering, and the roofline
 minutes of the whole comparison. Planned on this machine from abstract weights (see
-``evalharness.dry_run``); nothing real is allocated.
+``evalharness.admission.dry_run_report``); nothing real is allocated.
 """
 
 from __future__ import annotations
@@ -15,13 +15,11 @@ from typing import Any
 
 from hydra import compose, initialize_config_dir
 
-from evalharness import kernel_choice
+from evalharness.admission import EXPORT_PLATFORMS, checkpoint_optional, size_run
+from evalharness.assembly import platform_choices
 from evalharness.config import register_configs, to_config
-from evalharness.dry_run import checkpoint_optional
+from evalharness.estimates import GIB, get_target
 from evalharness.formatting import markdown_table
-from evalharness.memory_table import GIB
-from evalharness.run_plan import EXPORT_PLATFORMS, plan_run
-from evalharness.targets import get_target
 from models.config import get_transformer_config
 
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
@@ -46,30 +44,30 @@ def plan_row(model: str, resolution: str, target_name: str, overrides: list[str]
             "config", overrides=[f"model={model}", f"resolution={resolution}", *overrides]
         )
     target = get_target(target_name)
-    cfg = kernel_choice.resolve(to_config(checkpoint_optional(raw)), target.platform)
+    cfg = platform_choices.resolve(to_config(checkpoint_optional(raw)), target.platform)
     start = time.perf_counter()
     devices = cfg.parallel.sequence or target.devices
-    plan = plan_run(cfg, get_transformer_config(cfg.model.name), target, devices=devices)
-    memory = plan.memory
+    sizing = size_run(cfg, get_transformer_config(cfg.model.name), target, devices=devices)
+    memory = sizing.memory
     worst = max(memory.arms, key=memory.peak)
     row: dict[str, Any] = {
         "model": model.removeprefix("wan2.1-t2v-"),
         "res": resolution,
         "target": target_name,
-        "fits": "yes" if plan.fits else "NO",
+        "fits": "yes" if sizing.fits else "NO",
     }
     for title, component in _COMPONENTS.items():
         row[title] = max(memory.rows.get(component, {}).values(), default=0) / GIB
     row["peak GiB"] = memory.peak(worst) / GIB
     row["HBM GiB"] = target.hbm_bytes / GIB
-    smem = [b.smem_bytes for b in plan.budgets.values()]
-    vmem = [b.vmem_bytes for b in plan.budgets.values()]
+    smem = [b.smem_bytes for b in sizing.budgets.values()]
+    vmem = [b.vmem_bytes for b in sizing.budgets.values()]
     row["SMEM KiB"] = max(smem) / 1024 if smem else None
     row["VMEM MiB"] = max(vmem) / 2**20 if vmem else None
-    row["lowered"] = EXPORT_PLATFORMS.get(target.platform, "-") if plan.lowering else "-"
-    row["minutes"] = plan.timing.total_minutes
+    row["lowered"] = EXPORT_PLATFORMS.get(target.platform, "-") if sizing.lowering else "-"
+    row["minutes"] = sizing.timing.total_minutes
     row["plan s"] = time.perf_counter() - start
-    row["why not"] = "; ".join(p[:80] for p in plan.problems) or (
+    row["why not"] = "; ".join(p[:80] for p in sizing.problems) or (
         "" if memory.fits else f"memory ({memory.dominant(worst)})"
     )
     return row

@@ -1,4 +1,4 @@
-"""Memory prediction benchmark: ``plan_memory`` against the compiler and against a real run.
+"""Memory prediction benchmark: ``estimate_memory`` against the compiler and against a real run.
 
 Usage:
     python -m evalharness.bench.memory [--shapes cpu tiny-8640 mid-4320] [--json]
@@ -6,7 +6,7 @@ Usage:
 For each CPU shape and arm (dense b0, noise-floor dot_product_attention, sparse policy with a
 dense first step) it prints the denoise-phase peak of:
 
-- plan, given: ``evalharness.memory_plan.plan_memory`` with each executor's temporaries given as
+- plan, given: ``evalharness.estimates.memory_estimate.estimate_memory`` with each executor's temporaries given as
   bytes (XLA's plan of the executor alone) plus the computed routing and layout buffers: the
   dry-run path, for executors that do not compile on the planning host;
 - plan, compiled: the same plan with each arm's attention compiled into the transformer (the path
@@ -49,12 +49,15 @@ from evalharness.bench.mlflow_record import (
     parse_bench_args,
     tracking_requested,
 )
-from evalharness.block_memory import compiled_temp_bytes
+from evalharness.config import token_geometry
+from evalharness.estimates import (
+    CPU_RUNTIME_OVERHEAD,
+    GIB,
+    ExecutorSpec,
+    compiled_temp_bytes,
+    estimate_memory,
+)
 from evalharness.formatting import markdown_table
-from evalharness.memory_plan import ExecutorSpec, plan_memory
-from evalharness.memory_table import GIB
-from evalharness.resolutions import token_geometry
-from evalharness.targets import CPU_RUNTIME_OVERHEAD
 from kernels.policy.attention_policy import AttentionPolicy, make_dense_attend
 from kernels.policy.schedule import SparsitySchedule
 from models.config import WanTransformerConfig, get_transformer_config
@@ -176,7 +179,7 @@ def _loop(model, shape: BenchShape, attend: Callable) -> DenoiseLoop:
 
 
 def _plan(shape: BenchShape, attends: dict[str, Callable], compile_attention: bool):
-    return plan_memory(
+    return estimate_memory(
         shape.config,
         shape.geometry,
         batch=2,

@@ -7,7 +7,7 @@ the harness's own runs, so ``python -m reports`` finds both).
 
 A run holds:
 
-- tags: ``bench=<name>``, the environment (``evalharness.tracking.environment_tags``: device,
+- tags: ``bench=<name>``, the environment (``evalharness.tracking.mlflow_client.environment_tags``: device,
   host, machine, JAX version, git commit) and ``model`` / ``resolution`` / ``backend`` where they
   apply;
 - params: the geometry and settings of the benchmark, and ``version.*`` (Python, JAX, jaxlib,
@@ -109,7 +109,7 @@ def parse_bench_args(
         parser: a parser with :func:`add_tracking_args`.
         argv: the arguments (default ``sys.argv[1:]``).
     """
-    from evalharness.tracking_probe import TrackingUnavailable, check_tracking
+    from evalharness.tracking import TrackingUnavailable, check_tracking
 
     args = parser.parse_args(argv)
     if tracking_requested(args):

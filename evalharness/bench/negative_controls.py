@@ -38,14 +38,18 @@ import jax.numpy as jnp
 import numpy as np
 from hydra import compose, initialize_config_dir
 
-from evalharness import kernel_choice
-from evalharness.attention_setup import build_attention
+from evalharness.assembly import (
+    Components,
+    build_attention,
+    build_components,
+    platform_choices,
+    transformer_config_for,
+)
 from evalharness.bench.machine import machine_info
-from evalharness.components import Components, build_components, transformer_config_for
 from evalharness.config import EvalConfig, NegativeControl, register_configs, to_config
+from evalharness.evidence import frame_quality
 from evalharness.formatting import markdown_table
 from evalharness.gate import check_gate
-from evalharness.quality import frame_quality
 from kernels.policy.negative_controls import NEGATIVE_CONTROLS
 from models.pipeline import DenoiseLoop, uses_guidance
 from models.samplers import default_flow_shift, make_sampler
@@ -71,7 +75,7 @@ def compose_config(overrides: Sequence[str] = ()) -> EvalConfig:
     register_configs()
     with initialize_config_dir(config_dir=_CONF_DIR, version_base="1.3"):
         composed = compose("config", overrides=list(overrides))
-    return kernel_choice.resolve(to_config(composed))
+    return platform_choices.resolve(to_config(composed))
 
 
 @dataclasses.dataclass

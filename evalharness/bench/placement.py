@@ -51,8 +51,8 @@ from evalharness.bench.mlflow_record import (  # noqa: E402
 )
 from evalharness.bench.report import PLACEMENT_COLUMNS  # noqa: E402
 from evalharness.bench.timing import time_interleaved  # noqa: E402
+from evalharness.config import load_resolution  # noqa: E402
 from evalharness.formatting import markdown_table  # noqa: E402
-from evalharness.resolutions import load_resolution  # noqa: E402
 from kernels.masks.geometry import TokenGeometry  # noqa: E402
 from kernels.parallel.attend import PLACEMENTS, SequenceParallelAttend  # noqa: E402
 from kernels.parallel.exchange import exchange_bytes  # noqa: E402

@@ -45,8 +45,8 @@ from evalharness.bench.mlflow_record import (
     parse_bench_args,
     tracking_requested,
 )
+from evalharness.config import load_resolution, token_geometry
 from evalharness.formatting import markdown_table
-from evalharness.resolutions import load_resolution, token_geometry
 from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes
 from kernels.policy.attention_policy import AttentionPolicy
@@ -323,7 +323,7 @@ def record(result: dict, resolution: str) -> BenchRecord:
 
 def resolution_label(frames: int, height: int, width: int) -> str:
     """The ``conf/resolution`` preset of this pixel size, or ``<frames>x<height>x<width>px``."""
-    from evalharness.resolutions import resolution_names
+    from evalharness.config import resolution_names
 
     for name in resolution_names():
         preset = load_resolution(name).config

@@ -7,6 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from kernels.executors.reference import reference_attention
+from kernels.plans.block_sizes import BlockSizes
+from kernels.plans.tiles import build_plan
 from tests.helpers.numerics import assert_allclose
 
 # float32 on both sides at HIGHEST precision; the online softmax reorders the sums, so the error
@@ -40,3 +42,26 @@ def check_against_oracle(out, q, k, v, mask) -> None:
     assert out.shape == q.shape
     assert bool(jnp.all(jnp.isfinite(out.astype(jnp.float32))))
     assert_allclose(out, expected, **(F32_TOL if q.dtype == jnp.float32 else BF16_TOL))
+
+
+# The parameters of one kernel-against-oracle case, for ``pytest.mark.parametrize``: band-only and
+# band+sink, padded and unpadded lengths, both head dims, both dtypes.
+ORACLE_CASE_ARGS = "variant, tokens, half_width, sink, block_q, block_kv, head_dim, dtype"
+
+
+def oracle_case_ids(cases) -> list[str]:
+    """Readable test ids of ``ORACLE_CASE_ARGS`` tuples."""
+    return [
+        f"{c[0]}-n{c[1]}-w{c[2]}-s{c[3]}-{c[4]}x{c[5]}-d{c[6]}-{jnp.dtype(c[7]).name}"
+        for c in cases
+    ]
+
+
+def check_kernel_case(kernel, mask, variant, block_q, block_kv, head_dim, dtype) -> None:
+    """Plans ``mask`` with exact tiles (no rounding limit), runs ``kernel`` in interpret mode on
+    seeded inputs (batch 2, 3 heads) and checks it against the oracle on the plan's logical mask
+    (the band for b1/b2, all pairs for b0, the tile-rounded band for b3)."""
+    plan = build_plan(mask, BlockSizes(block_q, block_kv), variant, rounding_tolerance=None)
+    q, k, v = numpy_qkv(0, 2, mask.tokens, 3, head_dim, dtype)
+    out = kernel(q, k, v, plan, variant=variant, interpret=True)
+    check_against_oracle(out, q, k, v, plan.logical_mask)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from evalharness import kernel_choice
-from evalharness.cache_key import dense_arm_key
-from evalharness.config import to_config
+from evalharness.assembly import platform_choices
+from evalharness.config.schemas import to_config
+from evalharness.evidence.cache_key import dense_arm_key
 from tests.helpers.harness_config import small_config
 
 IDENTITY = "tiny|seed=0"
@@ -15,7 +15,7 @@ SHIFT = 3.0
 
 def resolved_small_config(tmp):
     """The small test config, resolved for the CPU (what the run keys)."""
-    return kernel_choice.resolve(to_config(small_config(tmp)), "cpu")
+    return platform_choices.resolve(to_config(small_config(tmp)), "cpu")
 
 
 def pinned_key(cfg, env, **overrides):

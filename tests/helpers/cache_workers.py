@@ -1,4 +1,4 @@
-"""Processes that write and read one dense-arm cache at once (``tests/test_cache_concurrency.py``).
+"""Processes that write and read one dense-arm cache at once (``tests/evalharness/evidence/test_dense_cache_concurrency.py``).
 
 Top-level functions, so ``multiprocessing``'s spawn start method can import them in a fresh
 interpreter (no state shared with the test but the cache folder). Each reports through a queue:
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from evalharness.cache import ArmCache
+from evalharness.evidence.dense_cache import ArmCache
 
 # ~1 MB per entry: large enough that writing it takes a while, small enough for 2 cores.
 SHAPE = (256, 256, 4)
@@ -61,7 +61,7 @@ def read_while_written(root: str, keys: list[str], results) -> None:
     cache's "ignoring unreadable cache entry" warning; both are reported as problems."""
     try:
         warnings = _WarningsSeen()
-        logging.getLogger("evalharness.cache").addHandler(warnings)
+        logging.getLogger("evalharness.evidence.dense_cache").addHandler(warnings)
         cache = ArmCache(Path(root))
         seen: set[str] = set()
         problems: list[str] = []

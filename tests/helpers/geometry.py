@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from evalharness.resolutions import load_resolution
+from evalharness.config.resolutions import load_resolution
 from kernels.masks.geometry import TokenGeometry
 
 

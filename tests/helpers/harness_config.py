@@ -7,7 +7,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-from evalharness.config import register_configs
+from evalharness.config.schemas import register_configs
 from tests.helpers.paths import REPO_ROOT
 
 CONF_DIR = str(REPO_ROOT / "conf")

@@ -1,8 +1,8 @@
 """Real tracking servers on 127.0.0.1 for integration tests, and harness runs that log to them.
 
-``mlflow_server``: ``mlflow server`` on a sqlite store (``evalharness.tracking_server``'s Python
+``mlflow_server``: ``mlflow server`` on a sqlite store (``evalharness.tracking.server``'s Python
 API). ``team_server``: PostgreSQL behind ``mlflow server``, started and stopped (Ctrl-C) through
-``python -m evalharness.tracking_server`` itself. Both serve artifacts through the server. ``start_harness`` runs ``python -m evalharness``
+``python -m evalharness.tracking.server`` itself. Both serve artifacts through the server. ``start_harness`` runs ``python -m evalharness``
 as its own process, the way team members' jobs reach a shared server.
 """
 
@@ -20,8 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from evalharness import tracking_server
-from evalharness.postgres_server import postgres_bin_dir
+from evalharness.tracking import server
+from evalharness.tracking.postgres import postgres_bin_dir
 from tests.helpers.harness_config import SMALL
 
 
@@ -33,7 +33,7 @@ def mlflow_server(folder: Path, *, startup_s: float = 90.0) -> Iterator[str]:
     Raises:
         RuntimeError: the server exited, or did not answer within ``startup_s``.
     """
-    with tracking_server.mlflow_server(
+    with server.mlflow_server(
         f"sqlite:///{folder / 'server.db'}",
         folder / "server-artifacts",
         workers=1,
@@ -55,7 +55,7 @@ def postgres_missing() -> str | None:
 
 @dataclass(frozen=True)
 class TeamServer:
-    """A PostgreSQL-backed MLflow server started by ``python -m evalharness.tracking_server``.
+    """A PostgreSQL-backed MLflow server started by ``python -m evalharness.tracking.server``.
 
     Attributes:
         uri: the tracking URI clients use (``http://127.0.0.1:PORT``), as the command printed it.
@@ -71,7 +71,7 @@ class TeamServer:
 
 @contextmanager
 def team_server() -> Iterator[TeamServer]:
-    """``python -m evalharness.tracking_server`` in a fresh folder; yields what it printed, then
+    """``python -m evalharness.tracking.server`` in a fresh folder; yields what it printed, then
     stops it with Ctrl-C (SIGINT) and checks it stopped both servers cleanly.
 
     The folder is made under the system temporary folder and opened to other users (0755):
@@ -84,7 +84,7 @@ def team_server() -> Iterator[TeamServer]:
     """
     folder = Path(tempfile.mkdtemp(prefix="evalharness-team-server-"))
     folder.chmod(0o755)
-    command = [sys.executable, "-m", "evalharness.tracking_server", "--folder", str(folder)]
+    command = [sys.executable, "-m", "evalharness.tracking.server", "--folder", str(folder)]
     proc = subprocess.Popen(
         [*command, "--workers", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )

@@ -1,4 +1,4 @@
-"""One process of a two-process JAX run on localhost, checking ``evalharness.multihost``.
+"""One process of a two-process JAX run on localhost, checking ``evalharness.tracking.multihost``.
 
 Run as ``python -m tests.helpers.multihost_worker SEED`` with the launcher environment set
 (``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID``): it joins, then prints
@@ -14,7 +14,7 @@ import sys
 
 def main() -> None:
     seed = int(sys.argv[1])
-    from evalharness import multihost
+    from evalharness.tracking import multihost
 
     joined = multihost.join(None)  # before any other JAX call, as the harness does
 

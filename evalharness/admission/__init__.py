@@ -1,0 +1,21 @@
+"""Admission: every check before a weight is read or a folder created. Preflight (time and
+memory), the run's sizing on a device target (memory table, time, Pallas budgets, lowering),
+the compile check of each arm's attention, and the dry run.
+"""
+
+from evalharness.admission import preflight
+from evalharness.admission.decision import admit
+from evalharness.admission.dry_run_report import checkpoint_optional, dry_run
+from evalharness.admission.preflight import estimate_cost
+from evalharness.admission.sizing import EXPORT_PLATFORMS, RunSizing, size_run
+
+__all__ = [
+    "EXPORT_PLATFORMS",
+    "RunSizing",
+    "admit",
+    "checkpoint_optional",
+    "dry_run",
+    "estimate_cost",
+    "preflight",
+    "size_run",
+]

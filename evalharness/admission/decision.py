@@ -1,0 +1,152 @@
+"""Admission of a run: every check that must pass before a weight is read or a folder created.
+
+Preflight's time estimate (cheap, first), the per-device memory table and the Pallas kernels'
+budgets on this host (``evalharness.admission.sizing``: SMEM/VMEM on a TPU, shared memory of the Pallas GPU
+tiles on an H100/H200), the attention functions, and for checkpoint models the ahead-of-time
+compile of every arm's attention (``evalharness.admission.compile_check``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from evalharness.admission import compile_check, preflight
+from evalharness.admission.sizing import (
+    RunSizing,
+    quadratic_arms,
+    samples_per_call,
+    samples_per_step,
+    size_run,
+)
+from evalharness.assembly import (
+    AttentionSetup,
+    build_attention,
+    nominal_kept_fraction,
+    sequence_devices,
+    transformer_config_for,
+)
+from evalharness.config import EvalConfig, run_pairs
+from evalharness.estimates import host_target
+from models.config import SEEDED_PRESETS, WanTransformerConfig
+from models.samplers import Sampler, default_flow_shift, make_sampler
+from models.video_geometry import VideoGeometry
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What an admitted run starts from.
+
+    Attributes:
+        geometry: the video's pixel and latent sizes.
+        tcfg: the transformer architecture.
+        sampler: the sampler every arm shares.
+        shift: the sampler's flow shift.
+        attention: the dense, noise-floor and sparse attention functions.
+        estimate: preflight's cost estimate.
+        sizing: the per-device memory table and kernel budgets on this host.
+    """
+
+    geometry: VideoGeometry
+    tcfg: WanTransformerConfig
+    sampler: Sampler
+    shift: float
+    attention: AttentionSetup
+    estimate: preflight.CostEstimate
+    sizing: RunSizing
+
+
+def admit(cfg: EvalConfig) -> Admission:
+    """Estimates the cost, refuses what does not fit, and builds the attention functions.
+
+    Args:
+        cfg: the run's config, resolved for this host (``platform_choices.resolve``).
+
+    Returns:
+        What the comparison starts from.
+
+    Raises:
+        preflight.PreflightRefusal: time, memory, SMEM/VMEM, GPU shared memory or (checkpoints)
+            an arm's compile; nothing was allocated and no weight read.
+    """
+    geometry = VideoGeometry(cfg.resolution.frames, cfg.resolution.height, cfg.resolution.width)
+    tcfg = transformer_config_for(cfg.model)
+    shift = cfg.resolution.flow_shift or default_flow_shift(geometry.height, geometry.width)
+    sampler = make_sampler(cfg.sampler.value, cfg.steps, shift)
+    estimate = preflight.estimate_cost(
+        tcfg,
+        geometry,
+        steps=cfg.steps,
+        cfg_batch=samples_per_step(cfg),
+        forward_batch=samples_per_call(cfg),
+        warm_runs=cfg.warm_runs,
+        kept_fraction=nominal_kept_fraction(cfg, tcfg.num_layers),
+        noise_floor=cfg.noise_floor,
+        param_dtype=cfg.model.param_dtype,
+        dtype=cfg.dtype,
+        devices=sequence_devices(cfg),
+        # Refuses a bad prompt file or seed list here, before anything is allocated.
+        pairs=len(run_pairs(cfg.prompt, cfg.seed, cfg.prompts, cfg.seeds)),
+    )
+    what = f"model={cfg.model.name} resolution={cfg.resolution.name} schedule={cfg.schedule.name}"
+    preflight.check(estimate, max_minutes=cfg.max_minutes, what=what)  # time first: it is cheap
+    sizing = _size_run(cfg, tcfg, estimate)
+    preflight.check(estimate, max_minutes=cfg.max_minutes, what=what, memory=sizing.memory)
+    if sizing.problems:
+        budgets = sizing.budget_markdown()
+        raise preflight.PreflightRefusal(
+            f"preflight refused {what}: " + "; ".join(sizing.problems) + f"\n\n{budgets}\n"
+            "Nothing was allocated."
+        )
+    attention = build_attention(cfg, geometry, tcfg)
+    if cfg.model.name not in SEEDED_PRESETS:  # a checkpoint is slow to read: fail first
+        _compile_ahead(cfg, tcfg, attention)
+    memory = sizing.memory
+    log.info(
+        "preflight: %s tokens, attention %.0f%% of dense FLOPs, estimated %.1f min, peak %.2f GiB "
+        "of %.2f GiB per device",
+        f"{estimate.tokens:,}",
+        100 * estimate.attention_share,
+        estimate.estimated_minutes,
+        max(memory.peak(arm) for arm in memory.arms) / 2**30,
+        memory.device_bytes / 2**30,
+    )
+    # Indented so the run log's only top-level Markdown table stays a sweep's summary table.
+    table = "\n".join(f"    {line}" for line in memory.to_markdown().splitlines())
+    log.info("per-device memory plan (GiB):\n%s", table)
+    return Admission(geometry, tcfg, sampler, shift, attention, estimate, sizing)
+
+
+def _size_run(
+    cfg: EvalConfig, tcfg: WanTransformerConfig, estimate: preflight.CostEstimate
+) -> RunSizing:
+    """The per-device memory table (and Pallas budgets) of this run on this host."""
+    target = host_target(estimate.device_flops_per_s, dtype=cfg.dtype.value)
+    return size_run(
+        cfg,
+        tcfg,
+        target,
+        devices=sequence_devices(cfg),
+        lower=False,
+        compile_arms=quadratic_arms(cfg),
+    )
+
+
+def _compile_ahead(cfg: EvalConfig, tcfg: WanTransformerConfig, attention: AttentionSetup) -> None:
+    """Compiles every arm's attention at the run's shapes before any weight is read."""
+    kernel = cfg.kernel
+    where = f"on {kernel.backend.value}, tiles {kernel.block_q}x{kernel.block_kv}"
+    compile_check.compile_attention_paths(
+        attention,
+        batch=samples_per_call(cfg),
+        heads=tcfg.num_attention_heads,
+        head_dim=tcfg.attention_head_dim,
+        dtype=cfg.dtype.value,
+        executors={
+            "dense": f"{kernel.dense_executor.value} {where}",
+            "noise_floor": f"{kernel.noise_floor_executor.value} {where}",
+            "sparse": f"schedule {cfg.schedule.name} ({cfg.schedule.variant}) {where}",
+        },
+    )

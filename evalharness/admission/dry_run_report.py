@@ -1,0 +1,132 @@
+"""``python -m evalharness dry_run=true target=tpu-v6e-8 model=wan2.1-t2v-14b resolution=1440p``.
+
+Answers "will it fit, and how long will it take" on a machine without the hardware: the config is
+resolved for the target's platform (tiles, dense controls, dtype), the transformer is built from
+abstract weights (no checkpoint is read; ``model.checkpoint`` may be unset), the plans are built,
+and :func:`evalharness.admission.sizing.size_run` gives the per-device memory table, the SMEM/VMEM budgets
+of the Pallas TPU plans or the shared memory of the Pallas GPU tiles, the ``jax.export`` lowering
+of every arm for TPU targets and of every arm but cuDNN's for GPU targets (``cuda``: the sparse
+arm and B0 on the Pallas GPU kernel), and a roofline time estimate from the stated device table.
+Exit 0 when it fits within ``max_minutes``, 2 with the reasons otherwise.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import jax
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from evalharness.admission.preflight import memory_advice
+from evalharness.admission.sizing import EXPORT_PLATFORMS, RunSizing, quadratic_arms, size_run
+from evalharness.assembly import platform_choices, transformer_config_for
+from evalharness.config import EvalConfig, to_config
+from evalharness.estimates import get_target
+from kernels.executors.pallas_gpu_budget import DEFAULT_NUM_STAGES, default_num_warps
+from models.config import get_transformer_config
+from models.video_geometry import VideoGeometry
+
+
+def dry_run(cfg: EvalConfig | DictConfig | dict) -> tuple[int, str]:
+    """Plans the run on its target and returns (exit code, report).
+
+    Args:
+        cfg: the configuration; ``target`` names the device (None: this host, ``cpu``).
+
+    Returns:
+        0 and the report when the run fits (memory, SMEM/VMEM, lowering, ``max_minutes``), else 2
+        and the report with the reasons and settings that would fit.
+    """
+    started = time.perf_counter()
+    cfg = to_config(checkpoint_optional(cfg))
+    target = get_target(cfg.target or "cpu")
+    cfg = platform_choices.resolve(cfg, target.platform)
+    if cfg.model.checkpoint:  # read config.json only: the architecture must match the preset
+        tcfg = transformer_config_for(cfg.model)
+    else:
+        tcfg = get_transformer_config(cfg.model.name)
+    devices = cfg.parallel.sequence or target.devices
+    host = jax.devices()[0].platform
+    on_host = target.platform == host == "cpu"
+    # On its own platform a dry run plans exactly as the run's preflight would.
+    arms = quadratic_arms(cfg) if on_host else ()
+    sizing = size_run(cfg, tcfg, target, devices=devices, compile_arms=arms)
+    minutes = sizing.timing.total_minutes
+    problems = [p for p in (sizing.memory_problem(), *sizing.problems) if p]
+    if minutes > cfg.max_minutes:
+        problems.append(
+            f"time: an estimated {minutes:,.1f} minutes exceeds max_minutes={cfg.max_minutes:g}"
+        )
+    report = _report(cfg, tcfg, sizing, problems, time.perf_counter() - started)
+    return (2 if problems else 0), report
+
+
+def checkpoint_optional(cfg: Any) -> Any:
+    """A dry run reads no weights: an unset (``???``) checkpoint becomes None."""
+    if isinstance(cfg, DictConfig) and OmegaConf.is_missing(cfg.model, "checkpoint"):
+        with open_dict(cfg):
+            cfg.model.checkpoint = None
+    return cfg
+
+
+def _tokens(cfg: EvalConfig) -> int:
+    res = cfg.resolution
+    return VideoGeometry(res.frames, res.height, res.width).tokens
+
+
+def _report(
+    cfg: EvalConfig, tcfg: Any, sizing: RunSizing, problems: list[str], seconds: float
+) -> str:
+    kernel = cfg.kernel
+    lines = [
+        f"# Dry run: {cfg.model.name} at {cfg.resolution.name} on {sizing.target.name} "
+        f"({sizing.devices} device(s) for the sequence)",
+        "",
+        f"- {_tokens(cfg):,} tokens per sample ({cfg.resolution.frames} frames, "
+        f"{cfg.resolution.width}x{cfg.resolution.height})",
+        f"- schedule {cfg.schedule.name} ({cfg.schedule.variant}), {cfg.steps} steps, "
+        f"{cfg.warm_runs} warm runs, batch {sizing.batch} per forward, dtype {cfg.dtype.value}, "
+        f"params {cfg.model.param_dtype.value}",
+        f"- attention: backend {kernel.backend.value}, tiles {kernel.block_q} x {kernel.block_kv}; "
+        f"dense controls {kernel.dense_executor.value} (dense arm) and "
+        f"{kernel.noise_floor_executor.value} (noise floor)",
+        f"- device: {sizing.target.source}",
+        "",
+        "## Memory per device",
+        "",
+        sizing.memory.to_markdown(),
+        "",
+        "## Time",
+        "",
+        sizing.timing.to_markdown(),
+    ]
+    if sizing.budgets:
+        lines += ["", "## Pallas TPU SMEM / VMEM", "", sizing.budget_markdown()]
+    if sizing.gpu_shared_memory is not None:
+        lines += ["", _shared_memory_line(cfg, tcfg, sizing)]
+    if sizing.lowering:
+        lowered = ", ".join(
+            f"{k.split('_', 2)[-1][:-2]} {v:.1f} s" for k, v in sizing.lowering.items()
+        )
+        platform = EXPORT_PLATFORMS[sizing.target.platform]
+        lines += ["", f"Lowered for {platform} with jax.export: {lowered}."]
+    lines += [f"Note: {note}" for note in sizing.notes]
+    verdict = "FITS" if not problems else "DOES NOT FIT"
+    lines += ["", f"## Verdict: {verdict} (planned in {seconds:.1f} s, nothing allocated)"]
+    lines += [f"- {p}" for p in problems]
+    if not sizing.memory.fits:
+        lines += ["", "To fit:"] + [f"- {a}" for a in memory_advice(sizing.memory)]
+    return "\n".join(lines)
+
+
+def _shared_memory_line(cfg: EvalConfig, tcfg: Any, sizing: RunSizing) -> str:
+    kernel, limit = cfg.kernel, sizing.target.shared_memory_bytes or 0
+    stages = kernel.num_stages or DEFAULT_NUM_STAGES
+    warps = kernel.num_warps or default_num_warps(kernel.block_q, tcfg.attention_head_dim)
+    return (
+        f"Pallas GPU shared memory: ~{sizing.gpu_shared_memory / 1024:,.0f} KiB per program "
+        f"(tiles {kernel.block_q} x {kernel.block_kv}, head_dim {tcfg.attention_head_dim}, "
+        f"{stages} K/V stages, {warps} warps) of {limit / 1024:,.0f} KiB per block on "
+        f"{sizing.target.name}."
+    )

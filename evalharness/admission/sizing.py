@@ -1,0 +1,450 @@
+"""The sizing of one comparison on one device target: memory, time, Pallas budgets, lowering.
+
+("Plan" is kept for the kernels' tile plans; a run is *sized*.) :func:`size_run` is what preflight
+and the dry run share. From the resolved config and a target (this host, or ``tpu-v6e-8`` /
+``h200`` / ... from a CPU machine) it builds the arms' attention on one device's shapes
+(host-side plans only), the per-device memory table (``evalharness.estimates.memory_estimate``:
+abstract weights, compiled block, executor temporaries, routing, text encoder and VAE peaks), the
+roofline time estimate (``evalharness.estimates.workload``), the SMEM/VMEM budget of every Pallas TPU plan or the shared memory of the Pallas GPU tiles, and, for
+accelerator targets seen from another platform, the ``jax.export`` lowering of every arm's
+attention that lowers without the device (all on TPU; on GPU all but cuDNN). Nothing real is
+allocated: no weight, no N x N array.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+from collections.abc import Collection
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from evalharness.admission import compile_check
+from evalharness.assembly import nominal_kept_fraction, pallas_options
+from evalharness.config import EvalConfig, token_geometry
+from evalharness.estimates import (
+    DeviceTarget,
+    ExecutorSpec,
+    MemoryTable,
+    TimeEstimate,
+    compiled_temp_bytes,
+    estimate_memory,
+    estimate_time,
+    padded_heads,
+)
+from evalharness.formatting import markdown_table
+from kernels.executors.dense_memory import dense_executor_temp_bytes, grows_quadratically
+from kernels.executors.pallas_gpu_budget import (
+    DEFAULT_NUM_STAGES,
+    check_gpu_tiles,
+    shared_memory_bytes,
+)
+from kernels.executors.pallas_tpu_budget import TpuBudget, check_tpu_budget
+from kernels.masks.band import PaddingMask
+from kernels.plans.block_sizes import BlockSizes
+from kernels.plans.tiles import build_plan
+from kernels.policy.attention_policy import AttentionPolicy, make_dense_attend
+from models.config import SEEDED_PRESETS, WanTransformerConfig
+from models.peak_memory import umt5_peak_bytes, vae_decode_peak_bytes
+from models.pipeline import forward_batch, uses_guidance
+from models.text_encoder import UMT5Config
+from models.tiny_components import TINY_UMT5_CONFIG, TINY_VAE_CONFIG
+from models.vae import TilingConfig, WanVAEConfig
+from models.video_geometry import VideoGeometry
+
+log = logging.getLogger(__name__)
+
+# Wan 2.1's text encoder (``text_encoder/config.json`` of the diffusers checkpoints).
+UMT5_XXL = UMT5Config(
+    vocab_size=256384, d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64
+)
+# jax.export platform names of the targets' platforms.
+EXPORT_PLATFORMS = {"tpu": "tpu", "gpu": "cuda"}
+
+
+@dataclasses.dataclass
+class RunSizing:
+    """What a comparison needs on a target, and whether it fits.
+
+    Attributes:
+        target: the device target.
+        devices: P, devices the sequence is split over.
+        batch: samples per model call (2 with joint classifier-free guidance, 1 with
+            ``guidance_passes=separate`` or without guidance).
+        memory: the per-device memory table.
+        timing: the roofline time estimate per arm.
+        budgets: Pallas TPU SMEM/VMEM budget per plan ("sparse b3", "B0 dense", ...).
+        lowering: seconds per arm of the lowering (export) or host compile that ran.
+        problems: every reason besides memory the run cannot go ahead (device count, SMEM/VMEM,
+            shared memory, lowering); memory is ``memory.fits``.
+        notes: what was not checked, and why.
+        gpu_shared_memory: estimated shared memory of one Pallas GPU program in bytes (backend
+            ``pallas_gpu`` on a target whose shared memory is known), else None.
+    """
+
+    target: DeviceTarget
+    devices: int
+    batch: int
+    memory: MemoryTable
+    timing: TimeEstimate
+    budgets: dict[str, TpuBudget]
+    lowering: dict[str, float]
+    problems: list[str]
+    notes: list[str]
+    gpu_shared_memory: int | None = None
+
+    @property
+    def fits(self) -> bool:
+        """Memory, SMEM/VMEM and lowering all pass (the time limit is checked by preflight)."""
+        return self.memory.fits and not self.problems
+
+    def memory_problem(self) -> str | None:
+        """One line on the arm that does not fit, or None."""
+        if self.memory.fits:
+            return None
+        worst = max(self.memory.arms, key=self.memory.peak)
+        return (
+            f"memory: the {worst} arm peaks at {self.memory.peak(worst) / 2**30:,.2f} GiB per "
+            f"device (largest part: {self.memory.dominant(worst)}), more than the "
+            f"{self.target.name}'s {self.target.hbm_bytes / 2**30:,.2f} GiB"
+        )
+
+    def budget_markdown(self) -> str:
+        """The SMEM/VMEM table of the Pallas TPU plans ('' when there are none)."""
+        if not self.budgets:
+            return ""
+        rows = [
+            {
+                "plan": name,
+                "SMEM KiB": b.smem_bytes / 1024,
+                "SMEM limit KiB": b.smem_limit / 1024,
+                "VMEM MiB": b.vmem_bytes / 2**20,
+                "VMEM limit MiB": b.vmem_limit / 2**20,
+                "fits": "yes" if b.fits else "NO",
+            }
+            for name, b in self.budgets.items()
+        ]
+        columns = [(k, k, "{:,.1f}" if k not in ("plan", "fits") else "{}") for k in rows[0]]
+        return markdown_table(rows, columns)
+
+    def as_metrics(self) -> dict[str, float]:
+        """The memory, time and budget figures as ``memory.*``, ``time.*``, ``tpu.*``, ``gpu.*``
+        metrics."""
+        out = {**self.memory.as_metrics(), **self.timing.as_metrics()}
+        if self.gpu_shared_memory is not None:
+            out["gpu.shared_memory_bytes"] = float(self.gpu_shared_memory)
+        for name, budget in self.budgets.items():
+            key = name.replace(" ", "_")
+            out[f"tpu.{key}.smem_bytes"] = float(budget.smem_bytes)
+            out[f"tpu.{key}.vmem_bytes"] = float(budget.vmem_bytes)
+        return out
+
+
+def samples_per_step(cfg: EvalConfig) -> int:
+    """Samples the model computes per denoising step: 2 with classifier-free guidance, else 1
+    (the FLOPs, whether the passes run jointly or separately)."""
+    return 2 if uses_guidance(cfg.guidance_scale, cfg.negative_prompt) else 1
+
+
+def samples_per_call(cfg: EvalConfig) -> int:
+    """Samples in one model call (the activations' batch): 2 only with joint guidance passes."""
+    guided = uses_guidance(cfg.guidance_scale, cfg.negative_prompt)
+    return forward_batch(guided, cfg.guidance_passes.value)
+
+
+def size_run(
+    cfg: EvalConfig,
+    tcfg: WanTransformerConfig,
+    target: DeviceTarget,
+    *,
+    devices: int,
+    lower: bool = True,
+    compile_arms: Collection[str] = (),
+) -> RunSizing:
+    """Plans ``cfg`` (resolved for ``target.platform``) on ``target`` without allocating anything.
+
+    Args:
+        cfg: the run's config, resolved (``platform_choices.resolve``) for the target's platform.
+        tcfg: the transformer architecture.
+        target: where it would run.
+        devices: P, devices the sequence is split over.
+        lower: export every arm's attention for the target platform when it is not this host's
+            (catches Pallas-to-Mosaic and Pallas-to-Triton errors on a CPU machine).
+        compile_arms: arms whose attention is compiled into the planned blocks on this host (the
+            compiler's bytes replace the executor model); only when the target is this host.
+
+    Returns:
+        The plan; ``problems`` lists every reason it does not fit.
+    """
+    video = VideoGeometry(cfg.resolution.frames, cfg.resolution.height, cfg.resolution.width)
+    batch = samples_per_call(cfg)
+    attends, policy = _single_device_attends(cfg, tcfg, video)
+    qkv = _per_device_qkv(cfg, tcfg, video, batch, devices)
+    specs = _executor_specs(cfg, policy, attends, qkv, compile_arms)
+    memory = estimate_memory(
+        tcfg,
+        video,
+        batch=batch,
+        devices=devices,
+        param_dtype=cfg.model.param_dtype.value,
+        dtype=cfg.dtype.value,
+        executors=specs,
+        text_encoder_bytes=_text_encoder_bytes(cfg, tcfg),
+        vae_bytes=_vae_bytes(cfg, video),
+        device_bytes=target.hbm_bytes,
+        placement=cfg.parallel.permute_placement.value,
+        device=target.name,
+        target_platform=None if compile_arms else target.platform,
+        runtime_overhead=target.runtime_overhead,
+    )
+    timing = estimate_time(
+        tcfg,
+        video,
+        target,
+        steps=cfg.steps,
+        cfg_batch=samples_per_step(cfg),
+        warm_runs=cfg.warm_runs,
+        kept_fraction=nominal_kept_fraction(cfg, tcfg.num_layers),
+        noise_floor=cfg.noise_floor,
+        param_dtype=cfg.model.param_dtype.value,
+        dtype=cfg.dtype.value,
+        devices=devices,
+    )
+    problems, notes = _device_problems(target, devices), []
+    budgets = (
+        _tpu_budgets(cfg, tcfg, video, policy) if cfg.kernel.backend.value == "pallas_tpu" else {}
+    )
+    problems += [p for b in budgets.values() for p in b.problems]
+    shared = _gpu_shared_memory(cfg, tcfg, target, problems, notes)
+    lowering = _lower(cfg, target, attends, qkv, policy, lower, problems, notes)
+    return RunSizing(
+        target, devices, batch, memory, timing, budgets, lowering, problems, notes, shared
+    )
+
+
+def _single_device_attends(
+    cfg: EvalConfig, tcfg: WanTransformerConfig, video: VideoGeometry
+) -> tuple[dict[str, Any], AttentionPolicy]:
+    """Each arm's attention as one device runs it after the head exchange (no mesh needed)."""
+    kernel = cfg.kernel
+    options = {
+        "backend": kernel.backend.value,
+        "block_sizes": BlockSizes(kernel.block_q, kernel.block_kv),
+        **pallas_options(cfg),
+    }
+    dense = make_dense_attend(kernel.dense_executor.value, **options)
+    floor = make_dense_attend(kernel.noise_floor_executor.value, **options)
+    policy = AttentionPolicy(
+        cfg.schedule,
+        token_geometry(video),
+        num_steps=cfg.steps,
+        num_layers=tcfg.num_layers,
+        dense_attend=dense,
+        seed=cfg.seed,
+        **options,
+    )
+    attends = {"dense": dense, "sparse": policy}
+    if cfg.noise_floor:
+        attends["noise_floor"] = floor
+    return attends, policy
+
+
+def _per_device_qkv(
+    cfg: EvalConfig, tcfg: WanTransformerConfig, video: VideoGeometry, batch: int, devices: int
+) -> jax.ShapeDtypeStruct:
+    """One device's q (= k = v) after the all-to-all: every token, padded heads / P."""
+    heads = padded_heads(tcfg.num_attention_heads, devices) // devices
+    shape = (batch, video.tokens, heads, tcfg.attention_head_dim)
+    return jax.ShapeDtypeStruct(shape, jnp.dtype(cfg.dtype.value))
+
+
+def _executor_specs(
+    cfg: EvalConfig,
+    policy: AttentionPolicy,
+    attends: dict[str, Any],
+    qkv: jax.ShapeDtypeStruct,
+    compile_arms: Collection[str],
+) -> dict[str, ExecutorSpec]:
+    """Each arm's executor temporaries: a model per dense executor, the compiler's for XLA's sparse
+    scan; the ``compile_arms`` have their own attention compiled into the blocks instead."""
+    kernel = cfg.kernel
+    backend = kernel.backend.value
+
+    def temp(executor: str):
+        return functools.partial(
+            dense_executor_temp_bytes,
+            executor,
+            block_q=kernel.block_q,
+            block_kv=kernel.block_kv,
+            backend=backend,
+        )
+
+    dense_name = kernel.dense_executor.value
+    specs = {"dense": ExecutorSpec(dense_name, temp(dense_name))}
+    if "noise_floor" in attends:
+        floor = kernel.noise_floor_executor.value
+        specs["noise_floor"] = ExecutorSpec(floor, temp(floor))
+    sparse = cfg.schedule.sparse and policy.plan is not None
+    if not sparse:
+        band_temp: Any = temp(dense_name)
+    elif backend == "xla":
+        band_temp = compiled_temp_bytes(policy.execute_band, qkv, qkv, qkv)
+    else:  # a Pallas kernel keeps its softmax state on chip: its HBM temporaries are b0's copies
+        band_temp = temp("b0")
+    specs["sparse"] = ExecutorSpec(
+        policy.plan.variant if sparse else dense_name,
+        band_temp,
+        routed=sparse,
+        routing_samples=cfg.schedule.routing_samples,
+        dense_name=dense_name,
+        dense_temp_bytes=temp(dense_name),
+        fuses_layout=backend == "xla",
+    )
+    return {
+        arm: dataclasses.replace(spec, attend=attends[arm]) if arm in compile_arms else spec
+        for arm, spec in specs.items()
+    }
+
+
+def quadratic_arms(cfg: EvalConfig) -> tuple[str, ...]:
+    """The arms whose executor grows as N^2: XLA's buffer assignment for them inside the model
+    differs most from the executor alone, so a run on this host compiles them into the plan."""
+    kernel = cfg.kernel
+    executors = {"dense": kernel.dense_executor.value}
+    if cfg.noise_floor:
+        executors["noise_floor"] = kernel.noise_floor_executor.value
+    return tuple(arm for arm, name in executors.items() if grows_quadratically(name))
+
+
+def _text_encoder_bytes(cfg: EvalConfig, tcfg: WanTransformerConfig) -> int:
+    config = TINY_UMT5_CONFIG if cfg.model.name in SEEDED_PRESETS else UMT5_XXL
+    param_dtype = jnp.dtype(cfg.model.param_dtype.value)
+    return umt5_peak_bytes(config, param_dtype, tcfg.text_len, 1)
+
+
+def _vae_bytes(cfg: EvalConfig, video: VideoGeometry) -> int:
+    """The VAE's decode peak: the whole latent for the seeded presets, one tile for checkpoints."""
+    latent_h, latent_w = video.latent_shape()[-2:]
+    if cfg.model.name in SEEDED_PRESETS:
+        config, hw = TINY_VAE_CONFIG, (latent_h, latent_w)
+    else:
+        tiling, config = TilingConfig(), WanVAEConfig()
+        scale = config.scale_factor_spatial
+        hw = (
+            min(latent_h, tiling.tile_sample_min_height // scale),
+            min(latent_w, tiling.tile_sample_min_width // scale),
+        )
+    return vae_decode_peak_bytes(config, hw, video.latent_frames, param_dtype=jnp.float32)
+
+
+def _device_problems(target: DeviceTarget, devices: int) -> list[str]:
+    """A sequence split over more devices than the target has."""
+    problems = []
+    if devices > target.devices:
+        problems.append(
+            f"parallel.sequence={devices} exceeds the {target.devices} device(s) of {target.name}; "
+            f"use parallel.sequence={target.devices} or a larger target"
+        )
+    return problems
+
+
+def _tpu_budgets(
+    cfg: EvalConfig, tcfg: WanTransformerConfig, video: VideoGeometry, policy: AttentionPolicy
+) -> dict[str, TpuBudget]:
+    """SMEM/VMEM of every Pallas TPU plan the run executes: the sparse band and any B0."""
+    kernel = cfg.kernel
+    options = dict(
+        head_dim=tcfg.attention_head_dim,
+        dtype=jnp.dtype(cfg.dtype.value),
+        block_kv_compute=kernel.block_kv_compute,
+        vmem_limit_bytes=kernel.vmem_limit_bytes,
+    )
+    budgets = {}
+    if policy.plan is not None:
+        budgets[f"sparse {policy.plan.variant}"] = check_tpu_budget(
+            policy.plan, policy.plan.variant, **options
+        )
+    executors = {kernel.dense_executor.value, kernel.noise_floor_executor.value}
+    if "b0" in executors:
+        blocks = BlockSizes(kernel.block_q, kernel.block_kv)
+        dense_plan = build_plan(PaddingMask(video.tokens), blocks, "b0")
+        budgets["B0 dense"] = check_tpu_budget(dense_plan, "b0", **options)
+    return budgets
+
+
+def _gpu_shared_memory(
+    cfg: EvalConfig,
+    tcfg: WanTransformerConfig,
+    target: DeviceTarget,
+    problems: list[str],
+    notes: list[str],
+) -> int | None:
+    """Shared memory of one Pallas GPU program (its tiles serve the sparse band and B0 alike);
+    tiles over the target's limit become a problem naming tiles that fit."""
+    kernel = cfg.kernel
+    if kernel.backend.value != "pallas_gpu" or target.platform != "gpu":
+        return None
+    if target.shared_memory_bytes is None:
+        notes.append(
+            f"the Pallas GPU tiles were not checked against shared memory: {target.name}'s is not "
+            "in the device table (evalharness/targets.py)"
+        )
+        return None
+    tiles = (kernel.block_q, kernel.block_kv, tcfg.attention_head_dim, cfg.dtype.value)
+    try:
+        check_gpu_tiles(*tiles, kernel.num_stages, limit_bytes=target.shared_memory_bytes)
+    except ValueError as error:
+        problems.append(f"shared memory: {error}")
+    return shared_memory_bytes(*tiles, kernel.num_stages or DEFAULT_NUM_STAGES)
+
+
+def _lower(
+    cfg: EvalConfig,
+    target: DeviceTarget,
+    attends: dict[str, Any],
+    qkv: jax.ShapeDtypeStruct,
+    policy: AttentionPolicy,
+    lower: bool,
+    problems: list[str],
+    notes: list[str],
+) -> dict[str, float]:
+    """Exports every arm's attention for an accelerator target seen from another platform (on a
+    GPU target, all but cuDNN: ``compile_check.exportable_arms``)."""
+    host = jax.devices()[0].platform
+    platform = EXPORT_PLATFORMS.get(target.platform)
+    if not lower or platform is None or target.platform == host or problems:
+        if lower and problems and platform is not None:
+            notes.append("lowering skipped: the plan already does not fit")
+        return {}
+    executors = {
+        "dense": cfg.kernel.dense_executor.value,
+        "noise_floor": cfg.kernel.noise_floor_executor.value,
+    }
+    describe = {**executors, "sparse": f"schedule {cfg.schedule.name}"}
+    arms = compile_check.exportable_arms(attends, executors, policy, notes)
+    try:
+        return compile_check.check_attention_paths(
+            arms,
+            qkv,
+            compile_check.first_sparse_layer(policy.schedule, policy.num_layers),
+            describe,
+            platform=platform,
+            disabled_checks=_disabled_checks(cfg.kernel.backend.value, platform),
+        )
+    except compile_check.CompileRefusal as refusal:
+        problems.append(f"lowering: {refusal}")
+        return {}
+
+
+def _disabled_checks(backend: str, platform: str) -> tuple[jax.export.DisabledSafetyCheck, ...]:
+    """The export checks the Pallas GPU kernel's Triton custom call needs disabled for "cuda"."""
+    if backend != "pallas_gpu" or platform != "cuda":
+        return ()
+    try:
+        from kernels.executors.pallas_gpu import CUDA_EXPORT_DISABLED_CHECKS
+    except ImportError:  # the export itself then fails with the dispatch's message
+        return ()
+    return tuple(CUDA_EXPORT_DISABLED_CHECKS)

@@ -1,0 +1,305 @@
+"""Wall-clock timing of compiled JAX work: compilation apart, median of warm runs."""
+
+from __future__ import annotations
+
+import datetime
+import numbers
+import statistics
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+import jax
+
+# Injected so tests can drive the timers with fake clocks and count the synchronisations.
+Clock = Callable[[], float]
+Block = Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class RunTimes:
+    """Seconds of repeated warm runs of one compiled computation.
+
+    Attributes:
+        runs_s: every warm run, in order.
+        steps: denoising steps per run (for per-step time); 1 for non-loop work.
+        timed_from: wall-clock time (``time.time()``, epoch seconds) the first timed run started;
+            None for timings recorded before it was kept.
+        timed_until: wall-clock time the last timed run ended; None likewise.
+    """
+
+    runs_s: tuple[float, ...]
+    steps: int = 1
+    timed_from: float | None = None
+    timed_until: float | None = None
+
+    @property
+    def median_s(self) -> float:
+        """Median seconds of a warm run."""
+        return float(statistics.median(self.runs_s))
+
+    @property
+    def min_s(self) -> float:
+        """Fastest warm run, in seconds."""
+        return float(min(self.runs_s))
+
+    @property
+    def max_s(self) -> float:
+        """Slowest warm run, in seconds."""
+        return float(max(self.runs_s))
+
+    @property
+    def per_step_s(self) -> float:
+        """Median seconds per denoising step."""
+        return self.median_s / self.steps
+
+    def summary(self) -> dict[str, float]:
+        """Median, min, max and per-step seconds, for metrics."""
+        return {
+            "median_s": self.median_s,
+            "min_s": self.min_s,
+            "max_s": self.max_s,
+            "per_step_s": self.per_step_s,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """The runs as a JSON-able dict (read back by :meth:`from_json`)."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunTimes:
+        """Reads what :meth:`to_json` wrote (entries older than the wall-clock window lack it)."""
+        return cls(
+            tuple(data["runs_s"]),
+            int(data["steps"]),
+            data.get("timed_from"),
+            data.get("timed_until"),
+        )
+
+
+def check_warm_runs(warm_runs: int) -> None:
+    """Refuses a timed-run count below one (a median of nothing is no timing).
+
+    Raises:
+        ValueError: ``warm_runs`` is not an integer >= 1.
+    """
+    # numbers.Integral admits NumPy integers from configs; bool is an int to Python but no count.
+    if isinstance(warm_runs, bool) or not isinstance(warm_runs, numbers.Integral) or warm_runs < 1:
+        raise ValueError(
+            f"warm_runs must be >= 1 (timed runs per computation), got {warm_runs!r}; to run an "
+            "arm once untimed, prepare it and do not time it"
+        )
+
+
+class RunRecorder:
+    """Times runs of one compiled computation and builds its :class:`RunTimes`.
+
+    The one place a list of run seconds becomes a ``RunTimes``: the interleaved timer keeps one
+    recorder per computation, taking turns, so every run is measured the same way: the clock
+    brackets the call and ``block`` on its outputs, nothing else.
+
+    Args:
+        steps: denoising steps per run, for the per-step figure.
+        clock: monotonic seconds for the run durations (``time.perf_counter``).
+        block: waits for every output array of a run (``jax.block_until_ready``); without it the
+            clock would stop at dispatch, not at completion.
+        wall_clock: epoch seconds for the timed window (``time.time``).
+    """
+
+    def __init__(
+        self,
+        steps: int = 1,
+        *,
+        clock: Clock = time.perf_counter,
+        block: Block = jax.block_until_ready,
+        wall_clock: Clock = time.time,
+    ) -> None:
+        self.steps = steps
+        self.clock, self.block, self.wall_clock = clock, block, wall_clock
+        self.runs_s: list[float] = []
+        self.timed_from: float | None = None
+        self.timed_until: float | None = None
+
+    def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Runs ``fn(*args)`` once, timed to the completion of its outputs.
+
+        Returns:
+            The run's result (already complete on the device).
+        """
+        # The wall-clock reads sit outside the timed bracket, so they never count in a run.
+        if self.timed_from is None:
+            self.timed_from = self.wall_clock()
+        start = self.clock()
+        result = fn(*args)
+        self.block(result)
+        self.runs_s.append(self.clock() - start)
+        self.timed_until = self.wall_clock()
+        return result
+
+    def times(self) -> RunTimes:
+        """The recorded runs.
+
+        Raises:
+            ValueError: nothing was recorded yet.
+        """
+        if not self.runs_s:
+            raise ValueError("no timed runs were recorded")
+        return RunTimes(tuple(self.runs_s), self.steps, self.timed_from, self.timed_until)
+
+
+def timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float]:
+    """Runs ``fn`` once, waits for every output array, and returns (result, seconds)."""
+    start = time.perf_counter()
+    result = fn(*args, **kwargs)
+    jax.block_until_ready(result)
+    return result, time.perf_counter() - start
+
+
+def time_interleaved(
+    calls: Mapping[str, Callable[[], Any]],
+    warm_runs: int,
+    *,
+    steps: Mapping[str, int] | None = None,
+    check: Callable[[str, Any], None] = lambda name, result: None,
+    clock: Clock = time.perf_counter,
+    block: Block = jax.block_until_ready,
+    wall_clock: Clock = time.time,
+    on_round: Callable[[int], None] = lambda done: None,
+) -> dict[str, RunTimes]:
+    """Times already-compiled, already-warm computations in round-robin rounds.
+
+    Each round runs every computation once, in the mapping's order, each finished (``block``)
+    before the next starts. Drift in the machine's load over the session then lands on every
+    computation alike instead of on whichever was timed in the slow block, so ratios of their
+    medians stay fair. Every round is timed: warm-up is the caller's job.
+
+    Args:
+        calls: name -> zero-argument compiled call (at least one).
+        warm_runs: timed runs of each computation (>= 1), i.e. the number of rounds.
+        steps: name -> denoising steps per run, for the per-step figure (default 1).
+        check: called with (name, result) after each timed run, outside the timed bracket; raise
+            in it to stop (e.g. on non-finite latents).
+        clock: monotonic seconds (injected by tests).
+        block: waits for a run's outputs (injected by tests).
+        wall_clock: epoch seconds for each computation's timed window (injected by tests).
+        on_round: called with the number of finished rounds after each round (progress), outside
+            every timed bracket.
+
+    Returns:
+        name -> its run times, in the order of ``calls``.
+
+    Raises:
+        ValueError: ``warm_runs`` < 1 or no calls.
+    """
+    check_warm_runs(warm_runs)
+    if not calls:
+        raise ValueError("nothing to time: no computations were given")
+    steps = steps or {}
+    recorders = {
+        name: RunRecorder(steps.get(name, 1), clock=clock, block=block, wall_clock=wall_clock)
+        for name in calls
+    }
+    for done in range(1, warm_runs + 1):
+        for name, call in calls.items():
+            check(name, recorders[name].run(call))
+        on_round(done)
+    return {name: recorder.times() for name, recorder in recorders.items()}
+
+
+class TimedArm(Protocol):
+    """What the timing metrics read from an arm (``evalharness.arms.arm.ArmResult`` fits)."""
+
+    label: str
+    times: RunTimes | None
+    compile_s: float
+    warmup_s: float
+    decode_s: float
+
+
+def arm_timing_metrics(arm: TimedArm) -> dict[str, float]:
+    """One timed arm's metrics: ``<label>_{median,min,max,per_step}_s`` and
+    ``{compile,warmup,decode}_<label>_s``.
+
+    Raises:
+        ValueError: the arm was not timed (no warm runs).
+    """
+    if arm.times is None:
+        raise ValueError(f"the {arm.label} arm has no warm-run timings")
+    metrics = {f"{arm.label}_{name}": value for name, value in arm.times.summary().items()}
+    metrics[f"compile_{arm.label}_s"] = arm.compile_s
+    metrics[f"warmup_{arm.label}_s"] = arm.warmup_s
+    metrics[f"decode_{arm.label}_s"] = arm.decode_s
+    return metrics
+
+
+def timing_metrics(
+    dense: TimedArm,
+    sparse: TimedArm,
+    noise_floor: TimedArm | None = None,
+    *,
+    executors: dict[str, str] | None = None,
+) -> dict[str, float]:
+    """Every timed arm's metrics and the speedups of the sparse arm.
+
+    Each timed dense arm is a dense control; ``speedup`` (the headline, and what the gate reads) is
+    the fastest control's median over the sparse median, so a sparse kernel is never credited for
+    beating a slow dense one. ``speedup_vs_<executor>`` is the ratio against each control by name:
+    ``speedup_vs_b0`` is the kernel effect (our dense tiled kernel against our sparse one).
+
+    Args:
+        dense: the dense arm (timed).
+        sparse: the sparse arm (timed).
+        noise_floor: the second dense arm; a dense control too when it was timed.
+        executors: arm label ("dense", "noise_floor") -> dense executor name; without it the
+            controls are named by their arm label.
+
+    Returns:
+        Flat metrics, including ``speedup``, ``speedup_vs_<name>`` per control and
+        ``dense_controls`` (how many were timed).
+    """
+    arms = [dense, sparse] + ([noise_floor] if noise_floor and noise_floor.times else [])
+    metrics: dict[str, float] = {}
+    for arm in arms:
+        metrics.update(arm_timing_metrics(arm))
+    names = executors or {}
+    controls = {names.get(arm.label, arm.label): arm for arm in arms if arm is not sparse}
+    sparse_s = sparse.times.median_s
+    for name, arm in controls.items():
+        metrics[f"speedup_vs_{name}"] = arm.times.median_s / sparse_s
+    metrics["speedup"] = min(arm.times.median_s for arm in controls.values()) / sparse_s
+    metrics["dense_controls"] = len(controls)
+    return metrics
+
+
+def fastest_control(metrics: dict[str, float]) -> str:
+    """The dense control ``speedup`` is measured against: the one with the smallest
+    ``speedup_vs_<name>`` ratio, i.e. the fastest dense median."""
+    ratios = {
+        key.removeprefix("speedup_vs_"): value
+        for key, value in metrics.items()
+        if key.startswith("speedup_vs_")
+    }
+    if not ratios:
+        raise ValueError("no speedup_vs_<control> metrics: no dense control was timed")
+    return min(ratios, key=ratios.get)
+
+
+def timed_window_tags(arms: Iterable[Any]) -> dict[str, str]:
+    """``timed.<label>``: the UTC window of each arm's timed runs ("<first start> / <last end>").
+
+    Args:
+        arms: objects with ``label`` and ``times`` (a ``RunTimes`` or None); None entries and
+            arms without a recorded window are skipped.
+    """
+    tags = {}
+    for arm in arms:
+        times = getattr(arm, "times", None)
+        if times is None or times.timed_from is None:
+            continue
+        window = [t for t in (times.timed_from, times.timed_until) if t is not None]
+        tags[f"timed.{arm.label}"] = " / ".join(
+            datetime.datetime.fromtimestamp(t, datetime.UTC).isoformat(timespec="seconds")
+            for t in window
+        )
+    return tags

@@ -1,0 +1,28 @@
+"""From a config to the objects a run is built of: what every ``auto`` means on this platform,
+the model parts (seeded preset or checkpoint) and the three attention functions.
+"""
+
+from evalharness.assembly import platform_choices
+from evalharness.assembly.attention_setup import (
+    AttentionSetup,
+    build_attention,
+    nominal_kept_fraction,
+    pallas_options,
+    sequence_devices,
+)
+from evalharness.assembly.components import Components, build_components, transformer_config_for
+from evalharness.assembly.platform_choices import backend_for, host_platform
+
+__all__ = [
+    "AttentionSetup",
+    "Components",
+    "backend_for",
+    "build_attention",
+    "build_components",
+    "host_platform",
+    "nominal_kept_fraction",
+    "pallas_options",
+    "platform_choices",
+    "sequence_devices",
+    "transformer_config_for",
+]

@@ -1,0 +1,194 @@
+"""The three attention functions of a comparison, built from the schedule and kernel configs.
+
+- dense arm: the dense executor (``kernel.dense_executor``, B0 by default) on the chosen backend;
+- noise floor: a second dense executor (``kernel.noise_floor_executor``), same model otherwise;
+- sparse arm: the schedule's policy (routing + B1/B2/B3), and a recording twin for routing stats;
+  both carry ``negative_control`` (``none``, or a deliberately broken arm the gate must fail).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+
+from evalharness.config import EvalConfig, KernelBackend, NegativeControl, token_geometry
+from kernels.executors.xla_blocksparse import visit_groups
+from kernels.masks.geometry import TokenGeometry
+from kernels.parallel.attend import parallelize
+from kernels.parallel.mesh import make_mesh
+from kernels.plans.block_sizes import BlockSizes
+from kernels.policy.attention_policy import AttentionPolicy, make_dense_attend
+from kernels.policy.routing import routing_flops_fraction
+from kernels.policy.routing_stats import RoutingStats
+from kernels.policy.schedule import SparsitySchedule
+from models.config import WanTransformerConfig
+from models.video_geometry import VideoGeometry
+
+
+def sequence_devices(cfg: EvalConfig) -> int:
+    """Devices the sequence is split over: ``parallel.sequence``, or every local device for 0."""
+    if cfg.parallel.sequence < 0:
+        raise ValueError(f"parallel.sequence={cfg.parallel.sequence}: use 0 (all devices) or >= 1")
+    return cfg.parallel.sequence or len(jax.devices())
+
+
+def nominal_kept_fraction(cfg: EvalConfig, layers: int) -> float:
+    """The schedule's kept fraction with the nominal density (no mask built): for preflight."""
+    schedule = cfg.schedule
+    return schedule.kept_fraction_at(cfg.steps, layers, schedule.density)
+
+
+@dataclass
+class AttentionSetup:
+    """The attention functions of one comparison and what describes them."""
+
+    schedule: SparsitySchedule
+    geometry: TokenGeometry
+    backend: str
+    block_sizes: BlockSizes
+    dense: Any
+    noise_floor: Any
+    sparse: Any  # an AttentionPolicy, or its sequence-parallel wrapper
+    recording: Any
+    kept_fraction: float
+    steps: int
+    layers: int
+    mesh: Any = None  # the sequence-parallel mesh, or None on one device
+
+    def describe(self) -> dict[str, Any]:
+        """Metrics that describe the sparse side (densities, dense cells, routing cost)."""
+        sparse = self.schedule.sparse
+        density = self.schedule.sparse_density(self.geometry, self.block_sizes) if sparse else 1.0
+        plan = self.sparse.plan
+        out: dict[str, Any] = {
+            "schedule_kept_fraction": self.kept_fraction,
+            "mask_density": density,
+            "mask_target_density": self.schedule.density,
+            "dense_steps": self.schedule.dense_steps(self.steps),
+            "dense_layers": self.schedule.dense_layers(self.layers),
+            "attention_backend": self.backend,
+        }
+        if sparse:
+            out["routing_flops_fraction"] = routing_flops_fraction(
+                self.geometry, density, self.schedule.routing_samples
+            )
+        if plan is not None:
+            out.update({f"tiles.{k}": v for k, v in plan.stats().items() if _number(v)})
+            if self.backend == "xla":
+                # The XLA scans also step through padding entries of grouped visit lists.
+                groups = visit_groups(plan)
+                area = plan.block_sizes.block_q * plan.block_sizes.block_kv
+                out["tiles.scan_wasted_fraction"] = groups.wasted_fraction
+                out["tiles.scan_executed_pairs_fraction"] = (
+                    groups.executed_visits * area / float(plan.tokens) ** 2
+                )
+        return out
+
+    def collect_stats(self) -> RoutingStats:
+        """Routing of the recorded run: flags and errors per (step, layer, batch, head)."""
+        assert self.recording is not None
+        return self.recording.stats
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def build_attention(
+    cfg: EvalConfig, video: VideoGeometry, model: WanTransformerConfig
+) -> AttentionSetup:
+    """Builds every attention function of the run (host-side plans only; nothing is traced).
+
+    Args:
+        cfg: the run's configuration, resolved for its platform (``platform_choices.resolve``): a
+            concrete backend, tiles and dense executors.
+        video: the video size.
+        model: the transformer architecture (its layer count).
+
+    Returns:
+        The dense, noise-floor, sparse and recording attention functions and their description.
+
+    Raises:
+        ValueError: a schedule, backend or tile size that does not suit the geometry.
+    """
+    geometry = token_geometry(video)
+    kernel = cfg.kernel
+    if kernel.backend is KernelBackend.auto or kernel.block_q is None or kernel.block_kv is None:
+        raise ValueError("build_attention needs a resolved config; call platform_choices.resolve")
+    backend = kernel.backend.value
+    block_sizes = BlockSizes(kernel.block_q, kernel.block_kv)
+    schedule = cfg.schedule
+    layers = model.num_layers
+    dense, noise_floor = _dense_attends(cfg, backend, block_sizes)
+    options = dict(
+        num_steps=cfg.steps,
+        num_layers=layers,
+        backend=backend,
+        block_sizes=block_sizes,
+        dense_attend=dense,
+        seed=cfg.seed,
+        **pallas_options(cfg),
+    )
+    # The control is part of the sparse arm only: the dense arms (and their cache key) never see it.
+    control = {"negative_control": NegativeControl(cfg.negative_control).value}
+    sparse = AttentionPolicy(schedule, geometry, **options, **control)
+    recording = None
+    if schedule.sparse and sparse.dense_steps < cfg.steps:
+        recording = AttentionPolicy(schedule, geometry, record_stats=True, **options, **control)
+    kept = schedule.overall_kept_fraction(cfg.steps, layers, geometry, block_sizes)
+    mesh = None
+    if sequence_devices(cfg) > 1:
+        mesh = make_mesh(sequence_devices(cfg))
+        dense, noise_floor, sparse, recording = _on_mesh(
+            cfg, mesh, geometry, (dense, noise_floor, sparse, recording)
+        )
+    return AttentionSetup(
+        schedule,
+        geometry,
+        backend,
+        block_sizes,
+        dense,
+        noise_floor,
+        sparse,
+        recording,
+        kept,
+        cfg.steps,
+        layers,
+        mesh,
+    )
+
+
+def pallas_options(cfg: EvalConfig) -> dict[str, int | None]:
+    """The Pallas kernels' settings: the TPU kernel's compute chunk and VMEM limit, the GPU
+    kernel's warps and pipelining stages (each ignored by the other backends)."""
+    return {
+        "block_kv_compute": cfg.kernel.block_kv_compute,
+        "vmem_limit_bytes": cfg.kernel.vmem_limit_bytes,
+        "num_warps": cfg.kernel.num_warps,
+        "num_stages": cfg.kernel.num_stages,
+    }
+
+
+def _dense_attends(cfg: EvalConfig, backend: str, block_sizes: BlockSizes) -> tuple[Any, Any]:
+    """The dense arm's and the noise floor's attention functions."""
+    return tuple(
+        make_dense_attend(
+            executor.value, backend=backend, block_sizes=block_sizes, **pallas_options(cfg)
+        )
+        for executor in (cfg.kernel.dense_executor, cfg.kernel.noise_floor_executor)
+    )
+
+
+def _on_mesh(
+    cfg: EvalConfig, mesh: Any, geometry: TokenGeometry, attends: tuple[Any, ...]
+) -> tuple[Any, ...]:
+    """Wraps each attention function (None stays None) for sequence parallelism on ``mesh``.
+
+    Token divisibility is checked here, before any model is built or compiled (identical configs
+    on several hosts are checked by ``evalharness.run`` before any work).
+    """
+    placement = cfg.parallel.permute_placement.value
+    return tuple(parallelize(a, mesh, placement=placement, tokens=geometry.tokens) for a in attends)

@@ -1,0 +1,219 @@
+"""Platform-dependent defaults: every ``auto`` of a config turned into a concrete choice.
+
+One place decides what ``kernel.backend=auto``, ``kernel.block_q=null``, ``kernel.dense_executor=auto``
+and ``dtype=auto`` mean, from the platform the run targets (the host's for a real run, the target's
+for a dry run) and the sequence length:
+
+| platform | backend | tiles (query x key) | dense arm | second dense control | compute dtype |
+|---|---|---|---|---|---|
+| tpu | pallas_tpu | seed 3,328 x 1,536 | splash attention | our B0 (Pallas TPU) | bf16 (ckpt) |
+| gpu | pallas_gpu | 128 x 64 | cuDNN flash attention | our B0 (Pallas GPU) | bf16 (all) |
+| cpu | xla | 128 x 128 | our B0 (XLA) | einsum attention | bf16 (ckpt) |
+
+bf16 (ckpt): checkpoint models compute in bfloat16 and the tiny preset in float32 (its purpose is
+a fast, exact CPU check). bf16 (all): on a GPU every model, tiny included, computes in bfloat16,
+because the GPU's dense arm, cuDNN flash attention, takes bfloat16 only; a float32 run there must
+name two other dense controls (e.g. ``kernel.dense_executor=b0
+kernel.noise_floor_executor=dot_product_attention`` at small sizes). The resolved config is what
+the run records (``config.yaml``, MLflow params, the dense cache key), so a run always says which
+tiles and executors it timed. Nothing here falls back silently: an explicit
+choice that does not suit the platform is refused with the setting to change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+
+from evalharness.config import (
+    ComputeDType,
+    DenseExecutor,
+    EvalConfig,
+    KernelBackend,
+    KernelConfig,
+    token_geometry,
+)
+from kernels.executors.dense_controls import check_dense_pair, dense_controls
+from kernels.plans.block_sizes import BlockSizes, auto_block_sizes, plan_backend
+from models.config import SEEDED_PRESETS
+from models.video_geometry import VideoGeometry
+
+PLATFORMS = ("tpu", "gpu", "cpu")
+
+
+def host_platform() -> str:
+    """The platform of this process's first device: ``tpu``, ``gpu`` or ``cpu``."""
+    platform = jax.devices()[0].platform
+    return "gpu" if platform in ("gpu", "cuda", "rocm") else platform
+
+
+# The backend ``auto`` picks per platform, and the platform each Pallas backend needs.
+_AUTO_BACKEND = {"tpu": "pallas_tpu", "gpu": "pallas_gpu", "cpu": "xla"}
+_BACKEND_PLATFORM = {
+    "pallas_tpu": ("tpu", "a TPU", "tpu-v6e-8"),
+    "pallas_gpu": ("gpu", "a GPU", "h200"),
+}
+
+
+def backend_for(backend: KernelBackend | str, platform: str) -> str:
+    """The kernels' backend string: ``auto`` is ``pallas_tpu`` on a TPU, ``pallas_gpu`` on a GPU
+    and ``xla`` on a CPU.
+
+    Raises:
+        ValueError: ``pallas_tpu`` asked for off a TPU, or ``pallas_gpu`` off a GPU (either would
+            only run interpreted, which times the interpreter, not the kernel).
+    """
+    _check_platform(platform)
+    backend = KernelBackend(backend)
+    if backend is KernelBackend.auto:
+        return _AUTO_BACKEND[platform]
+    if backend.value in _BACKEND_PLATFORM:
+        needed, device, target = _BACKEND_PLATFORM[backend.value]
+        if platform != needed:
+            raise ValueError(
+                f"kernel.backend={backend.value} needs {device} but the run targets {platform!r}; "
+                f"use kernel={_AUTO_BACKEND[platform]} (or kernel=auto) here, or {device} target "
+                f"(e.g. target={target} for a dry run)"
+            )
+    return backend.value
+
+
+def compute_dtype_for(dtype: ComputeDType | str, model_name: str, platform: str) -> ComputeDType:
+    """``auto`` is bfloat16 for checkpoint models (the seed's setting) and on a GPU for every model
+    (cuDNN flash attention, the GPU's dense arm, is bfloat16-only); float32 for the seeded presets
+    (``tiny``, ``tiny-random``) on a CPU or TPU."""
+    _check_platform(platform)
+    dtype = ComputeDType(dtype)
+    if dtype is not ComputeDType.auto:
+        return dtype
+    if model_name in SEEDED_PRESETS and platform != "gpu":
+        return ComputeDType.float32
+    return ComputeDType.bfloat16
+
+
+def resolve_kernel(kernel: KernelConfig, platform: str, tokens: int) -> KernelConfig:
+    """The kernel config with every ``auto``/None replaced by the platform's choice.
+
+    Args:
+        kernel: the requested kernel config.
+        platform: ``tpu``, ``gpu`` or ``cpu``.
+        tokens: tokens of one attention call (the whole sequence; sequence parallelism exchanges
+            heads for tokens before attention).
+
+    Returns:
+        A KernelConfig whose backend is not ``auto``, whose tiles are set, and whose two dense
+        executors are concrete and different.
+
+    Raises:
+        ValueError: a choice that does not suit the platform, ``num_warps``/``num_stages`` set
+            when the backend is not ``pallas_gpu``, or equal dense executors.
+    """
+    backend = backend_for(kernel.backend, platform)
+    _check_gpu_launch(kernel, backend, platform)
+    block_q, block_kv = kernel.block_q, kernel.block_kv
+    auto = auto_block_sizes(tokens, plan_backend(backend))
+    if block_q is None or block_kv is None:
+        block_q = auto.block_q if block_q is None else block_q
+        block_kv = auto.block_kv if block_kv is None else block_kv
+    _check_tiles(BlockSizes(block_q, block_kv), auto, backend, platform, tokens)
+    dense, floor = dense_controls(platform)
+    if kernel.dense_executor is not DenseExecutor.auto:
+        dense = kernel.dense_executor.value
+    if kernel.noise_floor_executor is not DenseExecutor.auto:
+        floor = kernel.noise_floor_executor.value
+    elif floor == dense:  # the user pinned the dense arm to what auto would pick second
+        floor = dense_controls(platform)[0]
+    check_dense_pair(dense, floor)
+    _check_executor_platform(dense, platform, "dense_executor")
+    _check_executor_platform(floor, platform, "noise_floor_executor")
+    return dataclasses.replace(
+        kernel,
+        backend=KernelBackend(backend),
+        block_q=block_q,
+        block_kv=block_kv,
+        dense_executor=DenseExecutor(dense),
+        noise_floor_executor=DenseExecutor(floor),
+    )
+
+
+def resolve(cfg: EvalConfig, platform: str | None = None, tokens: int | None = None) -> EvalConfig:
+    """The run's config with its kernel and compute dtype made concrete for ``platform``.
+
+    Args:
+        cfg: a validated config (``evalharness.config.to_config``).
+        platform: the targeted platform; None is this host's.
+        tokens: tokens per sample; None computes them from ``cfg.resolution``.
+
+    Returns:
+        A new EvalConfig (``cfg`` is not modified).
+    """
+    platform = host_platform() if platform is None else platform
+    if tokens is None:
+        res = cfg.resolution
+        tokens = token_geometry(VideoGeometry(res.frames, res.height, res.width)).tokens
+    kernel = resolve_kernel(cfg.kernel, platform, tokens)
+    dtype = compute_dtype_for(cfg.dtype, cfg.model.name, platform)
+    _check_cudnn_dtype(kernel, dtype)
+    return dataclasses.replace(cfg, kernel=kernel, dtype=dtype)
+
+
+# Dense executors that exist on one platform only; compiling them elsewhere fails deep inside XLA.
+_EXECUTOR_PLATFORM = {"splash": "tpu", "cudnn": "gpu"}
+
+
+def _check_executor_platform(executor: str, platform: str, setting: str) -> None:
+    needed = _EXECUTOR_PLATFORM.get(executor)
+    if needed is not None and needed != platform:
+        raise ValueError(
+            f"kernel.{setting}={executor} runs on {needed} only, but the run targets {platform!r}; "
+            f"use kernel.{setting}=auto (or b0)"
+        )
+
+
+def _check_tiles(
+    tiles: BlockSizes, auto: BlockSizes, backend: str, platform: str, tokens: int
+) -> None:
+    """Pinned tiles that do not suit the resolved backend (e.g. an experiment's TPU tiles aimed
+    at a GPU) are refused here, naming the platform's own tiles."""
+    try:
+        tiles.validate(tokens, plan_backend(backend))
+    except ValueError as error:
+        raise ValueError(
+            f"kernel.block_q={tiles.block_q} x kernel.block_kv={tiles.block_kv} do not suit "
+            f"backend {backend} on {platform!r}: {error}. Set kernel.block_q=null "
+            f"kernel.block_kv=null for this platform's tiles ({auto.block_q} x {auto.block_kv} "
+            "here)"
+        ) from error
+
+
+def _check_gpu_launch(kernel: KernelConfig, backend: str, platform: str) -> None:
+    """``num_warps``/``num_stages`` tune the Pallas GPU kernel only; elsewhere they would be
+    ignored, so a run that sets them on another backend is refused."""
+    if backend == "pallas_gpu":
+        return
+    for name in ("num_warps", "num_stages"):
+        value = getattr(kernel, name)
+        if value is not None:
+            raise ValueError(
+                f"kernel.{name}={value} applies to kernel.backend=pallas_gpu only, but the run "
+                f"uses {backend} on {platform!r}; set kernel.{name}=null, or run on a GPU"
+            )
+
+
+def _check_cudnn_dtype(kernel: KernelConfig, dtype: ComputeDType) -> None:
+    """cuDNN flash attention takes bfloat16 only: a float32 run naming it is refused here, not
+    deep inside the first arm's compile."""
+    for setting in ("dense_executor", "noise_floor_executor"):
+        if getattr(kernel, setting) is DenseExecutor.cudnn and dtype is not ComputeDType.bfloat16:
+            raise ValueError(
+                f"kernel.{setting}=cudnn takes bfloat16 only, but dtype={dtype.value}; use "
+                "dtype=bfloat16 (or dtype=auto), or two other dense controls (e.g. "
+                "kernel.dense_executor=b0 kernel.noise_floor_executor=dot_product_attention at "
+                "small sizes)"
+            )
+
+
+def _check_platform(platform: str) -> None:
+    if platform not in PLATFORMS:
+        raise ValueError(f"platform={platform!r}; use one of {PLATFORMS}")

@@ -1,0 +1,342 @@
+"""One (prompt, seed) pair of a comparison: its arms timed side by side, quality, and files.
+
+:func:`compare_pair` takes arms compiled once per run (:func:`evalharness.arms.arm.prepare_arm`),
+bound to this pair's noise and prompt embeddings (:func:`evalharness.arms.arm.rebind_arm`), and
+fills the pair's folder and tracker run. A single-pair run writes into the run folder and the run
+itself; a prompt suite gives each pair a sub-folder and a child run (``evalharness.run``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from evalharness.admission import RunSizing, preflight
+from evalharness.arms import (
+    ArmResult,
+    PreparedArm,
+    check_same_latents,
+    decode_arm,
+    fastest_control,
+    prepare_arm,
+    rebind_arm,
+    time_arms_interleaved,
+    timed_window_tags,
+    timing_metrics,
+)
+from evalharness.assembly import AttentionSetup, Components
+from evalharness.comparison.progress import Progress
+from evalharness.config import EvalConfig, Pair
+from evalharness.evidence import (
+    ArmCache,
+    DenseArms,
+    VideoQuality,
+    dense_arm_key,
+    load_dense_arms,
+    measure,
+    quality_metrics,
+    run_folder,
+    save_routing_stats,
+    store_dense_arms,
+)
+from evalharness.tracking import Tracker, log_frame_curves, log_routing_curve
+from kernels.policy.routing_stats import RoutingStats
+from models.samplers import Sampler
+from models.video_geometry import VideoGeometry
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Comparison:
+    """Everything a run reads and fills in, step by step.
+
+    Attributes:
+        cfg: the validated configuration.
+        geometry: the video's pixel and latent sizes.
+        sampler: the sampler every arm shares.
+        shift: the sampler's flow shift.
+        attention: the dense, noise-floor and sparse attention functions.
+        estimate: preflight's cost estimate.
+        progress: phase bar.
+        sizing: preflight's per-device memory table and kernel budgets on this host.
+        run_dir: the run folder every file goes to (set once the run is opened).
+        tracker: the experiment tracker (set once the run is opened).
+        components: transformer, prompt encoder and VAE (set by the "build model" step).
+        text_encode_s: seconds spent encoding the prompts.
+        recording_arm: the routing-recording loop, compiled for the first pair and rebound to
+            the next ones (set by the first pair's routing statistics).
+    """
+
+    cfg: EvalConfig
+    geometry: VideoGeometry
+    sampler: Sampler
+    shift: float
+    attention: AttentionSetup
+    estimate: preflight.CostEstimate
+    progress: Progress
+    sizing: RunSizing | None = None
+    run_dir: Path | None = None
+    tracker: Tracker | None = None
+    components: Components | None = None
+    text_encode_s: float = float("nan")
+    recording_arm: PreparedArm | None = None
+
+    def prepare_arm(self, label: str, attend: Any, inputs: PairInputs) -> PreparedArm:
+        """Compiles one arm on the shared model and sampler for ``inputs``' shapes and runs it
+        once on them (its result; the loop carries no per-step callback, so timed runs hold
+        none)."""
+        return prepare_arm(
+            label,
+            self.components.transformer,
+            self.sampler,
+            guidance_scale=self.cfg.guidance_scale,
+            attend=attend,
+            noise=inputs.noise,
+            context=inputs.context,
+            negative_context=inputs.negative_context,
+            on_event=self.progress.event,
+            guidance_passes=self.cfg.guidance_passes.value,
+        )
+
+    def dense_key(self, pair: Pair) -> str:
+        """The dense-arm cache key of one pair."""
+        # step_callback keeps its default, False: no timed loop carries one (``prepare_arm``).
+        return dense_arm_key(pair_config(self.cfg, pair), self.components.identity, self.shift)
+
+    @property
+    def cache(self) -> ArmCache:
+        """The dense-arm cache."""
+        return ArmCache(Path(self.cfg.cache_dir) / "dense_arms")
+
+
+def pair_config(cfg: EvalConfig, pair: Pair) -> EvalConfig:
+    """The configuration of one pair: ``prompt`` and ``seed`` set, no suite."""
+    return dataclasses.replace(cfg, prompt=pair.prompt, seed=pair.seed, prompts=None, seeds=None)
+
+
+@dataclass
+class PairInputs:
+    """One pair's inputs to every arm.
+
+    Attributes:
+        pair: the (prompt, seed) pair.
+        noise: [1, 16, F, H, W] initial noise from the pair's seed.
+        context: [1, L, text_dim] prompt embeddings.
+        negative_context: [1, L, text_dim] negative-prompt embeddings, None without guidance.
+    """
+
+    pair: Pair
+    noise: jax.Array
+    context: jax.Array
+    negative_context: jax.Array | None
+
+    @property
+    def args(self) -> tuple[jax.Array, jax.Array, jax.Array | None]:
+        """The compiled loop's arguments."""
+        return self.noise, self.context, self.negative_context
+
+
+@dataclass
+class PairOutput:
+    """Where one pair's files and tracking go.
+
+    Attributes:
+        folder: the pair's folder (the run folder for a single pair).
+        tracker: the pair's tracker run (the run itself for a single pair).
+        label: how logs name the pair (empty for a single pair).
+    """
+
+    folder: Path
+    tracker: Tracker
+    label: str = ""
+
+
+def compare_pair(
+    comparison: Comparison,
+    inputs: PairInputs,
+    arms: dict[str, PreparedArm],
+    out: PairOutput,
+    cached: DenseArms | None = None,
+) -> dict[str, Any]:
+    """Times the pair's arms round-robin, then decodes, measures and writes its files.
+
+    Every run compiles and times its dense arm, its second dense control and its sparse arm in
+    this process, round-robin, whatever the cache holds: a speedup is never a ratio of medians
+    taken under different loads. The dense-arm cache only saves decoding the dense videos. The one
+    exception is ``reuse_dense_timing=true`` with ``cached`` timings: then only the sparse arm is
+    timed, and the run says so (metric ``dense_timing_reused``; the gate refuses a speedup on it).
+
+    Args:
+        comparison: the run.
+        inputs: the pair's inputs (``arms`` are bound to them).
+        arms: prepared arms: "sparse", and "dense" (+ "noise_floor") unless ``cached`` is used.
+        out: the pair's folder and tracker run.
+        cached: cached dense arms whose timings are reused (``reuse_dense_timing``), or None.
+
+    Returns:
+        The pair's metrics.
+    """
+    progress, cfg = comparison.progress, comparison.cfg
+    progress.event(f"{out.label}timing interleaved".strip())
+    times = time_arms_interleaved(arms, cfg.warm_runs, on_event=progress.event)
+    if cached is None:
+        dense = _dense_arms(comparison, inputs.pair, arms, times)
+    else:
+        dense = cached
+    sparse = arms["sparse"].result(times["sparse"])
+    progress.event(f"{out.label}routing statistics".strip())
+    stats, routing_check = _routing_statistics(comparison, sparse, inputs)
+    progress.event(f"{out.label}decode and quality".strip())
+    decode_arm(sparse, comparison.components.decode)
+    quality, metrics = _quality(comparison, out.folder, dense, sparse)
+    metrics.update(_speed_and_setup(comparison, dense, sparse))
+    metrics.update(routing_check)
+    metrics["dense_timing_reused"] = int(cached is not None)
+    timing = "fresh, interleaved (dense, sparse, noise floor round-robin)"
+    if cached is not None:
+        timing = (
+            f"sparse fresh; dense medians reused from the cache entry computed "
+            f"{cached.created_at or 'at an unrecorded time'} on {cached.host or 'an unknown host'}"
+            " (reuse_dense_timing=true)"
+        )
+    out.tracker.set_tags(
+        {
+            **dense.provenance(),
+            "dense_control": str(metrics["dense_control"]),
+            "timing": timing,
+            **timed_window_tags([dense.dense, sparse, dense.noise_floor]),
+        }
+    )
+    metrics.update(_write_artifacts(comparison, out, dense, sparse, quality, stats))
+    return metrics
+
+
+def _dense_arms(
+    comparison: Comparison, pair: Pair, prepared: dict[str, PreparedArm], times: dict[str, Any]
+) -> DenseArms:
+    """The dense arm and its noise floor with this run's timings; their decoded frames come from
+    the cache when it holds them for these exact latents, else they are decoded and stored."""
+    cache = comparison.cache
+    key = comparison.dense_key(pair)
+    dense_labels = [label for label in prepared if label != "sparse"]
+    fresh = {label: prepared[label].result(times[label]) for label in dense_labels}
+    cached = load_dense_arms(cache, key)
+    if cached is not None and cached.holds(fresh):
+        for label, arm in fresh.items():
+            stored = cached.dense if label == "dense" else cached.noise_floor
+            arm.frames, arm.decode_s = stored.frames, stored.decode_s
+        return dataclasses.replace(
+            cached, dense=fresh["dense"], noise_floor=fresh.get("noise_floor")
+        )
+    if cached is not None:
+        log.warning(
+            "dense arm: the cache entry %s holds other latents than this run computed (its key "
+            "misses something that changes them); decoding afresh and replacing it",
+            key,
+        )
+        cache.discard(key)  # store() keeps an existing entry: the stale one must go first
+    for arm in fresh.values():
+        decode_arm(arm, comparison.components.decode)
+    arms = DenseArms(fresh["dense"], fresh.get("noise_floor"), key, hit=False)
+    store_dense_arms(cache, arms)
+    return arms
+
+
+def _routing_statistics(
+    comparison: Comparison, sparse: ArmResult, inputs: PairInputs
+) -> tuple[RoutingStats | None, dict[str, float]]:
+    """When any step routes: one more, untimed run that records the routing, and how far its
+    latents are from the timed sparse arm's (they must agree: the statistics describe that run).
+
+    Raises:
+        RuntimeError: the recorded run's latents differ from the sparse arm's beyond rounding.
+    """
+    attention = comparison.attention
+    if attention.recording is None:
+        return None, {}
+    # A separate run records routing, so recording never slows the timed sparse arm. Each run
+    # overwrites every sparse (step, layer) cell of the recorder, so a rebound run needs no reset.
+    if comparison.recording_arm is None:
+        recorded = comparison.prepare_arm("sparse (recording routing)", attention.recording, inputs)
+    else:
+        recorded = rebind_arm(
+            comparison.recording_arm, inputs.args, on_event=comparison.progress.event
+        )
+    comparison.recording_arm = recorded
+    diff = check_same_latents(
+        recorded.latents, sparse.latents, comparison.cfg.dtype.value, what="routing-recording run"
+    )
+    return attention.collect_stats(), {"routing_recording_max_abs_latent_diff": diff}
+
+
+def _quality(
+    comparison: Comparison, folder: Path, dense: DenseArms, sparse: ArmResult
+) -> tuple[VideoQuality, dict[str, Any]]:
+    """Encodes the videos and measures the sparse arm (and the noise floor) against the dense arm."""
+    videos = run_folder.write_arm_videos(
+        folder, dense.dense, sparse, dense.noise_floor, comparison.cfg
+    )
+    sparse_q = measure(
+        videos.dense, videos.sparse, dense.dense, sparse, codec_video=videos.dense_mp4
+    )
+    floor_q = None
+    if dense.noise_floor is not None:
+        floor_q = measure(
+            videos.dense,
+            videos.noise_floor,
+            dense.dense,
+            dense.noise_floor,
+            codec_video=videos.dense_mp4,
+        )
+    return sparse_q, quality_metrics(sparse_q, floor_q)
+
+
+def _speed_and_setup(comparison: Comparison, dense: DenseArms, sparse: ArmResult) -> dict[str, Any]:
+    """Timing metrics, where the dense arm came from, and what the sparse side was."""
+    kernel = comparison.cfg.kernel
+    executors = {
+        "dense": kernel.dense_executor.value,
+        "noise_floor": kernel.noise_floor_executor.value,
+    }
+    metrics: dict[str, Any] = timing_metrics(
+        dense.dense, sparse, dense.noise_floor, executors=executors
+    )
+    metrics["dense_control"] = fastest_control(metrics)
+    metrics["text_encode_s"] = comparison.text_encode_s
+    metrics.update(dense.metrics())
+    metrics["tokens"] = comparison.geometry.tokens
+    metrics["schedule"] = comparison.cfg.schedule.name
+    metrics.update(comparison.attention.describe())
+    return metrics
+
+
+def _write_artifacts(
+    comparison: Comparison,
+    out: PairOutput,
+    dense: DenseArms,
+    sparse: ArmResult,
+    quality: VideoQuality,
+    stats: RoutingStats | None,
+) -> dict[str, Any]:
+    """Side-by-side video, per-frame quality, routing statistics and timings; returns the
+    metrics only these files' inputs give (the overall routing fraction)."""
+    folder, tracker = out.folder, out.tracker
+    run_folder.write_side_by_side(folder, dense.dense, sparse, comparison.cfg)
+    run_folder.write_frame_quality(folder, quality)
+    log_frame_curves(tracker, quality.frames.psnr_db, quality.frames.ssim)
+    metrics: dict[str, Any] = {}
+    if stats is not None:
+        save_routing_stats(stats, folder, comparison.attention.schedule.name)
+        log_routing_curve(tracker, stats.temporal_fraction())  # [steps, layers], NaN where dense
+        metrics["routing_temporal_fraction"] = stats.overall_temporal_fraction()
+    run_folder.write_timings(folder, dense.dense, sparse)
+    if comparison.cfg.save_latents:
+        latents = {"dense": dense.dense, "sparse": sparse, "noise_floor": dense.noise_floor}
+        run_folder.write_latents(folder, latents)
+    return metrics

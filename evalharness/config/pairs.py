@@ -1,0 +1,109 @@
+"""Prompt suites and seeds: which (prompt, seed) pairs a run compares.
+
+A run compares every pair of ``prompts`` (a built-in suite's name or a text file) × ``seeds``, or
+the one pair ``(prompt, seed)`` when neither is set. Their metrics are summarized across pairs by
+``evalharness.evidence.statistics``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+# Varied on purpose: motion, a camera move, a static scene, rendered text, fine texture and a
+# crowd: what makes spatial and temporal attention heads work differently.
+BUILT_IN_SUITES: dict[str, tuple[str, ...]] = {
+    "varied": (
+        "A red fox trotting through fresh snow in a pine forest at sunrise",
+        "A slow camera pan across a harbour at dusk, boats rocking, city lights coming on",
+        "A still life of apples and a ceramic jug on a wooden table, soft window light",
+        'A neon sign that reads "OPEN 24 HOURS" flickering above a rainy street at night',
+        "Close-up of ocean waves breaking over dark volcanic rocks, spray in the wind",
+        "A busy crosswalk seen from above, hundreds of people crossing in every direction",
+    ),
+    "smoke": (
+        "A red fox trotting through fresh snow in a pine forest at sunrise",
+        "A slow camera pan across a harbour at dusk, boats rocking, city lights coming on",
+        'A neon sign that reads "OPEN 24 HOURS" flickering above a rainy street at night',
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One (prompt, seed) pair of a run.
+
+    Attributes:
+        index: position in the run, from 0.
+        prompt: the prompt.
+        prompt_index: the prompt's position in the suite (pairs sharing it share embeddings).
+        seed: the noise seed.
+    """
+
+    index: int
+    prompt: str
+    prompt_index: int
+    seed: int
+
+    @property
+    def name(self) -> str:
+        """A folder- and run-name-safe label, e.g. ``p1-s42``."""
+        return f"p{self.prompt_index}-s{self.seed}"
+
+
+def load_prompts(spec: str) -> list[str]:
+    """The prompts of a built-in suite (by name) or of a text file (one prompt per line; blank
+    lines and lines starting with ``#`` are skipped).
+
+    Raises:
+        ValueError: neither a built-in suite nor an existing file, or a file without prompts.
+    """
+    if spec in BUILT_IN_SUITES:
+        return list(BUILT_IN_SUITES[spec])
+    path = Path(spec).expanduser()
+    if not path.is_file():
+        raise ValueError(
+            f"prompts={spec!r} is neither a built-in suite ({', '.join(sorted(BUILT_IN_SUITES))}) "
+            "nor an existing file; give a suite name or the path of a text file with one prompt "
+            "per line"
+        )
+    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    prompts = [line for line in lines if line and not line.startswith("#")]
+    if not prompts:
+        raise ValueError(f"prompts={spec!r}: the file holds no prompt (one per line, # comments)")
+    return prompts
+
+
+def run_pairs(
+    prompt: str, seed: int, prompts: str | None = None, seeds: Sequence[int] | None = None
+) -> list[Pair]:
+    """Every (prompt, seed) pair of a run, prompt-major.
+
+    Args:
+        prompt: the single prompt, used when ``prompts`` is None.
+        seed: the single seed, used when ``seeds`` is None.
+        prompts: a built-in suite's name or a prompt file (see :func:`load_prompts`).
+        seeds: noise seeds (distinct ints).
+
+    Raises:
+        ValueError: an unknown suite or missing file, an empty or repeated seed list, a non-int
+            seed, or repeated prompts.
+    """
+    texts = [prompt] if prompts is None else load_prompts(prompts)
+    repeated = sorted({p for p in texts if texts.count(p) > 1})
+    if repeated:
+        raise ValueError(f"prompts={prompts!r} repeats {repeated}: each prompt once")
+    seed_list = [seed] if seeds is None else list(seeds)
+    if not seed_list:
+        raise ValueError("seeds=[]: give at least one seed, e.g. seeds=[0,1], or leave it unset")
+    for value in seed_list:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"seeds={list(seeds)}: {value!r} is not an int")
+    if len(set(seed_list)) != len(seed_list):
+        raise ValueError(f"seeds={seed_list} repeats a seed: a repeated pair adds no information")
+    pairs = []
+    for prompt_index, text in enumerate(texts):
+        for value in seed_list:
+            pairs.append(Pair(len(pairs), text, prompt_index, int(value)))
+    return pairs

@@ -1,0 +1,71 @@
+"""Resolution presets by name, read from the Hydra group ``conf/resolution``.
+
+The YAML files there are the only place a preset's pixel size is written down; this module turns one
+into the geometry each side of the project works in: the pixel config, the model's
+:class:`~models.video_geometry.VideoGeometry` (latents) and the kernels'
+:class:`~kernels.masks.geometry.TokenGeometry` (tokens).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from evalharness.config.schemas import ResolutionConfig
+from kernels.masks.geometry import TokenGeometry
+from models.video_geometry import VideoGeometry
+
+RESOLUTION_DIR = Path(__file__).resolve().parents[2] / "conf" / "resolution"
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolution:
+    """One preset in the three geometries.
+
+    Attributes:
+        config: the pixel config as the harness composes it (name, frames, height, width, ...).
+        video: pixels, latents and the token grid as the model sees them.
+        tokens: the token geometry the kernels plan tiles for.
+    """
+
+    config: ResolutionConfig
+    video: VideoGeometry
+    tokens: TokenGeometry
+
+
+def token_geometry(video: VideoGeometry) -> TokenGeometry:
+    """The transformer's token grid of a video (latent frames x latent H/2 x latent W/2)."""
+    return TokenGeometry(*video.token_grid)
+
+
+def resolution_names(directory: Path = RESOLUTION_DIR) -> list[str]:
+    """Names of the presets in ``directory`` (one ``<name>.yaml`` each), sorted."""
+    return sorted(path.stem for path in Path(directory).glob("*.yaml"))
+
+
+def load_resolution(name: str, directory: Path = RESOLUTION_DIR) -> Resolution:
+    """Loads the preset ``<directory>/<name>.yaml``, validated against :class:`ResolutionConfig`.
+
+    Args:
+        name: a preset name, e.g. ``"720p"`` (21 x 45 x 80 = 75,600 tokens at 81 frames).
+        directory: the folder of presets; the repository's ``conf/resolution`` by default.
+
+    Returns:
+        The preset as pixel config, video geometry and token geometry.
+
+    Raises:
+        ValueError: for an unknown name (the message lists the available ones), or a preset whose
+            size the model cannot take.
+    """
+    names = resolution_names(directory)
+    if name not in names:
+        raise ValueError(f"unknown resolution {name!r}; available: {', '.join(names)}")
+    raw = OmegaConf.load(Path(directory) / f"{name}.yaml")
+    # ``defaults`` names the Hydra schema; the schema is applied here directly instead.
+    raw.pop("defaults", None)
+    merged = OmegaConf.merge(OmegaConf.structured(ResolutionConfig), raw)
+    config: ResolutionConfig = OmegaConf.to_object(merged)
+    video = VideoGeometry(frames=config.frames, height=config.height, width=config.width)
+    return Resolution(config=config, video=video, tokens=token_geometry(video))

@@ -1,0 +1,47 @@
+"""Estimates before anything runs: the device targets, what a comparison computes and how long it
+takes (FLOPs, roofline), and the per-device memory table (compiled block, attention
+temporaries, routing and exchange buffers).
+"""
+
+from evalharness.estimates.attention_memory import ExecutorSpec, padded_heads
+from evalharness.estimates.block_memory import compiled_temp_bytes
+from evalharness.estimates.memory_estimate import estimate_memory
+from evalharness.estimates.memory_table import GIB, MemoryTable
+from evalharness.estimates.seed_measurements import SEED_ATTENTION_SHARE, SEED_SETUP
+from evalharness.estimates.targets import (
+    CPU_RUNTIME_OVERHEAD,
+    DeviceTarget,
+    device_memory_bytes,
+    get_target,
+    host_target,
+    measure_matmul_flops,
+)
+from evalharness.estimates.workload import (
+    TimeEstimate,
+    dtype_bytes,
+    estimate_time,
+    parameter_count,
+    step_flops,
+)
+
+__all__ = [
+    "CPU_RUNTIME_OVERHEAD",
+    "DeviceTarget",
+    "ExecutorSpec",
+    "GIB",
+    "MemoryTable",
+    "SEED_ATTENTION_SHARE",
+    "SEED_SETUP",
+    "TimeEstimate",
+    "compiled_temp_bytes",
+    "device_memory_bytes",
+    "dtype_bytes",
+    "estimate_memory",
+    "estimate_time",
+    "get_target",
+    "host_target",
+    "measure_matmul_flops",
+    "padded_heads",
+    "parameter_count",
+    "step_flops",
+]

@@ -1,0 +1,400 @@
+"""Per-device memory of a comparison, component by component and arm by arm, before anything runs.
+
+Phases (the order ``evalharness.run`` goes through them):
+
+- resident: the transformer's weights (sharded by ``models.sharding`` under "fsdp"), and whatever
+  text-encoder weights the caller says stay on the device, held for the whole run;
+- encode: the text encoder's peak; it runs, and is released, before the denoising loop;
+- denoise: one arm's compiled loop: its state (latents, sampler history, prompt embeddings), the
+  transformer's live activations from the compiler (``evalharness.estimates.block_memory``: a 2-layer
+  forward, or two consecutive blocks), under "fsdp" the gathered weights of the block being computed
+  and of the one XLA prefetches, then the attention call. The attention call has two moments
+  that are not live together: routing (sparse arm), whose buffers are freed before the executor
+  runs, and the executor (head exchange + layout copies + the executor's temporaries);
+- decode: the VAE's tile peak, after the loop.
+
+So for each arm: peak = resident + max(encode, denoise, decode), with
+denoise = state + transformer + gathered weights + max(routing, exchange + layout + executor).
+Arms run one after another (their loops and outputs are released in between), so the run's peak is
+the largest arm's. Only ``jax.ShapeDtypeStruct`` are compiled and abstract models built: planning a
+14B model at 1440p allocates no weights and no N x N array.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import AbstractMesh
+
+from evalharness.estimates.attention_memory import (
+    AttentionShape,
+    ExecutorSpec,
+    attention_shape,
+    exchange_buffer_bytes,
+    layout_copy_bytes,
+    routing_buffer_bytes,
+)
+from evalharness.estimates.block_memory import (
+    BlockMemory,
+    block_memory,
+    device_token_grid,
+    dtype_of,
+    forward_memory,
+)
+from evalharness.estimates.memory_table import ARMS, MemoryTable
+from models.config import WanTransformerConfig
+from models.sharding import param_bytes_per_device
+from models.transformer import abstract_transformer
+from models.video_geometry import VideoGeometry
+
+__all__ = [
+    "ARMS",
+    "AttentionShape",
+    "ExecutorSpec",
+    "MemoryTable",
+    "loop_state_bytes",
+    "estimate_memory",
+    "weight_bytes_per_device",
+]
+
+F32 = 4
+# Blocks whose gathered ("fsdp") weights are live at once: the one computing and the one XLA's
+# scheduler prefetches to hide the all-gather.
+GATHERED_BLOCKS = 2
+
+
+def loop_state_bytes(
+    tcfg: WanTransformerConfig,
+    geometry: VideoGeometry,
+    *,
+    batch: int,
+    samples: int,
+    dtype_bytes: int,
+    forward_compiled: bool = False,
+) -> int:
+    """The denoising loop's state beside the transformer (``models.pipeline.DenoiseLoop``).
+
+    Latents [samples, 16, F, H, W] float32: the four UniPC fields, the initial noise, the result
+    and the guided combination (7); prompt and negative-prompt embeddings [samples, L, text_dim]
+    float32. Unless the compiled forward already holds them (``forward_compiled``): the model's
+    input and velocity [B, 16, F, H, W], the [B, L, text_dim] concatenated context, the projected
+    text [B, L, dim], temb and modulation [B, 7 dim] float32 and the rotary tables (cos, sin)
+    [N, D / 2] float32.
+    """
+    latent = math.prod(geometry.latent_shape(tcfg.in_channels))
+    state = 7 * samples * latent * F32 + 2 * samples * tcfg.text_len * tcfg.text_dim * F32
+    if forward_compiled:
+        return state
+    io = 2 * batch * latent * dtype_bytes + batch * tcfg.text_len * tcfg.text_dim * F32
+    text = batch * tcfg.text_len * tcfg.dim * dtype_bytes + batch * 7 * tcfg.dim * F32
+    rope = 2 * geometry.tokens * (tcfg.attention_head_dim // 2) * F32
+    return state + io + text + rope
+
+
+def _host_platform() -> str:
+    platform = jax.devices()[0].platform
+    return "gpu" if platform in ("gpu", "cuda", "rocm") else platform
+
+
+def _compiler(
+    tcfg: WanTransformerConfig,
+    geometry: VideoGeometry,
+    batch: int,
+    devices: int,
+    dtype: str,
+    param_dtype: str,
+    target_platform: str | None,
+) -> Callable[..., BlockMemory]:
+    """How the transformer is compiled: ``compile(attend=None) -> BlockMemory``.
+
+    The forward of a 2-layer model (``forward_memory``: embeddings, head and the interplay of
+    consecutive blocks included) when a device's token grid exists and the plan is for this
+    host's platform or in float32; otherwise two consecutive blocks (``block_memory``), because
+    XLA:CPU runs bfloat16 dots in float32 and its plan for a whole bf16 forward holds float32
+    copies of the embeddings' weights that a TPU or GPU never makes.
+    """
+    grid = device_token_grid(geometry.token_grid, devices)
+    foreign = target_platform is not None and target_platform != _host_platform()
+    if grid is not None and (str(dtype) == "float32" or not foreign):
+        kw = dict(batch=batch, token_grid=grid, dtype=str(dtype), param_dtype=str(param_dtype))
+        return functools.partial(forward_memory, tcfg, **kw)
+    local = -(-geometry.tokens // devices)
+    kw = dict(batch=batch, tokens_per_device=local, dtype=str(dtype), param_dtype=str(param_dtype))
+    return functools.partial(block_memory, tcfg, **kw)
+
+
+def _param_rule(devices: int, rule: str | None) -> str:
+    return rule or ("fsdp" if devices > 1 else "replicated")
+
+
+@functools.lru_cache(maxsize=16)
+def weight_bytes_per_device(
+    tcfg: WanTransformerConfig, *, param_dtype: str, devices: int, rule: str | None = None
+) -> tuple[int, int]:
+    """(resident weight bytes, gathered-weight bytes) per device, on abstract weights.
+
+    Args:
+        tcfg: transformer architecture.
+        param_dtype: parameter dtype name.
+        devices: P.
+        rule: ``models.sharding`` rule; default "fsdp" on several devices, else "replicated".
+
+    Returns:
+        ``param_bytes_per_device`` of the whole model, and under "fsdp" the full weights of
+        ``GATHERED_BLOCKS`` blocks minus their shards (0 when replicated).
+    """
+    rule = _param_rule(devices, rule)
+    model = abstract_transformer(tcfg, param_dtype=dtype_of(param_dtype))
+    mesh = AbstractMesh((devices,), ("seq",))
+    resident = param_bytes_per_device(model, mesh, rule)
+    if rule == "replicated" or devices == 1:
+        return resident, 0
+    block = model.blocks[0]
+    full = param_bytes_per_device(block, AbstractMesh((1,), ("seq",)), "replicated")
+    shard = param_bytes_per_device(block, mesh, rule)
+    return resident, GATHERED_BLOCKS * (full - shard)
+
+
+_NOTES = {
+    "transformer weights": "parameters per device (models.sharding rule)",
+    "text encoder (resident)": "text-encoder weights the caller keeps on the device",
+    "gathered block weights": "fsdp: full weights of the computing and the prefetched block",
+    "text encoder": "peak while encoding the prompts (released before the loop)",
+    "loop state": "latents, sampler history, prompt embeddings, rotary tables",
+    "transformer": {
+        False: "XLA memory_analysis of two consecutive blocks (temporaries, output, inputs)",
+        True: "XLA memory_analysis of a 2-layer model's forward (temporaries, output, inputs)",
+    },
+    "runtime overhead": (
+        "what the runtime allocates beyond XLA's plan, a measured fraction of the loop's planned "
+        "bytes (evalharness.bench.memory; 0 where unmeasured)"
+    ),
+    "routing": "float32 K/V copies, [B, H, R, N/P] scores and softmaxes (sparse arm)",
+    "head exchange": "q, k, v, out head-sharded after the all-to-all (several devices)",
+    "layout copies": "q, k, v, out in each head's layout (sparse arm)",
+    "attention executor": (
+        "the executor's temporaries (ExecutorSpec); for arms marked compiled, XLA's extra bytes "
+        "for the arm's whole attention compiled into the blocks (routing, layouts included)"
+    ),
+    "VAE decode": "peak of decoding one tile (after the loop)",
+}
+
+
+@functools.lru_cache(maxsize=32)
+def _on_head_share(attend: Callable[..., Any], devices: int) -> Callable[..., Any]:
+    """``attend`` called on a device's [B, N, H / P, D] share, from the block's [B, N / P, H, D].
+
+    The reshape stands in for the all-to-all (same bytes; the exchange's own buffers are the
+    "head exchange" row). Cached so the compiled blocks' cache sees one function per arm.
+    """
+    if devices == 1:
+        return attend
+
+    def shared(q, k, v, *, step, layer):
+        b, n, h, d = q.shape
+        to_heads = lambda x: x.reshape(b, n * devices, h // devices, d)  # noqa: E731
+        out = attend(to_heads(q), to_heads(k), to_heads(v), step=step, layer=layer)
+        return out.reshape(b, n, h, d)
+
+    return shared
+
+
+def _compiled_attention(
+    compile_: Callable[..., BlockMemory],
+    spec: ExecutorSpec,
+    stand_in: int,
+    devices: int,
+    shape: AttentionShape,
+    tcfg: WanTransformerConfig,
+) -> int | None:
+    """The arm's attention bytes as XLA plans them in the transformer, or None if not compiled
+    (no ``attend``, or heads that need padding to split over the devices)."""
+    if spec.attend is None or shape.heads * devices != tcfg.num_attention_heads:
+        return None
+    compiled = compile_(attend=_on_head_share(spec.attend, devices))
+    return max(0, compiled.activation_bytes - stand_in)
+
+
+def _attention_rows(
+    tcfg: WanTransformerConfig,
+    spec: ExecutorSpec,
+    shape: AttentionShape,
+    *,
+    devices: int,
+    placement: str,
+    compiled: int | None,
+) -> dict[str, int]:
+    """Routing, exchange, layout and executor bytes of one arm's attention call."""
+    exchange = exchange_buffer_bytes(shape, devices=devices, heads=tcfg.num_attention_heads)
+    if compiled is not None:
+        attention = {"routing": 0, "head exchange": exchange, "layout copies": 0}
+        return attention | {"attention executor": compiled}
+    routing = layout = 0
+    if spec.routed:
+        routing = routing_buffer_bytes(
+            batch=shape.batch,
+            tokens=shape.tokens,
+            heads=tcfg.num_attention_heads,
+            head_dim=shape.head_dim,
+            samples=spec.routing_samples,
+            devices=devices,
+            dtype_bytes=shape.dtype_bytes,
+        )
+        layout = (
+            shape.tensor_bytes
+            if spec.fuses_layout
+            else layout_copy_bytes(shape, devices=devices, placement=placement)
+        )
+    return {
+        "routing": routing,
+        "head exchange": exchange,
+        "layout copies": layout,
+        "attention executor": spec.executor_bytes(shape),
+    }
+
+
+def estimate_memory(
+    tcfg: WanTransformerConfig,
+    geometry: VideoGeometry,
+    *,
+    batch: int,
+    devices: int,
+    param_dtype: str,
+    dtype: str,
+    executors: Mapping[str, ExecutorSpec],
+    text_encoder_bytes: int,
+    vae_bytes: int,
+    device_bytes: int,
+    samples: int = 1,
+    param_rule: str | None = None,
+    placement: str = "head_local",
+    text_encoder_resident_bytes: int = 0,
+    device: str = "device",
+    target_platform: str | None = None,
+    runtime_overhead: float = 0.0,
+) -> MemoryTable:
+    """Plans the per-device memory of every arm (abstract weights, compiled block; nothing runs).
+
+    Args:
+        tcfg: transformer architecture.
+        geometry: the video (its tokens N and latent shape).
+        batch: samples per transformer call (2 with joint classifier-free guidance, 1 with
+            separate guidance passes or none).
+        devices: P, devices the sequence is split over.
+        param_dtype: parameter dtype name.
+        dtype: compute dtype name.
+        executors: arm ("dense", "noise_floor", "sparse") -> its ``ExecutorSpec``.
+        text_encoder_bytes: the text encoder's device peak while encoding (0 when on the host).
+        vae_bytes: the VAE's device peak while decoding (weights + one tile).
+        device_bytes: memory of one device.
+        samples: videos per run (the latents' batch).
+        param_rule: ``models.sharding`` rule (default "fsdp" on several devices).
+        placement: sequence-parallel layout placement ("head_local" or "before_exchange").
+        text_encoder_resident_bytes: text-encoder weights that stay on the device all run.
+        device: the device's name, for the table.
+        target_platform: "tpu", "gpu" or "cpu" when planning for another platform than this
+            host's (a dry run); None: this host's. Decides what is compiled (``_compiler``).
+        runtime_overhead: what the runtime allocates beyond XLA's plan, as a fraction of the
+            denoising loop's planned bytes (``DeviceTarget.runtime_overhead``; measured on CPU).
+
+    Returns:
+        The ``MemoryTable``; its first call for a shape compiles one block (seconds).
+    """
+    if not executors:
+        raise ValueError("executors is empty; give at least one arm's ExecutorSpec")
+    act = jnp.dtype(dtype_of(dtype)).itemsize
+    resident, gathered = weight_bytes_per_device(
+        tcfg, param_dtype=str(param_dtype), devices=devices, rule=param_rule
+    )
+    compile_ = _compiler(tcfg, geometry, batch, devices, dtype, param_dtype, target_platform)
+    model = compile_()
+    forward = compile_.func is forward_memory
+    shape = attention_shape(
+        tcfg, batch=batch, tokens=geometry.tokens, devices=devices, dtype_bytes=act
+    )
+    state = loop_state_bytes(
+        tcfg, geometry, batch=batch, samples=samples, dtype_bytes=act, forward_compiled=forward
+    )
+    common = {
+        "transformer weights": ("resident", resident),
+        "text encoder (resident)": ("resident", text_encoder_resident_bytes),
+        "gathered block weights": ("denoise", gathered),
+        "text encoder": ("encode", text_encoder_bytes),
+        "loop state": ("denoise", state),
+        "transformer": ("denoise", model.activation_bytes),
+        "VAE decode": ("decode", vae_bytes),
+    }
+    compiled = {
+        arm: _compiled_attention(compile_, spec, model.activation_bytes, devices, shape, tcfg)
+        for arm, spec in executors.items()
+    }
+    attention = {
+        arm: _attention_rows(tcfg, spec, shape, devices=devices, placement=placement, compiled=c)
+        for (arm, spec), c in zip(executors.items(), compiled.values(), strict=True)
+    }
+    rows, phases = _rows(common, attention)
+    _add_runtime_overhead(rows, phases, runtime_overhead)
+    notes = dict(_NOTES, transformer=_NOTES["transformer"][forward])
+    names = {
+        arm: _executor_name(spec, compiled[arm] is not None) for arm, spec in executors.items()
+    }
+    return MemoryTable(rows, phases, notes, device_bytes, device, names, devices, str(dtype), batch)
+
+
+def _add_runtime_overhead(rows: dict, phases: dict, fraction: float) -> None:
+    """Adds the "runtime overhead" row: ``fraction`` of each arm's planned loop bytes."""
+    if not fraction:
+        return
+    arms = {arm for row in rows.values() for arm in row}
+    rows["runtime overhead"] = {
+        arm: int(fraction * _planned_loop_bytes(rows, phases, arm)) for arm in sorted(arms)
+    }
+    phases["runtime overhead"] = "denoise"
+
+
+def _planned_loop_bytes(
+    rows: Mapping[str, Mapping[str, int]], phases: Mapping[str, str], arm: str
+) -> int:
+    """The denoising loop's planned bytes of ``arm``: its rows plus the larger of routing and the
+    attention call (as ``MemoryTable.phase_bytes`` counts them), without the resident weights."""
+
+    def total(phase: str) -> int:
+        return sum(r.get(arm, 0) for c, r in rows.items() if phases[c] == phase)
+
+    return total("denoise") + max(total("routing"), total("attention"))
+
+
+def _executor_name(spec: ExecutorSpec, compiled: bool) -> str:
+    """The arm's column title: executor, a routed arm's dense-step executor, and how counted."""
+    dense = f" / {spec.dense_name}" if spec.routed and spec.dense_name else ""
+    return spec.name + dense + (", compiled" if compiled else "")
+
+
+_ATTENTION_PHASES = {
+    "routing": "routing",
+    "head exchange": "attention",
+    "layout copies": "attention",
+    "attention executor": "attention",
+}
+
+
+def _rows(
+    common: Mapping[str, tuple[str, int]], attention: Mapping[str, Mapping[str, int]]
+) -> tuple[dict[str, dict[str, int]], dict[str, str]]:
+    """Table rows (component -> arm -> bytes) and phases, in the order the run meets them."""
+    arms = list(attention)
+    ordered = [c for c in common if c != "VAE decode"] + [*_ATTENTION_PHASES, "VAE decode"]
+    rows, phases = {}, {}
+    for component in ordered:
+        if component in _ATTENTION_PHASES:
+            rows[component] = {arm: attention[arm][component] for arm in arms}
+            phases[component] = _ATTENTION_PHASES[component]
+        else:
+            phases[component], size = common[component]
+            rows[component] = dict.fromkeys(arms, size)
+    return rows, phases

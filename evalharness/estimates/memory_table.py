@@ -1,0 +1,136 @@
+"""The memory table: bytes per device by component and arm, and how the phases combine.
+
+Rows are components (weights, text encoder, loop state, the compiled transformer, routing, the head
+exchange, layout copies, the attention executor, the VAE), columns are the arms (dense,
+noise_floor, sparse), and each row has a phase. For each arm:
+
+    peak = resident + max(encode, denoise, decode)
+    denoise = its rows + max(routing, attention)
+
+since the text encoder runs (and is released) before the denoising loop, the VAE decodes after it,
+and within one attention call routing's buffers are freed before the executor runs. Arms run one
+after another, so the run's peak is the largest arm's. ``evalharness.estimates.memory_estimate.estimate_memory``
+fills it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from evalharness.formatting import markdown_table
+
+ARMS = ("dense", "noise_floor", "sparse")
+PHASES = ("resident", "encode", "denoise", "routing", "attention", "decode")
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class MemoryTable:
+    """Bytes per device by component (rows) and arm (columns), with each row's phase.
+
+    Attributes:
+        rows: component -> {arm -> bytes}.
+        phases: component -> one of ``PHASES``.
+        notes: component -> what the row counts.
+        device_bytes: memory of one device.
+        device: the device's name, for the table.
+        executors: arm -> executor name (``ExecutorSpec.name``).
+        devices: P, the devices the sequence is split over (for advice).
+        dtype: the compute dtype name (for advice).
+        batch: samples per model call (2 with joint classifier-free guidance; for advice).
+    """
+
+    rows: Mapping[str, Mapping[str, int]]
+    phases: Mapping[str, str]
+    notes: Mapping[str, str]
+    device_bytes: int
+    device: str = "device"
+    executors: Mapping[str, str] = field(default_factory=dict)
+    devices: int = 1
+    dtype: str = "float32"
+    batch: int = 1
+
+    @property
+    def arms(self) -> tuple[str, ...]:
+        """The arms planned, in ``ARMS`` order."""
+        present = {arm for row in self.rows.values() for arm in row}
+        return tuple(arm for arm in ARMS if arm in present) + tuple(sorted(present - set(ARMS)))
+
+    def _sum(self, arm: str, phase: str) -> int:
+        return sum(r.get(arm, 0) for c, r in self.rows.items() if self.phases[c] == phase)
+
+    def phase_bytes(self, arm: str) -> dict[str, int]:
+        """{"encode", "denoise", "decode"} peaks of ``arm``, each including resident weights."""
+        resident = self._sum(arm, "resident")
+        attention = max(self._sum(arm, "routing"), self._sum(arm, "attention"))
+        return {
+            "encode": resident + self._sum(arm, "encode"),
+            "denoise": resident + self._sum(arm, "denoise") + attention,
+            "decode": resident + self._sum(arm, "decode"),
+        }
+
+    def peak(self, arm: str) -> int:
+        """Peak bytes of ``arm``: resident + max(encode, denoise, decode)."""
+        return max(self.phase_bytes(arm).values())
+
+    @property
+    def peak_bytes(self) -> int:
+        """The run's peak: the largest arm's (arms run one after another)."""
+        return max(self.peak(arm) for arm in self.arms)
+
+    @property
+    def fits(self) -> bool:
+        """Whether every arm's peak fits in ``device_bytes``."""
+        return self.peak_bytes <= self.device_bytes
+
+    def dominant(self, arm: str) -> str:
+        """The largest component of ``arm`` other than the resident weights."""
+        others = {c: r.get(arm, 0) for c, r in self.rows.items() if self.phases[c] != "resident"}
+        return max(others, key=others.__getitem__)
+
+    def to_markdown(self) -> str:
+        """The table in GiB (2 decimals): components, then each phase's peak and the peak."""
+        arms = self.arms
+        body = [
+            {"component": c, "phase": self.phases[c], **{a: r.get(a, 0) / GIB for a in arms}}
+            for c, r in self.rows.items()
+        ]
+        for phase in ("encode", "denoise", "decode"):
+            body.append(
+                {"component": f"**{phase} phase**", "phase": phase}
+                | {a: self.phase_bytes(a)[phase] / GIB for a in arms}
+            )
+        body.append(
+            {"component": "**peak**", "phase": "max"} | {a: self.peak(a) / GIB for a in arms}
+        )
+        columns = [("component", "component", "{}"), ("phase", "phase", "{}")]
+        columns += [(f"{a} ({self.executors.get(a, '?')})", a, "{:.2f}") for a in arms]
+        verdict = "fits" if self.fits else "does NOT fit"
+        notes = "".join(f"\n- {c}: {self.notes[c]}" for c in self.rows if c in self.notes)
+        return (
+            markdown_table(body, columns)
+            + f"\n\nPer-device GiB; {self.device}: {self.device_bytes / GIB:.2f} GiB; peak "
+            f"{self.peak_bytes / GIB:.2f} GiB {verdict}. peak = resident + max(encode, denoise, "
+            "decode); in denoise, routing and attention are not live together (the larger counts)."
+            + notes
+        )
+
+    def as_metrics(self) -> dict[str, float]:
+        """``memory.<component>.<arm>`` bytes, ``memory.peak.<arm>``, ``memory.peak``,
+        ``memory.device_bytes`` and ``memory.fits`` (1 or 0)."""
+        out = {
+            f"memory.{_slug(c)}.{arm}": float(b)
+            for c, r in self.rows.items()
+            for arm, b in r.items()
+        }
+        out.update({f"memory.peak.{arm}": float(self.peak(arm)) for arm in self.arms})
+        out["memory.peak"] = float(self.peak_bytes)
+        out["memory.device_bytes"] = float(self.device_bytes)
+        out["memory.fits"] = float(self.fits)
+        return out
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")

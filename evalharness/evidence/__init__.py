@@ -1,0 +1,33 @@
+"""What a comparison leaves behind: quality against the dense arm, video files, the dense-arm
+cache and its key, the run folder's files, routing plots, and statistics across pairs.
+"""
+
+from evalharness.evidence import run_folder
+from evalharness.evidence.cache_key import code_version, dense_arm_key
+from evalharness.evidence.dense_cache import ArmCache, DenseArms, load_dense_arms, store_dense_arms
+from evalharness.evidence.quality import VideoQuality, frame_quality, measure, quality_metrics
+from evalharness.evidence.routing_plots import save_routing_stats
+from evalharness.evidence.run_folder import gate_section, headline_columns, headline_row
+from evalharness.evidence.statistics import CONFIDENCE, SUMMARIZED, statistic_name, suite_metrics
+
+__all__ = [
+    "ArmCache",
+    "CONFIDENCE",
+    "DenseArms",
+    "SUMMARIZED",
+    "VideoQuality",
+    "code_version",
+    "dense_arm_key",
+    "frame_quality",
+    "gate_section",
+    "headline_columns",
+    "headline_row",
+    "load_dense_arms",
+    "measure",
+    "quality_metrics",
+    "run_folder",
+    "save_routing_stats",
+    "statistic_name",
+    "store_dense_arms",
+    "suite_metrics",
+]

@@ -1,0 +1,229 @@
+"""The dense arm's cache key: every input that changes its latents, and nothing else.
+
+A sweep over sparse schedules computes the dense control once; any change of model (every
+checkpoint part, by content), resolution, steps, seed, prompts, guidance, dtype, dense executor,
+devices used, per-step callback, code (``models/``, ``kernels/``, ``evalharness/``) or environment
+(CPU model, accelerator, XLA flags, jax/jaxlib/flax versions) gives a new key. Timing is not an
+input: every run times its arms afresh (``evalharness.run``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from evalharness.assembly import sequence_devices
+from evalharness.config import EvalConfig
+
+# Packages whose source decides what the dense arm computes (the harness itself included: how it
+# builds the model, the sampler's inputs, the attention functions and the decode).
+_CODE_PACKAGES = ("models", "kernels", "evalharness")
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def code_files(root: str | Path | None = None) -> list[Path]:
+    """The source files :func:`code_version` hashes: every ``*.py`` under ``models/``,
+    ``kernels/`` and ``evalharness/`` of ``root`` (default: this repository), sorted."""
+    root = Path(root) if root is not None else _REPO_ROOT
+    return sorted(
+        path
+        for package in _CODE_PACKAGES
+        for path in (root / package).rglob("*.py")
+        if "__pycache__" not in path.parts
+    )
+
+
+def code_version(root: str | Path | None = None) -> str:
+    """Hash of the source files of :func:`code_files` (their paths and contents): works without
+    git, changes with any edit, addition, removal or rename.
+
+    Args:
+        root: the repository root whose tree is hashed (default: this repository).
+    """
+    root = Path(root) if root is not None else _REPO_ROOT
+    digest = hashlib.sha256()
+    for path in code_files(root):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+# Accelerator runtimes installed beside jaxlib; their versions change the compiled programs.
+_RUNTIME_DISTRIBUTIONS = (
+    "jax-cuda12-plugin",
+    "jax-cuda12-pjrt",
+    "jax-cuda13-plugin",
+    "jax-cuda13-pjrt",
+    "libtpu",
+    "libtpu-nightly",
+)
+
+
+def cpu_model() -> str:
+    """The host CPU's model name (``/proc/cpuinfo``; else ``platform.processor()``)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def environment_fields() -> dict[str, Any]:
+    """What of this process's environment decides the dense arm's numbers (part of its key).
+
+    The host's CPU model and architecture (XLA's CPU code generation follows the host), the
+    accelerator (platform, kind and runtime version), ``XLA_FLAGS`` and ``LIBTPU_INIT_ARGS``
+    (whitespace-normalised), JAX's numerics switches (default matmul precision, x64), and the
+    versions of jax, jaxlib, flax and any installed accelerator plugin. The host *name* is not
+    here: the same machine type elsewhere computes the same arm (it is recorded as provenance).
+    """
+    device = jax.devices()[0]
+    plugins = {name: _version(name) for name in _RUNTIME_DISTRIBUTIONS}
+    return {
+        "cpu": cpu_model(),
+        "machine": platform.machine(),
+        "platform": device.platform,
+        "device_kind": device.device_kind,
+        "runtime": str(getattr(device.client, "platform_version", "unknown")),
+        "xla_flags": " ".join(os.environ.get("XLA_FLAGS", "").split()),
+        "libtpu_init_args": " ".join(os.environ.get("LIBTPU_INIT_ARGS", "").split()),
+        "matmul_precision": str(jax.config.jax_default_matmul_precision),
+        "x64": bool(jax.config.jax_enable_x64),
+        "jax": jax.__version__,
+        "jaxlib": _version("jaxlib"),
+        "flax": _version("flax"),
+        "plugins": {name: v for name, v in plugins.items() if v is not None},
+    }
+
+
+def cache_key(fields: Mapping[str, Any]) -> str:
+    """Stable hash of a JSON-able mapping (keys sorted)."""
+    text = json.dumps(fields, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def dense_arm_fields(
+    cfg: EvalConfig,
+    identity: str,
+    shift: float,
+    *,
+    devices: int | None = None,
+    step_callback: bool = False,
+    environment: Mapping[str, Any] | None = None,
+    code: str | None = None,
+) -> dict[str, Any]:
+    """Everything that decides what the dense arm (and its noise floor) computes.
+
+    The names and values here are the cache key's content: changing any of them invalidates every
+    cached dense arm, so they stay as they are unless the dense arm's result really depends on
+    something new.
+
+    Deliberately left out, because the dense arms do not depend on them: the sparse ``schedule``,
+    ``logger``, ``gate``, ``warm_runs`` (timings are measured by every run, never reused as
+    results), ``max_minutes``, ``output_root``, ``cache_dir``, ``fps``/``crf`` (video encoding of
+    the cached frames), ``dry_run``, ``target``, ``resolution.name`` (its sizes are in), the
+    checkpoint's path (its content is in ``identity``, so a copied checkpoint still hits), the
+    raw ``parallel.sequence`` (its resolved device count is in), ``parallel.distributed`` (the
+    same devices, one process or several), ``save_latents`` and ``progress`` itself (whether a
+    step callback was in the loop is in).
+
+    Args:
+        cfg: the run's configuration, resolved for the platform.
+        identity: the model's identity (preset and the content of every checkpoint part), from the
+            built components (``Components.identity``).
+        shift: the sampler's flow shift actually used.
+        devices: devices the sequence is split over (default: ``parallel.sequence`` resolved as the
+            run resolves it, ``evalharness.assembly.attention_setup.sequence_devices``: 0 is every device).
+        step_callback: whether a per-step host callback was in the denoising loop (the run never
+            puts one in a timed loop, so False; kept in the key so such a loop could not share
+            an entry).
+        environment: the environment's part (default: :func:`environment_fields`).
+        code: the code version (default: :func:`code_version` of this repository).
+
+    Returns:
+        The key's fields, JSON-able.
+    """
+    return {
+        "model": identity,
+        "param_dtype": cfg.model.param_dtype,
+        "dtype": cfg.dtype,
+        "resolution": [cfg.resolution.frames, cfg.resolution.height, cfg.resolution.width],
+        "steps": cfg.steps,
+        "sampler": cfg.sampler,
+        "flow_shift": shift,
+        "seed": cfg.seed,
+        "prompt": cfg.prompt,
+        "negative_prompt": cfg.negative_prompt,
+        "guidance_scale": cfg.guidance_scale,
+        "guidance_passes": cfg.guidance_passes,
+        "kernel": dataclasses.asdict(cfg.kernel),
+        "parallel": {
+            "devices": sequence_devices(cfg) if devices is None else int(devices),
+            "permute_placement": cfg.parallel.permute_placement,
+        },
+        "noise_floor": cfg.noise_floor,
+        "step_callback": bool(step_callback),
+        "code": code_version() if code is None else code,
+        "environment": dict(environment_fields() if environment is None else environment),
+    }
+
+
+# The fields of the keys computed in this process, so that storing an entry can write its
+# key.json and a miss can be explained without the caller passing the fields around.
+_KEY_FIELDS: dict[str, dict[str, Any]] = {}
+_KEY_FIELDS_KEPT = 64
+
+
+def dense_arm_key(
+    cfg: EvalConfig,
+    identity: str,
+    shift: float,
+    *,
+    devices: int | None = None,
+    step_callback: bool = False,
+    environment: Mapping[str, Any] | None = None,
+    code: str | None = None,
+) -> str:
+    """The cache key of a run's dense arm; the arguments are :func:`dense_arm_fields`'s.
+
+    The fields are remembered for this key, so :func:`store_dense_arms` writes them as the entry's
+    ``key.json`` and :func:`load_dense_arms` can say why a key missed.
+    """
+    fields = dense_arm_fields(
+        cfg,
+        identity,
+        shift,
+        devices=devices,
+        step_callback=step_callback,
+        environment=environment,
+        code=code,
+    )
+    key = cache_key(fields)
+    _KEY_FIELDS.pop(key, None)
+    _KEY_FIELDS[key] = json.loads(json.dumps(fields, default=str))
+    while len(_KEY_FIELDS) > _KEY_FIELDS_KEPT:
+        _KEY_FIELDS.pop(next(iter(_KEY_FIELDS)))
+    return key
+
+
+def key_fields_of(key: str) -> dict[str, Any] | None:
+    """The fields of a key :func:`dense_arm_key` computed in this process (JSON form), or None."""
+    return _KEY_FIELDS.get(key)

@@ -1,0 +1,312 @@
+"""On-disk cache of the dense arms' decoded frames, under the key of ``evalharness.evidence.cache_key``.
+
+What is stored with an entry (``key.json``: the key's inputs, readable; where it came from:
+created when, on which host), the hit/miss decision and the explanation of a miss live here.
+"""
+
+from __future__ import annotations
+
+import datetime
+import errno
+import json
+import logging
+import os
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evalharness.arms import ArmResult, RunTimes
+from evalharness.evidence.cache_key import key_fields_of
+
+log = logging.getLogger(__name__)
+
+
+class ArmCache:
+    """A folder of cached arms: ``<root>/<key>/{arrays.npz, meta.json, key.json}``.
+
+    ``key.json`` holds the key's inputs, readable, so a miss can be explained
+    (:meth:`closest_differences`); entries without one (older ones) are still read.
+
+    Writes go to a temporary folder renamed into place, so a crash or a concurrent run never leaves a
+    half-written entry that a later run would read; when processes store the same key at once,
+    the first rename wins and the others discard theirs (``tests/evalharness/evidence/test_dense_cache_concurrency.py``).
+    """
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.hits = 0
+        self.misses = 0
+
+    def path(self, key: str) -> Path:
+        """The folder of the entry stored under ``key``."""
+        return self.root / key
+
+    def load(self, key: str) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
+        """Returns (arrays, metadata) for a key, or None (a miss)."""
+        folder = self.path(key)
+        meta_path = folder / "meta.json"
+        if not meta_path.is_file():
+            self.misses += 1
+            return None
+        try:
+            meta = json.loads(meta_path.read_text())
+            with np.load(folder / "arrays.npz") as data:
+                arrays = {name: data[name] for name in data.files}
+        except (OSError, ValueError) as err:
+            log.warning("ignoring unreadable cache entry %s: %s", folder, err)
+            self.misses += 1
+            return None
+        self.hits += 1
+        return arrays, meta
+
+    def discard(self, key: str) -> None:
+        """Removes the entry under ``key`` (a stale one), if any: renamed aside first, so a
+        concurrent reader sees the whole entry or none, then deleted."""
+        folder = self.path(key)
+        aside = folder.with_name(f".discard-{key}-{os.getpid()}-{time.monotonic_ns()}")
+        try:
+            os.rename(folder, aside)
+        except FileNotFoundError:
+            return
+        shutil.rmtree(aside, ignore_errors=True)
+
+    def key_fields(self, key: str) -> dict[str, Any] | None:
+        """The inputs of the key an entry was stored under (its ``key.json``), or None."""
+        try:
+            return json.loads((self.path(key) / "key.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def closest_differences(self, fields: Mapping[str, Any]) -> tuple[str, list[str]] | None:
+        """The stored entry whose ``key.json`` differs from ``fields`` in the fewest inputs, and
+        those inputs (dotted names, e.g. ``environment.xla_flags``); None without any entry."""
+        if not self.root.is_dir():
+            return None
+        wanted = _flatten(json.loads(json.dumps(fields, default=str)))
+        best: tuple[str, list[str]] | None = None
+        for folder in sorted(self.root.iterdir()):
+            stored = None if folder.name.startswith(".") else self.key_fields(folder.name)
+            if stored is None:
+                continue
+            have = _flatten(stored)
+            differ = sorted(k for k in wanted.keys() | have.keys() if wanted.get(k) != have.get(k))
+            if best is None or len(differ) < len(best[1]):
+                best = (folder.name, differ)
+        return best
+
+    def store(
+        self,
+        key: str,
+        arrays: Mapping[str, np.ndarray],
+        meta: Mapping[str, Any],
+        key_fields: Mapping[str, Any] | None = None,
+    ) -> Path:
+        """Saves an entry atomically and returns its folder; ``key_fields`` (the key's inputs)
+        go to its ``key.json``."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=self.root))
+        try:
+            np.savez(tmp / "arrays.npz", **{k: np.asarray(v) for k, v in arrays.items()})
+            (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True, default=str))
+            if key_fields is not None:
+                (tmp / "key.json").write_text(
+                    json.dumps(key_fields, indent=2, sort_keys=True, default=str)
+                )
+            _sync(tmp)  # the files' bytes reach the disk before the rename makes them visible
+            try:
+                # rename(2) is atomic: readers see no entry or a whole one. No exists() check
+                # first: two processes can both pass it, and the second rename then fails.
+                os.rename(tmp, self.path(key))
+                _sync(self.root, files=False)  # and the rename itself survives a crash
+            except OSError as err:
+                if err.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+                # Another process stored the same key meanwhile (the same inputs): keep theirs.
+                shutil.rmtree(tmp)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return self.path(key)
+
+
+def _sync(folder: Path, *, files: bool = True) -> None:
+    """fsync(2) of ``folder``'s files (unless ``files`` is False) and of the folder itself, so a
+    power loss cannot leave a renamed entry whose files are empty."""
+    paths = [p for p in folder.iterdir() if p.is_file()] if files else []
+    for path in [*paths, folder]:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as ``{dotted.name: leaf}``."""
+    if not isinstance(tree, Mapping):
+        return {prefix: tree}
+    out: dict[str, Any] = {}
+    for name, value in tree.items():
+        out.update(_flatten(value, f"{prefix}.{name}" if prefix else str(name)))
+    return out
+
+
+def arm_meta(arm: ArmResult) -> dict[str, Any]:
+    """An arm's timings as JSON (cache metadata and ``timings.json``); arrays are stored apart."""
+    return {
+        "times": arm.times.to_json() if arm.times else None,
+        "compile_s": arm.compile_s,
+        "warmup_s": arm.warmup_s,
+        "decode_s": arm.decode_s,
+    }
+
+
+def arm_from_cache(
+    label: str, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]
+) -> ArmResult:
+    """Rebuilds an arm stored by :func:`store_dense_arms`.
+
+    Args:
+        label: the arm's label, also the prefix of its arrays (``dense``, ``noise_floor``).
+        arrays: the entry's arrays (``<label>_latents``, ``<label>_frames``).
+        meta: the arm's metadata, as :func:`arm_meta` wrote it.
+    """
+    times = RunTimes.from_json(meta["times"]) if meta.get("times") else None
+    return ArmResult(
+        label,
+        arrays[f"{label}_latents"],
+        times,
+        meta["compile_s"],
+        meta["warmup_s"],
+        arrays[f"{label}_frames"],
+        meta["decode_s"],
+    )
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+@dataclass
+class DenseArms:
+    """The dense arm and its optional dense-vs-dense noise floor, with where they came from.
+
+    Attributes:
+        dense: the dense arm, decoded.
+        noise_floor: the second dense executor's arm, decoded (None when not run).
+        key: the cache key they are stored under.
+        hit: True when they were read from the cache rather than computed.
+        created_at: when they were computed (UTC, ISO 8601): for freshly computed arms the moment
+            this object was made, for cached ones what the entry recorded (None for entries
+            stored before this was recorded).
+        host: the host name of the machine that computed them (None as for ``created_at``).
+    """
+
+    dense: ArmResult
+    noise_floor: ArmResult | None
+    key: str
+    hit: bool
+    created_at: str | None = field(default_factory=_now)
+    host: str | None = field(default_factory=socket.gethostname)
+
+    def metrics(self) -> dict[str, str]:
+        """Whether the dense arm was reused, and its key (run metrics)."""
+        return {"dense_cache": "hit" if self.hit else "miss", "dense_cache_key": self.key}
+
+    def holds(self, fresh: Mapping[str, ArmResult]) -> bool:
+        """Whether this entry's arms are the ones a run just computed: the same arms ("dense",
+        optionally "noise_floor") with bit-identical latents. Only then are its frames reused."""
+        pairs = [(self.dense, fresh["dense"])]
+        if "noise_floor" in fresh:
+            if self.noise_floor is None:
+                return False
+            pairs.append((self.noise_floor, fresh["noise_floor"]))
+        return all(
+            a.latents.shape == b.latents.shape and np.array_equal(a.latents, b.latents)
+            for a, b in pairs
+        )
+
+    def provenance(self) -> dict[str, str]:
+        """Where the dense frames came from, as strings (e.g. run tags): :meth:`metrics` plus
+        ``dense_created_at`` and ``dense_host`` (``unknown`` for entries that did not record
+        them)."""
+        return {
+            **self.metrics(),
+            "dense_created_at": self.created_at or "unknown",
+            "dense_host": self.host or "unknown",
+        }
+
+
+def load_dense_arms(cache: ArmCache, key: str) -> DenseArms | None:
+    """The cached dense arms under ``key``, or None on a miss.
+
+    On a miss of a key computed by :func:`dense_arm_key` in this process, the log names the
+    closest stored entry and the key inputs it differs in.
+    """
+    cached = cache.load(key)
+    if cached is None:
+        log.info("dense arm: cache miss %s (computing)%s", key, _explain_miss(cache, key))
+        return None
+    arrays, meta = cached
+    log.info(
+        "dense arm: cache hit %s (its decoded frames are reused if this run's latents match; "
+        "computed %s on %s)",
+        key,
+        meta.get("created_at", "at an unrecorded time"),
+        meta.get("host", "an unrecorded host"),
+    )
+    floor = None
+    if meta.get("noise_floor"):
+        floor = arm_from_cache("noise_floor", arrays, meta["noise_floor"])
+    return DenseArms(
+        arm_from_cache("dense", arrays, meta["dense"]),
+        floor,
+        key,
+        hit=True,
+        created_at=meta.get("created_at"),
+        host=meta.get("host"),
+    )
+
+
+def _explain_miss(cache: ArmCache, key: str) -> str:
+    fields = key_fields_of(key)
+    closest = cache.closest_differences(fields) if fields is not None else None
+    if closest is None:
+        return ""
+    other, differ = closest
+    return f"; closest cached entry {other} differs in: {', '.join(differ) or 'nothing'}"
+
+
+def store_dense_arms(
+    cache: ArmCache, arms: DenseArms, key_fields: Mapping[str, Any] | None = None
+) -> Path:
+    """Stores freshly computed dense arms under their key and returns the entry's folder.
+
+    The metadata records the key, ``created_at`` and ``host`` (from ``arms``); ``key_fields`` (the
+    key's inputs; default: those :func:`dense_arm_key` computed for ``arms.key`` in this process)
+    are written to the entry's ``key.json``.
+    """
+    arrays = {"dense_latents": arms.dense.latents, "dense_frames": arms.dense.frames}
+    meta: dict[str, Any] = {
+        "dense": arm_meta(arms.dense),
+        "noise_floor": None,
+        "key": arms.key,
+        "created_at": arms.created_at,
+        "host": arms.host,
+    }
+    if arms.noise_floor is not None:
+        arrays.update(
+            noise_floor_latents=arms.noise_floor.latents,
+            noise_floor_frames=arms.noise_floor.frames,
+        )
+        meta["noise_floor"] = arm_meta(arms.noise_floor)
+    if key_fields is None:
+        key_fields = key_fields_of(arms.key)
+    return cache.store(arms.key, arrays, meta, key_fields=key_fields)

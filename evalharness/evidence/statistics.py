@@ -1,0 +1,113 @@
+"""A metric across a run's (prompt, seed) pairs: mean, spread, worst pair, a bootstrap interval.
+
+Each pair's metrics are summarized across pairs as mean, standard deviation, worst pair and a 95%
+bootstrap confidence interval of the mean (percentile bootstrap), and the gate reads one of those
+statistics (``gate.on``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+# Statistics of a metric across pairs, in metric-name suffix order; ``gate.on`` names one.
+STATISTICS = ("mean", "std", "worst", "lcb", "ucb")
+# Metrics summarized across pairs; larger is better for each, so "worst" is the minimum.
+SUMMARIZED = ("psnr_db", "psnr_worst_frame_db", "ssim_frames", "speedup")
+CONFIDENCE = 0.95
+BOOTSTRAP_RESAMPLES = 2000
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A metric across pairs.
+
+    Attributes:
+        values: one value per pair, in pair order.
+        mean: their mean.
+        std: sample standard deviation (0 for one pair).
+        worst: the smallest value (every summarized metric is larger-is-better).
+        lcb: lower bound of the 95% bootstrap confidence interval of the mean (the mean for one
+            pair or identical values: no spread to resample).
+        ucb: its upper bound.
+    """
+
+    values: tuple[float, ...]
+    mean: float
+    std: float
+    worst: float
+    lcb: float
+    ucb: float
+
+    def metrics(self, name: str) -> dict[str, float]:
+        """``<name>_<statistic>`` for every statistic of :data:`STATISTICS`."""
+        return {f"{name}_{stat}": getattr(self, stat) for stat in STATISTICS}
+
+
+def summarize(values: Sequence[float], *, seed: int = 0) -> Summary:
+    """Mean, standard deviation, worst and the 95% bootstrap interval of the mean.
+
+    Infinite values (identical frames give an infinite PSNR) are kept: the mean and the bounds
+    become infinite where they dominate, the standard deviation NaN.
+
+    Args:
+        values: one finite-or-infinite float per pair (at least one).
+        seed: seed of the bootstrap's resampling, so a report can be reproduced.
+
+    Raises:
+        ValueError: no values, or a NaN among them (a metric that was not measured).
+    """
+    data = np.asarray(values, dtype=np.float64)
+    if data.size == 0:
+        raise ValueError("nothing to summarize: no pair was measured")
+    if np.isnan(data).any():
+        raise ValueError(f"a pair's value is NaN in {data.tolist()}: it was not measured")
+    mean = float(np.mean(data))
+    worst = float(np.min(data))
+    if data.size == 1:
+        return Summary((float(data[0]),), mean, 0.0, worst, mean, mean)
+    with np.errstate(invalid="ignore"):
+        std = float(np.std(data, ddof=1))
+    lcb, ucb = _bootstrap_interval(data, seed)
+    return Summary(tuple(data.tolist()), mean, std, worst, lcb, ucb)
+
+
+def _bootstrap_interval(data: np.ndarray, seed: int) -> tuple[float, float]:
+    """The percentile bootstrap interval of the mean.
+
+    Resampled means are ranked and the bounds taken at the ranks of the 2.5th and 97.5th
+    percentiles without interpolating, so an infinite value (identical frames) gives infinite
+    resampled means where it is drawn instead of NaN.
+    """
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, data.size, size=(BOOTSTRAP_RESAMPLES, data.size))
+    means = np.sort(np.mean(data[draws], axis=1))
+    tail = (1.0 - CONFIDENCE) / 2.0
+    low = means[int(np.floor(tail * (BOOTSTRAP_RESAMPLES - 1)))]
+    high = means[int(np.ceil((1.0 - tail) * (BOOTSTRAP_RESAMPLES - 1)))]
+    return float(low), float(high)
+
+
+def suite_metrics(per_pair: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """The summarized metrics of a run's pairs: ``<metric>_<statistic>`` for each metric of
+    :data:`SUMMARIZED` every pair measured, plus ``pairs``.
+
+    Raises:
+        ValueError: no pairs.
+    """
+    if not per_pair:
+        raise ValueError("no pair was measured")
+    out: dict[str, float] = {"pairs": len(per_pair)}
+    for name in SUMMARIZED:
+        if all(name in m for m in per_pair):
+            out.update(summarize([float(m[name]) for m in per_pair]).metrics(name))
+    return out
+
+
+def statistic_name(metric: str, on: str) -> str:
+    """The summarized metric the gate reads for ``metric`` under ``gate.on=on``."""
+    if on not in ("mean", "lcb", "worst"):
+        raise ValueError(f"gate.on={on!r}: use mean, lcb or worst")
+    return f"{metric}_{on}"

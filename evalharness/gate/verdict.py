@@ -1,0 +1,97 @@
+"""Quality/speed gate: thresholds on PSNR and speedup turned into a process exit code.
+
+The PSNR thresholds read the raw-frame PSNR of sparse vs dense (``psnr_db``, the whole video from
+its mean squared error, and ``psnr_worst_frame_db``, the worst frame), not FFmpeg's PSNR of lossy
+encodes, whose codec noise would swamp the attention error.
+
+``python -m evalharness.gate --experiment evalharness --min-psnr-db 40 --min-speedup 1.1`` checks the
+latest finished run of an experiment (or ``--run-id``) in MLflow without rerunning anything;
+``--min-worst-frame-psnr-db`` adds a threshold on the worst frame.
+
+Over a prompt suite each threshold reads one statistic of the metric across (prompt, seed) pairs
+(``gate.on``, ``--on``): ``mean``, ``lcb`` (the lower bound of its 95% bootstrap interval) or
+``worst``; e.g. ``psnr_db_lcb``. A speedup threshold never passes on a run whose dense medians
+were reused from another process (``reuse_dense_timing=true``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from evalharness.evidence import statistic_name
+
+PSNR_METRIC = "psnr_db"
+WORST_FRAME_PSNR_METRIC = "psnr_worst_frame_db"
+SPEEDUP_METRIC = "speedup"
+REUSED_TIMING_METRIC = "dense_timing_reused"
+# Runs logged before ``psnr_db`` existed carry the same figure (raw frames, from the mean squared
+# error over the video) as ``psnr_video_db``; the gate reads it there.
+_OLDER_NAMES = {PSNR_METRIC: "psnr_video_db"}
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """Outcome of a gate check: ``passed`` and one line per failed threshold."""
+
+    passed: bool
+    failures: tuple[str, ...]
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every threshold was met, else 1."""
+        return 0 if self.passed else 1
+
+
+def check_gate(
+    metrics: Mapping[str, float],
+    *,
+    min_psnr_db: float | None,
+    min_speedup: float | None,
+    min_worst_frame_psnr_db: float | None = None,
+    on: str = "mean",
+) -> GateResult:
+    """Compares run metrics with the thresholds; a None threshold is not checked.
+
+    Args:
+        metrics: the run's metrics: ``psnr_db``, ``psnr_worst_frame_db`` and ``speedup`` where
+            their thresholds are set (``psnr_video_db`` stands in for ``psnr_db`` of older runs).
+        min_psnr_db: lowest acceptable raw-frame PSNR of sparse vs dense (``psnr_db``), in dB.
+        min_speedup: lowest acceptable dense median / sparse median.
+        min_worst_frame_psnr_db: lowest acceptable PSNR of the worst frame, in dB.
+        on: the statistic across a suite's pairs each threshold reads: ``mean``, ``lcb`` or
+            ``worst`` (``<metric>_<on>``; for ``mean``, runs without it are read at ``<metric>``).
+
+    Returns:
+        The result; each failure names the metric, its value and the threshold. A missing or NaN
+        metric fails its threshold; inf (identical frames) passes.
+    """
+    statistic_name(PSNR_METRIC, on)  # refuses an unknown statistic before anything is read
+    failures = []
+    if min_speedup is not None and metrics.get(REUSED_TIMING_METRIC):
+        failures.append(
+            f"{SPEEDUP_METRIC}: the dense medians were reused from another process "
+            "(reuse_dense_timing=true), so no speedup threshold can pass; rerun without "
+            "reuse_dense_timing to time dense and sparse side by side"
+        )
+    for name, threshold in (
+        (PSNR_METRIC, min_psnr_db),
+        (WORST_FRAME_PSNR_METRIC, min_worst_frame_psnr_db),
+        (SPEEDUP_METRIC, min_speedup),
+    ):
+        if threshold is None:
+            continue
+        if statistic_name(name, on) in metrics or on != "mean":
+            name = statistic_name(name, on)
+        label = name
+        if name not in metrics and _OLDER_NAMES.get(name) in metrics:
+            label = f"{name} (as {_OLDER_NAMES[name]})"
+            name = _OLDER_NAMES[name]
+        if name not in metrics:
+            failures.append(f"{label} is missing from the run's metrics (threshold {threshold})")
+            continue
+        value = float(metrics[name])
+        if math.isnan(value) or value < threshold:
+            failures.append(f"{label} = {value:.4g} is below the threshold {threshold:.4g}")
+    return GateResult(not failures, tuple(failures))

@@ -1,0 +1,227 @@
+"""The dry run: will a real run fit on a target, and how long will it take, from a CPU machine."""
+
+import resource
+import time
+
+import pytest
+
+from evalharness.admission.dry_run_report import dry_run
+from evalharness.admission.preflight import PreflightRefusal
+from evalharness.bench.dry_runs import plan_row
+from evalharness.run import run
+from tests.helpers.harness_config import small_config
+
+GIB = 2**30
+
+
+def _dry(tmp_path, *overrides):
+    cfg = small_config(tmp_path, "dry_run=true", *overrides, small=False)
+    start = time.perf_counter()
+    code, report = dry_run(cfg)
+    return code, report, time.perf_counter() - start
+
+
+def _rss_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB
+
+
+def test_seed_setting_fits_eight_v6e_chips_and_lowers_for_tpu(tmp_path):
+    before = _rss_gib()
+    code, report, seconds = _dry(tmp_path, "experiment=seed_720p", "target=tpu-v6e-8")
+    assert code == 0, report
+    assert "Verdict: FITS" in report
+    assert "tiles 3328 x 1536" in report and "splash (dense arm)" in report
+    assert "| sparse b3 |" in report and "| B0 dense |" in report  # SMEM/VMEM of both plans
+    assert "Lowered for tpu with jax.export" in report
+    assert seconds < 120
+    # Abstract weights only: 14B in bf16 would be 26.6 GiB.
+    assert _rss_gib() - before < 3.0
+
+
+@pytest.mark.slow  # end to end: run by .ci/run's second step (pytest -m slow)
+def test_14b_at_1440p_aggressive_fits_eight_v6e_chips(tmp_path):
+    """The largest setting we claim: 302,400 tokens, 37,800 per chip. Cross-attention's float32
+    scores, computed a few heads at a time, are what keeps it under 31.25 GiB (31.46 GiB before)."""
+    code, report, _ = _dry(
+        tmp_path,
+        "model=wan2.1-t2v-14b",
+        "resolution=1440p",
+        "schedule=aggressive",
+        "target=tpu-v6e-8",
+        "max_minutes=1000",  # the estimate is 5.5 hours: this test is about memory
+    )
+    assert code == 0, report
+    assert "Verdict: FITS" in report
+    peak = next(line for line in report.splitlines() if line.startswith("| **peak**"))
+    sparse_gib = float(peak.strip("|").split("|")[-1])
+    assert sparse_gib < 31.25 * 0.9, peak  # a margin for what the CPU plan cannot see
+
+
+@pytest.mark.slow  # end to end: run by .ci/run's second step (pytest -m slow)
+def test_14b_at_1440p_fits_one_h200_with_separate_guidance_passes(tmp_path):
+    """302,400 tokens on one device: the joint guidance batch peaks at 160 GiB and the refusal
+    names the fix; the two passes one after the other halve every activation and fit."""
+    big = ("model=wan2.1-t2v-14b", "resolution=1440p", "schedule=aggressive", "target=h200")
+    code, report, _ = _dry(tmp_path, *big, "max_minutes=100000")
+    assert code == 2 and "DOES NOT FIT" in report
+    assert "guidance_passes=separate" in report.split("To fit:")[1]
+    code, report, _ = _dry(tmp_path, *big, "max_minutes=100000", "guidance_passes=separate")
+    assert code == 0, report
+    assert "Verdict: FITS" in report and "batch 1 per forward" in report
+    assert "Lowered for cuda with jax.export" in report
+    peak = next(line for line in report.splitlines() if line.startswith("| **peak**"))
+    sparse_gib = float(peak.strip("|").split("|")[-1])
+    assert sparse_gib < 98.49, peak  # the allocator's limit at JAX's default 75% of 141 GB
+
+
+def test_14b_on_one_chip_does_not_fit_and_says_why(tmp_path):
+    # 26.6 GiB of bf16 weights plus the 10.7 GiB text encoder exceed one v6e chip's 31.25 GiB.
+    code, report, _ = _dry(tmp_path, "model=wan2.1-t2v-14b", "resolution=720p", "target=tpu-v6e-1")
+    assert code == 2
+    assert "DOES NOT FIT" in report
+    assert "memory: the" in report and "To fit:" in report
+    assert "parallel.sequence=2" in report
+
+
+def test_tiles_too_small_for_smem_are_refused_with_tiles_that_fit(tmp_path):
+    code, report, seconds = _dry(
+        tmp_path,
+        "model=wan2.1-t2v-14b",
+        "resolution=1080p",
+        "target=tpu-v6e-8",
+        "kernel.block_q=128",
+        "kernel.block_kv=128",
+    )
+    assert code == 2
+    assert "exceeds SMEM" in report and "fits" in report
+    assert "lowering skipped" in report  # nothing further is tried on a plan that cannot fit
+    assert seconds < 60
+
+
+def test_vmem_over_an_explicit_limit_is_refused_with_a_limit_that_fits(tmp_path):
+    code, report, _ = _dry(
+        tmp_path,
+        "experiment=seed_720p",
+        "target=tpu-v6e-8",
+        "kernel.vmem_limit_bytes=16777216",
+    )
+    assert code == 2
+    assert "VMEM" in report and "kernel.vmem_limit_bytes=" in report
+
+
+def test_14b_720p_on_h200_runs_pallas_gpu_and_lowers_its_arms_for_cuda(tmp_path):
+    code, report, seconds = _dry(
+        tmp_path, "model=wan2.1-t2v-14b", "resolution=720p", "target=h200", "max_minutes=1e9"
+    )
+    assert code == 0, report
+    assert "Verdict: FITS" in report
+    assert "backend pallas_gpu, tiles 128 x 64" in report
+    assert "cudnn (dense arm) and b0 (noise floor)" in report and "dtype bfloat16" in report
+    assert "Pallas GPU shared memory: ~96 KiB per program" in report  # bf16 128 x 64, 2 stages
+    lowered = next(line for line in report.splitlines() if line.startswith("Lowered for cuda"))
+    assert "sparse" in lowered and "noise_floor" in lowered and "dense" not in lowered
+    # cuDNN needs the GPU to lower; the report says so instead of claiming the arm was checked.
+    assert "the dense arm (cudnn) was not lowered: JAX asks the CUDA plugin" in report
+    assert (
+        "the sparse arm was lowered without its dense steps and layers, which run cudnn" in report
+    )
+    assert seconds < 120
+
+
+def test_a_dense_schedule_on_h200_lowers_the_noise_floor_and_says_what_it_did_not(tmp_path):
+    code, report, _ = _dry(
+        tmp_path, "model=wan2.1-t2v-1.3b", "resolution=480p", "target=h200", "schedule=dense"
+    )
+    assert "Lowered for cuda with jax.export: noise_floor" in report
+    assert "the sparse arm (a dense schedule: cudnn) was not lowered either" in report
+
+
+def test_gpu_tiles_over_shared_memory_are_refused_with_tiles_that_fit(tmp_path):
+    code, report, seconds = _dry(
+        tmp_path,
+        "model=wan2.1-t2v-14b",
+        "resolution=720p",
+        "target=h200",
+        "kernel.block_q=512",
+        "kernel.block_kv=512",
+    )
+    assert code == 2
+    problem = next(line for line in report.splitlines() if line.startswith("- shared memory:"))
+    assert "Pallas GPU tiles 512 x 512" in problem and "kernel.block_kv=64" in problem
+    assert "lowering skipped" in report  # nothing further is tried on a plan that cannot fit
+    assert seconds < 60
+
+
+def test_gpu_launch_settings_reach_the_shared_memory_check(tmp_path):
+    # Three K/V stages of 128 x 128 bf16 tiles (224 KiB) overflow; two (160 KiB) fit.
+    code, report, _ = _dry(
+        tmp_path,
+        "model=wan2.1-t2v-1.3b",
+        "resolution=480p",
+        "target=h200",
+        "kernel.block_kv=128",
+        "kernel.num_stages=3",
+    )
+    assert code == 2
+    assert "3 stages" in report and "kernel.num_stages=2" in report
+
+
+@pytest.mark.parametrize(("target", "heads_per_device"), [("tpu-v6e-8", 5), ("h200", 40)])
+def test_default_executors_at_720p_hold_no_n_squared_array(tmp_path, target, heads_per_device):
+    code, report, _ = _dry(tmp_path, "model=wan2.1-t2v-14b", "resolution=720p", f"target={target}")
+    assert "dot_product_attention" not in report and "reference" not in report
+    # One [batch, heads, N, N] float32 score array of a device's share: what an N^2 executor needs.
+    n_squared_gib = 2 * heads_per_device * 75_600**2 * 4 / GIB
+    executor_row = next(line for line in report.splitlines() if "| attention executor |" in line)
+    cells = [float(c) for c in executor_row.strip("|").split("|")[2:]]
+    assert max(cells) < n_squared_gib / 10, executor_row
+
+
+def test_an_n_squared_noise_floor_at_720p_is_refused(tmp_path):
+    code, report, _ = _dry(
+        tmp_path,
+        "model=wan2.1-t2v-14b",
+        "resolution=720p",
+        "target=h200",
+        "kernel.noise_floor_executor=dot_product_attention",
+    )
+    assert code == 2
+    assert "noise_floor arm peaks" in report
+    assert "flash-style executor" in report
+
+
+def test_tiny_default_fits_this_cpu(tmp_path):
+    code, report, _ = _dry(tmp_path, "target=cpu")
+    assert code == 0, report
+    assert "b0 (dense arm) and dot_product_attention (noise floor)" in report
+
+
+def test_unknown_target_names_the_known_ones(tmp_path):
+    with pytest.raises(ValueError, match="tpu-v6e-8"):
+        _dry(tmp_path, "target=tpu-v9")
+
+
+def test_equal_dense_executors_are_refused_before_anything_runs(tmp_path):
+    cfg = small_config(
+        tmp_path, "kernel.dense_executor=b0", "kernel.noise_floor_executor=b0", "logger=none"
+    )
+    with pytest.raises(ValueError, match="noise_floor_executor=b0 equals dense_executor=b0"):
+        run(cfg)
+    assert not (tmp_path / "outputs" / "runs").exists()
+
+
+def test_a_real_run_is_refused_on_memory_with_the_table(tmp_path):
+    # The default CPU run at 720p: its einsum noise floor would need N^2 memory on this host.
+    cfg = small_config(tmp_path, "resolution=720p", "max_minutes=1e9", "logger=none", small=False)
+    with pytest.raises(PreflightRefusal, match="noise_floor arm peaks") as refusal:
+        run(cfg)
+    assert "| attention executor |" in str(refusal.value)
+    assert not (tmp_path / "outputs" / "runs").exists()
+
+
+def test_dry_run_table_row_for_the_closing_note():
+    row = plan_row("wan2.1-t2v-1.3b", "720p", "tpu-v6e-8", [])
+    assert row["fits"] == "yes" and row["lowered"] == "tpu"
+    assert 0 < row["peak GiB"] < row["HBM GiB"]
+    assert row["SMEM KiB"] < 896 and row["VMEM MiB"] < 128
+    assert 0 < row["minutes"] < 60

@@ -1,0 +1,170 @@
+"""Preflight refuses runs that cannot fit, before anything is allocated."""
+
+import pytest
+
+from evalharness.admission.preflight import PreflightRefusal, check, estimate_cost, parameter_count
+from evalharness.run import run
+from models.config import get_transformer_config
+from models.video_geometry import VideoGeometry
+from tests.helpers.harness_config import small_config
+
+
+def test_parameter_count_matches_wan_sizes():
+    assert parameter_count(get_transformer_config("wan2.1-t2v-1.3b")) == pytest.approx(
+        1.42e9, rel=0.03
+    )
+    assert parameter_count(get_transformer_config("wan2.1-t2v-14b")) == pytest.approx(
+        14.3e9, rel=0.03
+    )
+
+
+def _estimate_14b(height: int, width: int, **device):
+    """14B, 81 frames, 40 guided steps, 3 warm runs, bf16, kept fraction 0.4."""
+    return estimate_cost(
+        get_transformer_config("wan2.1-t2v-14b"),
+        VideoGeometry(81, height, width),
+        steps=40,
+        cfg_batch=2,
+        warm_runs=3,
+        kept_fraction=0.4,
+        noise_floor=True,
+        param_dtype="bfloat16",
+        dtype="bfloat16",
+        **device,
+    )
+
+
+def test_attention_share_grows_with_resolution():
+    shares = [
+        _estimate_14b(h, w, device_flops_per_s=1e12, device_bytes=2**40).attention_share
+        for h, w in ((720, 1280), (1088, 1920), (1440, 2560))
+    ]
+    assert shares == sorted(shares) and shares[0] > 0.5 and shares[-1] > 0.85
+
+
+def test_refusal_names_numbers_and_override():
+    est = _estimate_14b(720, 1280, device_flops_per_s=1e11, device_bytes=24 * 2**30)
+    with pytest.raises(PreflightRefusal) as info:
+        check(est, max_minutes=30, what="test")
+    message = str(info.value)
+    assert "75,600 tokens" in message and "max_minutes" in message and "GiB" in message
+    assert "Nothing was allocated" in message
+
+
+def test_headline_1440p_on_cpu_is_refused_without_allocating(tmp_path, monkeypatch):
+    import evalharness.run as run_module
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("preflight must refuse before any model is built")
+
+    monkeypatch.setattr(run_module, "build_components", no_build)
+    cfg = small_config(tmp_path, "resolution=1440p", "schedule=aggressive", small=False)
+    with pytest.raises(PreflightRefusal, match="302,400 tokens"):
+        run(cfg)
+    assert not (tmp_path / "outputs").exists()  # no run folder, no MLflow database
+
+
+def test_config_dtypes_are_accepted_and_unknown_dtypes_named():
+    from evalharness.config.schemas import DType
+
+    kwargs = dict(device_flops_per_s=1e12, device_bytes=2**40)
+    plain = _estimate_14b(720, 1280, **kwargs)
+    typed = estimate_cost(
+        get_transformer_config("wan2.1-t2v-14b"),
+        VideoGeometry(81, 720, 1280),
+        steps=40,
+        cfg_batch=2,
+        warm_runs=3,
+        kept_fraction=0.4,
+        noise_floor=True,
+        param_dtype=DType.bfloat16,
+        dtype=DType.bfloat16,
+        **kwargs,
+    )
+    assert typed == plain
+    with pytest.raises(ValueError, match="param_dtype='float64'"):
+        estimate_cost(
+            get_transformer_config("tiny"),
+            VideoGeometry(5, 16, 16),
+            steps=1,
+            cfg_batch=1,
+            warm_runs=1,
+            kept_fraction=1.0,
+            noise_floor=False,
+            param_dtype="float64",
+            dtype="float32",
+            **kwargs,
+        )
+
+
+def _plan_14b_720p(noise_floor_temp):
+    """14B at 720p on 8 v6e chips (bf16, guided batch 2); the noise floor's executor temporaries
+    given, the others a small flash-style figure."""
+    from evalharness.estimates.memory_estimate import ExecutorSpec, estimate_memory
+    from evalharness.estimates.targets import get_target
+
+    target = get_target("tpu-v6e-8")
+    flash = 64 * 2**20
+    executors = {
+        "dense": ExecutorSpec("splash", flash),
+        "noise_floor": ExecutorSpec("dot_product_attention", noise_floor_temp),
+        "sparse": ExecutorSpec(
+            "b3", flash, routed=True, dense_name="splash", dense_temp_bytes=flash
+        ),
+    }
+    return estimate_memory(
+        get_transformer_config("wan2.1-t2v-14b"),
+        VideoGeometry(81, 720, 1280),
+        batch=2,
+        devices=target.devices,
+        param_dtype="bfloat16",
+        dtype="bfloat16",
+        executors=executors,
+        text_encoder_bytes=11 * 10**9,
+        vae_bytes=2 * 2**30,
+        device_bytes=target.hbm_bytes,
+        device=target.name,
+        target_platform=target.platform,
+    )
+
+
+def test_n_squared_executor_at_720p_is_refused_with_the_table():
+    def n_squared(*, batch, heads, tokens, head_dim, dtype_bytes):
+        return batch * heads * tokens * tokens * 4  # float32 [B, H, N, N] logits
+
+    table = _plan_14b_720p(n_squared)
+    assert not table.fits and table.dominant("noise_floor") == "attention executor"
+    assert table.peak("dense") < table.device_bytes  # the flash arms fit
+    est = _estimate_14b(720, 1280, device_flops_per_s=1e15, device_bytes=table.device_bytes)
+    with pytest.raises(PreflightRefusal) as info:
+        check(est, max_minutes=1e6, what="14B 720p", memory=table)
+    message = str(info.value)
+    assert "75,600 tokens" in message and "Nothing was allocated" in message
+    assert "noise_floor arm peaks at" in message and "tpu-v6e-8's 31.25 GiB" in message
+    assert "| attention executor | attention |" in message  # the table itself
+    assert "kernel.noise_floor_executor=b0" in message and "parallel.sequence=16" in message
+    assert "dtype=bfloat16" not in message  # already bf16
+
+
+def test_fitting_table_and_time_pass():
+    from evalharness.estimates.targets import get_target
+    from evalharness.estimates.workload import estimate_time
+
+    table = _plan_14b_720p(64 * 2**20)
+    assert table.fits, table.to_markdown()
+    est = _estimate_14b(720, 1280, device_flops_per_s=1e9, device_bytes=1)  # rough model refuses
+    timing = estimate_time(
+        get_transformer_config("wan2.1-t2v-14b"),
+        VideoGeometry(81, 720, 1280),
+        get_target("tpu-v6e-8"),
+        steps=40,
+        cfg_batch=2,
+        warm_runs=3,
+        kept_fraction=0.4,
+        noise_floor=True,
+        param_dtype="bfloat16",
+        dtype="bfloat16",
+    )
+    check(est, max_minutes=60, what="14B 720p", memory=table, timing=timing)
+    with pytest.raises(PreflightRefusal, match="roofline on tpu-v6e-8"):
+        check(est, max_minutes=1, what="14B 720p", memory=table, timing=timing)

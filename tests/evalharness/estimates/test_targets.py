@@ -1,0 +1,110 @@
+"""Device targets and the roofline time estimate built on them."""
+
+import dataclasses
+
+import pytest
+
+from evalharness.estimates.targets import (
+    GIB,
+    TARGET_NAMES,
+    cpu_target,
+    get_target,
+    host_memory_bytes,
+)
+from evalharness.estimates.workload import estimate_time, parameter_count, step_flops
+from models.config import get_transformer_config
+from models.video_geometry import VideoGeometry
+
+
+def test_table_states_the_published_figures():
+    v6e = get_target("tpu-v6e-8")
+    assert (v6e.platform, v6e.devices) == ("tpu", 8)
+    assert v6e.hbm_bytes == int(31.25 * GIB)
+    assert v6e.peak_flops["bfloat16"] == 918e12 and v6e.hbm_bytes_per_s == 1640e9
+    assert (v6e.smem_bytes, v6e.vmem_bytes) == (1 << 20, 128 << 20)
+    assert get_target("tpu-v6e-1").devices == 1
+    h200 = get_target("h200")
+    # JAX's default preallocation: 75% of 141 GB is what a run may use.
+    assert h200.platform == "gpu" and h200.hbm_bytes == int(0.75 * 141e9)
+    assert h200.smem_bytes is None and h200.vmem_bytes is None
+    assert h200.shared_memory_bytes == 227 * 1024  # Hopper's opt-in shared memory per block
+    assert v6e.shared_memory_bytes is None
+    assert all(get_target(n).source for n in ("tpu-v6e-1", "tpu-v6e-8", "h200"))
+
+
+def test_unknown_target_lists_the_known_ones():
+    with pytest.raises(ValueError, match="unknown target 'tpu-v9'") as info:
+        get_target("tpu-v9")
+    assert all(name in str(info.value) for name in TARGET_NAMES)
+
+
+def test_device_count_override_and_frozen():
+    target = get_target("tpu-v6e-8", devices=4)
+    assert target.devices == 4 and get_target("tpu-v6e-8").devices == 8
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        target.devices = 2
+    with pytest.raises(ValueError, match="dtype='float64'"):
+        target.flops_per_s("float64")
+
+
+def test_cpu_target_is_this_host():
+    target = cpu_target({"float32": 1e11, "bfloat16": 5e10})
+    assert target.platform == "cpu" and target.efficiency == 1.0
+    assert target.hbm_bytes * target.devices <= host_memory_bytes()
+    assert target.flops_per_s("float32") == pytest.approx(1e11 / target.devices)
+    measured = get_target("cpu")  # measures a matmul now
+    assert measured.peak_flops["float32"] > 1e8
+
+
+def test_roofline_takes_the_slower_side():
+    target = get_target("h200")
+    assert target.step_seconds(989e12 * 0.45, 0.0, "bfloat16") == (pytest.approx(1.0), "compute")
+    assert target.step_seconds(0.0, 4.8e12 * 2, "bfloat16") == (pytest.approx(2.0), "memory")
+    assert "max(FLOPs / sustained FLOP/s, bytes / bandwidth)" in target.assumption("bfloat16")
+
+
+def test_14b_720p_on_v6e_8_takes_minutes_per_arm():
+    cfg = get_transformer_config("wan2.1-t2v-14b")
+    geometry = VideoGeometry(81, 720, 1280)
+    timing = estimate_time(
+        cfg,
+        geometry,
+        get_target("tpu-v6e-8"),
+        steps=40,
+        cfg_batch=2,
+        warm_runs=3,
+        kept_fraction=0.4,
+        noise_floor=True,
+        param_dtype="bfloat16",
+        dtype="bfloat16",
+    )
+    # One 40-step run of an arm: 1.3e16 FLOPs / 8 chips at 45% of 918 TFLOP/s is about 4 s a
+    # step, so minutes per run, not seconds and not hours.
+    per_run = {arm: timing.minutes[arm] / timing.runs[arm] for arm in timing.minutes}
+    assert all(1.0 < minutes < 60.0 for minutes in per_run.values()), per_run
+    assert per_run["sparse"] < per_run["dense"] == pytest.approx(per_run["noise_floor"])
+    assert set(timing.bound.values()) == {"compute"}  # attention dominates at 720p
+    assert timing.runs == {"dense": 4, "noise_floor": 4, "sparse": 5}  # both dense controls timed
+    _, total = step_flops(cfg, geometry.tokens, 2)
+    assert timing.step_seconds["dense"] == pytest.approx(total / 8 / (918e12 * 0.45))
+    assert timing.as_metrics()["time.total_minutes"] == pytest.approx(timing.total_minutes)
+    assert "tpu-v6e-8" in timing.to_markdown()
+
+
+def test_small_model_on_a_big_device_is_memory_bound():
+    cfg = get_transformer_config("tiny")
+    timing = estimate_time(
+        cfg,
+        VideoGeometry(5, 16, 16),
+        get_target("h200"),
+        steps=1,
+        cfg_batch=1,
+        warm_runs=0,
+        kept_fraction=1.0,
+        noise_floor=False,
+        param_dtype="bfloat16",
+        dtype="bfloat16",
+    )
+    # 8 tokens: reading 2.2M bf16 weights (0.9 us at 4.8 TB/s) outlasts 90 MFLOPs (0.2 us).
+    assert timing.bound == {"dense": "memory", "sparse": "memory"}
+    assert timing.step_seconds["dense"] >= parameter_count(cfg) * 2 / 4.8e12

@@ -1,0 +1,171 @@
+"""Dense-arm cache: hits on the same key, misses on any change that matters (and only then), never
+half-written, and says where a cached arm came from."""
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+
+from evalharness.arms.arm import ArmResult
+from evalharness.arms.timing import RunTimes
+from evalharness.evidence.cache_key import cache_key, key_fields_of
+from evalharness.evidence.dense_cache import ArmCache, DenseArms, load_dense_arms, store_dense_arms
+from tests.helpers.cache_key import (
+    pinned_key,
+    replace_field,
+)
+
+# ----------------------------------------------------------------------------- the store itself
+
+
+def test_cache_hit_and_invalidation(tmp_path):
+    cache = ArmCache(tmp_path)
+    fields = {"model": "tiny", "steps": 4, "seed": 1, "prompt": "fox"}
+    key = cache_key(fields)
+    assert cache.load(key) is None
+    cache.store(key, {"latents": np.arange(6.0).reshape(2, 3)}, {"median_s": 1.5})
+    arrays, meta = cache.load(key)
+    np.testing.assert_array_equal(arrays["latents"], np.arange(6.0).reshape(2, 3))
+    assert meta == {"median_s": 1.5}
+    assert (cache.hits, cache.misses) == (1, 1)
+    for change in ({"steps": 5}, {"seed": 2}, {"prompt": "owl"}):
+        assert cache_key({**fields, **change}) != key
+    assert cache_key(dict(reversed(list(fields.items())))) == key
+
+
+def test_an_entry_is_on_disk_before_it_becomes_visible(tmp_path, monkeypatch):
+    # Every file and the temporary folder are synced before the rename, the cache folder after.
+    import evalharness.evidence.dense_cache as cache_module
+
+    synced, renamed = [], []
+    real_fsync, real_rename = cache_module.os.fsync, cache_module.os.rename
+
+    def fsync(fd):
+        synced.append((os.readlink(f"/proc/self/fd/{fd}"), bool(renamed)))
+        real_fsync(fd)
+
+    def rename(src, dst):
+        renamed.append(dst)
+        real_rename(src, dst)
+
+    monkeypatch.setattr(cache_module.os, "fsync", fsync)
+    monkeypatch.setattr(cache_module.os, "rename", rename)
+    cache = ArmCache(tmp_path)
+    folder = cache.store("k", {"latents": np.zeros(3)}, {"m": 1}, key_fields={"seed": 1})
+    before = {Path(path).name for path, after in synced if not after}
+    assert {"arrays.npz", "meta.json", "key.json"} <= before
+    assert any(name.startswith(".k-") for name in before)  # the temporary folder itself
+    assert [Path(path) for path, after in synced if after] == [tmp_path]
+    assert folder == cache.path("k") and cache.load("k") is not None
+
+
+def test_a_stale_entry_is_replaced_only_after_it_is_discarded(tmp_path):
+    cache = ArmCache(tmp_path)
+    key = cache_key({"model": "tiny"})
+    cache.store(key, {"latents": np.zeros(3)}, {"run": "old"})
+    cache.store(key, {"latents": np.ones(3)}, {"run": "new"})  # the first entry stays
+    assert cache.load(key)[1] == {"run": "old"}
+    cache.discard(key)
+    assert cache.load(key) is None
+    cache.store(key, {"latents": np.ones(3)}, {"run": "new"})
+    assert cache.load(key)[1] == {"run": "new"}
+    cache.discard("no-such-key")  # nothing to discard is not an error
+    assert [p.name for p in tmp_path.iterdir()] == [key]
+
+
+def test_unreadable_entry_is_a_miss(tmp_path):
+    cache = ArmCache(tmp_path)
+    cache.store("k", {"x": np.ones(2)}, {})
+    (tmp_path / "k" / "arrays.npz").write_bytes(b"garbage")
+    assert cache.load("k") is None
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+# ----------------------------------------------------------------------------- entries and provenance
+
+
+def _arm(label, value, timed):
+    times = RunTimes((1.0, 2.0, 3.0), steps=2) if timed else None
+    frames = np.full((1, 2, 2, 3), value, np.uint8)
+    return ArmResult(label, np.full((1, 4), float(value)), times, 0.5, 0.25, frames, 0.125)
+
+
+def test_dense_arms_round_trip_through_the_cache(tmp_path):
+    cache = ArmCache(tmp_path)
+    assert load_dense_arms(cache, "k") is None
+    stored = DenseArms(_arm("dense", 1, True), _arm("noise_floor", 2, False), "k", hit=False)
+    assert stored.metrics() == {"dense_cache": "miss", "dense_cache_key": "k"}
+    store_dense_arms(cache, stored)
+    loaded = load_dense_arms(cache, "k")
+    assert loaded.hit and loaded.metrics()["dense_cache"] == "hit"
+    for got, want in ((loaded.dense, stored.dense), (loaded.noise_floor, stored.noise_floor)):
+        assert (got.label, got.times, got.compile_s, got.decode_s) == (
+            want.label,
+            want.times,
+            want.compile_s,
+            want.decode_s,
+        )
+        np.testing.assert_array_equal(got.frames, want.frames)
+    store_dense_arms(cache, DenseArms(_arm("dense", 3, True), None, "k2", hit=False))
+    assert load_dense_arms(cache, "k2").noise_floor is None
+
+
+def test_entry_records_its_key_inputs_and_provenance(cfg, env, tmp_path, caplog):
+    cache = ArmCache(tmp_path)
+    key = pinned_key(cfg, env)
+    fields = key_fields_of(key)
+    assert cache_key(fields) == key
+    computed = DenseArms(_arm("dense", 1, True), None, key, hit=False)
+    assert computed.host and computed.created_at  # this host, now
+    folder = store_dense_arms(cache, computed)
+    assert json.loads((folder / "key.json").read_text()) == fields  # readable, beside the entry
+    meta = json.loads((folder / "meta.json").read_text())
+    assert (meta["key"], meta["created_at"], meta["host"]) == (
+        key,
+        computed.created_at,
+        computed.host,
+    )
+    loaded = load_dense_arms(cache, key)
+    assert loaded.provenance() == {
+        "dense_cache": "hit",
+        "dense_cache_key": key,
+        "dense_created_at": computed.created_at,
+        "dense_host": computed.host,
+    }
+    assert computed.provenance()["dense_cache"] == "miss"
+
+    # A miss names the closest cached entry and what differs.
+    other = pinned_key(replace_field(cfg, "seed", cfg.seed + 1), {**env, "xla_flags": "--x"})
+    with caplog.at_level(logging.INFO, logger="evalharness.evidence.dense_cache"):
+        assert load_dense_arms(cache, other) is None
+    assert f"closest cached entry {key} differs in: environment.xla_flags, seed" in caplog.text
+    assert cache.closest_differences(fields) == (key, [])
+
+
+def test_entries_without_provenance_still_load(tmp_path):
+    cache = ArmCache(tmp_path)
+    arms = DenseArms(_arm("dense", 1, True), None, "old", hit=False)
+    folder = store_dense_arms(cache, arms, key_fields={"seed": 1})
+    meta = json.loads((folder / "meta.json").read_text())
+    for name in ("created_at", "host", "key"):
+        del meta[name]
+    (folder / "meta.json").write_text(json.dumps(meta))
+    (folder / "key.json").unlink()
+    loaded = load_dense_arms(cache, "old")
+    assert loaded.provenance()["dense_created_at"] == "unknown"
+    assert loaded.provenance()["dense_host"] == "unknown"
+    assert cache.closest_differences({"seed": 1}) is None
+
+
+def test_an_entry_is_reused_only_for_bit_identical_latents_of_the_same_arms():
+    stored = DenseArms(_arm("dense", 1, True), _arm("noise_floor", 2, True), "k", hit=True)
+    same = {"dense": _arm("dense", 1, False), "noise_floor": _arm("noise_floor", 2, False)}
+    assert stored.holds(same) and stored.holds({"dense": same["dense"]})
+    other = dict(same, noise_floor=_arm("noise_floor", 3, False))
+    assert not stored.holds(other)
+    nudged = _arm("dense", 1, False)
+    nudged.latents = np.nextafter(nudged.latents, np.float32(2))
+    assert not stored.holds({"dense": nudged})
+    assert not DenseArms(_arm("dense", 1, True), None, "k", hit=True).holds(same)
