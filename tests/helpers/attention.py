@@ -44,9 +44,31 @@ def check_against_oracle(out, q, k, v, mask) -> None:
     assert_allclose(out, expected, **(F32_TOL if q.dtype == jnp.float32 else BF16_TOL))
 
 
-# The parameters of one kernel-against-oracle case, for ``pytest.mark.parametrize``: band-only and
-# band+sink, padded and unpadded lengths, both head dims, both dtypes.
+# The parameters of one kernel-against-oracle case, for ``pytest.mark.parametrize``.
 ORACLE_CASE_ARGS = "variant, tokens, half_width, sink, block_q, block_kv, head_dim, dtype"
+# The masks both Pallas kernels are checked on (band-only and band+sink, padded and unpadded
+# lengths, both head dims, both dtypes), each with the tiles (block_q, block_kv) it runs at on
+# TPU (key tiles of 128, the lane width) and on GPU (tiles from 16 to 128).
+_ORACLE_MASKS = [
+    # variant, tokens, half_width, sink, head_dim, dtype, TPU tiles, GPU tiles
+    ("b0", 300, 0, 0, 64, jnp.float32, (64, 128), (64, 64)),
+    ("b1", 500, 90, 60, 64, jnp.float32, (64, 128), (64, 32)),
+    ("b2", 512, 150, 0, 128, jnp.float32, (128, 128), (128, 64)),
+    ("b2", 520, 200, 100, 64, jnp.float32, (64, 128), (32, 128)),
+    ("b3", 600, 180, 64, 128, jnp.float32, (128, 128), (128, 64)),
+    ("b2", 384, 120, 40, 128, jnp.bfloat16, (64, 128), (64, 64)),
+    ("b3", 450, 140, 0, 64, jnp.bfloat16, (64, 128), (16, 16)),
+]
+
+
+def oracle_cases(platform: str) -> list[tuple]:
+    """The kernel-against-oracle cases (``ORACLE_CASE_ARGS`` order) at ``platform``'s tiles.
+
+    Args:
+        platform: "tpu" or "gpu".
+    """
+    column = {"tpu": 6, "gpu": 7}[platform]
+    return [(*case[:4], *case[column], *case[4:6]) for case in _ORACLE_MASKS]
 
 
 def oracle_case_ids(cases) -> list[str]:

@@ -34,6 +34,7 @@ from tests.helpers.attention import (
     numpy_qkv,
     oracle,
     oracle_case_ids,
+    oracle_cases,
 )
 from tests.helpers.numerics import assert_allclose
 
@@ -41,16 +42,7 @@ _qkv = numpy_qkv
 _check = check_against_oracle
 
 
-# Tiles from 16 to 128.
-CASES = [
-    ("b0", 300, 0, 0, 64, 64, 64, jnp.float32),
-    ("b1", 500, 90, 60, 64, 32, 64, jnp.float32),
-    ("b2", 512, 150, 0, 128, 64, 128, jnp.float32),
-    ("b2", 520, 200, 100, 32, 128, 64, jnp.float32),
-    ("b3", 600, 180, 64, 128, 64, 128, jnp.float32),
-    ("b2", 384, 120, 40, 64, 64, 128, jnp.bfloat16),
-    ("b3", 450, 140, 0, 16, 16, 64, jnp.bfloat16),
-]
+CASES = oracle_cases("gpu")
 
 
 @pytest.mark.parametrize(ORACLE_CASE_ARGS, CASES, ids=oracle_case_ids(CASES))

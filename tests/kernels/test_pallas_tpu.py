@@ -29,6 +29,7 @@ from tests.helpers.attention import (
     check_kernel_case,
     numpy_qkv,
     oracle_case_ids,
+    oracle_cases,
 )
 from tests.helpers.numerics import assert_allclose
 
@@ -36,16 +37,7 @@ _qkv = numpy_qkv
 _check = check_against_oracle
 
 
-# Key tiles of 128 (the TPU lane width).
-CASES = [
-    ("b0", 300, 0, 0, 64, 128, 64, jnp.float32),
-    ("b1", 500, 90, 60, 64, 128, 64, jnp.float32),
-    ("b2", 512, 150, 0, 128, 128, 128, jnp.float32),
-    ("b2", 520, 200, 100, 64, 128, 64, jnp.float32),
-    ("b3", 600, 180, 64, 128, 128, 128, jnp.float32),
-    ("b2", 384, 120, 40, 64, 128, 128, jnp.bfloat16),
-    ("b3", 450, 140, 0, 64, 128, 64, jnp.bfloat16),
-]
+CASES = oracle_cases("tpu")
 
 
 @pytest.mark.parametrize(ORACLE_CASE_ARGS, CASES, ids=oracle_case_ids(CASES))
