@@ -2,8 +2,13 @@
 
 import os
 
-# Tests always run on the CPU; a developer's accelerator must not change the numbers.
+# Tests always run on the CPU; a developer's accelerator must not change the numbers. With libtpu
+# installed (the ``tpu`` extra, for compiling for TPU topologies), both settings also keep libtpu
+# from initialising a TPU or querying a cloud metadata server, in this process and in every
+# subprocess a test starts (they inherit the environment).
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # compile-only: no chip to share
 
 import atexit  # noqa: E402
 import shutil  # noqa: E402

@@ -6,8 +6,9 @@ the compile check of each arm's attention, and the dry run.
 from evalharness.admission import preflight
 from evalharness.admission.decision import admit
 from evalharness.admission.dry_run_report import checkpoint_optional, dry_run
+from evalharness.admission.kernel_checks import EXPORT_PLATFORMS
 from evalharness.admission.preflight import estimate_cost
-from evalharness.admission.sizing import EXPORT_PLATFORMS, RunSizing, size_run
+from evalharness.admission.sizing import RunSizing, size_run
 
 __all__ = [
     "EXPORT_PLATFORMS",

@@ -18,11 +18,13 @@ from typing import Any
 import jax
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from evalharness.admission.kernel_checks import EXPORT_PLATFORMS
 from evalharness.admission.preflight import memory_advice
-from evalharness.admission.sizing import EXPORT_PLATFORMS, RunSizing, quadratic_arms, size_run
+from evalharness.admission.sizing import RunSizing, quadratic_arms, size_run
 from evalharness.assembly import platform_choices, transformer_config_for
 from evalharness.config import EvalConfig, to_config
 from evalharness.estimates import get_target
+from evalharness.formatting import markdown_table
 from kernels.executors.pallas_gpu_budget import DEFAULT_NUM_STAGES, default_num_warps
 from models.config import get_transformer_config
 from models.video_geometry import VideoGeometry
@@ -95,7 +97,10 @@ def _report(
         "",
         "## Memory per device",
         "",
+        _memory_source(sizing),
+        "",
         sizing.memory.to_markdown(),
+        *_compiler_beside_model(sizing),
         "",
         "## Time",
         "",
@@ -113,7 +118,8 @@ def _report(
         lines += ["", f"Lowered for {platform} with jax.export: {lowered}."]
     lines += [f"Note: {note}" for note in sizing.notes]
     verdict = "FITS" if not problems else "DOES NOT FIT"
-    lines += ["", f"## Verdict: {verdict} (planned in {seconds:.1f} s, nothing allocated)"]
+    source = _verdict_source(sizing)
+    lines += ["", f"## Verdict: {verdict} (planned in {seconds:.1f} s, nothing allocated{source})"]
     lines += [f"- {p}" for p in problems]
     if not sizing.memory.fits:
         lines += ["", "To fit:"] + [f"- {a}" for a in memory_advice(sizing.memory)]
@@ -130,3 +136,60 @@ def _shared_memory_line(cfg: EvalConfig, tcfg: Any, sizing: RunSizing) -> str:
         f"{stages} K/V stages, {warps} warps) of {limit / 1024:,.0f} KiB per block on "
         f"{sizing.target.name}."
     )
+
+
+def _memory_source(sizing: RunSizing) -> str:
+    """Whose plan the memory table is."""
+    if sizing.compiled_by:
+        names = sizing.memory.executors
+        compiled = [arm for arm in sizing.memory.arms if names.get(arm, "").endswith(", compiled")]
+        inside = (
+            f"the attention of the {', '.join(compiled)} arm(s) inside it"
+            if compiled
+            else "no arm's attention (heads that do not split evenly over the devices are "
+            "padded; those rows are our model's)"
+        )
+        return (
+            f"Compiled for {sizing.compiled_by}: the transformer (a 2-layer forward at one "
+            f"chip's shapes) and {inside}, planned by XLA's TPU compiler and Mosaic; weights, "
+            "loop state, text encoder and VAE rows are our arithmetic."
+        )
+    if sizing.not_compiled:
+        return f"Our model (XLA:CPU's plan of the blocks, our executor arithmetic); {sizing.not_compiled}."
+    return "Planned by this host's compiler (XLA) on abstract weights."
+
+
+def _compiler_beside_model(sizing: RunSizing) -> list[str]:
+    """Each arm's peak from the chip's compiler beside our model's, with the difference."""
+    compiled, model = sizing.memory, sizing.model_memory
+    if model is None:
+        return []
+    gib = 2**30
+    rows = [
+        {
+            "arm": arm,
+            "compiler GiB": compiled.peak(arm) / gib,
+            "model GiB": model.peak(arm) / gib,
+            "model - compiler GiB": (model.peak(arm) - compiled.peak(arm)) / gib,
+            "transformer: compiler / model GiB": (
+                f"{compiled.rows['transformer'].get(arm, 0) / gib:,.2f} / "
+                f"{model.rows['transformer'].get(arm, 0) / gib:,.2f}"
+            ),
+        }
+        for arm in compiled.arms
+    ]
+    columns = [(k, k, "{:,.2f}" if k.endswith(" GiB") and "/" not in k else "{}") for k in rows[0]]
+    return [
+        "",
+        "Peak per device, the TPU compiler beside our model:",
+        "",
+        markdown_table(rows, columns),
+    ]
+
+
+def _verdict_source(sizing: RunSizing) -> str:
+    if sizing.compiled_by:
+        return f"; compiled for {sizing.compiled_by}"
+    if sizing.not_compiled:
+        return f"; memory from our model, {sizing.not_compiled}"
+    return ""

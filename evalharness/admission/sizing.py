@@ -16,13 +16,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from evalharness.admission import compile_check
+from evalharness.admission.chip_compile import compile_for_chip
+from evalharness.admission.kernel_checks import gpu_shared_memory, lower_for_target, tpu_budgets
 from evalharness.assembly import nominal_kept_fraction, pallas_options
 from evalharness.config import EvalConfig, token_geometry
 from evalharness.estimates import (
@@ -37,15 +38,8 @@ from evalharness.estimates import (
 )
 from evalharness.formatting import markdown_table
 from kernels.executors.dense_memory import dense_executor_temp_bytes, grows_quadratically
-from kernels.executors.pallas_gpu_budget import (
-    DEFAULT_NUM_STAGES,
-    check_gpu_tiles,
-    shared_memory_bytes,
-)
-from kernels.executors.pallas_tpu_budget import TpuBudget, check_tpu_budget
-from kernels.masks.band import PaddingMask
+from kernels.executors.pallas_tpu_budget import TpuBudget
 from kernels.plans.block_sizes import BlockSizes
-from kernels.plans.tiles import build_plan
 from kernels.policy.attention_policy import AttentionPolicy, make_dense_attend
 from models.config import SEEDED_PRESETS, WanTransformerConfig
 from models.peak_memory import umt5_peak_bytes, vae_decode_peak_bytes
@@ -61,8 +55,6 @@ log = logging.getLogger(__name__)
 UMT5_XXL = UMT5Config(
     vocab_size=256384, d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64
 )
-# jax.export platform names of the targets' platforms.
-EXPORT_PLATFORMS = {"tpu": "tpu", "gpu": "cuda"}
 
 
 @dataclasses.dataclass
@@ -83,6 +75,10 @@ class RunSizing:
         notes: what was not checked, and why.
         gpu_shared_memory: estimated shared memory of one Pallas GPU program in bytes (backend
             ``pallas_gpu`` on a target whose shared memory is known), else None.
+        compiled_by: the chip's compiler when ``memory`` is its plan (e.g. ``TPU v6 lite 2x4 by
+            libtpu 0.0.42.1``), else None.
+        model_memory: our model's table, beside the compiler's (None when ``memory`` is ours).
+        not_compiled: why a TPU target was not compiled for the chip (libtpu missing, ...).
     """
 
     target: DeviceTarget
@@ -95,6 +91,9 @@ class RunSizing:
     problems: list[str]
     notes: list[str]
     gpu_shared_memory: int | None = None
+    compiled_by: str | None = None
+    model_memory: MemoryTable | None = None
+    not_compiled: str | None = None
 
     @property
     def fits(self) -> bool:
@@ -184,22 +183,17 @@ def size_run(
     attends, policy = _single_device_attends(cfg, tcfg, video)
     qkv = _per_device_qkv(cfg, tcfg, video, batch, devices)
     specs = _executor_specs(cfg, policy, attends, qkv, compile_arms)
-    memory = estimate_memory(
-        tcfg,
-        video,
-        batch=batch,
-        devices=devices,
-        param_dtype=cfg.model.param_dtype.value,
-        dtype=cfg.dtype.value,
-        executors=specs,
-        text_encoder_bytes=_text_encoder_bytes(cfg, tcfg),
-        vae_bytes=_vae_bytes(cfg, video),
-        device_bytes=target.hbm_bytes,
-        placement=cfg.parallel.permute_placement.value,
-        device=target.name,
-        target_platform=None if compile_arms else target.platform,
-        runtime_overhead=target.runtime_overhead,
+    estimate = _memory_estimator(cfg, tcfg, video, target, batch, devices, compile_arms)
+    model_memory = estimate(executors=specs)
+    problems, notes = _device_problems(target, devices), []
+    budgets = (
+        tpu_budgets(cfg, tcfg, video, policy) if cfg.kernel.backend.value == "pallas_tpu" else {}
     )
+    problems += [p for b in budgets.values() for p in b.problems]
+    # The budgets are arithmetic (milliseconds); a plan they refuse is not sent to the compiler.
+    chip = compile_for_chip(target, estimate, specs, attends, problems)
+    if chip.not_compiled:
+        notes.append(chip.not_compiled)
     timing = estimate_time(
         tcfg,
         video,
@@ -213,15 +207,52 @@ def size_run(
         dtype=cfg.dtype.value,
         devices=devices,
     )
-    problems, notes = _device_problems(target, devices), []
-    budgets = (
-        _tpu_budgets(cfg, tcfg, video, policy) if cfg.kernel.backend.value == "pallas_tpu" else {}
-    )
-    problems += [p for b in budgets.values() for p in b.problems]
-    shared = _gpu_shared_memory(cfg, tcfg, target, problems, notes)
-    lowering = _lower(cfg, target, attends, qkv, policy, lower, problems, notes)
+    shared = gpu_shared_memory(cfg, tcfg, target, problems, notes)
+    # Compiling for the chip lowered every arm already (Mosaic included): no export on top.
+    lower = lower and chip.compiled_by is None
+    lowering = lower_for_target(cfg, target, attends, qkv, policy, lower, problems, notes)
     return RunSizing(
-        target, devices, batch, memory, timing, budgets, lowering, problems, notes, shared
+        target,
+        devices,
+        batch,
+        chip.memory or model_memory,
+        timing,
+        budgets,
+        lowering,
+        problems,
+        notes,
+        shared,
+        compiled_by=chip.compiled_by,
+        model_memory=model_memory if chip.memory is not None else None,
+        not_compiled=chip.not_compiled,
+    )
+
+
+def _memory_estimator(
+    cfg: EvalConfig,
+    tcfg: WanTransformerConfig,
+    video: VideoGeometry,
+    target: DeviceTarget,
+    batch: int,
+    devices: int,
+    compile_arms: Collection[str],
+) -> Callable[..., MemoryTable]:
+    """``estimate_memory`` with everything but the arms' executors (and the chip) given."""
+    return functools.partial(
+        estimate_memory,
+        tcfg,
+        video,
+        batch=batch,
+        devices=devices,
+        param_dtype=cfg.model.param_dtype.value,
+        dtype=cfg.dtype.value,
+        text_encoder_bytes=_text_encoder_bytes(cfg, tcfg),
+        vae_bytes=_vae_bytes(cfg, video),
+        device_bytes=target.hbm_bytes,
+        placement=cfg.parallel.permute_placement.value,
+        device=target.name,
+        target_platform=None if compile_arms else target.platform,
+        runtime_overhead=target.runtime_overhead,
     )
 
 
@@ -349,102 +380,3 @@ def _device_problems(target: DeviceTarget, devices: int) -> list[str]:
             f"use parallel.sequence={target.devices} or a larger target"
         )
     return problems
-
-
-def _tpu_budgets(
-    cfg: EvalConfig, tcfg: WanTransformerConfig, video: VideoGeometry, policy: AttentionPolicy
-) -> dict[str, TpuBudget]:
-    """SMEM/VMEM of every Pallas TPU plan the run executes: the sparse band and any B0."""
-    kernel = cfg.kernel
-    options = dict(
-        head_dim=tcfg.attention_head_dim,
-        dtype=jnp.dtype(cfg.dtype.value),
-        block_kv_compute=kernel.block_kv_compute,
-        vmem_limit_bytes=kernel.vmem_limit_bytes,
-    )
-    budgets = {}
-    if policy.plan is not None:
-        budgets[f"sparse {policy.plan.variant}"] = check_tpu_budget(
-            policy.plan, policy.plan.variant, **options
-        )
-    executors = {kernel.dense_executor.value, kernel.noise_floor_executor.value}
-    if "b0" in executors:
-        blocks = BlockSizes(kernel.block_q, kernel.block_kv)
-        dense_plan = build_plan(PaddingMask(video.tokens), blocks, "b0")
-        budgets["B0 dense"] = check_tpu_budget(dense_plan, "b0", **options)
-    return budgets
-
-
-def _gpu_shared_memory(
-    cfg: EvalConfig,
-    tcfg: WanTransformerConfig,
-    target: DeviceTarget,
-    problems: list[str],
-    notes: list[str],
-) -> int | None:
-    """Shared memory of one Pallas GPU program (its tiles serve the sparse band and B0 alike);
-    tiles over the target's limit become a problem naming tiles that fit."""
-    kernel = cfg.kernel
-    if kernel.backend.value != "pallas_gpu" or target.platform != "gpu":
-        return None
-    if target.shared_memory_bytes is None:
-        notes.append(
-            f"the Pallas GPU tiles were not checked against shared memory: {target.name}'s is not "
-            "in the device table (evalharness/targets.py)"
-        )
-        return None
-    tiles = (kernel.block_q, kernel.block_kv, tcfg.attention_head_dim, cfg.dtype.value)
-    try:
-        check_gpu_tiles(*tiles, kernel.num_stages, limit_bytes=target.shared_memory_bytes)
-    except ValueError as error:
-        problems.append(f"shared memory: {error}")
-    return shared_memory_bytes(*tiles, kernel.num_stages or DEFAULT_NUM_STAGES)
-
-
-def _lower(
-    cfg: EvalConfig,
-    target: DeviceTarget,
-    attends: dict[str, Any],
-    qkv: jax.ShapeDtypeStruct,
-    policy: AttentionPolicy,
-    lower: bool,
-    problems: list[str],
-    notes: list[str],
-) -> dict[str, float]:
-    """Exports every arm's attention for an accelerator target seen from another platform (on a
-    GPU target, all but cuDNN: ``compile_check.exportable_arms``)."""
-    host = jax.devices()[0].platform
-    platform = EXPORT_PLATFORMS.get(target.platform)
-    if not lower or platform is None or target.platform == host or problems:
-        if lower and problems and platform is not None:
-            notes.append("lowering skipped: the plan already does not fit")
-        return {}
-    executors = {
-        "dense": cfg.kernel.dense_executor.value,
-        "noise_floor": cfg.kernel.noise_floor_executor.value,
-    }
-    describe = {**executors, "sparse": f"schedule {cfg.schedule.name}"}
-    arms = compile_check.exportable_arms(attends, executors, policy, notes)
-    try:
-        return compile_check.check_attention_paths(
-            arms,
-            qkv,
-            compile_check.first_sparse_layer(policy.schedule, policy.num_layers),
-            describe,
-            platform=platform,
-            disabled_checks=_disabled_checks(cfg.kernel.backend.value, platform),
-        )
-    except compile_check.CompileRefusal as refusal:
-        problems.append(f"lowering: {refusal}")
-        return {}
-
-
-def _disabled_checks(backend: str, platform: str) -> tuple[jax.export.DisabledSafetyCheck, ...]:
-    """The export checks the Pallas GPU kernel's Triton custom call needs disabled for "cuda"."""
-    if backend != "pallas_gpu" or platform != "cuda":
-        return ()
-    try:
-        from kernels.executors.pallas_gpu import CUDA_EXPORT_DISABLED_CHECKS
-    except ImportError:  # the export itself then fails with the dispatch's message
-        return ()
-    return tuple(CUDA_EXPORT_DISABLED_CHECKS)

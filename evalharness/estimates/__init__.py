@@ -5,7 +5,7 @@ temporaries, routing and exchange buffers).
 
 from evalharness.estimates.attention_memory import ExecutorSpec, padded_heads
 from evalharness.estimates.block_memory import compiled_temp_bytes
-from evalharness.estimates.memory_estimate import estimate_memory
+from evalharness.estimates.memory_estimate import ArmCompileError, estimate_memory
 from evalharness.estimates.memory_table import GIB, MemoryTable
 from evalharness.estimates.seed_measurements import SEED_ATTENTION_SHARE, SEED_SETUP
 from evalharness.estimates.targets import (
@@ -16,6 +16,7 @@ from evalharness.estimates.targets import (
     host_target,
     measure_matmul_flops,
 )
+from evalharness.estimates.tpu_compiler import TpuCompilerUnavailable, topology_compiler
 from evalharness.estimates.workload import (
     TimeEstimate,
     dtype_bytes,
@@ -25,6 +26,7 @@ from evalharness.estimates.workload import (
 )
 
 __all__ = [
+    "ArmCompileError",
     "CPU_RUNTIME_OVERHEAD",
     "DeviceTarget",
     "ExecutorSpec",
@@ -33,6 +35,7 @@ __all__ = [
     "SEED_ATTENTION_SHARE",
     "SEED_SETUP",
     "TimeEstimate",
+    "TpuCompilerUnavailable",
     "compiled_temp_bytes",
     "device_memory_bytes",
     "dtype_bytes",
@@ -44,4 +47,5 @@ __all__ = [
     "padded_heads",
     "parameter_count",
     "step_flops",
+    "topology_compiler",
 ]

@@ -10,7 +10,9 @@ parameters (``nnx.eval_shape`` / ``abstract_transformer``) at one device's shape
 
 The compile is for the default backend: on the target device that is its own compiler's plan;
 from a CPU host it is XLA:CPU's plan for the same program, which fuses less than XLA:TPU/GPU and
-runs bfloat16 dots in float32 (so it over- rather than under-counts for an accelerator).
+runs bfloat16 dots in float32 (so it over- rather than under-counts for an accelerator). Given a
+``device`` (a compile-only TPU chip, ``evalharness.estimates.tpu_compiler``) it is that chip's own
+compiler's plan, Mosaic included for Pallas kernels.
 
 Self-attention is a shape-only stand-in unless an ``attend`` is given: q, k and v pass an
 ``optimization_barrier`` (so all three are materialised and live together, as when handed to a
@@ -35,6 +37,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from evalharness.estimates.tpu_compiler import compile_for
 from models.config import WanTransformerConfig
 from models.transformer import WanTransformerBlock, abstract_transformer
 
@@ -112,6 +115,7 @@ def block_memory(
     param_dtype: str | None = None,
     attend: Callable[..., jax.Array] | None = None,
     blocks: int = 2,
+    device: Any = None,
 ) -> BlockMemory:
     """Compiles consecutive blocks on abstract weights and returns XLA's memory plan (cached).
 
@@ -128,6 +132,8 @@ def block_memory(
         attend: self-attention compiled into the blocks (called with the last layers' indices
             and a traced step); None is the shape-only stand-in.
         blocks: consecutive blocks compiled (at most ``tcfg.num_layers``).
+        device: the device whose compiler plans it (a compile-only TPU chip,
+            ``evalharness.estimates.tpu_compiler``); None: this host's default device.
 
     Returns:
         The ``BlockMemory``; repeated calls with the same arguments return the cached one.
@@ -155,7 +161,8 @@ def block_memory(
             x = block(x, text, modulation, (cos, sin), attend=attend, step=step, layer=first + i)
         return x
 
-    return _analyse(forward, states, *_activations(tcfg, batch, tokens_per_device, compute))
+    inputs = _activations(tcfg, batch, tokens_per_device, compute)
+    return _analyse(forward, states, *inputs, device=device)
 
 
 def block_activation_bytes(
@@ -222,6 +229,7 @@ def forward_memory(
     param_dtype: str | None = None,
     attend: Callable[..., jax.Array] | None = None,
     layers: int = 2,
+    device: Any = None,
 ) -> BlockMemory:
     """XLA's plan of a whole transformer forward with ``layers`` blocks, on abstract weights.
 
@@ -239,6 +247,7 @@ def forward_memory(
         param_dtype: parameter dtype name (default: ``dtype``).
         attend: self-attention (None: the shape-only stand-in), called with a traced step.
         layers: blocks compiled (at most ``tcfg.num_layers``).
+        device: as ``block_memory``.
 
     Returns:
         ``BlockMemory``: activation arguments are the latents, timesteps and text context.
@@ -260,20 +269,27 @@ def forward_memory(
     def forward(state, latents, timestep, context, step):
         return nnx.merge(graphdef, state)(latents, timestep, context, attend=attend, step=step)
 
-    return _analyse(forward, state, *inputs)
+    return _analyse(forward, state, *inputs, device=device)
 
 
-def _analyse(fn: Callable[..., Any], weights: Any, *inputs: Any) -> BlockMemory:
-    """Compiles ``fn(weights, *inputs)`` on abstract arguments; its memory with the weights
-    told apart from the activation arguments."""
-    start = time.perf_counter()
-    analysis = jax.jit(fn).lower(weights, *inputs).compile().memory_analysis()
-    compile_s = time.perf_counter() - start
+def _analyse(fn: Callable[..., Any], weights: Any, *inputs: Any, device: Any = None) -> BlockMemory:
+    """Compiles ``fn(weights, *inputs)`` on abstract arguments (for ``device``'s compiler when
+    given); its memory with the weights told apart from the activation arguments."""
+    if device is not None:
+        program = compile_for(device, fn, weights, *inputs)
+        temp, output, arguments = program.temp_bytes, program.output_bytes, program.argument_bytes
+        compile_s = program.compile_s
+    else:
+        start = time.perf_counter()
+        analysis = jax.jit(fn).lower(weights, *inputs).compile().memory_analysis()
+        compile_s = time.perf_counter() - start
+        temp, output = analysis.temp_size_in_bytes, analysis.output_size_in_bytes
+        arguments = analysis.argument_size_in_bytes
     weight_bytes = sum(_nbytes(x) for x in jax.tree.leaves(weights))
     return BlockMemory(
-        temp_bytes=int(analysis.temp_size_in_bytes),
-        output_bytes=int(analysis.output_size_in_bytes),
-        activation_argument_bytes=int(analysis.argument_size_in_bytes) - weight_bytes,
+        temp_bytes=int(temp),
+        output_bytes=int(output),
+        activation_argument_bytes=int(arguments) - weight_bytes,
         weight_argument_bytes=weight_bytes,
         compile_s=compile_s,
     )

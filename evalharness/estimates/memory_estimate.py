@@ -109,23 +109,25 @@ def _compiler(
     dtype: str,
     param_dtype: str,
     target_platform: str | None,
+    compile_device: Any = None,
 ) -> Callable[..., BlockMemory]:
     """How the transformer is compiled: ``compile(attend=None) -> BlockMemory``.
 
     The forward of a 2-layer model (``forward_memory``: embeddings, head and the interplay of
     consecutive blocks included) when a device's token grid exists and the plan is for this
-    host's platform or in float32; otherwise two consecutive blocks (``block_memory``), because
-    XLA:CPU runs bfloat16 dots in float32 and its plan for a whole bf16 forward holds float32
-    copies of the embeddings' weights that a TPU or GPU never makes.
+    host's platform, for ``compile_device``'s own compiler, or in float32; otherwise two
+    consecutive blocks (``block_memory``), because XLA:CPU runs bfloat16 dots in float32 and its
+    plan for a whole bf16 forward holds float32 copies of the embeddings' weights that a TPU or
+    GPU never makes.
     """
     grid = device_token_grid(geometry.token_grid, devices)
     foreign = target_platform is not None and target_platform != _host_platform()
-    if grid is not None and (str(dtype) == "float32" or not foreign):
-        kw = dict(batch=batch, token_grid=grid, dtype=str(dtype), param_dtype=str(param_dtype))
-        return functools.partial(forward_memory, tcfg, **kw)
+    native = compile_device is not None or not foreign
+    common = dict(dtype=str(dtype), param_dtype=str(param_dtype), device=compile_device)
+    if grid is not None and (str(dtype) == "float32" or native):
+        return functools.partial(forward_memory, tcfg, batch=batch, token_grid=grid, **common)
     local = -(-geometry.tokens // devices)
-    kw = dict(batch=batch, tokens_per_device=local, dtype=str(dtype), param_dtype=str(param_dtype))
-    return functools.partial(block_memory, tcfg, **kw)
+    return functools.partial(block_memory, tcfg, batch=batch, tokens_per_device=local, **common)
 
 
 def _param_rule(devices: int, rule: str | None) -> str:
@@ -216,8 +218,27 @@ def _compiled_attention(
     (no ``attend``, or heads that need padding to split over the devices)."""
     if spec.attend is None or shape.heads * devices != tcfg.num_attention_heads:
         return None
-    compiled = compile_(attend=_on_head_share(spec.attend, devices))
+    try:
+        compiled = compile_(attend=_on_head_share(spec.attend, devices))
+    except Exception as error:  # noqa: BLE001 - any compiler's refusal, named with its arm
+        raise ArmCompileError(spec.name, error) from error
     return max(0, compiled.activation_bytes - stand_in)
+
+
+class ArmCompileError(RuntimeError):
+    """An arm's attention did not compile into the transformer (e.g. Mosaic refused its tiles).
+
+    Attributes:
+        executor: the arm's executor.
+        reason: the compiler's message, condensed to its first line.
+    """
+
+    def __init__(self, executor: str, error: Exception) -> None:
+        text = str(error).strip()
+        first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+        self.executor = executor
+        self.reason = f"{type(error).__name__}: {first[:300]}"
+        super().__init__(f"{executor}: {self.reason}")
 
 
 def _attention_rows(
@@ -277,6 +298,7 @@ def estimate_memory(
     device: str = "device",
     target_platform: str | None = None,
     runtime_overhead: float = 0.0,
+    compile_device: Any = None,
 ) -> MemoryTable:
     """Plans the per-device memory of every arm (abstract weights, compiled block; nothing runs).
 
@@ -301,6 +323,9 @@ def estimate_memory(
             host's (a dry run); None: this host's. Decides what is compiled (``_compiler``).
         runtime_overhead: what the runtime allocates beyond XLA's plan, as a fraction of the
             denoising loop's planned bytes (``DeviceTarget.runtime_overhead``; measured on CPU).
+        compile_device: a device whose own compiler plans the transformer and every arm given an
+            ``attend`` (a compile-only TPU chip, ``evalharness.estimates.tpu_compiler``); None:
+            this host's compiler.
 
     Returns:
         The ``MemoryTable``; its first call for a shape compiles one block (seconds).
@@ -311,7 +336,9 @@ def estimate_memory(
     resident, gathered = weight_bytes_per_device(
         tcfg, param_dtype=str(param_dtype), devices=devices, rule=param_rule
     )
-    compile_ = _compiler(tcfg, geometry, batch, devices, dtype, param_dtype, target_platform)
+    compile_ = _compiler(
+        tcfg, geometry, batch, devices, dtype, param_dtype, target_platform, compile_device
+    )
     model = compile_()
     forward = compile_.func is forward_memory
     shape = attention_shape(
@@ -329,21 +356,32 @@ def estimate_memory(
         "transformer": ("denoise", model.activation_bytes),
         "VAE decode": ("decode", vae_bytes),
     }
-    compiled = {
-        arm: _compiled_attention(compile_, spec, model.activation_bytes, devices, shape, tcfg)
-        for arm, spec in executors.items()
-    }
-    attention = {
-        arm: _attention_rows(tcfg, spec, shape, devices=devices, placement=placement, compiled=c)
-        for (arm, spec), c in zip(executors.items(), compiled.values(), strict=True)
-    }
+    attention, names = _arms(compile_, executors, model, devices, shape, tcfg, placement)
     rows, phases = _rows(common, attention)
     _add_runtime_overhead(rows, phases, runtime_overhead)
     notes = dict(_NOTES, transformer=_NOTES["transformer"][forward])
-    names = {
-        arm: _executor_name(spec, compiled[arm] is not None) for arm, spec in executors.items()
-    }
     return MemoryTable(rows, phases, notes, device_bytes, device, names, devices, str(dtype), batch)
+
+
+def _arms(
+    compile_: Callable[..., BlockMemory],
+    executors: Mapping[str, ExecutorSpec],
+    model: BlockMemory,
+    devices: int,
+    shape: AttentionShape,
+    tcfg: WanTransformerConfig,
+    placement: str,
+) -> tuple[dict[str, dict[str, int]], dict[str, str]]:
+    """Each arm's attention rows and executor name; an arm with an ``attend`` is compiled into
+    the transformer where its heads split evenly (``_compiled_attention``)."""
+    attention, names = {}, {}
+    for arm, spec in executors.items():
+        compiled = _compiled_attention(compile_, spec, model.activation_bytes, devices, shape, tcfg)
+        attention[arm] = _attention_rows(
+            tcfg, spec, shape, devices=devices, placement=placement, compiled=compiled
+        )
+        names[arm] = _executor_name(spec, compiled is not None)
+    return attention, names
 
 
 def _add_runtime_overhead(rows: dict, phases: dict, fraction: float) -> None:

@@ -57,6 +57,8 @@ class DeviceTarget:
         shared_memory_bytes: GPU shared memory one thread block may use (the opt-in maximum),
             which bounds the Pallas GPU kernel's tiles; None elsewhere, and for GPUs not in this
             table.
+        topology: the TPU topology the compiler compiles for when the target is not attached
+            (``jax.experimental.topologies`` names, e.g. ``v6e:2x4``); None elsewhere.
     """
 
     name: str
@@ -71,6 +73,7 @@ class DeviceTarget:
     source: str
     runtime_overhead: float = 0.0
     shared_memory_bytes: int | None = None
+    topology: str | None = None
 
     def __post_init__(self) -> None:
         if self.platform not in PLATFORMS:
@@ -131,8 +134,8 @@ _V6E = dict(
 
 TARGETS: Mapping[str, DeviceTarget] = MappingProxyType(
     {
-        "tpu-v6e-1": DeviceTarget(name="tpu-v6e-1", devices=1, **_V6E),
-        "tpu-v6e-8": DeviceTarget(name="tpu-v6e-8", devices=8, **_V6E),
+        "tpu-v6e-1": DeviceTarget(name="tpu-v6e-1", devices=1, topology="v6e:1x1", **_V6E),
+        "tpu-v6e-8": DeviceTarget(name="tpu-v6e-8", devices=8, topology="v6e:2x4", **_V6E),
         # JAX preallocates 75% of GPU memory (XLA_PYTHON_CLIENT_MEM_FRACTION=0.75) and that is the
         # allocator's limit (memory_stats()["bytes_limit"]), so a default run can use 105.75 GB.
         "h200": DeviceTarget(

@@ -1,0 +1,123 @@
+"""Compiled for the chip: the real TPU v6e compiler (libtpu) and Mosaic, on this CPU machine.
+
+Slow tests (CI's slow step installs the ``tpu`` extra first). Nothing here touches a TPU or the
+network: ``tests/conftest.py`` sets ``JAX_PLATFORMS=cpu`` and ``TPU_SKIP_MDS_QUERY=1`` before JAX
+loads, and the compile refuses to start without both (``test_the_compile_refuses_...``).
+"""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from evalharness.accelerator_env import libtpu_installed
+from evalharness.admission import dry_run
+from evalharness.estimates import get_target, topology_compiler
+from evalharness.estimates.tpu_compiler import compile_for, unsafe_environment
+from kernels.executors.dense_memory import dense_executor_temp_bytes
+from kernels.executors.pallas_tpu import pallas_blocksparse_attention
+from kernels.masks.band import BandMask, PaddingMask
+from kernels.plans.block_sizes import BlockSizes
+from kernels.plans.tiles import build_plan
+from tests.helpers.harness_config import small_config
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not libtpu_installed(),
+        reason="needs libtpu: pip install -e '.[tpu]' (.ci/run installs it before the slow step)",
+    ),
+]
+
+# 14B at 480p over 8 chips, after the head exchange: every token, 40 / 8 heads, bf16; the seed's
+# tiles. A real per-chip shape that Mosaic compiles in seconds on 2 cores.
+TOKENS, HEADS, HEAD_DIM = 32760, 5, 128
+SEED_TILES = BlockSizes(3328, 1536)
+
+
+def test_the_environment_is_safe_for_libtpu():
+    assert unsafe_environment() is None
+
+
+def test_each_tpu_target_compiles_for_its_topology():
+    for name in ("tpu-v6e-1", "tpu-v6e-8"):
+        target = get_target(name)
+        compiler = topology_compiler(target.topology)
+        assert compiler.chips == target.devices
+        assert compiler.device_kind == "TPU v6 lite"
+        assert compiler.describe().startswith(f"TPU v6 lite {target.topology[4:]} by libtpu ")
+
+
+@pytest.mark.parametrize("variant", ["b0", "b1", "b2", "b3"])
+def test_mosaic_compiles_every_variant_at_a_per_chip_shape(variant):
+    mask = PaddingMask(TOKENS) if variant == "b0" else BandMask(TOKENS, 4000, 1560)
+    plan = build_plan(mask, SEED_TILES, variant, rounding_tolerance=None)
+    qkv = jax.ShapeDtypeStruct((2, TOKENS, HEADS, HEAD_DIM), jnp.bfloat16)
+
+    def call(q, k, v):
+        return pallas_blocksparse_attention(q, k, v, plan, variant=variant)
+
+    program = compile_for(topology_compiler("v6e:2x4").device, call, qkv, qkv, qkv)
+    tensor = 2 * TOKENS * HEADS * HEAD_DIM * 2
+    # The visit tables are constants of the program: the arguments are q, k, v alone.
+    assert (program.argument_bytes, program.output_bytes) == (3 * tensor, tensor)
+    # The temporaries are what our executor model says a Pallas TPU call holds in HBM: q, k, v and
+    # the output copied heads-leading and padded to the tiles (4 x B*H*Np*D*s; 748.8 MiB for 14B
+    # at 720p), plus the visit tables' few KiB; the softmax state stays in VMEM.
+    modelled = dense_executor_temp_bytes(
+        "b0",
+        batch=2,
+        heads=HEADS,
+        tokens=TOKENS,
+        head_dim=HEAD_DIM,
+        dtype_bytes=2,
+        block_q=SEED_TILES.block_q,
+        block_kv=SEED_TILES.block_kv,
+        backend="pallas_tpu",
+    )
+    assert modelled <= program.temp_bytes <= modelled + 128 * 1024, (program.temp_bytes, modelled)
+
+
+def test_a_dry_run_is_compiled_for_the_chip_and_shows_the_model_beside_it(tmp_path):
+    cfg = small_config(
+        tmp_path,
+        "dry_run=true",
+        "target=tpu-v6e-1",
+        "kernel.block_q=512",
+        "kernel.block_kv=512",
+        small=False,
+    )
+    code, report = dry_run(cfg)
+    assert code == 0, report
+    assert "compiled for TPU v6 lite 1x1 by libtpu " in report.splitlines()[-1]
+    assert "Peak per device, the TPU compiler beside our model:" in report
+    header = (
+        "| dense (splash, compiled) | noise_floor (b0, compiled) | sparse (b3 / splash, compiled) |"
+    )
+    assert header in report
+    assert "the attention of the dense, noise_floor, sparse arm(s) inside it" in report
+
+
+def test_tiles_the_budget_refuses_are_refused_before_any_compile(tmp_path):
+    cfg = small_config(
+        tmp_path,
+        "dry_run=true",
+        "target=tpu-v6e-8",
+        "experiment=seed_720p",
+        "resolution=480p",
+        "kernel.vmem_limit_bytes=4194304",
+        "max_minutes=100000",
+        small=False,
+    )
+    code, report = dry_run(cfg)
+    assert code == 2
+    verdict = report[report.index("## Verdict") :]
+    assert "not compiled for the chip: the plan already does not fit" in report
+    assert "VMEM" in verdict and "kernel.vmem_limit_bytes" in verdict
+
+
+def test_the_compile_refuses_an_environment_that_lets_libtpu_reach_out(monkeypatch):
+    monkeypatch.setenv("TPU_SKIP_MDS_QUERY", "0")
+    assert "TPU_SKIP_MDS_QUERY" in unsafe_environment()
+    monkeypatch.setenv("TPU_SKIP_MDS_QUERY", "1")
+    monkeypatch.setenv("JAX_PLATFORMS", "tpu,cpu")
+    assert "JAX_PLATFORMS" in unsafe_environment()
