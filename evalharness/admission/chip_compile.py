@@ -22,7 +22,9 @@ from evalharness.estimates import (
     DeviceTarget,
     ExecutorSpec,
     MemoryTable,
+    TpuCompiler,
     TpuCompilerUnavailable,
+    compiler_reason,
     topology_compiler,
 )
 
@@ -41,11 +43,13 @@ class ChipCompile:
         compiled_by: e.g. ``TPU v6 lite 2x4 by libtpu 0.0.42.1`` when the TPU compiler ran.
         memory: the compiler's memory table (None when it did not run or refused).
         not_compiled: why the chip's compiler did not run (None when it ran or does not apply).
+        notes: our budget model's refusals that Mosaic overruled.
     """
 
     compiled_by: str | None = None
     memory: MemoryTable | None = None
     not_compiled: str | None = None
+    notes: tuple[str, ...] = ()
 
 
 def compile_for_chip(
@@ -54,8 +58,10 @@ def compile_for_chip(
     executors: Mapping[str, ExecutorSpec],
     attends: Mapping[str, object],
     problems: list[str],
+    budget_problems: list[str],
 ) -> ChipCompile:
-    """Compiles the transformer and each arm's attention for one chip of ``target``.
+    """Compiles the transformer and each arm's attention for one chip of ``target``; Mosaic, not
+    our SMEM/VMEM model, then judges the Pallas kernels' tiles.
 
     Args:
         target: the device target (a TPU target with a ``topology``; others are not compiled).
@@ -64,27 +70,26 @@ def compile_for_chip(
         executors: arm -> its ``ExecutorSpec`` (the model's).
         attends: arm -> its single-device attention, compiled into the transformer.
         problems: the problems found so far (a plan with any is not compiled); appended with
-            the compiler's refusal, if any.
+            the compiler's refusal, or with ``budget_problems`` when nothing was compiled.
+        budget_problems: what our SMEM/VMEM model refuses; when the chip's compiler runs, Mosaic
+            decides instead and these become notes.
 
     Returns:
         The ``ChipCompile``.
     """
-    if target.platform != "tpu" or target.topology is None:
-        return ChipCompile()
-    if jax.devices()[0].platform == "tpu":  # on a TPU host the host's compiler is the chip's
-        return ChipCompile()
-    if problems:
-        return ChipCompile(not_compiled="not compiled for the chip: the plan already does not fit")
-    try:
-        compiler = topology_compiler(target.topology)
-    except TpuCompilerUnavailable as why:
-        return ChipCompile(not_compiled=f"not compiled for the chip: {why}")
+    compiler, skipped = _compiler_for(target, problems)
+    if compiler is None:
+        problems.extend(budget_problems)
+        return ChipCompile(not_compiled=skipped)
+    from kernels.executors.pallas_tpu import mosaic_judges_budget
+
     compiled_arms = {
         arm: dataclasses.replace(spec, attend=attends[arm]) for arm, spec in executors.items()
     }
     described = compiler.describe()
     try:
-        table = estimate(executors=compiled_arms, compile_device=compiler.device)
+        with mosaic_judges_budget():
+            table = estimate(executors=compiled_arms, compile_device=compiler.device)
     except ArmCompileError as refusal:
         problems.append(
             f"compile for {described}: the {refusal.executor} attention does not compile "
@@ -92,11 +97,31 @@ def compile_for_chip(
         )
         return ChipCompile(compiled_by=described)
     except Exception as error:  # noqa: BLE001 - the transformer itself refused (e.g. HBM)
-        first = next((ln.strip() for ln in str(error).splitlines() if ln.strip()), "")
         problems.append(
             f"compile for {described}: the transformer does not compile "
-            f"({type(error).__name__}: {first[:300]}); lower the resolution, the batch "
+            f"({compiler_reason(error)}); lower the resolution, the batch "
             "(guidance_passes=separate) or the devices' share (parallel.sequence)"
         )
         return ChipCompile(compiled_by=described)
-    return ChipCompile(compiled_by=described, memory=table)
+    overruled = tuple(
+        f"our SMEM/VMEM model refused ({p}), but Mosaic compiled it for {described}: Mosaic's "
+        "verdict stands"
+        for p in budget_problems
+    )
+    return ChipCompile(compiled_by=described, memory=table, notes=overruled)
+
+
+def _compiler_for(
+    target: DeviceTarget, problems: list[str]
+) -> tuple[TpuCompiler | None, str | None]:
+    """The chip's compile-only compiler, or None and why not (None, None: does not apply)."""
+    if target.platform != "tpu" or target.topology is None:
+        return None, None
+    if jax.devices()[0].platform == "tpu":  # on a TPU host the host's compiler is the chip's
+        return None, None
+    if problems:
+        return None, "not compiled for the chip: the plan already does not fit"
+    try:
+        return topology_compiler(target.topology), None
+    except TpuCompilerUnavailable as why:
+        return None, f"not compiled for the chip: {why}"

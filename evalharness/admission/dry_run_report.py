@@ -140,6 +140,11 @@ def _shared_memory_line(cfg: EvalConfig, tcfg: Any, sizing: RunSizing) -> str:
 
 def _memory_source(sizing: RunSizing) -> str:
     """Whose plan the memory table is."""
+    if sizing.compiled_by and sizing.model_memory is None:
+        return (
+            f"Our model (XLA:CPU's plan of the blocks, our executor arithmetic): the compile for "
+            f"{sizing.compiled_by} was refused (see the verdict)."
+        )
     if sizing.compiled_by:
         names = sizing.memory.executors
         compiled = [arm for arm in sizing.memory.arms if names.get(arm, "").endswith(", compiled")]
@@ -188,6 +193,8 @@ def _compiler_beside_model(sizing: RunSizing) -> list[str]:
 
 
 def _verdict_source(sizing: RunSizing) -> str:
+    if sizing.compiled_by and sizing.model_memory is None:
+        return f"; memory from our model, the compile for {sizing.compiled_by} was refused"
     if sizing.compiled_by:
         return f"; compiled for {sizing.compiled_by}"
     if sizing.not_compiled:

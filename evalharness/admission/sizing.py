@@ -189,11 +189,11 @@ def size_run(
     budgets = (
         tpu_budgets(cfg, tcfg, video, policy) if cfg.kernel.backend.value == "pallas_tpu" else {}
     )
-    problems += [p for b in budgets.values() for p in b.problems]
-    # The budgets are arithmetic (milliseconds); a plan they refuse is not sent to the compiler.
-    chip = compile_for_chip(target, estimate, specs, attends, problems)
-    if chip.not_compiled:
-        notes.append(chip.not_compiled)
+    budget_problems = [p for b in budgets.values() for p in b.problems]
+    # With the chip's compiler Mosaic judges the tiles; without it, our budget model does.
+    chip = compile_for_chip(target, estimate, specs, attends, problems, budget_problems)
+    notes += [chip.not_compiled] if chip.not_compiled else []
+    notes += chip.notes
     timing = estimate_time(
         tcfg,
         video,

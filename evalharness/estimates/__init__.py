@@ -16,7 +16,13 @@ from evalharness.estimates.targets import (
     host_target,
     measure_matmul_flops,
 )
-from evalharness.estimates.tpu_compiler import TpuCompilerUnavailable, topology_compiler
+from evalharness.estimates.tpu_compiler import (
+    TpuCompiler,
+    TpuCompilerUnavailable,
+    compile_for,
+    compiler_reason,
+    topology_compiler,
+)
 from evalharness.estimates.workload import (
     TimeEstimate,
     dtype_bytes,
@@ -35,8 +41,11 @@ __all__ = [
     "SEED_ATTENTION_SHARE",
     "SEED_SETUP",
     "TimeEstimate",
+    "TpuCompiler",
     "TpuCompilerUnavailable",
+    "compile_for",
     "compiled_temp_bytes",
+    "compiler_reason",
     "device_memory_bytes",
     "dtype_bytes",
     "estimate_memory",

@@ -47,6 +47,7 @@ from evalharness.estimates.block_memory import (
     forward_memory,
 )
 from evalharness.estimates.memory_table import ARMS, MemoryTable
+from evalharness.estimates.tpu_compiler import compiler_reason
 from models.config import WanTransformerConfig
 from models.sharding import param_bytes_per_device
 from models.transformer import abstract_transformer
@@ -234,10 +235,8 @@ class ArmCompileError(RuntimeError):
     """
 
     def __init__(self, executor: str, error: Exception) -> None:
-        text = str(error).strip()
-        first = next((line.strip() for line in text.splitlines() if line.strip()), "")
         self.executor = executor
-        self.reason = f"{type(error).__name__}: {first[:300]}"
+        self.reason = compiler_reason(error)
         super().__init__(f"{executor}: {self.reason}")
 
 

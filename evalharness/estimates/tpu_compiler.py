@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -97,9 +98,8 @@ def unsafe_environment() -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=8)
 def topology_compiler(topology: str) -> TpuCompiler:
-    """The compile-only TPU topology ``topology`` (cached).
+    """The compile-only TPU topology ``topology`` (described once, checked at every call).
 
     Args:
         topology: ``v6e:2x4``, ``v6e:1x1``, ...
@@ -115,6 +115,11 @@ def topology_compiler(topology: str) -> TpuCompiler:
     unsafe = unsafe_environment()
     if unsafe is not None:
         raise TpuCompilerUnavailable(unsafe)
+    return _describe(topology)
+
+
+@functools.lru_cache(maxsize=8)
+def _describe(topology: str) -> TpuCompiler:
     from jax.experimental import topologies
 
     kind, _, shape = topology.partition(":")
@@ -160,3 +165,21 @@ def compile_for(device: Any, fn: Callable[..., Any], *args: Any) -> CompiledProg
         code_bytes=int(analysis.generated_code_size_in_bytes),
         compile_s=seconds,
     )
+
+
+# Mosaic's scoped-VMEM refusal (XLA error E1001) names the allocation and the limit it exceeded.
+_SCOPED_VMEM = re.compile(r"Scoped allocation with size (\S+) and limit (\S+) exceeded")
+
+
+def compiler_reason(error: Exception) -> str:
+    """A compiler's refusal in one line: Mosaic's scoped VMEM figures when it ran out of VMEM,
+    else the message's first line (300 characters at most)."""
+    text = str(error)
+    found = _SCOPED_VMEM.search(text)
+    if found:
+        return (
+            f"Mosaic ran out of scoped VMEM: it needs more than {found.group(1)}B at a limit of "
+            f"{found.group(2)}B (XLA error E1001)"
+        )
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return f"{type(error).__name__}: {first[:300]}"
