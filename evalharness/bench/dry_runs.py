@@ -3,7 +3,9 @@
 One row per (model, resolution, target): whether it fits, the per-device GiB of the main memory
 components and the peak, the SMEM and VMEM of the Pallas TPU plans, the lowering, and the roofline
 minutes of the whole comparison. Planned on this machine from abstract weights (see
-``evalharness.admission.dry_run_report``); nothing real is allocated.
+``evalharness.admission.dry_run_report``); nothing real is allocated. With the ``tpu`` extra
+installed, the TPU rows are compiled for the chip by libtpu (3-6 minutes each on 2 cores at
+720p-1080p) and their memory is the TPU compiler's.
 """
 
 from __future__ import annotations
