@@ -138,13 +138,13 @@ def _shared_memory_line(cfg: EvalConfig, tcfg: Any, sizing: RunSizing) -> str:
     )
 
 
+_OUR_MODEL = "Our model (XLA:CPU's plan of the blocks, our executor arithmetic)"
+
+
 def _memory_source(sizing: RunSizing) -> str:
     """Whose plan the memory table is."""
     if sizing.compiled_by and sizing.model_memory is None:
-        return (
-            f"Our model (XLA:CPU's plan of the blocks, our executor arithmetic): the compile for "
-            f"{sizing.compiled_by} was refused (see the verdict)."
-        )
+        return f"{_OUR_MODEL}: the compile for {sizing.compiled_by} was refused (see the verdict)."
     if sizing.compiled_by:
         names = sizing.memory.executors
         compiled = [arm for arm in sizing.memory.arms if names.get(arm, "").endswith(", compiled")]
@@ -160,7 +160,7 @@ def _memory_source(sizing: RunSizing) -> str:
             "loop state, text encoder and VAE rows are our arithmetic."
         )
     if sizing.not_compiled:
-        return f"Our model (XLA:CPU's plan of the blocks, our executor arithmetic); {sizing.not_compiled}."
+        return f"{_OUR_MODEL}; {sizing.not_compiled}."
     return "Planned by this host's compiler (XLA) on abstract weights."
 
 
