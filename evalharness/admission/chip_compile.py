@@ -1,12 +1,17 @@
 """Compiled for the chip: a TPU target's memory from the real TPU compiler, our model beside it.
 
-For a TPU target seen from a machine without a TPU, with libtpu installed, the transformer (a
-2-layer forward at one chip's shapes: embeddings, blocks, head) and every arm's attention inside
-it are compiled for one chip of the target's topology by XLA's TPU compiler and Mosaic
-(``evalharness.estimates.tpu_compiler``); that memory table is the one the verdict reads, and
-the model's table (XLA:CPU's plan and our executor arithmetic) is kept beside it. A program the
-compiler refuses (Mosaic's SMEM/VMEM, or HBM) is a problem of the run, in one line. Without
-libtpu nothing is compiled and the verdict says so: no silent downgrade.
+For a TPU target seen from a machine without a TPU, with libtpu installed, XLA's TPU compiler
+and Mosaic (``evalharness.estimates.tpu_compiler``) compile, as ``chip_compile`` says:
+
+- ``step`` (default): each arm's whole denoising loop, every layer, on the target's chips with
+  the sequence-parallel mesh and its all-to-all (``evalharness.admission.step_compile``);
+- ``forward``: a 2-layer forward (embeddings, blocks, head) with each arm's attention inside,
+  at one chip's shapes on one chip (a minute rather than several);
+
+that memory table is the one the verdict reads, and our model's table (XLA:CPU's plan and our
+executor arithmetic) is kept beside it. A program the compiler refuses (Mosaic's SMEM/VMEM, or
+HBM) is a problem of the run, in one line. Without libtpu, or with ``chip_compile=off``,
+nothing is compiled and the verdict says so: no silent downgrade.
 """
 
 from __future__ import annotations
@@ -14,9 +19,18 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import jax
 
+from evalharness.admission.mosaic_fix import fitting_setting
+from evalharness.admission.step_compile import (
+    StepProgram,
+    compile_run_step,
+    describe_collectives,
+    step_memory_table,
+)
+from evalharness.config import EvalConfig
 from evalharness.estimates import (
     ArmCompileError,
     DeviceTarget,
@@ -27,12 +41,24 @@ from evalharness.estimates import (
     compiler_reason,
     topology_compiler,
 )
+from kernels.executors.pallas_tpu_budget import TpuBudget
+from models.config import WanTransformerConfig
+from models.video_geometry import VideoGeometry
 
 # What to change when Mosaic or the TPU compiler refuses an arm's attention.
 _SETTINGS = (
     "change the tiles (kernel.block_q, kernel.block_kv), kernel.block_kv_compute or "
     "kernel.vmem_limit_bytes, or the executor (kernel.dense_executor, kernel.noise_floor_executor)"
 )
+# What to change when the transformer itself does not compile (HBM).
+_SMALLER = (
+    "lower the resolution, the batch (guidance_passes=separate) or the devices' share "
+    "(parallel.sequence)"
+)
+# The project's Pallas TPU kernel variants (Mosaic's VMEM refusals of these get a checked fix).
+_PALLAS_VARIANTS = ("b0", "b1", "b2", "b3")
+# Signs that a refusal came from a Pallas kernel (Mosaic), not from the transformer.
+_KERNEL_SIGNS = ("mosaic", "vmem", "smem", "pallas")
 
 
 @dataclass(frozen=True)
@@ -43,13 +69,15 @@ class ChipCompile:
         compiled_by: e.g. ``TPU v6 lite 2x4 by libtpu 0.0.42.1`` when the TPU compiler ran.
         memory: the compiler's memory table (None when it did not run or refused).
         not_compiled: why the chip's compiler did not run (None when it ran or does not apply).
-        notes: our budget model's refusals that Mosaic overruled.
+        notes: our budget model's refusals that Mosaic overruled, and what was compiled.
+        steps: arm -> its compiled denoising loop (``chip_compile=step``; empty otherwise).
     """
 
     compiled_by: str | None = None
     memory: MemoryTable | None = None
     not_compiled: str | None = None
     notes: tuple[str, ...] = ()
+    steps: Mapping[str, StepProgram] = dataclasses.field(default_factory=dict)
 
 
 def compile_for_chip(
@@ -59,69 +87,226 @@ def compile_for_chip(
     attends: Mapping[str, object],
     problems: list[str],
     budget_problems: list[str],
+    *,
+    mode: str = "forward",
+    step: Callable[[TpuCompiler, object], StepProgram] | None = None,
+    model_table: MemoryTable | None = None,
+    vmem_fix: Callable[[TpuCompiler, str], str] | None = None,
 ) -> ChipCompile:
-    """Compiles the transformer and each arm's attention for one chip of ``target``; Mosaic, not
-    our SMEM/VMEM model, then judges the Pallas kernels' tiles.
+    """Compiles each arm for ``target``'s chips; Mosaic, not our SMEM/VMEM model, then judges the
+    Pallas kernels' tiles.
 
     Args:
         target: the device target (a TPU target with a ``topology``; others are not compiled).
         estimate: ``estimate_memory`` with every argument but ``executors`` and
-            ``compile_device`` given.
+            ``compile_device`` given (``forward``).
         executors: arm -> its ``ExecutorSpec`` (the model's).
-        attends: arm -> its single-device attention, compiled into the transformer.
+        attends: arm -> its single-device attention.
         problems: the problems found so far (a plan with any is not compiled); appended with
             the compiler's refusal, or with ``budget_problems`` when nothing was compiled.
         budget_problems: what our SMEM/VMEM model refuses; when the chip's compiler runs, Mosaic
             decides instead and these become notes.
+        mode: ``step``, ``forward`` or ``off`` (``ChipCompileMode``).
+        step: ``step(compiler, attend)`` compiles one arm's denoising loop (``step`` mode).
+        model_table: our model's table, whose rows outside the loop the ``step`` table keeps.
+        vmem_fix: ``vmem_fix(compiler, variant)``: a setting Mosaic compiles, when it refused a
+            Pallas TPU kernel (b0-b3) for scoped VMEM (``evalharness.admission.mosaic_fix``).
 
     Returns:
         The ``ChipCompile``.
     """
-    compiler, skipped = _compiler_for(target, problems)
+    compiler, skipped = _compiler_for(target, problems, mode)
     if compiler is None:
         problems.extend(budget_problems)
         return ChipCompile(not_compiled=skipped)
     from kernels.executors.pallas_tpu import mosaic_judges_budget
 
-    compiled_arms = {
-        arm: dataclasses.replace(spec, attend=attends[arm]) for arm, spec in executors.items()
-    }
     described = compiler.describe()
-    try:
-        with mosaic_judges_budget():
-            table = estimate(executors=compiled_arms, compile_device=compiler.device)
-    except ArmCompileError as refusal:
-        problems.append(
-            f"compile for {described}: the {refusal.executor} attention does not compile "
-            f"({refusal.reason}); {_SETTINGS}"
-        )
-        return ChipCompile(compiled_by=described)
-    except Exception as error:  # noqa: BLE001 - the transformer itself refused (e.g. HBM)
-        problems.append(
-            f"compile for {described}: the transformer does not compile "
-            f"({compiler_reason(error)}); lower the resolution, the batch "
-            "(guidance_passes=separate) or the devices' share (parallel.sequence)"
-        )
+    refused: list[str] = []
+    with mosaic_judges_budget():
+        if mode == "step" and step is not None and model_table is not None:
+            table, steps = _compile_steps(
+                compiler, step, executors, attends, model_table, target, refused
+            )
+        else:
+            table, steps = _compile_forward(compiler, estimate, executors, attends, refused), {}
+    if table is None:
+        problems.extend(_with_fix(refused, executors, compiler, vmem_fix))
         return ChipCompile(compiled_by=described)
     overruled = tuple(
         f"our SMEM/VMEM model refused ({p}), but Mosaic compiled it for {described}: Mosaic's "
         "verdict stands"
         for p in budget_problems
     )
-    return ChipCompile(compiled_by=described, memory=table, notes=overruled)
+    what = (
+        f"compiled for {described}: each arm's whole denoising loop ({describe_collectives(steps)})"
+        if steps
+        else f"compiled for {described}: a 2-layer forward on one chip (chip_compile=forward)"
+    )
+    return ChipCompile(compiled_by=described, memory=table, notes=(what, *overruled), steps=steps)
+
+
+def _with_fix(
+    refused: list[str],
+    executors: Mapping[str, ExecutorSpec],
+    compiler: TpuCompiler,
+    vmem_fix: Callable[[TpuCompiler, str], str] | None,
+) -> list[str]:
+    """The refusals, a Mosaic VMEM one followed by a setting Mosaic compiles."""
+    out = []
+    for line in refused:
+        variant = next((s.name for s in executors.values() if f"{s.name} attention" in line), None)
+        if vmem_fix is not None and variant in _PALLAS_VARIANTS and "scoped VMEM" in line:
+            line += f". Checked with Mosaic: {vmem_fix(compiler, variant)}"
+        out.append(line)
+    return out
+
+
+def _compile_forward(
+    compiler: TpuCompiler,
+    estimate: Callable[..., MemoryTable],
+    executors: Mapping[str, ExecutorSpec],
+    attends: Mapping[str, object],
+    problems: list[str],
+) -> MemoryTable | None:
+    """Our model's table with the 2-layer forward and each arm compiled for one chip."""
+    described = compiler.describe()
+    compiled_arms = {
+        arm: dataclasses.replace(spec, attend=attends[arm]) for arm, spec in executors.items()
+    }
+    try:
+        return estimate(executors=compiled_arms, compile_device=compiler.device)
+    except ArmCompileError as refusal:
+        problems.append(
+            f"compile for {described}: the {refusal.executor} attention does not compile "
+            f"({refusal.reason}); {_SETTINGS}"
+        )
+    except Exception as error:  # noqa: BLE001 - the transformer itself refused (e.g. HBM)
+        problems.append(
+            f"compile for {described}: the transformer does not compile "
+            f"({compiler_reason(error)}); {_SMALLER}"
+        )
+    return None
+
+
+def _compile_steps(
+    compiler: TpuCompiler,
+    step: Callable[[TpuCompiler, object], StepProgram],
+    executors: Mapping[str, ExecutorSpec],
+    attends: Mapping[str, object],
+    model_table: MemoryTable,
+    target: DeviceTarget,
+    problems: list[str],
+) -> tuple[MemoryTable | None, dict[str, StepProgram]]:
+    """Each arm's whole denoising loop compiled (an arm whose executor an earlier arm has is
+    not compiled twice); the table from them, or None when one is refused."""
+    described = compiler.describe()
+    steps: dict[str, StepProgram] = {}
+    by_executor: dict[str, StepProgram] = {}
+    for arm, spec in executors.items():
+        reuse = not spec.routed and spec.name in by_executor
+        try:
+            steps[arm] = by_executor[spec.name] if reuse else step(compiler, attends[arm])
+        except Exception as error:  # noqa: BLE001 - Mosaic's or XLA's refusal, named with its arm
+            reason = compiler_reason(error)
+            text = f"{reason} {error}".lower()
+            kernel = any(sign in text for sign in _KERNEL_SIGNS)
+            part = f"its {spec.name} attention" if kernel else "the transformer"
+            problems.append(
+                f"compile for {described}: the {arm} arm's denoising loop does not compile "
+                f"({part}: {reason}); {_SETTINGS if kernel else _SMALLER}"
+            )
+            return None, steps
+        if not spec.routed:
+            by_executor[spec.name] = steps[arm]
+    names = {arm: model_table.executors.get(arm, spec.name) for arm, spec in executors.items()}
+    names = {arm: name.replace(", compiled", "") for arm, name in names.items()}
+    table = step_memory_table(
+        steps,
+        executors=names,
+        model=model_table,
+        runtime_overhead=target.runtime_overhead,
+        described=described,
+    )
+    return table, steps
 
 
 def _compiler_for(
-    target: DeviceTarget, problems: list[str]
+    target: DeviceTarget, problems: list[str], mode: str = "forward"
 ) -> tuple[TpuCompiler | None, str | None]:
     """The chip's compile-only compiler, or None and why not (None, None: does not apply)."""
     if target.platform != "tpu" or target.topology is None:
         return None, None
     if jax.devices()[0].platform == "tpu":  # on a TPU host the host's compiler is the chip's
         return None, None
+    if mode == "off":
+        return None, "not compiled for the chip: chip_compile=off (our model's table)"
     if problems:
         return None, "not compiled for the chip: the plan already does not fit"
     try:
         return topology_compiler(target.topology), None
     except TpuCompilerUnavailable as why:
         return None, f"not compiled for the chip: {why}"
+
+
+def compile_run_for_chip(
+    cfg: EvalConfig,
+    tcfg: WanTransformerConfig,
+    video: VideoGeometry,
+    target: DeviceTarget,
+    devices: int,
+    model: tuple[Callable[..., MemoryTable], MemoryTable],
+    specs: dict[str, ExecutorSpec],
+    attends: dict[str, Any],
+    budgets: dict[str, TpuBudget],
+    problems: list[str],
+) -> ChipCompile:
+    """``compile_for_chip`` for a run (``model``: our estimator and its table); ``problems``
+    gets the compiler's refusal, or our budget model's when nothing is compiled.
+
+    Args:
+        cfg: the run's config, resolved for the target's platform.
+        tcfg: the transformer architecture.
+        video: the video size.
+        target: the device target.
+        devices: P, chips the sequence is split over.
+        model: ``estimate_memory`` with all but the executors given, and our model's table.
+        specs: arm -> its ``ExecutorSpec``.
+        attends: arm -> its single-device attention.
+        budgets: our SMEM/VMEM model's budget per Pallas TPU plan.
+        problems: appended with what does not fit.
+
+    Returns:
+        The ``ChipCompile``.
+    """
+    estimate, model_memory = model
+    budget_problems = [p for b in budgets.values() for p in b.problems]
+
+    def step(compiler: Any, attend: Any) -> StepProgram:
+        return compile_run_step(cfg, tcfg, video, compiler, devices, attend)
+
+    def vmem_fix(compiler: Any, variant: str) -> str:
+        kernel = cfg.kernel
+        return fitting_setting(
+            compiler.device,
+            variant=variant,
+            tiles=(kernel.block_q, kernel.block_kv),
+            tokens=video.tokens,
+            head_dim=tcfg.attention_head_dim,
+            dtype=cfg.dtype.value,
+            block_kv_compute=kernel.block_kv_compute,
+            vmem_limit=kernel.vmem_limit_bytes,
+        )
+
+    return compile_for_chip(
+        target,
+        estimate,
+        specs,
+        attends,
+        problems,
+        budget_problems,
+        mode=cfg.chip_compile.value,
+        step=step,
+        model_table=model_memory,
+        vmem_fix=vmem_fix,
+    )

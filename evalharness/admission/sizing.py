@@ -16,14 +16,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from evalharness.admission.chip_compile import compile_for_chip
+from evalharness.admission.chip_compile import compile_run_for_chip
 from evalharness.admission.kernel_checks import gpu_shared_memory, lower_for_target, tpu_budgets
+from evalharness.admission.step_compile import StepProgram
 from evalharness.assembly import nominal_kept_fraction, pallas_options
 from evalharness.config import EvalConfig, token_geometry
 from evalharness.estimates import (
@@ -79,6 +80,7 @@ class RunSizing:
             libtpu 0.0.42.1``), else None.
         model_memory: our model's table, beside the compiler's (None when ``memory`` is ours).
         not_compiled: why a TPU target was not compiled for the chip (libtpu missing, ...).
+        steps: arm -> its denoising loop as compiled for the chip (``chip_compile=step``).
     """
 
     target: DeviceTarget
@@ -94,6 +96,7 @@ class RunSizing:
     compiled_by: str | None = None
     model_memory: MemoryTable | None = None
     not_compiled: str | None = None
+    steps: Mapping[str, StepProgram] = dataclasses.field(default_factory=dict)
 
     @property
     def fits(self) -> bool:
@@ -189,24 +192,22 @@ def size_run(
     budgets = (
         tpu_budgets(cfg, tcfg, video, policy) if cfg.kernel.backend.value == "pallas_tpu" else {}
     )
-    budget_problems = [p for b in budgets.values() for p in b.problems]
     # With the chip's compiler Mosaic judges the tiles; without it, our budget model does.
-    chip = compile_for_chip(target, estimate, specs, attends, problems, budget_problems)
-    notes += [chip.not_compiled] if chip.not_compiled else []
-    notes += chip.notes
-    timing = estimate_time(
+    chip = compile_run_for_chip(
+        cfg,
         tcfg,
         video,
         target,
-        steps=cfg.steps,
-        cfg_batch=samples_per_step(cfg),
-        warm_runs=cfg.warm_runs,
-        kept_fraction=nominal_kept_fraction(cfg, tcfg.num_layers),
-        noise_floor=cfg.noise_floor,
-        param_dtype=cfg.model.param_dtype.value,
-        dtype=cfg.dtype.value,
-        devices=devices,
+        devices,
+        (estimate, model_memory),
+        specs,
+        attends,
+        budgets,
+        problems,
     )
+    notes += [chip.not_compiled] if chip.not_compiled else []
+    notes += chip.notes
+    timing = _time(cfg, tcfg, video, target, devices)
     shared = gpu_shared_memory(cfg, tcfg, target, problems, notes)
     # Compiling for the chip lowered every arm already (Mosaic included): no export on top.
     lower = lower and chip.compiled_by is None
@@ -225,6 +226,30 @@ def size_run(
         compiled_by=chip.compiled_by,
         model_memory=model_memory if chip.memory is not None else None,
         not_compiled=chip.not_compiled,
+        steps=chip.steps,
+    )
+
+
+def _time(
+    cfg: EvalConfig,
+    tcfg: WanTransformerConfig,
+    video: VideoGeometry,
+    target: DeviceTarget,
+    devices: int,
+) -> TimeEstimate:
+    """The roofline time estimate of every arm on ``target``."""
+    return estimate_time(
+        tcfg,
+        video,
+        target,
+        steps=cfg.steps,
+        cfg_batch=samples_per_step(cfg),
+        warm_runs=cfg.warm_runs,
+        kept_fraction=nominal_kept_fraction(cfg, tcfg.num_layers),
+        noise_floor=cfg.noise_floor,
+        param_dtype=cfg.model.param_dtype.value,
+        dtype=cfg.dtype.value,
+        devices=devices,
     )
 
 

@@ -11,6 +11,7 @@ from evalharness.config.resolutions import (
     token_geometry,
 )
 from evalharness.config.schemas import (
+    ChipCompileMode,
     ComputeDType,
     DenseExecutor,
     DType,
@@ -53,6 +54,7 @@ __all__ = [
     "Pair",
     "ParallelConfig",
     "PermutePlacement",
+    "ChipCompileMode",
     "ProgressMode",
     "RESOLUTION_DIR",
     "Resolution",

@@ -100,6 +100,17 @@ class GateOn(enum.StrEnum):
     worst = "worst"
 
 
+class ChipCompileMode(enum.StrEnum):
+    """What a dry run for a TPU target compiles with the TPU compiler (libtpu, the ``tpu`` extra):
+    ``step``, the run's whole denoising loop (every layer, the sequence-parallel mesh and its
+    all-to-all; minutes per arm for 14B on 2 CPU cores); ``forward``, a 2-layer forward on one
+    chip (about a minute); ``off``, nothing (our model's table only, seconds)."""
+
+    step = "step"
+    forward = "forward"
+    off = "off"
+
+
 class ProgressMode(enum.StrEnum):
     """Progress bars: ``auto`` draws them only when stderr is a terminal."""
 
@@ -301,6 +312,8 @@ class EvalConfig:
     progress: ProgressMode = ProgressMode.auto  # the phase bar (never a callback in a timed loop)
     dry_run: bool = False  # plan, check and estimate on abstract weights; exit 0 fits, 2 not
     target: str | None = None  # dry-run device: tpu-v6e-1, tpu-v6e-8, h200, cpu (None: this host)
+    # What a TPU target's dry run compiles for the chip, with libtpu installed (ChipCompileMode).
+    chip_compile: ChipCompileMode = ChipCompileMode.step
 
 
 def schema(node_type: type) -> DictConfig:

@@ -17,10 +17,12 @@ from evalharness.estimates.targets import (
     measure_matmul_flops,
 )
 from evalharness.estimates.tpu_compiler import (
+    CompiledProgram,
     TpuCompiler,
     TpuCompilerUnavailable,
     compile_for,
     compiler_reason,
+    program_figures,
     topology_compiler,
 )
 from evalharness.estimates.workload import (
@@ -33,6 +35,7 @@ from evalharness.estimates.workload import (
 
 __all__ = [
     "ArmCompileError",
+    "CompiledProgram",
     "CPU_RUNTIME_OVERHEAD",
     "DeviceTarget",
     "ExecutorSpec",
@@ -55,6 +58,7 @@ __all__ = [
     "measure_matmul_flops",
     "padded_heads",
     "parameter_count",
+    "program_figures",
     "step_flops",
     "topology_compiler",
 ]

@@ -39,6 +39,7 @@ class TpuCompiler:
         chips: chips in the topology.
         libtpu_version: the installed libtpu's version.
         device: the chip a per-chip program is compiled for.
+        devices: every chip of the topology (a mesh over them compiles the collectives).
     """
 
     topology: str
@@ -46,6 +47,7 @@ class TpuCompiler:
     chips: int
     libtpu_version: str
     device: Any
+    devices: tuple[Any, ...] = ()
 
     def describe(self) -> str:
         """E.g. ``TPU v6 lite 2x4 by libtpu 0.0.42.1``."""
@@ -134,6 +136,7 @@ def _describe(topology: str) -> TpuCompiler:
         chips=len(devices),
         libtpu_version=importlib.metadata.version("libtpu"),
         device=devices[0],
+        devices=tuple(devices),
     )
 
 
@@ -141,6 +144,18 @@ def on_device(tree: Any, device: Any) -> Any:
     """``tree``'s abstract arrays (``ShapeDtypeStruct`` or arrays) placed on ``device``."""
     sharding = jax.sharding.SingleDeviceSharding(device)
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
+
+
+def program_figures(compiled: jax.stages.Compiled, seconds: float) -> CompiledProgram:
+    """A compiled program's ``memory_analysis()`` as ``CompiledProgram``."""
+    analysis = compiled.memory_analysis()
+    return CompiledProgram(
+        argument_bytes=int(analysis.argument_size_in_bytes),
+        output_bytes=int(analysis.output_size_in_bytes),
+        temp_bytes=int(analysis.temp_size_in_bytes),
+        code_bytes=int(analysis.generated_code_size_in_bytes),
+        compile_s=seconds,
+    )
 
 
 def compile_for(device: Any, fn: Callable[..., Any], *args: Any) -> CompiledProgram:
@@ -156,15 +171,7 @@ def compile_for(device: Any, fn: Callable[..., Any], *args: Any) -> CompiledProg
     """
     start = time.perf_counter()
     compiled = jax.jit(fn).lower(*on_device(args, device)).compile()
-    seconds = time.perf_counter() - start
-    analysis = compiled.memory_analysis()
-    return CompiledProgram(
-        argument_bytes=int(analysis.argument_size_in_bytes),
-        output_bytes=int(analysis.output_size_in_bytes),
-        temp_bytes=int(analysis.temp_size_in_bytes),
-        code_bytes=int(analysis.generated_code_size_in_bytes),
-        compile_s=seconds,
-    )
+    return program_figures(compiled, time.perf_counter() - start)
 
 
 # Mosaic's scoped-VMEM refusal (XLA error E1001) names the allocation and the limit it exceeded.

@@ -20,6 +20,7 @@ from kernels.executors.pallas_tpu import pallas_blocksparse_attention
 from kernels.masks.band import BandMask, PaddingMask
 from kernels.plans.block_sizes import BlockSizes
 from kernels.plans.tiles import build_plan
+from models.config import get_transformer_config
 from tests.helpers.harness_config import small_config
 
 pytestmark = [
@@ -79,32 +80,55 @@ def test_mosaic_compiles_every_variant_at_a_per_chip_shape(variant):
     assert modelled <= program.temp_bytes <= modelled + 128 * 1024, (program.temp_bytes, modelled)
 
 
-def _tiny_on_one_chip(tmp_path, vmem_limit_mib: int):
+def _tiny_dry_run(tmp_path, vmem_limit_mib: int, mode: str, target: str = "tpu-v6e-1"):
     cfg = small_config(
         tmp_path,
         "dry_run=true",
-        "target=tpu-v6e-1",
+        f"target={target}",
         "kernel.block_q=512",
         "kernel.block_kv=512",
         f"kernel.vmem_limit_bytes={vmem_limit_mib * 2**20}",
+        f"chip_compile={mode}",
         small=False,
     )
     return dry_run(cfg)
 
 
-def test_mosaic_refuses_tiles_over_its_vmem_limit_and_the_dry_run_says_so(tmp_path):
+@pytest.mark.parametrize("mode", ["step", "forward"])
+def test_mosaic_refuses_tiles_over_its_vmem_limit_and_the_dry_run_says_so(tmp_path, mode):
     # 512 x 512 tiles need about 2 MiB of scoped VMEM in Mosaic; 1 MiB is refused.
-    code, report = _tiny_on_one_chip(tmp_path, 1)
+    code, report = _tiny_dry_run(tmp_path, 1, mode)
     assert code == 2, report
     verdict = report[report.index("## Verdict") :]
     line = next(ln for ln in verdict.splitlines() if "Mosaic ran out of scoped VMEM" in ln)
     assert "at a limit of 1.00MB" in line and "kernel.vmem_limit_bytes" in line
+    # The refusal names a limit that Mosaic compiled, and the dry run takes it.
+    fix = re.search(r"Checked with Mosaic: kernel\.vmem_limit_bytes=(\d+) compiles", line)
+    assert fix, line
+    if mode == "step":
+        code, report = _tiny_dry_run(tmp_path, int(fix.group(1)) // 2**20, mode)
+        assert code == 0, report
+
+
+def test_the_whole_loop_is_compiled_on_the_eight_chip_mesh_with_its_all_to_all(tmp_path):
+    code, report = _tiny_dry_run(tmp_path, 32, "step", target="tpu-v6e-8")
+    assert code == 0, report
+    assert "compiled for TPU v6 lite 2x4 by libtpu " in report.splitlines()[-1]
+    assert "each arm's whole denoising loop (every layer, 8 chip(s) on the sequence mesh" in report
+    layers = get_transformer_config("tiny").num_layers
+    # q, k and v to heads and the output back: four all-to-all per layer; the sparse arm's
+    # program holds its dense branch's exchange and its sparse branch's.
+    dense = re.search(r"dense: (\d+) all-to-all", report)
+    sparse = re.search(r"sparse: (\d+) all-to-all", report)
+    assert int(dense.group(1)) == 4 * layers, report
+    assert int(sparse.group(1)) == 8 * layers, report
+    assert "| denoising step (compiled) | denoise |" in report
 
 
 def test_a_dry_run_compiled_for_the_chip_where_mosaic_overrules_our_budget_model(tmp_path):
     # Our model asks more than 4 MiB of VMEM for 512 x 512 tiles; Mosaic needs about 2 and
     # compiles: its verdict stands, and the report says our model disagreed.
-    code, report = _tiny_on_one_chip(tmp_path, 4)
+    code, report = _tiny_dry_run(tmp_path, 4, "forward")
     assert code == 0, report
     assert "compiled for TPU v6 lite 1x1 by libtpu " in report.splitlines()[-1]
     assert "Peak per device, the TPU compiler beside our model:" in report

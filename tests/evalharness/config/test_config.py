@@ -129,6 +129,7 @@ def _expected_params(tmp_path) -> dict:
         "progress": "auto",
         "dry_run": False,
         "target": None,
+        "chip_compile": "step",
     }
 
 
