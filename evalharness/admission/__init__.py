@@ -8,7 +8,7 @@ from evalharness.admission.decision import admit
 from evalharness.admission.dry_run_report import checkpoint_optional, dry_run
 from evalharness.admission.kernel_checks import EXPORT_PLATFORMS
 from evalharness.admission.preflight import estimate_cost
-from evalharness.admission.sizing import RunSizing, size_run
+from evalharness.admission.sizing import RunSizing, estimate_run_time, size_run
 
 __all__ = [
     "EXPORT_PLATFORMS",
@@ -17,6 +17,7 @@ __all__ = [
     "checkpoint_optional",
     "dry_run",
     "estimate_cost",
+    "estimate_run_time",
     "preflight",
     "size_run",
 ]

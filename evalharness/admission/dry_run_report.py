@@ -7,7 +7,9 @@ and :func:`evalharness.admission.sizing.size_run` gives the per-device memory ta
 of the Pallas TPU plans or the shared memory of the Pallas GPU tiles, the ``jax.export`` lowering
 of every arm for TPU targets and of every arm but cuDNN's for GPU targets (``cuda``: the sparse
 arm and B0 on the Pallas GPU kernel), and a roofline time estimate from the stated device table.
-Exit 0 when it fits within ``max_minutes``, 2 with the reasons otherwise.
+Fitting (memory, SMEM/VMEM, shared memory, the compile) and time are separate verdicts: exit 0
+when it fits within ``max_minutes``, 2 when it does not fit (whatever the time), 3 when it fits
+but the estimate exceeds ``max_minutes``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ from kernels.executors.pallas_gpu_budget import DEFAULT_NUM_STAGES, default_num_
 from models.config import get_transformer_config
 from models.video_geometry import VideoGeometry
 
+# A dry run's exit codes: fitting and time are separate verdicts.
+FITS, DOES_NOT_FIT, OVER_TIME = 0, 2, 3
+
 
 def dry_run(cfg: EvalConfig | DictConfig | dict) -> tuple[int, str]:
     """Plans the run on its target and returns (exit code, report).
@@ -37,8 +42,9 @@ def dry_run(cfg: EvalConfig | DictConfig | dict) -> tuple[int, str]:
         cfg: the configuration; ``target`` names the device (None: this host, ``cpu``).
 
     Returns:
-        0 and the report when the run fits (memory, SMEM/VMEM, lowering, ``max_minutes``), else 2
-        and the report with the reasons and settings that would fit.
+        The report and ``FITS`` (0) when the run fits within ``max_minutes``, ``DOES_NOT_FIT`` (2)
+        with the reasons and settings that would fit, or ``OVER_TIME`` (3) when it fits but
+        the time estimate exceeds ``max_minutes``.
     """
     started = time.perf_counter()
     cfg = to_config(checkpoint_optional(cfg))
@@ -54,14 +60,27 @@ def dry_run(cfg: EvalConfig | DictConfig | dict) -> tuple[int, str]:
     # On its own platform a dry run plans exactly as the run's preflight would.
     arms = quadratic_arms(cfg) if on_host else ()
     sizing = size_run(cfg, tcfg, target, devices=devices, compile_arms=arms)
-    minutes = sizing.timing.total_minutes
     problems = [p for p in (sizing.memory_problem(), *sizing.problems) if p]
-    if minutes > cfg.max_minutes:
-        problems.append(
-            f"time: an estimated {minutes:,.1f} minutes exceeds max_minutes={cfg.max_minutes:g}"
-        )
     report = _report(cfg, tcfg, sizing, problems, time.perf_counter() - started)
-    return (2 if problems else 0), report
+    if problems:
+        return DOES_NOT_FIT, report
+    return (OVER_TIME if _over_time(cfg, sizing) else FITS), report
+
+
+def _over_time(cfg: EvalConfig, sizing: RunSizing) -> bool:
+    return sizing.timing.total_minutes > cfg.max_minutes
+
+
+def _time_verdict(cfg: EvalConfig, sizing: RunSizing) -> str:
+    """The time line of the verdict: the estimate against ``max_minutes``, apart from fitting."""
+    minutes = sizing.timing.total_minutes
+    if _over_time(cfg, sizing):
+        return (
+            f"- Time: OVER max_minutes: an estimated {minutes:,.1f} minutes exceeds "
+            f"max_minutes={cfg.max_minutes:g} (exit {OVER_TIME}); raise max_minutes, or lower "
+            "steps, warm_runs or the resolution"
+        )
+    return f"- Time: within max_minutes: an estimated {minutes:,.1f} of {cfg.max_minutes:g} minutes"
 
 
 def checkpoint_optional(cfg: Any) -> Any:
@@ -120,7 +139,10 @@ def _report(
     verdict = "FITS" if not problems else "DOES NOT FIT"
     source = _verdict_source(sizing)
     lines += ["", f"## Verdict: {verdict} (planned in {seconds:.1f} s, nothing allocated{source})"]
+    if not problems:
+        lines += ["- Fits: memory, SMEM/VMEM, shared memory and the compile all pass"]
     lines += [f"- {p}" for p in problems]
+    lines += [_time_verdict(cfg, sizing)]
     if not sizing.memory.fits:
         lines += ["", "To fit:"] + [f"- {a}" for a in memory_advice(sizing.memory)]
     return "\n".join(lines)

@@ -233,7 +233,7 @@ def check(
             f"{estimate.total_flops:.3g} FLOPs at a measured "
             f"{estimate.device_flops_per_s / 1e9:,.1f} GFLOP/s per device"
             if timing is None
-            else f"roofline on {timing.assumption}"
+            else f"time estimate on {timing.assumption}"
         )
         problems.append(
             f"time: an estimated {minutes:,.1f} minutes exceeds max_minutes={max_minutes:g} "

@@ -25,12 +25,13 @@ import jax.numpy as jnp
 from evalharness.admission.chip_compile import compile_run_for_chip
 from evalharness.admission.kernel_checks import gpu_shared_memory, lower_for_target, tpu_budgets
 from evalharness.admission.step_compile import StepProgram
-from evalharness.assembly import nominal_kept_fraction, pallas_options
+from evalharness.assembly import pallas_options
 from evalharness.config import EvalConfig, token_geometry
 from evalharness.estimates import (
     DeviceTarget,
     ExecutorSpec,
     MemoryTable,
+    SparseWork,
     TimeEstimate,
     compiled_temp_bytes,
     estimate_memory,
@@ -207,7 +208,7 @@ def size_run(
     )
     notes += [chip.not_compiled] if chip.not_compiled else []
     notes += chip.notes
-    timing = _time(cfg, tcfg, video, target, devices)
+    timing = _time(cfg, tcfg, video, target, devices, policy)
     shared = gpu_shared_memory(cfg, tcfg, target, problems, notes)
     # Compiling for the chip lowered every arm already (Mosaic included): no export on top.
     lower = lower and chip.compiled_by is None
@@ -236,8 +237,9 @@ def _time(
     video: VideoGeometry,
     target: DeviceTarget,
     devices: int,
+    policy: AttentionPolicy,
 ) -> TimeEstimate:
-    """The roofline time estimate of every arm on ``target``."""
+    """The time estimate of every arm on ``target``, from what the schedule and plan execute."""
     return estimate_time(
         tcfg,
         video,
@@ -245,12 +247,38 @@ def _time(
         steps=cfg.steps,
         cfg_batch=samples_per_step(cfg),
         warm_runs=cfg.warm_runs,
-        kept_fraction=nominal_kept_fraction(cfg, tcfg.num_layers),
         noise_floor=cfg.noise_floor,
         param_dtype=cfg.model.param_dtype.value,
         dtype=cfg.dtype.value,
         devices=devices,
+        sparse=sparse_work(cfg, tcfg, policy),
+        forwards=samples_per_step(cfg) // samples_per_call(cfg),
+        gathers=devices > 1 and cfg.model.name not in SEEDED_PRESETS,
     )
+
+
+def estimate_run_time(
+    cfg: EvalConfig, tcfg: WanTransformerConfig, target: DeviceTarget, *, devices: int
+) -> tuple[TimeEstimate, SparseWork | None]:
+    """The time estimate of ``cfg`` (resolved for ``target.platform``) alone, and what its sparse
+    arm executes: no memory table, no compile (``evalharness.bench.seed_calibration``)."""
+    video = VideoGeometry(cfg.resolution.frames, cfg.resolution.height, cfg.resolution.width)
+    _, policy = _single_device_attends(cfg, tcfg, video)
+    return _time(cfg, tcfg, video, target, devices, policy), sparse_work(cfg, tcfg, policy)
+
+
+def sparse_work(
+    cfg: EvalConfig, tcfg: WanTransformerConfig, policy: AttentionPolicy
+) -> SparseWork | None:
+    """What the sparse arm executes: its sparse (step, layer) share and the plan's executed pairs
+    (None for a dense schedule)."""
+    schedule = cfg.schedule
+    if policy.plan is None or not schedule.runs_sparse(cfg.steps, tcfg.num_layers):
+        return None
+    layers = tcfg.num_layers
+    sparse_steps = cfg.steps - schedule.dense_steps(cfg.steps)
+    cells = sparse_steps * (layers - schedule.dense_layers(layers)) / (cfg.steps * layers)
+    return SparseWork(cells, policy.plan.executed_pairs_fraction, policy.plan.variant)
 
 
 def _memory_estimator(

@@ -36,6 +36,8 @@ _COMPONENTS = {
     "routing": "routing",
     "VAE": "VAE decode",
 }
+# The rows of a table compiled for the chip (chip_compile=step) standing in for our model's.
+_COMPILED = {"transformer": "denoising step (compiled)"}
 
 
 def plan_row(model: str, resolution: str, target_name: str, overrides: list[str]) -> dict[str, Any]:
@@ -59,8 +61,13 @@ def plan_row(model: str, resolution: str, target_name: str, overrides: list[str]
         "fits": "yes" if sizing.fits else "NO",
     }
     for title, component in _COMPONENTS.items():
+        if component not in memory.rows:  # the compiled loop's table: its step row
+            component = _COMPILED.get(component, component)
         row[title] = max(memory.rows.get(component, {}).values(), default=0) / GIB
     row["peak GiB"] = memory.peak(worst) / GIB
+    model = sizing.model_memory
+    row["model peak GiB"] = max(model.peak(a) for a in model.arms) / GIB if model else None
+    row["compiled by"] = sizing.compiled_by or "-"
     row["HBM GiB"] = target.hbm_bytes / GIB
     smem = [b.smem_bytes for b in sizing.budgets.values()]
     vmem = [b.vmem_bytes for b in sizing.budgets.values()]
@@ -90,6 +97,7 @@ def main(argv: list[str] | None = None) -> None:
         for t in args.targets
     ]
     fmt = {"model": "{}", "res": "{}", "target": "{}", "fits": "{}", "lowered": "{}"}
+    fmt |= {"compiled by": "{}"}
     fmt |= {"SMEM KiB": "{:,.1f}", "VMEM MiB": "{:,.1f}", "minutes": "{:,.1f}", "why not": "{}"}
     columns = [(k, k, fmt.get(k, "{:,.2f}")) for k in rows[0]]
     print(markdown_table(rows, columns))

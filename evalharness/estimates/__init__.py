@@ -26,6 +26,7 @@ from evalharness.estimates.tpu_compiler import (
     topology_compiler,
 )
 from evalharness.estimates.workload import (
+    SparseWork,
     TimeEstimate,
     dtype_bytes,
     estimate_time,
@@ -43,6 +44,7 @@ __all__ = [
     "MemoryTable",
     "SEED_ATTENTION_SHARE",
     "SEED_SETUP",
+    "SparseWork",
     "TimeEstimate",
     "TpuCompiler",
     "TpuCompilerUnavailable",

@@ -1,21 +1,25 @@
-"""What a comparison computes, and how long that takes on a device: FLOPs, bytes, a roofline.
+"""What a comparison computes, and how long that takes on a device: FLOPs, bytes, time by component.
 
 ``parameter_count`` and ``step_flops`` count from the architecture alone. ``estimate_time`` turns
-them into minutes on a ``evalharness.estimates.targets.DeviceTarget``, per arm, with a roofline per
-denoising step on one device:
+them into minutes on a ``evalharness.estimates.targets.DeviceTarget``, per arm and component, for
+one denoising step on one device, at the rates of ``evalharness.estimates.time_rates`` (each with
+its source):
 
-    seconds = max(FLOPs / (peak x efficiency), bytes / HBM bandwidth)
-
-- FLOPs: the transformer's matmuls (``step_flops``) split over P devices; the sparse arm's
-  attention scaled by the schedule's kept fraction (routing, under 1% of it, is left out);
-- bytes: every weight once per forward (under "fsdp" each device still streams every gathered
-  weight), and each block's main buffers read and written once, 16 x [B, N / P, dim] +
-  2 x [B, N / P, ffn] in the compute dtype. K/V tiles a flash kernel re-reads stay in on-chip
-  memory and are not counted.
+- transformer matmuls: everything but self-attention, split over P devices, at the matmul rate,
+  or the HBM roofline when that is slower (every weight once per forward, and each block's main
+  buffers, 16 x [B, N / P, dim] + 2 x [B, N / P, ffn], read and written once);
+- self-attention: dense calls at the dense executor's rate; sparse calls over the pairs the plan
+  executes (visited tiles, masked work and padding included), at the variant's fraction of
+  ideal; heads padded to a multiple of P count as computed;
+- sparse overhead: routing, permutation and dispatch of each sparse call, linear in N;
+- exchange: the all-to-all (q, k, v and the output, [B, N / P, H_pad, D] each per layer) and,
+  for checkpoint models on several devices ("fsdp"), the weights gathered once per forward, at
+  the interconnect's bandwidth, not overlapped with compute.
 
 Runs per arm follow ``evalharness.run``: the dense arm warm-up + ``warm_runs`` timed runs, the
 noise floor the same (it is the second dense control), the sparse arm warm-up + ``warm_runs`` + one
-routing-recording run. Compilation is not included.
+routing-recording run. Compilation, the text encoder, the VAE decodes and the host side are not
+included.
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from evalharness.estimates.seed_measurements import SEED_KERNEL, SEED_SCHEDULE
 from evalharness.estimates.targets import DeviceTarget
+from evalharness.estimates.time_rates import TimeRates, rates_for
 from evalharness.formatting import markdown_table
 from models.config import WanTransformerConfig
 from models.video_geometry import VideoGeometry
@@ -81,60 +87,166 @@ def step_flops(cfg: WanTransformerConfig, tokens: int, batch: int) -> tuple[floa
 
 
 @dataclass(frozen=True)
+class SparseWork:
+    """What a sparse arm's schedule and plan execute.
+
+    Attributes:
+        cells: fraction of (step, layer) attention calls that are sparse.
+        executed: pairs a sparse call computes, over N^2 (``TilePlan.executed_pairs_fraction``).
+        variant: the sparse executor's variant (b0-b3).
+    """
+
+    cells: float
+    executed: float
+    variant: str
+
+
+@dataclass(frozen=True)
+class StepWork:
+    """One denoising step's work on one device.
+
+    Attributes:
+        matmul_flops: the transformer without self-attention.
+        attention_flops: self-attention if every call were dense (padded heads included).
+        call_tokens: tokens of one attention call (N).
+        calls: attention calls per step (layers x forwards).
+        exchange_bytes: all-to-all bytes sent by the device.
+        gather_bytes: weight bytes gathered by the device ("fsdp").
+        hbm_bytes: bytes the matmul roofline reads and writes.
+    """
+
+    matmul_flops: float
+    attention_flops: float
+    call_tokens: int
+    calls: int
+    exchange_bytes: float
+    gather_bytes: float
+    hbm_bytes: float
+
+
+def step_work(
+    tcfg: WanTransformerConfig,
+    geometry: VideoGeometry,
+    *,
+    cfg_batch: int,
+    forwards: int,
+    devices: int,
+    param_dtype: str,
+    dtype: str,
+    gathers: bool,
+) -> StepWork:
+    """The work of one denoising step on one of ``devices`` (see the module docstring).
+
+    Args:
+        tcfg: transformer architecture.
+        geometry: the video.
+        cfg_batch: samples per step (2 with classifier-free guidance).
+        forwards: model calls per step (2 with ``guidance_passes=separate``).
+        devices: P.
+        param_dtype: parameter dtype name.
+        dtype: compute dtype name.
+        gathers: whether the weights are gathered per forward ("fsdp" on several devices).
+    """
+    p = devices
+    act, weight = dtype_bytes("dtype", str(dtype)), dtype_bytes("param_dtype", str(param_dtype))
+    n = geometry.tokens
+    n_dev = -(-n // p)
+    heads = tcfg.num_attention_heads
+    padded = -(-heads // p) * p
+    attention, total = step_flops(tcfg, n, cfg_batch)
+    per_block = cfg_batch * n_dev * (16 * tcfg.dim + 2 * tcfg.ffn_dim) * act
+    weights = parameter_count(tcfg) * weight
+    away = (p - 1) / p
+    tensor = cfg_batch * n_dev * padded * tcfg.attention_head_dim * act
+    return StepWork(
+        matmul_flops=(total - attention) / p,
+        attention_flops=attention * padded / heads / p,
+        call_tokens=n,
+        calls=tcfg.num_layers * forwards,
+        exchange_bytes=4 * tensor * away * tcfg.num_layers if p > 1 else 0.0,
+        gather_bytes=weights * away * forwards if gathers and p > 1 else 0.0,
+        hbm_bytes=weights * forwards + tcfg.num_layers * per_block,
+    )
+
+
+COMPONENTS = ("transformer matmuls", "self-attention", "sparse overhead", "exchange")
+
+
+@dataclass(frozen=True)
 class TimeEstimate:
-    """Minutes per arm on a target, from a per-step roofline.
+    """Minutes per arm on a target, component by component.
 
     Attributes:
         target: the target's name.
-        assumption: the figures the roofline used (``DeviceTarget.assumption``).
-        step_seconds: arm -> seconds of one denoising step on one device.
-        bound: arm -> "compute" or "memory", the roofline side that bounds the step.
+        assumption: the device figures used (``DeviceTarget.assumption``).
+        seconds: component -> arm -> seconds of one denoising step on one device.
+        sources: component -> where its rate comes from.
+        bound: arm -> "compute" or "memory": the matmuls' roofline side.
         runs: arm -> loop executions (warm-up, timed and recording runs).
-        minutes: arm -> minutes of all its runs (steps x runs x step_seconds).
+        steps: denoising steps per run.
     """
 
     target: str
     assumption: str
-    step_seconds: Mapping[str, float]
+    seconds: Mapping[str, Mapping[str, float]]
+    sources: Mapping[str, str]
     bound: Mapping[str, str]
     runs: Mapping[str, int]
-    minutes: Mapping[str, float]
+    steps: int
+
+    @property
+    def step_seconds(self) -> dict[str, float]:
+        """Arm -> seconds of one step (every component)."""
+        return {arm: sum(row[arm] for row in self.seconds.values()) for arm in self.runs}
+
+    @property
+    def minutes(self) -> dict[str, float]:
+        """Arm -> minutes of all its runs."""
+        step = self.step_seconds
+        return {arm: self.steps * self.runs[arm] * step[arm] / 60.0 for arm in self.runs}
 
     @property
     def total_minutes(self) -> float:
         """Minutes of every arm together."""
         return sum(self.minutes.values())
 
+    def loop_seconds(self, arm: str) -> float:
+        """Seconds of one run of ``arm``'s denoising loop."""
+        return self.steps * self.step_seconds[arm]
+
     def as_metrics(self) -> dict[str, float]:
-        """``time.<arm>.step_s``, ``time.<arm>.minutes`` and ``time.total_minutes``."""
-        out = {f"time.{arm}.step_s": s for arm, s in self.step_seconds.items()}
+        """``time.<component>.<arm>`` and ``time.<arm>.step_s`` seconds, ``time.<arm>.minutes``
+        and ``time.total_minutes``."""
+        out = {
+            f"time.{_slug(c)}.{arm}": s for c, row in self.seconds.items() for arm, s in row.items()
+        }
+        out.update({f"time.{arm}.step_s": s for arm, s in self.step_seconds.items()})
         out.update({f"time.{arm}.minutes": m for arm, m in self.minutes.items()})
         out["time.total_minutes"] = self.total_minutes
         return out
 
     def to_markdown(self) -> str:
-        """One row per arm, then the assumption."""
-        rows = [
-            {
-                "arm": arm,
-                "step_s": self.step_seconds[arm],
-                "bound": self.bound[arm],
-                "runs": self.runs[arm],
-                "minutes": self.minutes[arm],
-            }
-            for arm in self.minutes
-        ]
-        columns = [
-            ("arm", "arm", "{}"),
-            ("s / step / device", "step_s", "{:.2f}"),
-            ("bound", "bound", "{}"),
-            ("runs", "runs", "{}"),
-            ("minutes", "minutes", "{:.1f}"),
-        ]
+        """Components by arm (seconds per step), the step, runs and minutes; then the sources."""
+        arms = list(self.runs)
+        rows = [{"component": c, **row} for c, row in self.seconds.items()]
+        rows.append({"component": "**step** (s)", **self.step_seconds})
+        rows.append(
+            {"component": "**loop** (s, one run)"} | {a: self.loop_seconds(a) for a in arms}
+        )
+        rows.append({"component": "runs"} | {a: float(self.runs[a]) for a in arms})
+        rows.append({"component": "**minutes** (all runs)", **self.minutes})
+        columns = [("component", "component", "{}")] + [(a, a, "{:,.2f}") for a in arms]
+        bound = ", ".join(f"{a} {b}" for a, b in self.bound.items())
+        notes = "".join(f"\n- {c}: {s}" for c, s in self.sources.items())
         return (
             markdown_table(rows, columns)
-            + f"\n\nTotal {self.total_minutes:.1f} min on {self.assumption}."
+            + f"\n\nSeconds per denoising step per device; total {self.total_minutes:.1f} min "
+            f"on {self.assumption}. Matmuls bound by: {bound}.{notes}"
         )
+
+
+def _slug(name: str) -> str:
+    return "_".join(name.lower().replace("-", " ").split())
 
 
 def estimate_time(
@@ -145,56 +257,117 @@ def estimate_time(
     steps: int,
     cfg_batch: int,
     warm_runs: int,
-    kept_fraction: float,
     noise_floor: bool,
     param_dtype: str,
     dtype: str,
     devices: int | None = None,
+    sparse: SparseWork | None = None,
+    forwards: int = 1,
+    gathers: bool = False,
+    rates: TimeRates | None = None,
 ) -> TimeEstimate:
-    """Roofline minutes of each arm of a comparison on ``target`` (see the module docstring).
+    """Minutes of each arm of a comparison on ``target``, by component (module docstring).
 
     Args:
         tcfg: transformer architecture.
         geometry: the video.
         target: the device (``evalharness.estimates.targets.get_target``).
         steps: denoising steps.
-        cfg_batch: samples per forward (2 with classifier-free guidance).
+        cfg_batch: samples per step (2 with classifier-free guidance).
         warm_runs: timed runs of the dense and sparse arms.
-        kept_fraction: the schedule's overall kept fraction (1 for a dense schedule).
         noise_floor: whether the noise-floor arm runs.
         param_dtype: parameter dtype name.
         dtype: compute dtype name.
         devices: P (default ``target.devices``).
+        sparse: what the sparse arm executes (None: a dense schedule).
+        forwards: model calls per step (2 with ``guidance_passes=separate``).
+        gathers: weights gathered per forward ("fsdp": checkpoint models on several devices).
+        rates: the rates (default ``rates_for(target)``).
 
     Returns:
         The ``TimeEstimate``.
     """
     p = devices or target.devices
-    act, weight = dtype_bytes("dtype", str(dtype)), dtype_bytes("param_dtype", str(param_dtype))
-    n_dev = -(-geometry.tokens // p)
-    attention, total = step_flops(tcfg, geometry.tokens, cfg_batch)
-    per_block = cfg_batch * n_dev * (16 * tcfg.dim + 2 * tcfg.ffn_dim) * act
-    bytes_moved = parameter_count(tcfg) * weight + tcfg.num_layers * per_block
-    routed = kept_fraction < 1.0
-    flops = {
-        "dense": total / p,
-        "noise_floor": total / p,
-        "sparse": (total - attention * (1.0 - kept_fraction)) / p,
-    }
-    # The noise-floor arm is the second dense control: timed like the dense arm.
+    rates = rates or rates_for(target)
+    work = step_work(
+        tcfg,
+        geometry,
+        cfg_batch=cfg_batch,
+        forwards=forwards,
+        devices=p,
+        param_dtype=param_dtype,
+        dtype=dtype,
+        gathers=gathers,
+    )
+    peak = target.peak_flops[str(dtype)]
+    compute = work.matmul_flops / (peak * rates.matmul_efficiency)
+    memory = work.hbm_bytes / target.hbm_bytes_per_s
+    matmuls, bound = (compute, "compute") if compute >= memory else (memory, "memory")
+    dense_attention = work.attention_flops / (peak * rates.attention_efficiency)
+    link = rates.interconnect_bytes_per_s
+    exchange = (work.exchange_bytes + work.gather_bytes) / link if link else 0.0
+    attention = dict.fromkeys(("dense", "noise_floor", "sparse"), dense_attention)
+    overhead = dict.fromkeys(attention, 0.0)
+    if sparse is not None:
+        efficiency = rates.variant_efficiency.get(sparse.variant, 1.0)
+        call = sparse.executed / efficiency
+        attention["sparse"] = dense_attention * ((1 - sparse.cells) + sparse.cells * call)
+        per_call = rates.sparse_overhead_s_per_token * work.call_tokens
+        overhead["sparse"] = sparse.cells * work.calls * per_call
     runs = {
         "dense": warm_runs + 1,
         "noise_floor": warm_runs + 1,
-        "sparse": warm_runs + 1 + int(routed),
+        "sparse": warm_runs + 1 + int(sparse is not None),
     }
     if not noise_floor:
-        del flops["noise_floor"], runs["noise_floor"]
-    timed = {arm: target.step_seconds(f, bytes_moved, str(dtype)) for arm, f in flops.items()}
+        del runs["noise_floor"]
+    seconds = {
+        "transformer matmuls": dict.fromkeys(runs, matmuls),
+        "self-attention": {arm: attention[arm] for arm in runs},
+        "sparse overhead": {arm: overhead[arm] for arm in runs},
+        "exchange": dict.fromkeys(runs, exchange),
+    }
     return TimeEstimate(
         target=target.name,
-        assumption=target.assumption(str(dtype)),
-        step_seconds={arm: s for arm, (s, _) in timed.items()},
-        bound={arm: b for arm, (_, b) in timed.items()},
+        assumption=(
+            f"{target.name}: {p} x {target.peak_flops[str(dtype)] / 1e12:,.0f} TFLOP/s {dtype} "
+            f"peak, {target.hbm_bytes_per_s / 1e9:,.0f} GB/s HBM"
+        ),
+        seconds=seconds,
+        sources=dict(rates.sources),
+        bound=dict.fromkeys(runs, bound),
         runs=runs,
-        minutes={arm: steps * runs[arm] * timed[arm][0] / 60.0 for arm in timed},
+        steps=steps,
     )
+
+
+def seed_loop_parts(attention_efficiency: float, link_bytes_per_s: float) -> dict[str, float]:
+    """The seed's 720p setting (14B, 8 chips, batch 2, 40 steps) as ``estimate_time`` sees it:
+    the parts ``evalharness.estimates.time_rates`` fits the matmul rate and the sparse overhead
+    to (seconds per step at ``attention_efficiency`` and ``link_bytes_per_s``)."""
+    from models.config import get_transformer_config
+
+    tcfg = get_transformer_config("wan2.1-t2v-14b")
+    work = step_work(
+        tcfg,
+        VideoGeometry(81, 720, 1280),
+        cfg_batch=2,
+        forwards=1,
+        devices=8,
+        param_dtype="bfloat16",
+        dtype="bfloat16",
+        gathers=True,
+    )
+    peak = 918e12  # TPU v6e bf16 (``evalharness.estimates.targets``)
+    attention = work.attention_flops / (peak * attention_efficiency)
+    steps = 40
+    dense_steps = int(SEED_SCHEDULE["first_times_fp"] * steps)
+    return {
+        "matmul_flops": work.matmul_flops,
+        "dense_attention_s": attention,
+        "exchange_s": (work.exchange_bytes + work.gather_bytes) / link_bytes_per_s,
+        "dense_steps": dense_steps,
+        "sparse_steps": steps - dense_steps,
+        "sparse_attention_ideal_s": attention * SEED_KERNEL["kept"],
+        "sparse_tokens": work.calls * work.call_tokens,
+    }

@@ -34,7 +34,9 @@ def _rss_gib() -> float:
 
 def test_seed_setting_fits_eight_v6e_chips_and_lowers_for_tpu(tmp_path):
     before = _rss_gib()
-    code, report, seconds = _dry(tmp_path, "experiment=seed_720p", "target=tpu-v6e-8")
+    code, report, seconds = _dry(
+        tmp_path, "experiment=seed_720p", "target=tpu-v6e-8", "max_minutes=600"
+    )
     assert code == 0, report
     assert "Verdict: FITS" in report
     assert "tiles 3328 x 1536" in report and "splash (dense arm)" in report
@@ -47,6 +49,24 @@ def test_seed_setting_fits_eight_v6e_chips_and_lowers_for_tpu(tmp_path):
     assert seconds < 120
     # Abstract weights only: 14B in bf16 would be 26.6 GiB.
     assert _rss_gib() - before < 3.0
+
+
+def test_fitting_and_time_are_separate_verdicts_with_their_own_exit_codes(tmp_path):
+    # The seed setting fits 8 chips either way; only max_minutes changes, and only the time line
+    # and the exit code (3: fits, over max_minutes) follow it.
+    over = _dry(tmp_path, "experiment=seed_720p", "target=tpu-v6e-8", "max_minutes=1")
+    within = _dry(tmp_path, "experiment=seed_720p", "target=tpu-v6e-8", "max_minutes=600")
+    assert (over[0], within[0]) == (3, 0), over[1]
+    for _, report, _ in (over, within):
+        verdict = report[report.index("## Verdict") :]
+        assert verdict.startswith("## Verdict: FITS")
+        assert "- Fits: memory, SMEM/VMEM, shared memory and the compile all pass" in verdict
+    assert "- Time: OVER max_minutes: an estimated" in over[1]
+    assert "exceeds max_minutes=1 (exit 3)" in over[1]
+    assert "- Time: within max_minutes: an estimated" in within[1]
+    # A plan that does not fit exits 2 whatever its time, and still prints its time line.
+    code, report, _ = _dry(tmp_path, "model=wan2.1-t2v-14b", "resolution=720p", "target=tpu-v6e-1")
+    assert code == 2 and "DOES NOT FIT" in report and "- Time:" in report
 
 
 @pytest.mark.slow  # end to end: run by .ci/run's second step (pytest -m slow)

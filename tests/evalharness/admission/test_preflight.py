@@ -160,11 +160,10 @@ def test_fitting_table_and_time_pass():
         steps=40,
         cfg_batch=2,
         warm_runs=3,
-        kept_fraction=0.4,
         noise_floor=True,
         param_dtype="bfloat16",
         dtype="bfloat16",
     )
     check(est, max_minutes=60, what="14B 720p", memory=table, timing=timing)
-    with pytest.raises(PreflightRefusal, match="roofline on tpu-v6e-8"):
+    with pytest.raises(PreflightRefusal, match="time estimate on tpu-v6e-8"):
         check(est, max_minutes=1, what="14B 720p", memory=table, timing=timing)

@@ -1,0 +1,146 @@
+"""How fast each kind of work runs on a target, and where each figure comes from.
+
+The time estimate (``evalharness.estimates.workload.estimate_time``) splits a denoising step
+into the transformer's matmuls, dense and sparse self-attention calls, the sparse calls' overhead
+(routing, the head-local permutation, the executor's dispatch), the all-to-all head exchange and
+the ``fsdp`` weight gathers. Each runs at a rate stated here:
+
+TPU v6e, from the seed's measurements (``evalharness.estimates.seed_measurements``):
+
+- dense attention: the seed's dense splash kernel, 78.70 ms at 75,600 tokens x 10 heads x 128 in
+  bf16, i.e. its fraction of the chip's peak (40.5%);
+- a sparse variant: its kernel time over the ideal (dense time x executed pairs): B3 32.76 ms at
+  38.87% of pairs, 93.4% of ideal; B2 56.5%, B1 31.8%; our B0 is taken as dense splash;
+- the matmuls: fitted to the seed's dense 720p loop (153.50 s for 40 steps) minus its 40 x 40
+  dense attention calls and the all-to-all;
+- the sparse overhead, per token of a sparse call (routing and permutation are linear in N):
+  fitted to the seed's aggressive 720p loop (119.86 s);
+- ICI: 3,584 Gbps per chip (Google Cloud's v6e figure), 448 GB/s, for the all-to-all and gathers.
+
+The seed contradicts itself on the attention share: 40 layers x 78.70 ms is 82% of its 3.84 s
+dense step, while its Table 1 says 55.5% of a block at 720p. These rates follow the kernel table
+and the end-to-end loops (what a user times); the share they imply is printed beside Table 1's.
+The 1080p and 1440p loops were not used to fit anything: they are the check
+(``python -m evalharness.bench.seed_calibration``).
+
+Other targets: every rate is the target's stated ``efficiency`` of peak (an assumption, not a
+measurement: no GPU run has calibrated it yet), sparse variants at the ideal, no sparse overhead,
+and NVLink/ICI left out (one device).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from evalharness.estimates.seed_measurements import (
+    SEED_DENSE_LOOP_S,
+    SEED_KERNEL,
+    SEED_KERNEL_MS,
+    SEED_SPARSE_LOOP_S,
+)
+from evalharness.estimates.targets import DeviceTarget
+
+# Google Cloud's TPU v6e interchip interconnect: 3,584 Gbps per chip.
+V6E_ICI_BYTES_PER_S = 3584e9 / 8
+# The seed's end-to-end setting: 14B, 40 steps, 8 chips, joint guidance (batch 2), bf16.
+_SEED_STEPS, _SEED_CHIPS, _SEED_BATCH = 40, 8, 2
+
+
+@dataclass(frozen=True)
+class TimeRates:
+    """Rates of each kind of work on one device of a target, with their sources.
+
+    Attributes:
+        matmul_efficiency: fraction of peak the transformer's matmuls reach.
+        attention_efficiency: fraction of peak the dense attention executor reaches.
+        variant_efficiency: sparse variant -> its time over the ideal (dense time x executed
+            pairs); a variant not listed runs at 1.0.
+        sparse_overhead_s_per_token: seconds per token of one sparse attention call beyond its
+            kernel (routing, permutation, dispatch).
+        interconnect_bytes_per_s: per-device bandwidth of the all-to-all and gathers (None:
+            one device, nothing exchanged).
+        sources: component -> where its rate comes from.
+    """
+
+    matmul_efficiency: float
+    attention_efficiency: float
+    variant_efficiency: Mapping[str, float]
+    sparse_overhead_s_per_token: float
+    interconnect_bytes_per_s: float | None
+    sources: Mapping[str, str]
+
+
+def attention_flops(tokens: int, heads: int, head_dim: int) -> float:
+    """FLOPs of one dense attention call: q k^T and p v, 2 N^2 d each, per head."""
+    return 4.0 * tokens * tokens * head_dim * heads
+
+
+def rates_for(target: DeviceTarget) -> TimeRates:
+    """The rates of ``target``: the seed's for TPU v6e, the stated efficiency elsewhere."""
+    if target.platform == "tpu":
+        return _v6e_rates()
+    efficiency = target.efficiency
+    assumed = f"assumed {efficiency:.0%} of {target.name}'s peak (unmeasured)"
+    return TimeRates(
+        matmul_efficiency=efficiency,
+        attention_efficiency=efficiency,
+        variant_efficiency={},
+        sparse_overhead_s_per_token=0.0,
+        interconnect_bytes_per_s=None,
+        sources={
+            "matmuls": assumed,
+            "attention": assumed,
+            "sparse": "sparse variants at the ideal (dense time x executed pairs), no overhead",
+            "exchange": "one device: nothing exchanged",
+        },
+    )
+
+
+@functools.cache
+def _v6e_rates() -> TimeRates:
+    from evalharness.estimates.targets import get_target
+    from evalharness.estimates.workload import seed_loop_parts
+
+    peak = get_target("tpu-v6e-8").peak_flops["bfloat16"]
+    dense_s = SEED_KERNEL_MS["b0"] / 1e3
+    flops = attention_flops(SEED_KERNEL["tokens"], SEED_KERNEL["heads"], SEED_KERNEL["head_dim"])
+    attention = flops / (peak * dense_s)
+    ideal = dense_s * SEED_KERNEL["kept"]
+    variants = {v: ideal / (SEED_KERNEL_MS[v] / 1e3) for v in ("b1", "b2", "b3")}
+    variants["b0"] = 1.0
+    # The seed's 720p loops, with the rates above: what remains for the matmuls and the overhead.
+    parts = seed_loop_parts(attention, V6E_ICI_BYTES_PER_S)
+    dense_step = SEED_DENSE_LOOP_S["720p"] / _SEED_STEPS
+    matmul_s = dense_step - parts["dense_attention_s"] - parts["exchange_s"]
+    matmul = parts["matmul_flops"] / (peak * matmul_s)
+    sparse_step = (SEED_SPARSE_LOOP_S["720p"] - parts["dense_steps"] * dense_step) / parts[
+        "sparse_steps"
+    ]
+    kernel = parts["sparse_attention_ideal_s"] / variants["b3"]
+    overhead = (sparse_step - matmul_s - parts["exchange_s"] - kernel) / parts["sparse_tokens"]
+    return TimeRates(
+        matmul_efficiency=matmul,
+        attention_efficiency=attention,
+        variant_efficiency=variants,
+        sparse_overhead_s_per_token=max(0.0, overhead),
+        interconnect_bytes_per_s=V6E_ICI_BYTES_PER_S,
+        sources={
+            "matmuls": (
+                f"{matmul:.1%} of peak: fitted to the seed's dense 720p loop (153.50 s) minus its "
+                "dense attention and all-to-all"
+            ),
+            "attention": (
+                f"{attention:.1%} of peak: the seed's dense splash, 78.70 ms at 75,600 tokens x 10 "
+                "heads x 128"
+            ),
+            "sparse": (
+                f"B3 {variants['b3']:.1%}, B2 {variants['b2']:.1%}, B1 {variants['b1']:.1%} of "
+                "ideal over executed pairs (the seed's kernel table at 38.87% of pairs); overhead "
+                f"{overhead * 75_600 * 1e3:.1f} ms per sparse call at 75,600 tokens, linear in N, "
+                "fitted to the seed's aggressive 720p loop (119.86 s)"
+            ),
+            "exchange": "ICI 448 GB/s per chip (Google Cloud's v6e figure: 3,584 Gbps)",
+        },
+    )
