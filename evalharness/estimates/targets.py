@@ -26,6 +26,11 @@ import jax.numpy as jnp
 from kernels.executors.pallas_gpu_budget import H200_SHARED_MEMORY_BYTES
 
 GIB = 1024**3
+# What an H200 SXM reports as its memory (nvidia-smi: 143,771 MiB; the product is "141 GB").
+H200_PHYSICAL_BYTES = 143_771 * 2**20
+# JAX's GPU allocator takes this fraction of the device's memory unless told otherwise.
+DEFAULT_GPU_MEM_FRACTION = 0.75
+_FRACTION_ENV = ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION")
 PLATFORMS = ("tpu", "gpu", "cpu")
 # Fraction of peak FLOP/s assumed for the whole transformer on an accelerator (see module docstring).
 ACCELERATOR_EFFICIENCY = 0.45
@@ -136,23 +141,23 @@ TARGETS: Mapping[str, DeviceTarget] = MappingProxyType(
     {
         "tpu-v6e-1": DeviceTarget(name="tpu-v6e-1", devices=1, topology="v6e:1x1", **_V6E),
         "tpu-v6e-8": DeviceTarget(name="tpu-v6e-8", devices=8, topology="v6e:2x4", **_V6E),
-        # JAX preallocates 75% of GPU memory (XLA_PYTHON_CLIENT_MEM_FRACTION=0.75) and that is the
-        # allocator's limit (memory_stats()["bytes_limit"]), so a default run can use 105.75 GB.
+        # The allocator's limit, not the HBM: see ``gpu_allocator_bytes``.
         "h200": DeviceTarget(
             name="h200",
             platform="gpu",
             devices=1,
-            hbm_bytes=int(0.75 * 141e9),
+            hbm_bytes=H200_PHYSICAL_BYTES * 3 // 4,
             peak_flops={"bfloat16": 989e12, "float32": 67e12},
             hbm_bytes_per_s=4.8e12,
             smem_bytes=None,
             vmem_bytes=None,
             efficiency=ACCELERATOR_EFFICIENCY,
             source=(
-                "NVIDIA H200 SXM: 141 GB HBM3e, 4.8 TB/s, 989 TFLOP/s dense bf16, 67 TFLOP/s "
-                "f32 (CUDA cores; TF32 would be faster); usable = 75% of 141 GB, JAX's default "
-                "preallocation (raise XLA_PYTHON_CLIENT_MEM_FRACTION for more); 227 KiB of "
-                "shared memory per thread block (Hopper)"
+                "NVIDIA H200 SXM: 141 GB HBM3e (143,771 MiB as the device reports it), 4.8 TB/s, "
+                "989 TFLOP/s dense bf16, 67 TFLOP/s f32 (CUDA cores; TF32 would be faster); usable "
+                "= JAX's allocator limit (75% by default, XLA_CLIENT_MEM_FRACTION or "
+                "XLA_PYTHON_CLIENT_MEM_FRACTION to change it); 227 KiB of shared memory per "
+                "thread block (Hopper)"
             ),
             shared_memory_bytes=H200_SHARED_MEMORY_BYTES,
         ),
@@ -230,6 +235,34 @@ def cpu_target(flops_per_s: Mapping[str, float] | None = None) -> DeviceTarget:
     )
 
 
+def gpu_allocator_bytes(physical: int, env: Mapping[str, str] | None = None) -> tuple[int, str]:
+    """What JAX's GPU allocator may use of a device with ``physical`` bytes, and why.
+
+    ``XLA_PYTHON_CLIENT_ALLOCATOR=platform`` allocates on demand (no pool: the whole device);
+    otherwise the BFC pool is ``XLA_CLIENT_MEM_FRACTION`` (or its old name
+    ``XLA_PYTHON_CLIENT_MEM_FRACTION``) of the device, 75% when neither is set, whether or not
+    ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` defers the allocation. On an attached GPU the runtime's
+    own ``memory_stats()["bytes_limit"]`` replaces this (``device_memory_bytes``).
+
+    Raises:
+        ValueError: a fraction that is not a number in (0, 1].
+    """
+    env = os.environ if env is None else env
+    if env.get("XLA_PYTHON_CLIENT_ALLOCATOR", "").lower() == "platform":
+        return physical, "XLA_PYTHON_CLIENT_ALLOCATOR=platform: the whole device"
+    for name in _FRACTION_ENV:
+        if env.get(name):
+            try:
+                fraction = float(env[name])
+            except ValueError:
+                fraction = -1.0
+            if not 0.0 < fraction <= 1.0:
+                raise ValueError(f"{name}={env[name]!r}: expected a fraction in (0, 1], e.g. .90")
+            return int(physical * fraction), f"{name}={env[name]}: {fraction:.0%} of the device"
+    share = f"{DEFAULT_GPU_MEM_FRACTION:.0%}"
+    return int(physical * DEFAULT_GPU_MEM_FRACTION), f"JAX's default {share} of the device"
+
+
 def get_target(name: str, *, devices: int | None = None) -> DeviceTarget:
     """The target called ``name`` (``cpu`` is measured now).
 
@@ -244,6 +277,11 @@ def get_target(name: str, *, devices: int | None = None) -> DeviceTarget:
         target = cpu_target()
     elif name in TARGETS:
         target = TARGETS[name]
+        if target.platform == "gpu":  # the allocator's limit as this environment would set it
+            usable, why = gpu_allocator_bytes(H200_PHYSICAL_BYTES)
+            target = dataclasses.replace(
+                target, hbm_bytes=usable, source=f"{target.source}; here: {why}"
+            )
     else:
         raise ValueError(f"unknown target {name!r}; known targets: {', '.join(TARGET_NAMES)}")
     if devices is not None and devices != target.devices:

@@ -102,7 +102,7 @@ def test_14b_at_1440p_fits_one_h200_with_separate_guidance_passes(tmp_path):
     assert "Lowered for cuda with jax.export" in report
     peak = next(line for line in report.splitlines() if line.startswith("| **peak**"))
     sparse_gib = float(peak.strip("|").split("|")[-1])
-    assert sparse_gib < 98.49, peak  # the allocator's limit at JAX's default 75% of 141 GB
+    assert sparse_gib < 105.3, peak  # the allocator's limit: JAX's default 75% of 140.4 GiB
 
 
 def test_14b_on_one_chip_does_not_fit_and_says_why(tmp_path):

@@ -9,6 +9,7 @@ from evalharness.estimates.targets import (
     TARGET_NAMES,
     cpu_target,
     get_target,
+    gpu_allocator_bytes,
     host_memory_bytes,
 )
 from evalharness.estimates.workload import (
@@ -31,7 +32,7 @@ def test_table_states_the_published_figures():
     assert get_target("tpu-v6e-1").devices == 1
     h200 = get_target("h200")
     # JAX's default preallocation: 75% of 141 GB is what a run may use.
-    assert h200.platform == "gpu" and h200.hbm_bytes == int(0.75 * 141e9)
+    assert h200.platform == "gpu" and h200.hbm_bytes == int(0.75 * 143_771 * 2**20)
     assert h200.smem_bytes is None and h200.vmem_bytes is None
     assert h200.shared_memory_bytes == 227 * 1024  # Hopper's opt-in shared memory per block
     assert v6e.shared_memory_bytes is None
@@ -132,3 +133,19 @@ def test_heads_padded_to_the_device_count_are_timed_as_computed():
     assert step_work(cfg, geometry, devices=4, **options).attention_flops == pytest.approx(
         attention / 4
     )
+
+
+def test_the_h200_limit_is_the_allocators_as_this_environment_sets_it(monkeypatch):
+    physical = 143_771 * 2**20  # what an H200 reports
+    assert gpu_allocator_bytes(physical, {})[0] == int(0.75 * physical)
+    fraction = {"XLA_PYTHON_CLIENT_MEM_FRACTION": ".9", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    assert gpu_allocator_bytes(physical, fraction)[0] == int(0.9 * physical)
+    assert gpu_allocator_bytes(physical, {"XLA_CLIENT_MEM_FRACTION": "0.5"})[0] == physical // 2
+    platform = {"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}
+    assert gpu_allocator_bytes(physical, platform)[0] == physical
+    with pytest.raises(ValueError, match="expected a fraction in"):
+        gpu_allocator_bytes(physical, {"XLA_CLIENT_MEM_FRACTION": "90"})
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", ".95")
+    h200 = get_target("h200")
+    assert h200.hbm_bytes == int(0.95 * physical)
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION=.95" in h200.source
