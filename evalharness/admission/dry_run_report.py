@@ -14,17 +14,18 @@ but the estimate exceeds ``max_minutes``.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
 import jax
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from evalharness.admission.advice import checked_advice
 from evalharness.admission.kernel_checks import EXPORT_PLATFORMS
-from evalharness.admission.preflight import memory_advice
 from evalharness.admission.sizing import RunSizing, quadratic_arms, size_run
 from evalharness.assembly import platform_choices, transformer_config_for
-from evalharness.config import EvalConfig, to_config
+from evalharness.config import ChipCompileMode, EvalConfig, to_config
 from evalharness.estimates import get_target
 from evalharness.formatting import markdown_table
 from kernels.executors.pallas_gpu_budget import DEFAULT_NUM_STAGES, default_num_warps
@@ -47,9 +48,9 @@ def dry_run(cfg: EvalConfig | DictConfig | dict) -> tuple[int, str]:
         the time estimate exceeds ``max_minutes``.
     """
     started = time.perf_counter()
-    cfg = to_config(checkpoint_optional(cfg))
-    target = get_target(cfg.target or "cpu")
-    cfg = platform_choices.resolve(cfg, target.platform)
+    requested = to_config(checkpoint_optional(cfg))
+    target = get_target(requested.target or "cpu")
+    cfg = platform_choices.resolve(requested, target.platform)
     if cfg.model.checkpoint:  # read config.json only: the architecture must match the preset
         tcfg = transformer_config_for(cfg.model)
     else:
@@ -61,24 +62,37 @@ def dry_run(cfg: EvalConfig | DictConfig | dict) -> tuple[int, str]:
     arms = quadratic_arms(cfg) if on_host else ()
     sizing = size_run(cfg, tcfg, target, devices=devices, compile_arms=arms)
     problems = [p for p in (sizing.memory_problem(), *sizing.problems) if p]
-    report = _report(cfg, tcfg, sizing, problems, time.perf_counter() - started)
+    advice = []
+    if not sizing.memory.fits:
+        advice = checked_advice(requested, sizing, lambda c: _replan(c, tcfg, target, arms))
+    report = _report(cfg, tcfg, sizing, problems, time.perf_counter() - started, advice)
     if problems:
         return DOES_NOT_FIT, report
     return (OVER_TIME if _over_time(cfg, sizing) else FITS), report
+
+
+def _replan(requested: EvalConfig, tcfg: Any, target: Any, arms: tuple[str, ...]) -> RunSizing:
+    """A requested config planned on ``target`` with our model only (no chip compile, no
+    lowering): what each piece of advice is checked with."""
+    cfg = platform_choices.resolve(requested, target.platform)
+    cfg = dataclasses.replace(cfg, chip_compile=ChipCompileMode.off)
+    devices = cfg.parallel.sequence or target.devices
+    return size_run(cfg, tcfg, target, devices=devices, lower=False, compile_arms=arms)
 
 
 def _over_time(cfg: EvalConfig, sizing: RunSizing) -> bool:
     return sizing.timing.total_minutes > cfg.max_minutes
 
 
-def _time_verdict(cfg: EvalConfig, sizing: RunSizing) -> str:
+def _time_verdict(cfg: EvalConfig, sizing: RunSizing, fits: bool) -> str:
     """The time line of the verdict: the estimate against ``max_minutes``, apart from fitting."""
     minutes = sizing.timing.total_minutes
     if _over_time(cfg, sizing):
+        code = f" (exit {OVER_TIME})" if fits else ""
         return (
             f"- Time: OVER max_minutes: an estimated {minutes:,.1f} minutes exceeds "
-            f"max_minutes={cfg.max_minutes:g} (exit {OVER_TIME}); raise max_minutes, or lower "
-            "steps, warm_runs or the resolution"
+            f"max_minutes={cfg.max_minutes:g}{code}; raise max_minutes, or lower steps, "
+            "warm_runs or the resolution"
         )
     return f"- Time: within max_minutes: an estimated {minutes:,.1f} of {cfg.max_minutes:g} minutes"
 
@@ -97,7 +111,12 @@ def _tokens(cfg: EvalConfig) -> int:
 
 
 def _report(
-    cfg: EvalConfig, tcfg: Any, sizing: RunSizing, problems: list[str], seconds: float
+    cfg: EvalConfig,
+    tcfg: Any,
+    sizing: RunSizing,
+    problems: list[str],
+    seconds: float,
+    advice: list[str],
 ) -> str:
     kernel = cfg.kernel
     lines = [
@@ -142,9 +161,10 @@ def _report(
     if not problems:
         lines += ["- Fits: memory, SMEM/VMEM, shared memory and the compile all pass"]
     lines += [f"- {p}" for p in problems]
-    lines += [_time_verdict(cfg, sizing)]
-    if not sizing.memory.fits:
-        lines += ["", "To fit:"] + [f"- {a}" for a in memory_advice(sizing.memory)]
+    lines += [_time_verdict(cfg, sizing, fits=not problems)]
+    if advice:
+        lines += ["", "To fit (each setting applied and planned again):"]
+        lines += [f"- {a}" for a in advice]
     return "\n".join(lines)
 
 

@@ -37,6 +37,7 @@ from evalharness.estimates import (
     estimate_memory,
     estimate_time,
     padded_heads,
+    rates_for,
 )
 from evalharness.formatting import markdown_table
 from kernels.executors.dense_memory import dense_executor_temp_bytes, grows_quadratically
@@ -254,6 +255,7 @@ def _time(
         sparse=sparse_work(cfg, tcfg, policy),
         forwards=samples_per_step(cfg) // samples_per_call(cfg),
         gathers=devices > 1 and cfg.model.name not in SEEDED_PRESETS,
+        rates=rates_for(target),
     )
 
 

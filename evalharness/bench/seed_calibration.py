@@ -19,17 +19,16 @@ from hydra import compose, initialize_config_dir
 from evalharness.admission import checkpoint_optional, estimate_run_time
 from evalharness.assembly import platform_choices
 from evalharness.bench.dry_runs import CONF_DIR
-from evalharness.config import to_config
-from evalharness.config.schemas import register_configs
-from evalharness.estimates import get_target
-from evalharness.estimates.seed_measurements import (
+from evalharness.config import register_configs, to_config
+from evalharness.estimates import (
     SEED_ATTENTION_SHARE,
     SEED_DENSE_LOOP_S,
     SEED_KERNEL_MS,
     SEED_SPARSE_LOOP_S,
     SEED_SPEEDUP,
+    get_target,
+    rates_for,
 )
-from evalharness.estimates.time_rates import rates_for
 from evalharness.formatting import markdown_table
 from models.config import get_transformer_config
 

@@ -7,7 +7,14 @@ from evalharness.estimates.attention_memory import ExecutorSpec, padded_heads
 from evalharness.estimates.block_memory import compiled_temp_bytes
 from evalharness.estimates.memory_estimate import ArmCompileError, estimate_memory
 from evalharness.estimates.memory_table import GIB, MemoryTable
-from evalharness.estimates.seed_measurements import SEED_ATTENTION_SHARE, SEED_SETUP
+from evalharness.estimates.seed_measurements import (
+    SEED_ATTENTION_SHARE,
+    SEED_DENSE_LOOP_S,
+    SEED_KERNEL_MS,
+    SEED_SETUP,
+    SEED_SPARSE_LOOP_S,
+    SEED_SPEEDUP,
+)
 from evalharness.estimates.targets import (
     CPU_RUNTIME_OVERHEAD,
     DeviceTarget,
@@ -16,6 +23,7 @@ from evalharness.estimates.targets import (
     host_target,
     measure_matmul_flops,
 )
+from evalharness.estimates.time_rates import rates_for
 from evalharness.estimates.tpu_compiler import (
     CompiledProgram,
     TpuCompiler,
@@ -43,7 +51,11 @@ __all__ = [
     "GIB",
     "MemoryTable",
     "SEED_ATTENTION_SHARE",
+    "SEED_DENSE_LOOP_S",
+    "SEED_KERNEL_MS",
     "SEED_SETUP",
+    "SEED_SPARSE_LOOP_S",
+    "SEED_SPEEDUP",
     "SparseWork",
     "TimeEstimate",
     "TpuCompiler",
@@ -61,6 +73,7 @@ __all__ = [
     "padded_heads",
     "parameter_count",
     "program_figures",
+    "rates_for",
     "step_flops",
     "topology_compiler",
 ]

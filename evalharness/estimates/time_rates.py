@@ -31,45 +31,23 @@ and NVLink/ICI left out (one device).
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
-from dataclasses import dataclass
 
 from evalharness.estimates.seed_measurements import (
     SEED_DENSE_LOOP_S,
     SEED_KERNEL,
     SEED_KERNEL_MS,
+    SEED_SCHEDULE,
     SEED_SPARSE_LOOP_S,
 )
 from evalharness.estimates.targets import DeviceTarget
+from evalharness.estimates.workload import TimeRates, step_work
+from models.config import get_transformer_config
+from models.video_geometry import VideoGeometry
 
 # Google Cloud's TPU v6e interchip interconnect: 3,584 Gbps per chip.
 V6E_ICI_BYTES_PER_S = 3584e9 / 8
 # The seed's end-to-end setting: 14B, 40 steps, 8 chips, joint guidance (batch 2), bf16.
 _SEED_STEPS, _SEED_CHIPS, _SEED_BATCH = 40, 8, 2
-
-
-@dataclass(frozen=True)
-class TimeRates:
-    """Rates of each kind of work on one device of a target, with their sources.
-
-    Attributes:
-        matmul_efficiency: fraction of peak the transformer's matmuls reach.
-        attention_efficiency: fraction of peak the dense attention executor reaches.
-        variant_efficiency: sparse variant -> its time over the ideal (dense time x executed
-            pairs); a variant not listed runs at 1.0.
-        sparse_overhead_s_per_token: seconds per token of one sparse attention call beyond its
-            kernel (routing, permutation, dispatch).
-        interconnect_bytes_per_s: per-device bandwidth of the all-to-all and gathers (None:
-            one device, nothing exchanged).
-        sources: component -> where its rate comes from.
-    """
-
-    matmul_efficiency: float
-    attention_efficiency: float
-    variant_efficiency: Mapping[str, float]
-    sparse_overhead_s_per_token: float
-    interconnect_bytes_per_s: float | None
-    sources: Mapping[str, str]
 
 
 def attention_flops(tokens: int, heads: int, head_dim: int) -> float:
@@ -101,7 +79,6 @@ def rates_for(target: DeviceTarget) -> TimeRates:
 @functools.cache
 def _v6e_rates() -> TimeRates:
     from evalharness.estimates.targets import get_target
-    from evalharness.estimates.workload import seed_loop_parts
 
     peak = get_target("tpu-v6e-8").peak_flops["bfloat16"]
     dense_s = SEED_KERNEL_MS["b0"] / 1e3
@@ -144,3 +121,33 @@ def _v6e_rates() -> TimeRates:
             "exchange": "ICI 448 GB/s per chip (Google Cloud's v6e figure: 3,584 Gbps)",
         },
     )
+
+
+def seed_loop_parts(attention_efficiency: float, link_bytes_per_s: float) -> dict[str, float]:
+    """The seed's 720p setting (14B, 8 chips, batch 2, 40 steps) as ``estimate_time`` sees it:
+    the parts ``evalharness.estimates.time_rates`` fits the matmul rate and the sparse overhead
+    to (seconds per step at ``attention_efficiency`` and ``link_bytes_per_s``)."""
+    tcfg = get_transformer_config("wan2.1-t2v-14b")
+    work = step_work(
+        tcfg,
+        VideoGeometry(81, 720, 1280),
+        cfg_batch=2,
+        forwards=1,
+        devices=8,
+        param_dtype="bfloat16",
+        dtype="bfloat16",
+        gathers=True,
+    )
+    peak = 918e12  # TPU v6e bf16 (``evalharness.estimates.targets``)
+    attention = work.attention_flops / (peak * attention_efficiency)
+    steps = 40
+    dense_steps = int(SEED_SCHEDULE["first_times_fp"] * steps)
+    return {
+        "matmul_flops": work.matmul_flops,
+        "dense_attention_s": attention,
+        "exchange_s": (work.exchange_bytes + work.gather_bytes) / link_bytes_per_s,
+        "dense_steps": dense_steps,
+        "sparse_steps": steps - dense_steps,
+        "sparse_attention_ideal_s": attention * SEED_KERNEL["kept"],
+        "sparse_tokens": work.calls * work.call_tokens,
+    }

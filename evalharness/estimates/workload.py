@@ -27,9 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from evalharness.estimates.seed_measurements import SEED_KERNEL, SEED_SCHEDULE
 from evalharness.estimates.targets import DeviceTarget
-from evalharness.estimates.time_rates import TimeRates, rates_for
 from evalharness.formatting import markdown_table
 from models.config import WanTransformerConfig
 from models.video_geometry import VideoGeometry
@@ -84,6 +82,30 @@ def step_flops(cfg: WanTransformerConfig, tokens: int, batch: int) -> tuple[floa
         + 4.0 * n * d * f  # FFN
     )
     return batch * cfg.num_layers * attention, batch * cfg.num_layers * per_layer
+
+
+@dataclass(frozen=True)
+class TimeRates:
+    """Rates of each kind of work on one device of a target, with their sources.
+
+    Attributes:
+        matmul_efficiency: fraction of peak the transformer's matmuls reach.
+        attention_efficiency: fraction of peak the dense attention executor reaches.
+        variant_efficiency: sparse variant -> its time over the ideal (dense time x executed
+            pairs); a variant not listed runs at 1.0.
+        sparse_overhead_s_per_token: seconds per token of one sparse attention call beyond its
+            kernel (routing, permutation, dispatch).
+        interconnect_bytes_per_s: per-device bandwidth of the all-to-all and gathers (None:
+            one device, nothing exchanged).
+        sources: component -> where its rate comes from.
+    """
+
+    matmul_efficiency: float
+    attention_efficiency: float
+    variant_efficiency: Mapping[str, float]
+    sparse_overhead_s_per_token: float
+    interconnect_bytes_per_s: float | None
+    sources: Mapping[str, str]
 
 
 @dataclass(frozen=True)
@@ -249,6 +271,21 @@ def _slug(name: str) -> str:
     return "_".join(name.lower().replace("-", " ").split())
 
 
+def _attention_seconds(
+    work: StepWork, rates: TimeRates, peak: float, sparse: SparseWork | None
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Each arm's self-attention and sparse-overhead seconds per step."""
+    dense = work.attention_flops / (peak * rates.attention_efficiency)
+    attention = dict.fromkeys(("dense", "noise_floor", "sparse"), dense)
+    overhead = dict.fromkeys(attention, 0.0)
+    if sparse is not None:
+        call = sparse.executed / rates.variant_efficiency.get(sparse.variant, 1.0)
+        attention["sparse"] = dense * ((1 - sparse.cells) + sparse.cells * call)
+        per_call = rates.sparse_overhead_s_per_token * work.call_tokens
+        overhead["sparse"] = sparse.cells * work.calls * per_call
+    return attention, overhead
+
+
 def estimate_time(
     tcfg: WanTransformerConfig,
     geometry: VideoGeometry,
@@ -264,7 +301,7 @@ def estimate_time(
     sparse: SparseWork | None = None,
     forwards: int = 1,
     gathers: bool = False,
-    rates: TimeRates | None = None,
+    rates: TimeRates,
 ) -> TimeEstimate:
     """Minutes of each arm of a comparison on ``target``, by component (module docstring).
 
@@ -282,13 +319,12 @@ def estimate_time(
         sparse: what the sparse arm executes (None: a dense schedule).
         forwards: model calls per step (2 with ``guidance_passes=separate``).
         gathers: weights gathered per forward ("fsdp": checkpoint models on several devices).
-        rates: the rates (default ``rates_for(target)``).
+        rates: the rates of the target's work (``evalharness.estimates.time_rates.rates_for``).
 
     Returns:
         The ``TimeEstimate``.
     """
     p = devices or target.devices
-    rates = rates or rates_for(target)
     work = step_work(
         tcfg,
         geometry,
@@ -303,17 +339,9 @@ def estimate_time(
     compute = work.matmul_flops / (peak * rates.matmul_efficiency)
     memory = work.hbm_bytes / target.hbm_bytes_per_s
     matmuls, bound = (compute, "compute") if compute >= memory else (memory, "memory")
-    dense_attention = work.attention_flops / (peak * rates.attention_efficiency)
     link = rates.interconnect_bytes_per_s
     exchange = (work.exchange_bytes + work.gather_bytes) / link if link else 0.0
-    attention = dict.fromkeys(("dense", "noise_floor", "sparse"), dense_attention)
-    overhead = dict.fromkeys(attention, 0.0)
-    if sparse is not None:
-        efficiency = rates.variant_efficiency.get(sparse.variant, 1.0)
-        call = sparse.executed / efficiency
-        attention["sparse"] = dense_attention * ((1 - sparse.cells) + sparse.cells * call)
-        per_call = rates.sparse_overhead_s_per_token * work.call_tokens
-        overhead["sparse"] = sparse.cells * work.calls * per_call
+    attention, overhead = _attention_seconds(work, rates, peak, sparse)
     runs = {
         "dense": warm_runs + 1,
         "noise_floor": warm_runs + 1,
@@ -339,35 +367,3 @@ def estimate_time(
         runs=runs,
         steps=steps,
     )
-
-
-def seed_loop_parts(attention_efficiency: float, link_bytes_per_s: float) -> dict[str, float]:
-    """The seed's 720p setting (14B, 8 chips, batch 2, 40 steps) as ``estimate_time`` sees it:
-    the parts ``evalharness.estimates.time_rates`` fits the matmul rate and the sparse overhead
-    to (seconds per step at ``attention_efficiency`` and ``link_bytes_per_s``)."""
-    from models.config import get_transformer_config
-
-    tcfg = get_transformer_config("wan2.1-t2v-14b")
-    work = step_work(
-        tcfg,
-        VideoGeometry(81, 720, 1280),
-        cfg_batch=2,
-        forwards=1,
-        devices=8,
-        param_dtype="bfloat16",
-        dtype="bfloat16",
-        gathers=True,
-    )
-    peak = 918e12  # TPU v6e bf16 (``evalharness.estimates.targets``)
-    attention = work.attention_flops / (peak * attention_efficiency)
-    steps = 40
-    dense_steps = int(SEED_SCHEDULE["first_times_fp"] * steps)
-    return {
-        "matmul_flops": work.matmul_flops,
-        "dense_attention_s": attention,
-        "exchange_s": (work.exchange_bytes + work.gather_bytes) / link_bytes_per_s,
-        "dense_steps": dense_steps,
-        "sparse_steps": steps - dense_steps,
-        "sparse_attention_ideal_s": attention * SEED_KERNEL["kept"],
-        "sparse_tokens": work.calls * work.call_tokens,
-    }

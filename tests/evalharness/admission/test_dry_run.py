@@ -1,5 +1,6 @@
 """The dry run: will a real run fit on a target, and how long will it take, from a CPU machine."""
 
+import re
 import resource
 import time
 
@@ -95,7 +96,8 @@ def test_14b_at_1440p_fits_one_h200_with_separate_guidance_passes(tmp_path):
     big = ("model=wan2.1-t2v-14b", "resolution=1440p", "schedule=aggressive", "target=h200")
     code, report, _ = _dry(tmp_path, *big, "max_minutes=100000")
     assert code == 2 and "DOES NOT FIT" in report
-    assert "guidance_passes=separate" in report.split("To fit:")[1]
+    advice = report.split("To fit (each setting applied and planned again):")[1]
+    assert "- guidance_passes=separate: fits, peak" in advice and "(checked)" in advice
     code, report, _ = _dry(tmp_path, *big, "max_minutes=100000", "guidance_passes=separate")
     assert code == 0, report
     assert "Verdict: FITS" in report and "batch 1 per forward" in report
@@ -110,8 +112,13 @@ def test_14b_on_one_chip_does_not_fit_and_says_why(tmp_path):
     code, report, _ = _dry(tmp_path, "model=wan2.1-t2v-14b", "resolution=720p", "target=tpu-v6e-1")
     assert code == 2
     assert "DOES NOT FIT" in report
-    assert "memory: the" in report and "To fit:" in report
-    assert "parallel.sequence=2" in report
+    assert "memory: the" in report
+    # Every suggestion was applied and planned again: none fits one chip, and it says how far.
+    advice = report.split("To fit (each setting applied and planned again):")[1]
+    assert "no setting below fits alone or in pairs" in advice
+    assert "- guidance_passes=separate: peak " in advice and "still too large" in advice
+    assert "- resolution=480p: peak " in advice
+    assert "parallel.sequence" not in advice  # one chip: more devices is not a setting here
 
 
 def test_tiles_too_small_for_smem_are_refused_with_tiles_that_fit(tmp_path):
@@ -209,16 +216,17 @@ def test_default_executors_at_720p_hold_no_n_squared_array(tmp_path, target, hea
 
 
 def test_an_n_squared_noise_floor_at_720p_is_refused(tmp_path):
-    code, report, _ = _dry(
-        tmp_path,
-        "model=wan2.1-t2v-14b",
-        "resolution=720p",
-        "target=h200",
-        "kernel.noise_floor_executor=dot_product_attention",
-    )
+    big = ("model=wan2.1-t2v-14b", "resolution=720p", "target=h200")
+    code, report, _ = _dry(tmp_path, *big, "kernel.noise_floor_executor=dot_product_attention")
     assert code == 2
     assert "noise_floor arm peaks" in report
-    assert "flash-style executor" in report
+    # Each printed setting was applied and planned again, and applying it here makes it fit.
+    advice = report.split("To fit (each setting applied and planned again):")[1]
+    settings = re.findall(r"^- (.+): fits, peak [0-9.,]+ GiB \(checked\)$", advice, re.M)
+    assert "kernel.noise_floor_executor=b0" in settings, advice
+    for setting in settings:
+        code, report, _ = _dry(tmp_path, *big, *setting.split(), "max_minutes=1e9")
+        assert code == 0, (setting, report)
 
 
 def test_tiny_default_fits_this_cpu(tmp_path):

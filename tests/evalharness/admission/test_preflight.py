@@ -148,6 +148,7 @@ def test_n_squared_executor_at_720p_is_refused_with_the_table():
 
 def test_fitting_table_and_time_pass():
     from evalharness.estimates.targets import get_target
+    from evalharness.estimates.time_rates import rates_for
     from evalharness.estimates.workload import estimate_time
 
     table = _plan_14b_720p(64 * 2**20)
@@ -163,6 +164,7 @@ def test_fitting_table_and_time_pass():
         noise_floor=True,
         param_dtype="bfloat16",
         dtype="bfloat16",
+        rates=rates_for(get_target("tpu-v6e-8")),
     )
     check(est, max_minutes=60, what="14B 720p", memory=table, timing=timing)
     with pytest.raises(PreflightRefusal, match="time estimate on tpu-v6e-8"):

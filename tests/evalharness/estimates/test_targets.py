@@ -12,6 +12,7 @@ from evalharness.estimates.targets import (
     gpu_allocator_bytes,
     host_memory_bytes,
 )
+from evalharness.estimates.time_rates import rates_for
 from evalharness.estimates.workload import (
     SparseWork,
     estimate_time,
@@ -85,6 +86,7 @@ def test_14b_720p_on_v6e_8_takes_minutes_per_arm():
         dtype="bfloat16",
         sparse=SparseWork(cells=0.9, executed=0.4, variant="b3"),
         gathers=True,
+        rates=rates_for(get_target("tpu-v6e-8")),
     )
     # One 40-step run of an arm: minutes, not seconds and not hours.
     per_run = {arm: timing.minutes[arm] / timing.runs[arm] for arm in timing.minutes}
@@ -115,6 +117,7 @@ def test_small_model_on_a_big_device_is_memory_bound():
         noise_floor=False,
         param_dtype="bfloat16",
         dtype="bfloat16",
+        rates=rates_for(get_target("h200")),
     )
     # 8 tokens: reading 2.2M bf16 weights (0.9 us at 4.8 TB/s) outlasts 90 MFLOPs (0.2 us).
     assert timing.bound == {"dense": "memory", "sparse": "memory"}
