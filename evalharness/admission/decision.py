@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 
 from evalharness.admission import compile_check, preflight
+from evalharness.admission.advice import checked_advice
 from evalharness.admission.sizing import (
     RunSizing,
     quadratic_arms,
@@ -23,6 +24,7 @@ from evalharness.assembly import (
     AttentionSetup,
     build_attention,
     nominal_kept_fraction,
+    platform_choices,
     sequence_devices,
     transformer_config_for,
 )
@@ -93,7 +95,14 @@ def admit(cfg: EvalConfig) -> Admission:
     what = f"model={cfg.model.name} resolution={cfg.resolution.name} schedule={cfg.schedule.name}"
     preflight.check(estimate, max_minutes=cfg.max_minutes, what=what)  # time first: it is cheap
     sizing = _size_run(cfg, tcfg, estimate)
-    preflight.check(estimate, max_minutes=cfg.max_minutes, what=what, memory=sizing.memory)
+    advice = None
+    if not sizing.memory.fits:  # each setting it suggests is applied and planned again
+        advice = checked_advice(
+            cfg, sizing, lambda c: _size_run(platform_choices.resolve(c), tcfg, estimate)
+        )
+    preflight.check(
+        estimate, max_minutes=cfg.max_minutes, what=what, memory=sizing.memory, advice=advice
+    )
     if sizing.problems:
         budgets = sizing.budget_markdown()
         raise preflight.PreflightRefusal(

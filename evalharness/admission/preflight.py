@@ -183,8 +183,11 @@ def memory_advice(table: MemoryTable) -> list[str]:
     return advice
 
 
-def _memory_problem(estimate: CostEstimate, memory: MemoryTable | None) -> str | None:
-    """The memory half of a refusal, or None when it fits."""
+def _memory_problem(
+    estimate: CostEstimate, memory: MemoryTable | None, advice: list[str] | None = None
+) -> str | None:
+    """The memory half of a refusal, or None when it fits (``advice``: checked settings, else
+    ``memory_advice``'s unchecked ones)."""
     if memory is None:
         if estimate.weight_bytes + estimate.activation_bytes <= estimate.device_bytes:
             return None
@@ -196,11 +199,12 @@ def _memory_problem(estimate: CostEstimate, memory: MemoryTable | None) -> str |
     if memory.fits:
         return None
     worst = max(memory.arms, key=memory.peak)
-    advice = "".join(f"\n- {line}" for line in memory_advice(memory))
+    heading = "To fit (each setting applied and planned again):" if advice else "To fit:"
+    lines = "".join(f"\n- {line}" for line in (advice or memory_advice(memory)))
     return (
         f"memory: the {worst} arm peaks at {memory.peak(worst) / GIB:,.2f} GiB per device "
         f"(largest part: {memory.dominant(worst)}), more than the {memory.device}'s "
-        f"{memory.device_bytes / GIB:,.2f} GiB\n\n{memory.to_markdown()}\n\nTo fit:{advice}\n"
+        f"{memory.device_bytes / GIB:,.2f} GiB\n\n{memory.to_markdown()}\n\n{heading}{lines}\n"
     )
 
 
@@ -211,6 +215,7 @@ def check(
     what: str,
     memory: MemoryTable | None = None,
     timing: TimeEstimate | None = None,
+    advice: list[str] | None = None,
 ) -> None:
     """Refuses a run that would exceed ``max_minutes`` or the device memory.
 
@@ -222,11 +227,13 @@ def check(
             the rough ``estimate.weight_bytes + activation_bytes`` is checked.
         timing: a target's ``TimeEstimate`` (``evalharness.estimates.workload.estimate_time``); without it,
             ``estimate.estimated_minutes``.
+        advice: settings checked to fit (``evalharness.admission.advice.checked_advice``), printed
+            instead of the unchecked ``memory_advice``.
 
     Raises:
         PreflightRefusal: with the numbers, the memory table and what to change.
     """
-    problems = [p for p in (_memory_problem(estimate, memory),) if p]
+    problems = [p for p in (_memory_problem(estimate, memory, advice),) if p]
     minutes = estimate.estimated_minutes if timing is None else timing.total_minutes
     if minutes > max_minutes:
         basis = (
