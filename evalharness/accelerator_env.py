@@ -58,8 +58,21 @@ def libtpu_installed() -> bool:
     return importlib.util.find_spec("libtpu") is not None
 
 
+def cuda_plugin_installed() -> bool:
+    """Whether JAX's CUDA plugin (the ``cuda`` or ``gpu-compile`` extra) is importable."""
+    try:
+        return importlib.util.find_spec("jax_plugins.xla_cuda12") is not None
+    except ModuleNotFoundError:
+        return False
+
+
 def guard_settings(
-    *, tpu_chips: int, libtpu: bool, nvidia_gpu: bool, environ: dict[str, str]
+    *,
+    tpu_chips: int,
+    libtpu: bool,
+    nvidia_gpu: bool,
+    environ: dict[str, str],
+    cuda_plugin: bool = False,
 ) -> dict[str, str]:
     """The variables to set so that libtpu stays off a machine without TPU chips.
 
@@ -68,6 +81,8 @@ def guard_settings(
         libtpu: libtpu is installed.
         nvidia_gpu: an NVIDIA GPU is visible.
         environ: the current environment; variables already set are left alone.
+        cuda_plugin: JAX's CUDA plugin is installed; without a GPU it compiles for one that is not
+            attached (``gpu-compile``), and JAX must then not try to initialise a GPU backend.
 
     Returns:
         name -> value of each variable to set (empty on a TPU host).
@@ -75,6 +90,8 @@ def guard_settings(
     if tpu_chips:
         return {}
     wanted = {"TPU_SKIP_MDS_QUERY": "1"}
+    if cuda_plugin and not nvidia_gpu:
+        wanted["JAX_PLATFORMS"] = "cpu"
     if libtpu:
         wanted["JAX_PLATFORMS"] = "cuda,cpu" if nvidia_gpu else "cpu"
         # Compile-only processes share no chip: two dry runs at once must not fight over
@@ -97,6 +114,7 @@ def guard_libtpu() -> dict[str, str]:
         libtpu=libtpu_installed(),
         nvidia_gpu=nvidia_gpu_visible(),
         environ=dict(os.environ),
+        cuda_plugin=cuda_plugin_installed(),
     )
     os.environ.update(settings)
     return settings

@@ -39,6 +39,7 @@ from evalharness.estimates import (
     TpuCompiler,
     TpuCompilerUnavailable,
     compiler_reason,
+    gpu_topology_compiler,
     topology_compiler,
 )
 from kernels.executors.pallas_tpu_budget import TpuBudget
@@ -123,13 +124,18 @@ def compile_for_chip(
 
     described = compiler.describe()
     refused: list[str] = []
-    with mosaic_judges_budget():
-        if mode == "step" and step is not None and model_table is not None:
-            table, steps = _compile_steps(
-                compiler, step, executors, attends, model_table, target, refused
-            )
-        else:
-            table, steps = _compile_forward(compiler, estimate, executors, attends, refused), {}
+    try:
+        with mosaic_judges_budget():
+            if mode == "step" and step is not None and model_table is not None:
+                table, steps = _compile_steps(
+                    compiler, step, executors, attends, model_table, target, refused
+                )
+            else:
+                forward = _compile_forward(compiler, estimate, executors, attends, refused)
+                table, steps = forward, {}
+    except TpuCompilerUnavailable as why:  # this machine lacks a library the compile needs
+        problems.extend(budget_problems)
+        return ChipCompile(not_compiled=f"not compiled for the chip: {why}")
     if table is None:
         problems.extend(_with_fix(refused, executors, compiler, vmem_fix))
         return ChipCompile(compiled_by=described)
@@ -208,6 +214,11 @@ def _compile_steps(
         try:
             steps[arm] = by_executor[spec.name] if reuse else step(compiler, attends[arm])
         except Exception as error:  # noqa: BLE001 - Mosaic's or XLA's refusal, named with its arm
+            if "cudnn not found" in str(error).lower():
+                raise TpuCompilerUnavailable(
+                    f"the {arm} arm's cuDNN attention needs the cuDNN library to compile: pip "
+                    "install -e '.[gpu-compile]' brings it"
+                ) from error
             reason = compiler_reason(error)
             text = f"{reason} {error}".lower()
             kernel = any(sign in text for sign in _KERNEL_SIGNS)
@@ -235,18 +246,25 @@ def _compiler_for(
     target: DeviceTarget, problems: list[str], mode: str = "forward"
 ) -> tuple[TpuCompiler | None, str | None]:
     """The chip's compile-only compiler, or None and why not (None, None: does not apply)."""
-    if target.platform != "tpu" or target.topology is None:
+    if target.platform not in ("tpu", "gpu") or target.topology is None:
         return None, None
-    if jax.devices()[0].platform == "tpu":  # on a TPU host the host's compiler is the chip's
+    if _host_platform() == target.platform:  # on the target itself its compiler is the host's
         return None, None
     if mode == "off":
         return None, "not compiled for the chip: chip_compile=off (our model's table)"
     if problems:
         return None, "not compiled for the chip: the plan already does not fit"
     try:
+        if target.platform == "gpu":
+            return gpu_topology_compiler(target.topology), None
         return topology_compiler(target.topology), None
     except TpuCompilerUnavailable as why:
         return None, f"not compiled for the chip: {why}"
+
+
+def _host_platform() -> str:
+    platform = jax.devices()[0].platform
+    return "gpu" if platform in ("gpu", "cuda", "rocm") else platform
 
 
 def compile_run_for_chip(

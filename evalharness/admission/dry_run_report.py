@@ -191,11 +191,15 @@ def _memory_source(sizing: RunSizing) -> str:
         seconds = ", ".join(
             f"{arm} {s.program.compile_s:,.0f} s" for arm, s in sizing.steps.items()
         )
+        where = (
+            f"{sizing.devices} chips on the sequence mesh with its all-to-all"
+            if sizing.devices > 1
+            else "one chip"
+        )
         return (
             f"Compiled for {sizing.compiled_by}: each arm's whole denoising loop (every layer, "
-            f"{sizing.devices} chip(s) on the sequence mesh, its all-to-all, the run's weight "
-            "placement), planned by XLA's TPU compiler and Mosaic; the text encoder and VAE rows "
-            f"are our arithmetic. Compile time on this machine: {seconds}."
+            f"{where}, the run's weight placement), planned by {_compilers(sizing)}; the text "
+            f"encoder and VAE rows are our arithmetic. Compile time on this machine: {seconds}."
         )
     if sizing.compiled_by:
         names = sizing.memory.executors
@@ -208,12 +212,19 @@ def _memory_source(sizing: RunSizing) -> str:
         )
         return (
             f"Compiled for {sizing.compiled_by}: the transformer (a 2-layer forward at one "
-            f"chip's shapes) and {inside}, planned by XLA's TPU compiler and Mosaic; weights, "
+            f"chip's shapes) and {inside}, planned by {_compilers(sizing)}; weights, "
             "loop state, text encoder and VAE rows are our arithmetic."
         )
     if sizing.not_compiled:
         return f"{_OUR_MODEL}; {sizing.not_compiled}."
     return "Planned by this host's compiler (XLA) on abstract weights."
+
+
+def _compilers(sizing: RunSizing) -> str:
+    """Which compilers planned a program for the target's chip."""
+    if sizing.target.platform == "gpu":
+        return "XLA's GPU compiler, Triton (Pallas GPU) and cuDNN"
+    return "XLA's TPU compiler and Mosaic"
 
 
 def _compiler_beside_model(sizing: RunSizing) -> list[str]:
@@ -238,7 +249,7 @@ def _compiler_beside_model(sizing: RunSizing) -> list[str]:
     columns = [(k, k, "{:,.2f}" if k.endswith(" GiB") and "/" not in k else "{}") for k in rows[0]]
     return [
         "",
-        "Peak per device, the TPU compiler beside our model:",
+        f"Peak per device, the {sizing.target.platform.upper()} compiler beside our model:",
         "",
         markdown_table(rows, columns),
     ]

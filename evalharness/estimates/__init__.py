@@ -5,6 +5,7 @@ temporaries, routing and exchange buffers).
 
 from evalharness.estimates.attention_memory import ExecutorSpec, padded_heads
 from evalharness.estimates.block_memory import compiled_temp_bytes
+from evalharness.estimates.gpu_compiler import cuda_plugin_installed, gpu_topology_compiler
 from evalharness.estimates.memory_estimate import ArmCompileError, estimate_memory
 from evalharness.estimates.memory_table import GIB, MemoryTable
 from evalharness.estimates.seed_measurements import (
@@ -61,6 +62,7 @@ __all__ = [
     "TpuCompiler",
     "TpuCompilerUnavailable",
     "compile_for",
+    "cuda_plugin_installed",
     "compiled_temp_bytes",
     "compiler_reason",
     "device_memory_bytes",
@@ -68,6 +70,7 @@ __all__ = [
     "estimate_memory",
     "estimate_time",
     "get_target",
+    "gpu_topology_compiler",
     "host_target",
     "measure_matmul_flops",
     "padded_heads",

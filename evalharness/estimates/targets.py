@@ -62,7 +62,8 @@ class DeviceTarget:
         shared_memory_bytes: GPU shared memory one thread block may use (the opt-in maximum),
             which bounds the Pallas GPU kernel's tiles; None elsewhere, and for GPUs not in this
             table.
-        topology: the TPU topology the compiler compiles for when the target is not attached
+        topology: the topology the compiler compiles for when the target is not attached (a
+            TPU topology such as ``v6e:2x4``; ``h200`` for XLA's GPU compiler)
             (``jax.experimental.topologies`` names, e.g. ``v6e:2x4``); None elsewhere.
     """
 
@@ -160,6 +161,7 @@ TARGETS: Mapping[str, DeviceTarget] = MappingProxyType(
                 "thread block (Hopper)"
             ),
             shared_memory_bytes=H200_SHARED_MEMORY_BYTES,
+            topology="h200",
         ),
     }
 )

@@ -40,6 +40,8 @@ class TpuCompiler:
         libtpu_version: the installed libtpu's version.
         device: the chip a per-chip program is compiled for.
         devices: every chip of the topology (a mesh over them compiles the collectives).
+        toolchain: what compiles: ``libtpu`` (XLA's TPU compiler and Mosaic), or
+            ``jax-cuda12-plugin`` (XLA's GPU compiler and Triton, ``gpu_compiler``).
     """
 
     topology: str
@@ -48,11 +50,12 @@ class TpuCompiler:
     libtpu_version: str
     device: Any
     devices: tuple[Any, ...] = ()
+    toolchain: str = "libtpu"
 
     def describe(self) -> str:
         """E.g. ``TPU v6 lite 2x4 by libtpu 0.0.42.1``."""
         shape = self.topology.partition(":")[2]
-        return f"{self.device_kind} {shape} by libtpu {self.libtpu_version}"
+        return f"{self.device_kind} {shape} by {self.toolchain} {self.libtpu_version}"
 
 
 @dataclass(frozen=True)

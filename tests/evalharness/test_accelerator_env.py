@@ -92,3 +92,13 @@ def test_importing_the_harness_sets_both_before_jax_loads(tmp_path):
     )
     expected = platforms["JAX_PLATFORMS"]
     assert out.stdout.split() == [expected, "1", expected]
+
+
+def test_with_the_cuda_plugin_and_no_gpu_jax_stays_on_the_cpu():
+    # The gpu-compile extra on a machine without a GPU: compile for an H200, never initialise one.
+    got = guard_settings(tpu_chips=0, libtpu=False, nvidia_gpu=False, environ={}, cuda_plugin=True)
+    assert got == {"TPU_SKIP_MDS_QUERY": "1", "JAX_PLATFORMS": "cpu"}
+    beside_a_gpu = guard_settings(
+        tpu_chips=0, libtpu=False, nvidia_gpu=True, environ={}, cuda_plugin=True
+    )
+    assert "JAX_PLATFORMS" not in beside_a_gpu

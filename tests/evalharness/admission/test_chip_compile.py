@@ -114,7 +114,7 @@ def test_the_whole_loop_is_compiled_on_the_eight_chip_mesh_with_its_all_to_all(t
     code, report = _tiny_dry_run(tmp_path, 32, "step", target="tpu-v6e-8")
     assert code == 0, report
     assert "compiled for TPU v6 lite 2x4 by libtpu " in report.splitlines()[-1]
-    assert "each arm's whole denoising loop (every layer, 8 chip(s) on the sequence mesh" in report
+    assert "each arm's whole denoising loop (every layer, 8 chips on the sequence mesh" in report
     layers = get_transformer_config("tiny").num_layers
     # q, k and v to heads and the output back: four all-to-all per layer; the sparse arm's
     # program holds its dense branch's exchange and its sparse branch's.
