@@ -91,7 +91,8 @@ def kernel_vmem_bytes(
     dtype: DTypeLike,
     block_kv_compute: int | None = None,
 ) -> int:
-    """Estimated VMEM working set of one kernel instance (a model, independent of N).
+    """Estimated VMEM working set of one kernel instance (a model, independent of N): the larger
+    of the count below and, at the default chunk, Mosaic's measured need (``mosaic_fitted_vmem_bytes``).
 
     Counts, per grid step:
     - the pipelined blocks, each double-buffered by the Pallas pipeline in the input dtype:
@@ -118,7 +119,32 @@ def kernel_vmem_bytes(
     blocks = 2 * (2 * block_q + 2 * block_kv) * head_dim * item
     row_state = (2 * block_q * NUM_LANES + block_q * head_dim) * 4
     scores = block_q * chunk * (SCORE_TEMPORARIES * 4 + item)
-    return blocks + 2 * row_state + scores  # scratch, then its per-update temporaries
+    counted = blocks + 2 * row_state + scores  # scratch, then its per-update temporaries
+    if chunk != math.gcd(block_kv, DEFAULT_BLOCK_KV_COMPUTE):
+        return counted  # Mosaic measured below this count at every other chunk we tried
+    return max(counted, mosaic_fitted_vmem_bytes(block_q, block_kv, head_dim, item))
+
+
+# Mosaic's scoped VMEM for the kernel at the default chunk, measured for v6e by bisecting
+# ``vmem_limit_bytes`` (libtpu 0.0.42.1, bf16, head_dim 128, b3): 512x512 2.00 MiB, 512x1024 2.75,
+# 1024x512 4.25, 1024x1024 4.50, 2048x1024 9.00, 1024x2048 8.25, 2048x2048 15.25, 3328x1536
+# 18.75, 4096x2048 29.25, 2048x4096 27.75, 4096x4096 53.75. A least-squares fit: about 3.03 bytes
+# per (query, key) pair of a tile, 967 per query row, 157 per key row and 0.87 MiB; within 11% of
+# every point from 1024x1024 up. The unrolled chunk loop keeps each chunk's temporaries, so large
+# tiles need more than the per-chunk count above (2.0-2.7x less at small tiles).
+_FIT_PER_PAIR, _FIT_PER_Q, _FIT_PER_KV, _FIT_FIXED = 3.03, 967, 157, 911_000
+# Headroom over the fit, so the model stays at or above every measured point.
+_FIT_MARGIN = 1.05
+
+
+def mosaic_fitted_vmem_bytes(block_q: int, block_kv: int, head_dim: int, item: int) -> int:
+    """Mosaic's measured scoped VMEM at the default chunk (fit above, plus ``_FIT_MARGIN``),
+    scaled by the element size, and by head_dim for the per-row terms (unmeasured beyond bf16 and
+    head_dim 128)."""
+    scale = item / 2
+    rows = (_FIT_PER_Q * block_q + _FIT_PER_KV * block_kv) * head_dim / 128
+    fitted = (_FIT_PER_PAIR * block_q * block_kv + rows) * scale + _FIT_FIXED
+    return int(_FIT_MARGIN * fitted)
 
 
 def auto_vmem_limit_bytes(vmem_bytes: int) -> int | None:
