@@ -17,13 +17,14 @@ nothing is compiled and the verdict says so: no silent downgrade.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import jax
 
-from evalharness.admission.mosaic_fix import fitting_setting
+from evalharness.admission.mosaic_fix import fitting_setting, mosaic_vmem_refusal
 from evalharness.admission.step_compile import (
     StepProgram,
     compile_run_step,
@@ -93,6 +94,7 @@ def compile_for_chip(
     step: Callable[[TpuCompiler, object], StepProgram] | None = None,
     model_table: MemoryTable | None = None,
     vmem_fix: Callable[[TpuCompiler, str], str] | None = None,
+    precheck: Callable[[TpuCompiler], list[str]] | None = None,
 ) -> ChipCompile:
     """Compiles each arm for ``target``'s chips; Mosaic, not our SMEM/VMEM model, then judges the
     Pallas kernels' tiles.
@@ -112,6 +114,8 @@ def compile_for_chip(
         model_table: our model's table, whose rows outside the loop the ``step`` table keeps.
         vmem_fix: ``vmem_fix(compiler, variant)``: a setting Mosaic compiles, when it refused a
             Pallas TPU kernel (b0-b3) for scoped VMEM (``evalharness.admission.mosaic_fix``).
+        precheck: ``precheck(compiler)``: refusals found in seconds before the long compile
+            (Mosaic on each Pallas kernel at a short sequence); any stops the compile.
 
     Returns:
         The ``ChipCompile``.
@@ -123,6 +127,10 @@ def compile_for_chip(
     from kernels.executors.pallas_tpu import mosaic_judges_budget
 
     described = compiler.describe()
+    early = precheck(compiler) if precheck is not None else []
+    if early:
+        problems.extend(early)
+        return ChipCompile(compiled_by=described)
     refused: list[str] = []
     try:
         with mosaic_judges_budget():
@@ -327,4 +335,44 @@ def compile_run_for_chip(
         step=step,
         model_table=model_memory,
         vmem_fix=vmem_fix,
+        precheck=functools.partial(_mosaic_precheck, cfg, tcfg, target, budgets, vmem_fix),
     )
+
+
+def _mosaic_precheck(
+    cfg: EvalConfig,
+    tcfg: WanTransformerConfig,
+    target: DeviceTarget,
+    budgets: Mapping[str, TpuBudget],
+    vmem_fix: Callable[[TpuCompiler, str], str],
+    compiler: TpuCompiler,
+) -> list[str]:
+    """Mosaic's VMEM refusal of each Pallas TPU kernel the run uses, found in seconds (a short
+    sequence), each with a setting Mosaic compiles."""
+    kernel = cfg.kernel
+    if target.platform != "tpu" or kernel.backend.value != "pallas_tpu":
+        return []
+    found = []
+    for variant in sorted({_plan_variant(name) for name in budgets}):
+        reason = mosaic_vmem_refusal(
+            compiler.device,
+            variant=variant,
+            tiles=(kernel.block_q, kernel.block_kv),
+            head_dim=tcfg.attention_head_dim,
+            dtype=cfg.dtype.value,
+            block_kv_compute=kernel.block_kv_compute,
+            vmem_limit=kernel.vmem_limit_bytes,
+        )
+        if reason is not None:
+            found.append(
+                f"compile for {compiler.describe()}: Mosaic refuses the {variant} kernel's "
+                f"tiles {kernel.block_q}x{kernel.block_kv} ({reason}; checked in seconds at a "
+                f"short sequence: its VMEM does not grow with N). Checked with Mosaic: "
+                f"{vmem_fix(compiler, variant)}"
+            )
+    return found
+
+
+def _plan_variant(budget_name: str) -> str:
+    """The kernel variant of a ``tpu_budgets`` entry ("sparse b3" -> b3, "B0 dense" -> b0)."""
+    return budget_name.split()[-1] if budget_name.startswith("sparse") else "b0"

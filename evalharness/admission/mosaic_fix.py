@@ -20,7 +20,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from evalharness.estimates import compile_for
+from evalharness.estimates import compile_for, compiler_reason
 from kernels.executors.pallas_tpu_budget import (
     DEFAULT_SCOPED_VMEM_BYTES,
     NUM_LANES,
@@ -47,12 +47,46 @@ def _kernel_compiles(
     vmem_limit: int | None,
 ) -> bool:
     """Whether Mosaic compiles the kernel at ``tiles`` under ``vmem_limit`` (a short sequence)."""
+    refusal = mosaic_vmem_refusal(
+        device,
+        variant=variant,
+        tiles=tiles,
+        head_dim=head_dim,
+        dtype=dtype,
+        block_kv_compute=block_kv_compute,
+        vmem_limit=vmem_limit,
+    )
+    return refusal is None
+
+
+def _vmem_refusal(device: Any, call: Callable[..., Any], qkv: Any) -> str | None:
+    """Mosaic's VMEM refusal of ``call`` in one line, or None when it compiles."""
+    try:
+        compile_for(device, call, qkv, qkv, qkv)
+    except Exception as error:  # noqa: BLE001 - only VMEM refusals mean "does not fit"
+        if "scoped allocation" in str(error).lower() or "vmem" in str(error).lower():
+            return compiler_reason(error)
+        raise
+    return None
+
+
+def mosaic_vmem_refusal(
+    device: Any,
+    *,
+    variant: str,
+    tiles: tuple[int, int],
+    head_dim: int,
+    dtype: str,
+    block_kv_compute: int | None,
+    vmem_limit: int | None,
+) -> str | None:
+    """Whether Mosaic refuses the run's kernel for VMEM, in seconds: compiled at a sequence of a
+    few tiles (its VMEM does not grow with N). Returns the refusal in one line, or None."""
     from kernels.executors.pallas_tpu import pallas_blocksparse_attention
 
-    block_q, block_kv = tiles
     tokens = 4 * max(tiles)
     mask = PaddingMask(tokens) if variant == "b0" else BandMask(tokens, tokens // 2, 0)
-    plan = build_plan(mask, BlockSizes(block_q, block_kv), variant, rounding_tolerance=None)
+    plan = build_plan(mask, BlockSizes(*tiles), variant, rounding_tolerance=None)
     qkv = jax.ShapeDtypeStruct((1, tokens, 1, head_dim), jnp.dtype(dtype))
 
     def call(q, k, v):
@@ -67,13 +101,7 @@ def _kernel_compiles(
             check_budget=False,
         )
 
-    try:
-        compile_for(device, call, qkv, qkv, qkv)
-    except Exception as error:  # noqa: BLE001 - only VMEM refusals mean "does not fit"
-        if "scoped allocation" in str(error).lower() or "vmem" in str(error).lower():
-            return False
-        raise
-    return True
+    return _vmem_refusal(device, call, qkv)
 
 
 def mosaic_vmem_need(compiles: Callable[[int], bool], start: int, cap: int) -> int | None:
