@@ -13,7 +13,7 @@ TPU v6e, from the seed's measurements (``evalharness.estimates.seed_measurements
   38.87% of pairs, 93.4% of ideal; B2 56.5%, B1 31.8%; our B0 is taken as dense splash;
 - the matmuls: fitted to the seed's dense 720p loop (153.50 s for 40 steps) minus its 40 x 40
   dense attention calls and the all-to-all;
-- the sparse overhead, per token of a sparse call (routing and permutation are linear in N):
+- the sparse overhead, per element of a sparse call's q (routing and permutation are linear in it):
   fitted to the seed's aggressive 720p loop (119.86 s);
 - ICI: 3,584 Gbps per chip (Google Cloud's v6e figure), 448 GB/s, for the all-to-all and gathers.
 
@@ -65,7 +65,7 @@ def rates_for(target: DeviceTarget) -> TimeRates:
         matmul_efficiency=efficiency,
         attention_efficiency=efficiency,
         variant_efficiency={},
-        sparse_overhead_s_per_token=0.0,
+        sparse_overhead_s_per_element=0.0,
         interconnect_bytes_per_s=None,
         sources={
             "matmuls": assumed,
@@ -96,12 +96,14 @@ def _v6e_rates() -> TimeRates:
         "sparse_steps"
     ]
     kernel = parts["sparse_attention_ideal_s"] / variants["b3"]
-    overhead = (sparse_step - matmul_s - parts["exchange_s"] - kernel) / parts["sparse_tokens"]
+    overhead_s = sparse_step - matmul_s - parts["exchange_s"] - kernel  # per sparse step
+    overhead = overhead_s / parts["sparse_elements"]
+    per_call_ms = 1e3 * overhead_s / parts["calls"]
     return TimeRates(
         matmul_efficiency=matmul,
         attention_efficiency=attention,
         variant_efficiency=variants,
-        sparse_overhead_s_per_token=max(0.0, overhead),
+        sparse_overhead_s_per_element=max(0.0, overhead),
         interconnect_bytes_per_s=V6E_ICI_BYTES_PER_S,
         sources={
             "matmuls": (
@@ -115,8 +117,9 @@ def _v6e_rates() -> TimeRates:
             "sparse": (
                 f"B3 {variants['b3']:.1%}, B2 {variants['b2']:.1%}, B1 {variants['b1']:.1%} of "
                 "ideal over executed pairs (the seed's kernel table at 38.87% of pairs); overhead "
-                f"{overhead * 75_600 * 1e3:.1f} ms per sparse call at 75,600 tokens, linear in N, "
-                "fitted to the seed's aggressive 720p loop (119.86 s)"
+                f"{per_call_ms:.1f} ms per sparse call at the seed's 720p shape (batch 2 x 75,600 "
+                "tokens x 5 heads x 128 per chip), linear in the call's q, fitted to the seed's "
+                "aggressive 720p loop (119.86 s)"
             ),
             "exchange": "ICI 448 GB/s per chip (Google Cloud's v6e figure: 3,584 Gbps)",
         },
@@ -149,5 +152,6 @@ def seed_loop_parts(attention_efficiency: float, link_bytes_per_s: float) -> dic
         "dense_steps": dense_steps,
         "sparse_steps": steps - dense_steps,
         "sparse_attention_ideal_s": attention * SEED_KERNEL["kept"],
-        "sparse_tokens": work.calls * work.call_tokens,
+        "sparse_elements": work.qkv_elements,
+        "calls": work.calls,
     }

@@ -11,7 +11,8 @@ its source):
 - self-attention: dense calls at the dense executor's rate; sparse calls over the pairs the plan
   executes (visited tiles, masked work and padding included), at the variant's fraction of
   ideal; heads padded to a multiple of P count as computed;
-- sparse overhead: routing, permutation and dispatch of each sparse call, linear in N;
+- sparse overhead: routing, permutation and dispatch of each sparse call, linear in the call's q
+  (batch x N x heads on the device x head_dim);
 - exchange: the all-to-all (q, k, v and the output, [B, N / P, H_pad, D] each per layer) and,
   for checkpoint models on several devices ("fsdp"), the weights gathered once per forward, at
   the interconnect's bandwidth, not overlapped with compute.
@@ -93,8 +94,9 @@ class TimeRates:
         attention_efficiency: fraction of peak the dense attention executor reaches.
         variant_efficiency: sparse variant -> its time over the ideal (dense time x executed
             pairs); a variant not listed runs at 1.0.
-        sparse_overhead_s_per_token: seconds per token of one sparse attention call beyond its
-            kernel (routing, permutation, dispatch).
+        sparse_overhead_s_per_element: seconds per q element (batch x token x head x head_dim on
+            the device) of a sparse attention call beyond its kernel (routing, permutation and
+            dispatch all move or score q, k and v once or a few times).
         interconnect_bytes_per_s: per-device bandwidth of the all-to-all and gathers (None:
             one device, nothing exchanged).
         sources: component -> where its rate comes from.
@@ -103,7 +105,7 @@ class TimeRates:
     matmul_efficiency: float
     attention_efficiency: float
     variant_efficiency: Mapping[str, float]
-    sparse_overhead_s_per_token: float
+    sparse_overhead_s_per_element: float
     interconnect_bytes_per_s: float | None
     sources: Mapping[str, str]
 
@@ -132,6 +134,8 @@ class StepWork:
         attention_flops: self-attention if every call were dense (padded heads included).
         call_tokens: tokens of one attention call (N).
         calls: attention calls per step (layers x forwards).
+        qkv_elements: elements of q on the device after the exchange, summed over the step's
+            calls (layers x samples x N x padded heads / P x head_dim).
         exchange_bytes: all-to-all bytes sent by the device.
         gather_bytes: weight bytes gathered by the device ("fsdp").
         hbm_bytes: bytes the matmul roofline reads and writes.
@@ -141,6 +145,7 @@ class StepWork:
     attention_flops: float
     call_tokens: int
     calls: int
+    qkv_elements: float
     exchange_bytes: float
     gather_bytes: float
     hbm_bytes: float
@@ -185,6 +190,7 @@ def step_work(
         attention_flops=attention * padded / heads / p,
         call_tokens=n,
         calls=tcfg.num_layers * forwards,
+        qkv_elements=tcfg.num_layers * cfg_batch * n * padded / p * tcfg.attention_head_dim,
         exchange_bytes=4 * tensor * away * tcfg.num_layers if p > 1 else 0.0,
         gather_bytes=weights * away * forwards if gathers and p > 1 else 0.0,
         hbm_bytes=weights * forwards + tcfg.num_layers * per_block,
@@ -281,8 +287,7 @@ def _attention_seconds(
     if sparse is not None:
         call = sparse.executed / rates.variant_efficiency.get(sparse.variant, 1.0)
         attention["sparse"] = dense * ((1 - sparse.cells) + sparse.cells * call)
-        per_call = rates.sparse_overhead_s_per_token * work.call_tokens
-        overhead["sparse"] = sparse.cells * work.calls * per_call
+        overhead["sparse"] = sparse.cells * work.qkv_elements * rates.sparse_overhead_s_per_element
     return attention, overhead
 
 
