@@ -22,8 +22,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import jax
-
 from evalharness.admission.mosaic_fix import fitting_setting, mosaic_vmem_refusal
 from evalharness.admission.step_compile import (
     StepProgram,
@@ -31,6 +29,7 @@ from evalharness.admission.step_compile import (
     describe_collectives,
     step_memory_table,
 )
+from evalharness.assembly import host_platform
 from evalharness.config import EvalConfig
 from evalharness.estimates import (
     ArmCompileError,
@@ -256,7 +255,7 @@ def _compiler_for(
     """The chip's compile-only compiler, or None and why not (None, None: does not apply)."""
     if target.platform not in ("tpu", "gpu") or target.topology is None:
         return None, None
-    if _host_platform() == target.platform:  # on the target itself its compiler is the host's
+    if host_platform() == target.platform:  # on the target itself its compiler is the host's
         return None, None
     if mode == "off":
         return None, "not compiled for the chip: chip_compile=off (our model's table)"
@@ -268,11 +267,6 @@ def _compiler_for(
         return topology_compiler(target.topology), None
     except TpuCompilerUnavailable as why:
         return None, f"not compiled for the chip: {why}"
-
-
-def _host_platform() -> str:
-    platform = jax.devices()[0].platform
-    return "gpu" if platform in ("gpu", "cuda", "rocm") else platform
 
 
 def compile_run_for_chip(

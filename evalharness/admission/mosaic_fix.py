@@ -12,7 +12,6 @@ compiled.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -35,28 +34,6 @@ from kernels.plans.tiles import build_plan
 MiB = 1 << 20
 # Tile shrinking gives up below this many rows (a 128-row tile is the lane width).
 _SMALLEST_TILE = NUM_LANES
-
-
-def _kernel_compiles(
-    device: Any,
-    variant: str,
-    tiles: tuple[int, int],
-    head_dim: int,
-    dtype: str,
-    block_kv_compute: int | None,
-    vmem_limit: int | None,
-) -> bool:
-    """Whether Mosaic compiles the kernel at ``tiles`` under ``vmem_limit`` (a short sequence)."""
-    refusal = mosaic_vmem_refusal(
-        device,
-        variant=variant,
-        tiles=tiles,
-        head_dim=head_dim,
-        dtype=dtype,
-        block_kv_compute=block_kv_compute,
-        vmem_limit=vmem_limit,
-    )
-    return refusal is None
 
 
 def _vmem_refusal(device: Any, call: Callable[..., Any], qkv: Any) -> str | None:
@@ -147,12 +124,22 @@ def fitting_setting(
         E.g. ``kernel.vmem_limit_bytes=50331648 (Mosaic compiles these tiles at 48 MiB)``, or
         smaller tiles that Mosaic compiles at the default limit, or why none was found.
     """
-    compiles = functools.partial(_kernel_compiles, device, variant)
+
+    def compiles(tiles: tuple[int, int], chunk: int | None, limit: int | None) -> bool:
+        refusal = mosaic_vmem_refusal(
+            device,
+            variant=variant,
+            tiles=tiles,
+            head_dim=head_dim,
+            dtype=dtype,
+            block_kv_compute=chunk,
+            vmem_limit=limit,
+        )
+        return refusal is None
+
     start = vmem_limit or DEFAULT_SCOPED_VMEM_BYTES
     need = mosaic_vmem_need(
-        lambda limit: compiles(tiles, head_dim, dtype, block_kv_compute, limit),
-        start,
-        VMEM_AUTO_CAP_BYTES,
+        lambda limit: compiles(tiles, block_kv_compute, limit), start, VMEM_AUTO_CAP_BYTES
     )
     if need is not None:
         return (
@@ -162,7 +149,7 @@ def fitting_setting(
     for smaller in _smaller_tiles(tiles):
         if dense_table_smem_bytes(tokens, *smaller) > SMEM_LIMIT_BYTES:
             continue
-        if compiles(smaller, head_dim, dtype, None, None):
+        if compiles(smaller, None, None):
             return (
                 f"kernel.block_q={smaller[0]} kernel.block_kv={smaller[1]} compiles (Mosaic, at "
                 "its default VMEM limit; SMEM fits at the run's length)"
