@@ -80,6 +80,10 @@ def test_mosaic_compiles_every_variant_at_a_per_chip_shape(variant):
     assert modelled <= program.temp_bytes <= modelled + 128 * 1024, (program.temp_bytes, modelled)
 
 
+def _verdict_line(report: str) -> str:
+    return next(line for line in report.splitlines() if line.startswith("## Verdict"))
+
+
 def _tiny_dry_run(tmp_path, vmem_limit_mib: int, mode: str, target: str = "tpu-v6e-1"):
     cfg = small_config(
         tmp_path,
@@ -113,7 +117,7 @@ def test_mosaic_refuses_tiles_over_its_vmem_limit_and_the_dry_run_says_so(tmp_pa
 def test_the_whole_loop_is_compiled_on_the_eight_chip_mesh_with_its_all_to_all(tmp_path):
     code, report = _tiny_dry_run(tmp_path, 32, "step", target="tpu-v6e-8")
     assert code == 0, report
-    assert "compiled for TPU v6 lite 2x4 by libtpu " in report.splitlines()[-1]
+    assert "compiled for TPU v6 lite 2x4 by libtpu " in _verdict_line(report)
     assert "each arm's whole denoising loop (every layer, 8 chips on the sequence mesh" in report
     layers = get_transformer_config("tiny").num_layers
     # q, k and v to heads and the output back: four all-to-all per layer; the sparse arm's
@@ -130,7 +134,7 @@ def test_a_dry_run_compiled_for_the_chip_where_mosaic_overrules_our_budget_model
     # compiles: its verdict stands, and the report says our model disagreed.
     code, report = _tiny_dry_run(tmp_path, 4, "forward")
     assert code == 0, report
-    assert "compiled for TPU v6 lite 1x1 by libtpu " in report.splitlines()[-1]
+    assert "compiled for TPU v6 lite 1x1 by libtpu " in _verdict_line(report)
     assert "Peak per device, the TPU compiler beside our model:" in report
     header = (
         "| dense (splash, compiled) | noise_floor (b0, compiled) | sparse (b3 / splash, compiled) |"
