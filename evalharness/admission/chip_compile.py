@@ -56,8 +56,6 @@ _SMALLER = (
     "lower the resolution, the batch (guidance_passes=separate) or the devices' share "
     "(parallel.sequence)"
 )
-# The project's Pallas TPU kernel variants (Mosaic's VMEM refusals of these get a checked fix).
-_PALLAS_VARIANTS = ("b0", "b1", "b2", "b3")
 # Signs that a refusal came from a Pallas kernel (Mosaic), not from the transformer.
 _KERNEL_SIGNS = ("mosaic", "vmem", "smem", "pallas")
 
@@ -92,7 +90,6 @@ def compile_for_chip(
     mode: str = "forward",
     step: Callable[[TpuCompiler, object], StepProgram] | None = None,
     model_table: MemoryTable | None = None,
-    vmem_fix: Callable[[TpuCompiler, str], str] | None = None,
     precheck: Callable[[TpuCompiler], list[str]] | None = None,
 ) -> ChipCompile:
     """Compiles each arm for ``target``'s chips; Mosaic, not our SMEM/VMEM model, then judges the
@@ -111,10 +108,9 @@ def compile_for_chip(
         mode: ``step``, ``forward`` or ``off`` (``ChipCompileMode``).
         step: ``step(compiler, attend)`` compiles one arm's denoising loop (``step`` mode).
         model_table: our model's table, whose rows outside the loop the ``step`` table keeps.
-        vmem_fix: ``vmem_fix(compiler, variant)``: a setting Mosaic compiles, when it refused a
-            Pallas TPU kernel (b0-b3) for scoped VMEM (``evalharness.admission.mosaic_fix``).
         precheck: ``precheck(compiler)``: refusals found in seconds before the long compile
-            (Mosaic on each Pallas kernel at a short sequence); any stops the compile.
+            (Mosaic on each Pallas kernel at a short sequence, each with a setting Mosaic
+            compiles); any stops the compile.
 
     Returns:
         The ``ChipCompile``.
@@ -130,21 +126,19 @@ def compile_for_chip(
     if early:
         problems.extend(early)
         return ChipCompile(compiled_by=described)
-    refused: list[str] = []
     try:
         with mosaic_judges_budget():
             if mode == "step" and step is not None and model_table is not None:
                 table, steps = _compile_steps(
-                    compiler, step, executors, attends, model_table, target, refused
+                    compiler, step, executors, attends, model_table, target, problems
                 )
             else:
-                forward = _compile_forward(compiler, estimate, executors, attends, refused)
+                forward = _compile_forward(compiler, estimate, executors, attends, problems)
                 table, steps = forward, {}
     except TpuCompilerUnavailable as why:  # this machine lacks a library the compile needs
         problems.extend(budget_problems)
         return ChipCompile(not_compiled=f"not compiled for the chip: {why}")
     if table is None:
-        problems.extend(_with_fix(refused, executors, compiler, vmem_fix))
         return ChipCompile(compiled_by=described)
     overruled = tuple(
         f"our SMEM/VMEM model refused ({p}), but Mosaic compiled it for {described}: Mosaic's "
@@ -157,22 +151,6 @@ def compile_for_chip(
         else f"compiled for {described}: a 2-layer forward on one chip (chip_compile=forward)"
     )
     return ChipCompile(compiled_by=described, memory=table, notes=(what, *overruled), steps=steps)
-
-
-def _with_fix(
-    refused: list[str],
-    executors: Mapping[str, ExecutorSpec],
-    compiler: TpuCompiler,
-    vmem_fix: Callable[[TpuCompiler, str], str] | None,
-) -> list[str]:
-    """The refusals, a Mosaic VMEM one followed by a setting Mosaic compiles."""
-    out = []
-    for line in refused:
-        variant = next((s.name for s in executors.values() if f"{s.name} attention" in line), None)
-        if vmem_fix is not None and variant in _PALLAS_VARIANTS and "scoped VMEM" in line:
-            line += f". Checked with Mosaic: {vmem_fix(compiler, variant)}"
-        out.append(line)
-    return out
 
 
 def _compile_forward(
@@ -328,7 +306,6 @@ def compile_run_for_chip(
         mode=cfg.chip_compile.value,
         step=step,
         model_table=model_memory,
-        vmem_fix=vmem_fix,
         precheck=functools.partial(_mosaic_precheck, cfg, tcfg, target, budgets, vmem_fix),
     )
 

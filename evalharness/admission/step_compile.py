@@ -34,7 +34,13 @@ from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
 
 from evalharness.config import EvalConfig
-from evalharness.estimates import CompiledProgram, MemoryTable, TpuCompiler, program_figures
+from evalharness.estimates import (
+    CompiledProgram,
+    MemoryTable,
+    TpuCompiler,
+    dtype_of,
+    program_figures,
+)
 from kernels.parallel.attend import parallelize
 from kernels.parallel.mesh import SEQ_AXIS
 from models.config import SEEDED_PRESETS, WanTransformerConfig
@@ -44,7 +50,6 @@ from models.sharding import param_shardings
 from models.transformer import abstract_transformer
 from models.video_geometry import VideoGeometry
 
-_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 # Collectives in the compiled HLO (an async pair counts once, by its start).
 _COLLECTIVES = {
     "all-to-all": re.compile(r" all-to-all(?:-start)?\("),
@@ -101,8 +106,8 @@ def compile_run_step(
     chips = compiler.devices or (compiler.device,)
     if devices > len(chips):
         raise ValueError(f"{devices} chips asked of a topology of {len(chips)}")
-    compute = _DTYPES[cfg.dtype.value]
-    params = _DTYPES[cfg.model.param_dtype.value]
+    compute = dtype_of(cfg.dtype.value)
+    params = dtype_of(cfg.model.param_dtype.value)
     model = abstract_transformer(tcfg, param_dtype=params, dtype=compute)
     if devices > 1:
         mesh = Mesh(np.asarray(chips[:devices]), (SEQ_AXIS,))

@@ -4,7 +4,7 @@ temporaries, routing and exchange buffers).
 """
 
 from evalharness.estimates.attention_memory import ExecutorSpec, padded_heads
-from evalharness.estimates.block_memory import compiled_temp_bytes
+from evalharness.estimates.block_memory import compiled_temp_bytes, dtype_of
 from evalharness.estimates.gpu_compiler import cuda_plugin_installed, gpu_topology_compiler
 from evalharness.estimates.memory_estimate import ArmCompileError, estimate_memory
 from evalharness.estimates.memory_table import GIB, MemoryTable
@@ -67,6 +67,7 @@ __all__ = [
     "compiler_reason",
     "device_memory_bytes",
     "dtype_bytes",
+    "dtype_of",
     "estimate_memory",
     "estimate_time",
     "get_target",

@@ -88,7 +88,7 @@ def _v6e_rates() -> TimeRates:
     variants = {v: ideal / (SEED_KERNEL_MS[v] / 1e3) for v in ("b1", "b2", "b3")}
     variants["b0"] = 1.0
     # The seed's 720p loops, with the rates above: what remains for the matmuls and the overhead.
-    parts = seed_loop_parts(attention, V6E_ICI_BYTES_PER_S)
+    parts = seed_loop_parts(attention, V6E_ICI_BYTES_PER_S, peak)
     dense_step = SEED_DENSE_LOOP_S["720p"] / _SEED_STEPS
     matmul_s = dense_step - parts["dense_attention_s"] - parts["exchange_s"]
     matmul = parts["matmul_flops"] / (peak * matmul_s)
@@ -126,10 +126,13 @@ def _v6e_rates() -> TimeRates:
     )
 
 
-def seed_loop_parts(attention_efficiency: float, link_bytes_per_s: float) -> dict[str, float]:
+def seed_loop_parts(
+    attention_efficiency: float, link_bytes_per_s: float, peak: float
+) -> dict[str, float]:
     """The seed's 720p setting (14B, 8 chips, batch 2, 40 steps) as ``estimate_time`` sees it:
     the parts ``evalharness.estimates.time_rates`` fits the matmul rate and the sparse overhead
-    to (seconds per step at ``attention_efficiency`` and ``link_bytes_per_s``)."""
+    to (seconds per step at ``attention_efficiency``, ``link_bytes_per_s`` and a chip's bf16
+    ``peak`` FLOP/s)."""
     tcfg = get_transformer_config("wan2.1-t2v-14b")
     work = step_work(
         tcfg,
@@ -141,7 +144,6 @@ def seed_loop_parts(attention_efficiency: float, link_bytes_per_s: float) -> dic
         dtype="bfloat16",
         gathers=True,
     )
-    peak = 918e12  # TPU v6e bf16 (``evalharness.estimates.targets``)
     attention = work.attention_flops / (peak * attention_efficiency)
     steps = 40
     dense_steps = int(SEED_SCHEDULE["first_times_fp"] * steps)
