@@ -206,6 +206,9 @@ def _record_start(comparison: Comparison) -> None:
             comparison.sizing.memory.to_markdown() + "\n\n" + comparison.sizing.budget_markdown()
         )
         (comparison.run_dir / "memory_plan.md").write_text(sizing_md.rstrip() + "\n")
+        # The estimate beside what the run will measure (its loops' medians, decode_s, wall).
+        time_md = comparison.sizing.timing.to_markdown()
+        (comparison.run_dir / "time_plan.md").write_text(time_md.rstrip() + "\n")
 
 
 def _finish(

@@ -13,13 +13,8 @@ from dataclasses import dataclass
 
 from evalharness.admission import compile_check, preflight
 from evalharness.admission.advice import checked_advice
-from evalharness.admission.sizing import (
-    RunSizing,
-    quadratic_arms,
-    samples_per_call,
-    samples_per_step,
-    size_run,
-)
+from evalharness.admission.run_timing import samples_per_call, samples_per_step
+from evalharness.admission.sizing import RunSizing, quadratic_arms, size_run
 from evalharness.assembly import (
     AttentionSetup,
     build_attention,

@@ -6,7 +6,9 @@ abstract weights (no checkpoint is read; ``model.checkpoint`` may be unset), the
 and :func:`evalharness.admission.sizing.size_run` gives the per-device memory table, the SMEM/VMEM budgets
 of the Pallas TPU plans or the shared memory of the Pallas GPU tiles, the ``jax.export`` lowering
 of every arm for TPU targets and of every arm but cuDNN's for GPU targets (``cuda``: the sparse
-arm and B0 on the Pallas GPU kernel), and a roofline time estimate from the stated device table.
+arm and B0 on the Pallas GPU kernel), and a time estimate, per component and arm, for the loops
+and for the work outside them (``evalharness.estimates.workload`` / ``run_time``); for a 14B run on
+``tpu-v6e-8`` at a seed resolution, the seed's measured figures beside ours.
 Fitting (memory, SMEM/VMEM, shared memory, the compile) and time are separate verdicts: exit 0
 when it fits within ``max_minutes``, 2 when it does not fit (whatever the time), 3 when it fits
 but the estimate exceeds ``max_minutes``.
@@ -26,7 +28,15 @@ from evalharness.admission.kernel_checks import EXPORT_PLATFORMS
 from evalharness.admission.sizing import RunSizing, quadratic_arms, size_run
 from evalharness.assembly import platform_choices, transformer_config_for
 from evalharness.config import ChipCompileMode, EvalConfig, to_config
-from evalharness.estimates import get_target
+from evalharness.estimates import (
+    CONTRADICTION,
+    get_target,
+    in_seed_setting,
+    rates_for,
+    seed_prediction,
+    seed_row,
+    seed_table,
+)
 from evalharness.formatting import markdown_table
 from kernels.executors.pallas_gpu_budget import DEFAULT_NUM_STAGES, default_num_warps
 from models.config import get_transformer_config
@@ -143,6 +153,7 @@ def _report(
         "## Time",
         "",
         sizing.timing.to_markdown(),
+        *_against_the_seed(cfg, tcfg, sizing),
     ]
     if sizing.budgets:
         lines += ["", "## Pallas TPU SMEM / VMEM", "", sizing.budget_markdown()]
@@ -166,6 +177,25 @@ def _report(
         lines += ["", "To fit (each setting applied and planned again):"]
         lines += [f"- {a}" for a in advice]
     return "\n".join(lines)
+
+
+def _against_the_seed(cfg: EvalConfig, tcfg: Any, sizing: RunSizing) -> list[str]:
+    """The seed's measured figures beside ours, when the seed measured this setting."""
+    if not in_seed_setting(cfg.model.name, sizing.target.name, cfg.resolution.name):
+        return []
+    ours = seed_prediction(sizing.timing, sizing.sparse, tcfg, rates_for(sizing.target))
+    return [
+        "",
+        "## Against the seed's measurements",
+        "",
+        "The seed's figures (Wan 2.1 14B, 81 frames, 40 steps, 8 x v6e, its aggressive schedule "
+        "at 38.87% of pairs) / this run's estimate; they compare only when this run's schedule, "
+        "steps and tiles are the seed's (``experiment=seed_" + cfg.resolution.name + "``).",
+        "",
+        seed_table([seed_row(cfg.resolution.name, ours)]),
+        "",
+        CONTRADICTION,
+    ]
 
 
 def _shared_memory_line(cfg: EvalConfig, tcfg: Any, sizing: RunSizing) -> str:

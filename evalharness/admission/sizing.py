@@ -24,6 +24,12 @@ import jax.numpy as jnp
 
 from evalharness.admission.chip_compile import compile_run_for_chip
 from evalharness.admission.kernel_checks import gpu_shared_memory, lower_for_target, tpu_budgets
+from evalharness.admission.run_timing import (
+    UMT5_XXL,
+    samples_per_call,
+    sparse_work,
+    time_of,
+)
 from evalharness.admission.step_compile import StepProgram
 from evalharness.assembly import pallas_options
 from evalharness.config import EvalConfig, token_geometry
@@ -35,9 +41,7 @@ from evalharness.estimates import (
     TimeEstimate,
     compiled_temp_bytes,
     estimate_memory,
-    estimate_time,
     padded_heads,
-    rates_for,
 )
 from evalharness.formatting import markdown_table
 from kernels.executors.dense_memory import dense_executor_temp_bytes, grows_quadratically
@@ -46,18 +50,11 @@ from kernels.plans.block_sizes import BlockSizes
 from kernels.policy.attention_policy import AttentionPolicy, make_dense_attend
 from models.config import SEEDED_PRESETS, WanTransformerConfig
 from models.peak_memory import umt5_peak_bytes, vae_decode_peak_bytes
-from models.pipeline import forward_batch, uses_guidance
-from models.text_encoder import UMT5Config
 from models.tiny_components import TINY_UMT5_CONFIG, TINY_VAE_CONFIG
 from models.vae import TilingConfig, WanVAEConfig
 from models.video_geometry import VideoGeometry
 
 log = logging.getLogger(__name__)
-
-# Wan 2.1's text encoder (``text_encoder/config.json`` of the diffusers checkpoints).
-UMT5_XXL = UMT5Config(
-    vocab_size=256384, d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64
-)
 
 
 @dataclasses.dataclass
@@ -83,6 +80,7 @@ class RunSizing:
         model_memory: our model's table, beside the compiler's (None when ``memory`` is ours).
         not_compiled: why a TPU target was not compiled for the chip (libtpu missing, ...).
         steps: arm -> its denoising loop as compiled for the chip (``chip_compile=step``).
+        sparse: what the sparse arm executes (None for a dense schedule).
     """
 
     target: DeviceTarget
@@ -99,6 +97,7 @@ class RunSizing:
     model_memory: MemoryTable | None = None
     not_compiled: str | None = None
     steps: Mapping[str, StepProgram] = dataclasses.field(default_factory=dict)
+    sparse: SparseWork | None = None
 
     @property
     def fits(self) -> bool:
@@ -145,18 +144,6 @@ class RunSizing:
             out[f"tpu.{key}.smem_bytes"] = float(budget.smem_bytes)
             out[f"tpu.{key}.vmem_bytes"] = float(budget.vmem_bytes)
         return out
-
-
-def samples_per_step(cfg: EvalConfig) -> int:
-    """Samples the model computes per denoising step: 2 with classifier-free guidance, else 1
-    (the FLOPs, whether the passes run jointly or separately)."""
-    return 2 if uses_guidance(cfg.guidance_scale, cfg.negative_prompt) else 1
-
-
-def samples_per_call(cfg: EvalConfig) -> int:
-    """Samples in one model call (the activations' batch): 2 only with joint guidance passes."""
-    guided = uses_guidance(cfg.guidance_scale, cfg.negative_prompt)
-    return forward_batch(guided, cfg.guidance_passes.value)
 
 
 def size_run(
@@ -209,7 +196,7 @@ def size_run(
     )
     notes += [chip.not_compiled] if chip.not_compiled else []
     notes += chip.notes
-    timing = _time(cfg, tcfg, video, target, devices, policy)
+    timing = time_of(cfg, tcfg, video, target, devices, policy)
     shared = gpu_shared_memory(cfg, tcfg, target, problems, notes)
     # Compiling for the chip lowered every arm already (Mosaic included): no export on top.
     lower = lower and chip.compiled_by is None
@@ -229,33 +216,7 @@ def size_run(
         model_memory=model_memory if chip.memory is not None else None,
         not_compiled=chip.not_compiled,
         steps=chip.steps,
-    )
-
-
-def _time(
-    cfg: EvalConfig,
-    tcfg: WanTransformerConfig,
-    video: VideoGeometry,
-    target: DeviceTarget,
-    devices: int,
-    policy: AttentionPolicy,
-) -> TimeEstimate:
-    """The time estimate of every arm on ``target``, from what the schedule and plan execute."""
-    return estimate_time(
-        tcfg,
-        video,
-        target,
-        steps=cfg.steps,
-        cfg_batch=samples_per_step(cfg),
-        warm_runs=cfg.warm_runs,
-        noise_floor=cfg.noise_floor,
-        param_dtype=cfg.model.param_dtype.value,
-        dtype=cfg.dtype.value,
-        devices=devices,
         sparse=sparse_work(cfg, tcfg, policy),
-        forwards=samples_per_step(cfg) // samples_per_call(cfg),
-        gathers=devices > 1 and cfg.model.name not in SEEDED_PRESETS,
-        rates=rates_for(target),
     )
 
 
@@ -266,21 +227,7 @@ def estimate_run_time(
     arm executes: no memory table, no compile (``evalharness.bench.seed_calibration``)."""
     video = VideoGeometry(cfg.resolution.frames, cfg.resolution.height, cfg.resolution.width)
     _, policy = _single_device_attends(cfg, tcfg, video)
-    return _time(cfg, tcfg, video, target, devices, policy), sparse_work(cfg, tcfg, policy)
-
-
-def sparse_work(
-    cfg: EvalConfig, tcfg: WanTransformerConfig, policy: AttentionPolicy
-) -> SparseWork | None:
-    """What the sparse arm executes: its sparse (step, layer) share and the plan's executed pairs
-    (None for a dense schedule)."""
-    schedule = cfg.schedule
-    if policy.plan is None or not schedule.runs_sparse(cfg.steps, tcfg.num_layers):
-        return None
-    layers = tcfg.num_layers
-    sparse_steps = cfg.steps - schedule.dense_steps(cfg.steps)
-    cells = sparse_steps * (layers - schedule.dense_layers(layers)) / (cfg.steps * layers)
-    return SparseWork(cells, policy.plan.executed_pairs_fraction, policy.plan.variant)
+    return time_of(cfg, tcfg, video, target, devices, policy), sparse_work(cfg, tcfg, policy)
 
 
 def _memory_estimator(

@@ -21,21 +21,16 @@ from evalharness.assembly import platform_choices
 from evalharness.bench.dry_runs import CONF_DIR
 from evalharness.config import register_configs, to_config
 from evalharness.estimates import (
-    SEED_ATTENTION_SHARE,
-    SEED_DENSE_LOOP_S,
-    SEED_KERNEL_MS,
-    SEED_SPARSE_LOOP_S,
-    SEED_SPEEDUP,
+    CONTRADICTION,
+    SEED_RESOLUTIONS,
+    SEED_TARGET,
     get_target,
     rates_for,
+    seed_prediction,
+    seed_row,
+    seed_table,
 )
-from evalharness.formatting import markdown_table
 from models.config import get_transformer_config
-
-RESOLUTIONS = ("720p", "1080p", "1440p")
-# What the calibration test holds the estimate to (issue 25): speedups within 15%, per-call
-# attention times within 20%.
-SPEEDUP_BAND, CALL_BAND = 0.15, 0.20
 
 
 def predict(resolution: str) -> dict[str, float]:
@@ -43,76 +38,27 @@ def predict(resolution: str) -> dict[str, float]:
     register_configs()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         raw = compose("config", overrides=[f"experiment=seed_{resolution}"])
-    target = get_target("tpu-v6e-8")
+    target = get_target(SEED_TARGET)
     cfg = platform_choices.resolve(to_config(checkpoint_optional(raw)), target.platform)
     tcfg = get_transformer_config(cfg.model.name)
     timing, work = estimate_run_time(cfg, tcfg, target, devices=cfg.parallel.sequence)
-    rates = rates_for(target)
-    attention = timing.seconds["self-attention"]["dense"]
-    dense_call = attention / tcfg.num_layers
-    b3_call = dense_call * work.executed / rates.variant_efficiency.get(work.variant, 1.0)
-    dense, sparse = timing.loop_seconds("dense"), timing.loop_seconds("sparse")
-    return {
-        "dense_call_ms": 1e3 * dense_call,
-        "b3_call_ms": 1e3 * b3_call,
-        "dense_s": dense,
-        "sparse_s": sparse,
-        "speedup": dense / sparse,
-        "share": attention / timing.step_seconds["dense"],
-    }
+    return seed_prediction(timing, work, tcfg, rates_for(target))
 
 
 def rows() -> list[dict[str, Any]]:
     """One row per resolution: the seed's figure, ours, and the difference."""
-    out = []
-    for res in RESOLUTIONS:
-        ours = predict(res)
-        seed = {
-            "dense_s": SEED_DENSE_LOOP_S[res],
-            "sparse_s": SEED_SPARSE_LOOP_S[res],
-            "speedup": SEED_SPEEDUP[res],
-            "share": SEED_ATTENTION_SHARE[res],
-        }
-        if res == "720p":  # the kernel table was measured at 720p only
-            seed |= {"dense_call_ms": SEED_KERNEL_MS["b0"], "b3_call_ms": SEED_KERNEL_MS["b3"]}
-        row: dict[str, Any] = {"res": res}
-        for key, value in ours.items():
-            measured = seed.get(key)
-            diff = "" if measured is None else f" ({value / measured - 1:+.0%})"
-            shown = f"{100 * value:.1f}%" if key == "share" else f"{value:,.2f}"
-            before = (
-                ""
-                if measured is None
-                else (f"{100 * measured:.1f}% / " if key == "share" else f"{measured:,.2f} / ")
-            )
-            row[key] = f"{before}{shown}{diff}"
-        out.append(row)
-    return out
+    return [seed_row(res, predict(res)) for res in SEED_RESOLUTIONS]
 
 
 def main(argv: list[str] | None = None) -> None:
     """Prints the comparison (Markdown)."""
     argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
-    table = rows()
-    titles = {
-        "res": "res",
-        "dense_call_ms": "dense call ms seed / ours",
-        "b3_call_ms": "B3 call ms seed / ours",
-        "dense_s": "dense loop s seed / ours",
-        "sparse_s": "sparse loop s seed / ours",
-        "speedup": "speedup seed / ours",
-        "share": "attention share seed / ours",
-    }
-    print(markdown_table(table, [(t, k, "{}") for k, t in titles.items()]))
+    print(seed_table(rows()))
     print(
         "\nRates (fitted at 720p; 1080p and 1440p are the check):"
-        + "".join(f"\n- {c}: {s}" for c, s in rates_for(get_target("tpu-v6e-8")).sources.items())
+        + "".join(f"\n- {c}: {s}" for c, s in rates_for(get_target(SEED_TARGET)).sources.items())
     )
-    print(
-        "\nThe seed's attention shares (its Table 1) disagree with its own kernel and end-to-end "
-        "tables (40 x 78.70 ms is 82% of its 3.84 s dense step at 720p); the estimate follows the "
-        "kernel and end-to-end tables."
-    )
+    print("\n" + CONTRADICTION)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,23 @@ from evalharness.estimates.block_memory import compiled_temp_bytes, dtype_of
 from evalharness.estimates.gpu_compiler import cuda_plugin_installed, gpu_topology_compiler
 from evalharness.estimates.memory_estimate import ArmCompileError, estimate_memory
 from evalharness.estimates.memory_table import GIB, MemoryTable
+from evalharness.estimates.run_time import (
+    HOST_NS_PER_PIXEL,
+    VAE_EFFICIENCY,
+    RunWork,
+    run_rows,
+    run_work,
+    vae_parameter_count,
+)
+from evalharness.estimates.seed_comparison import (
+    CONTRADICTION,
+    SEED_RESOLUTIONS,
+    SEED_TARGET,
+    in_seed_setting,
+    seed_prediction,
+    seed_row,
+    seed_table,
+)
 from evalharness.estimates.seed_measurements import (
     SEED_ATTENTION_SHARE,
     SEED_DENSE_LOOP_S,
@@ -44,6 +61,19 @@ from evalharness.estimates.workload import (
 )
 
 __all__ = [
+    "CONTRADICTION",
+    "HOST_NS_PER_PIXEL",
+    "RunWork",
+    "SEED_RESOLUTIONS",
+    "SEED_TARGET",
+    "VAE_EFFICIENCY",
+    "in_seed_setting",
+    "run_rows",
+    "run_work",
+    "seed_prediction",
+    "seed_row",
+    "seed_table",
+    "vae_parameter_count",
     "ArmCompileError",
     "CompiledProgram",
     "CPU_RUNTIME_OVERHEAD",

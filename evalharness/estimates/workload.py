@@ -19,14 +19,15 @@ its source):
 
 Runs per arm follow ``evalharness.run``: the dense arm warm-up + ``warm_runs`` timed runs, the
 noise floor the same (it is the second dense control), the sparse arm warm-up + ``warm_runs`` + one
-routing-recording run. Compilation, the text encoder, the VAE decodes and the host side are not
-included.
+routing-recording run, every (prompt, seed) pair. The work outside the loops (weight loading,
+text encoding, VAE decodes, the host's encodes and quality) is ``evalharness.estimates.run_time``'s,
+attached to the estimate as its ``once`` rows; compilation is in neither.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from evalharness.estimates.targets import DeviceTarget
 from evalharness.formatting import markdown_table
@@ -210,8 +211,13 @@ class TimeEstimate:
         seconds: component -> arm -> seconds of one denoising step on one device.
         sources: component -> where its rate comes from.
         bound: arm -> "compute" or "memory": the matmuls' roofline side.
-        runs: arm -> loop executions (warm-up, timed and recording runs).
+        runs: arm -> loop executions per pair (warm-up, timed and recording runs).
         steps: denoising steps per run.
+        once: row -> column (an arm, or ``shared``) -> seconds of the run's work outside the
+            loops, every pair included (``evalharness.estimates.run_time``); empty when not
+            estimated.
+        once_sources: row -> where its rate comes from.
+        pairs: (prompt, seed) pairs; every pair runs every arm's loops.
     """
 
     target: str
@@ -221,22 +227,39 @@ class TimeEstimate:
     bound: Mapping[str, str]
     runs: Mapping[str, int]
     steps: int
+    once: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    once_sources: Mapping[str, str] = field(default_factory=dict)
+    pairs: int = 1
 
     @property
     def step_seconds(self) -> dict[str, float]:
         """Arm -> seconds of one step (every component)."""
         return {arm: sum(row[arm] for row in self.seconds.values()) for arm in self.runs}
 
+    def once_seconds(self, column: str) -> float:
+        """Seconds of the run's work outside the loops charged to ``column`` (an arm or
+        ``shared``)."""
+        return sum(row.get(column, 0.0) for row in self.once.values())
+
     @property
     def minutes(self) -> dict[str, float]:
-        """Arm -> minutes of all its runs."""
+        """Arm -> minutes of all its loop runs (every pair) and its own work outside them."""
         step = self.step_seconds
-        return {arm: self.steps * self.runs[arm] * step[arm] / 60.0 for arm in self.runs}
+        return {
+            arm: (self.pairs * self.steps * self.runs[arm] * step[arm] + self.once_seconds(arm))
+            / 60.0
+            for arm in self.runs
+        }
+
+    @property
+    def shared_minutes(self) -> float:
+        """Minutes of the work no one arm owns (loading, text encoding, the side-by-side)."""
+        return self.once_seconds("shared") / 60.0
 
     @property
     def total_minutes(self) -> float:
-        """Minutes of every arm together."""
-        return sum(self.minutes.values())
+        """Minutes of the whole run."""
+        return sum(self.minutes.values()) + self.shared_minutes
 
     def loop_seconds(self, arm: str) -> float:
         """Seconds of one run of ``arm``'s denoising loop."""
@@ -250,6 +273,15 @@ class TimeEstimate:
         }
         out.update({f"time.{arm}.step_s": s for arm, s in self.step_seconds.items()})
         out.update({f"time.{arm}.minutes": m for arm, m in self.minutes.items()})
+        out.update(
+            {
+                f"time.once.{_slug(row)}.{column}": s
+                for row, by_column in self.once.items()
+                for column, s in by_column.items()
+                if s
+            }
+        )
+        out["time.shared.minutes"] = self.shared_minutes
         out["time.total_minutes"] = self.total_minutes
         return out
 
@@ -261,16 +293,48 @@ class TimeEstimate:
         rows.append(
             {"component": "**loop** (s, one run)"} | {a: self.loop_seconds(a) for a in arms}
         )
-        rows.append({"component": "runs"} | {a: float(self.runs[a]) for a in arms})
-        rows.append({"component": "**minutes** (all runs)", **self.minutes})
+        rows.append({"component": "runs per pair"} | {a: float(self.runs[a]) for a in arms})
         columns = [("component", "component", "{}")] + [(a, a, "{:,.2f}") for a in arms]
         bound = ", ".join(f"{a} {b}" for a, b in self.bound.items())
         notes = "".join(f"\n- {c}: {s}" for c, s in self.sources.items())
+        loops = (
+            markdown_table(rows, columns)
+            + f"\n\nSeconds per denoising step per device on {self.assumption}. Matmuls bound "
+            f"by: {bound}.{notes}"
+        )
+        return loops + "\n\n" + self._run_markdown()
+
+    def _run_markdown(self) -> str:
+        """The whole run by arm: loops (every pair), the work outside them, minutes."""
+        arms = list(self.runs)
+        step = self.step_seconds
+        loops = {a: self.pairs * self.steps * self.runs[a] * step[a] for a in arms}
+        rows = [{"row": "denoising loops", **loops, "shared": 0.0}]
+        rows += [{"row": name, **by_column} for name, by_column in self.once.items()]
+        minutes = {**self.minutes, "shared": self.shared_minutes}
+        rows.append({"row": "**minutes**", **minutes})
+        columns = [("whole run (s)", "row", "{}")] + [(c, c, "{:,.1f}") for c in [*arms, "shared"]]
+        notes = "".join(f"\n- {c}: {s}" for c, s in self.once_sources.items())
+        pairs = f"{self.pairs} (prompt, seed) pairs, " if self.pairs > 1 else ""
         return (
             markdown_table(rows, columns)
-            + f"\n\nSeconds per denoising step per device; total {self.total_minutes:.1f} min "
-            f"on {self.assumption}. Matmuls bound by: {bound}.{notes}"
+            + f"\n\nSeconds of the whole run ({pairs}cold dense cache); total "
+            f"{self.total_minutes:,.1f} min.{notes}"
         )
+
+
+def _padding_source(tcfg: WanTransformerConfig, devices: int) -> dict[str, str]:
+    """A note when the heads do not divide over the devices (their padding costs time)."""
+    heads = tcfg.num_attention_heads
+    padded = -(-heads // devices) * devices
+    if padded == heads:
+        return {}
+    return {
+        "heads": (
+            f"{heads} heads padded to {padded} for {devices} devices: self-attention and the "
+            f"exchange count {padded} ({padded / heads - 1:+.0%})"
+        )
+    }
 
 
 def _slug(name: str) -> str:
@@ -307,6 +371,7 @@ def estimate_time(
     forwards: int = 1,
     gathers: bool = False,
     rates: TimeRates,
+    pairs: int = 1,
 ) -> TimeEstimate:
     """Minutes of each arm of a comparison on ``target``, by component (module docstring).
 
@@ -325,21 +390,14 @@ def estimate_time(
         forwards: model calls per step (2 with ``guidance_passes=separate``).
         gathers: weights gathered per forward ("fsdp": checkpoint models on several devices).
         rates: the rates of the target's work (``evalharness.estimates.time_rates.rates_for``).
+        pairs: (prompt, seed) pairs; each runs every arm's loops.
 
     Returns:
         The ``TimeEstimate``.
     """
     p = devices or target.devices
-    work = step_work(
-        tcfg,
-        geometry,
-        cfg_batch=cfg_batch,
-        forwards=forwards,
-        devices=p,
-        param_dtype=param_dtype,
-        dtype=dtype,
-        gathers=gathers,
-    )
+    sizes = {"cfg_batch": cfg_batch, "forwards": forwards, "devices": p, "gathers": gathers}
+    work = step_work(tcfg, geometry, param_dtype=param_dtype, dtype=dtype, **sizes)
     peak = target.peak_flops[str(dtype)]
     compute = work.matmul_flops / (peak * rates.matmul_efficiency)
     memory = work.hbm_bytes / target.hbm_bytes_per_s
@@ -367,8 +425,9 @@ def estimate_time(
             f"peak, {target.hbm_bytes_per_s / 1e9:,.0f} GB/s HBM"
         ),
         seconds=seconds,
-        sources=dict(rates.sources),
+        sources={**rates.sources, **_padding_source(tcfg, p)},
         bound=dict.fromkeys(runs, bound),
         runs=runs,
         steps=steps,
+        pairs=pairs,
     )

@@ -57,6 +57,7 @@ def test_run_writes_videos_metrics_and_mlflow_run(first_run):
         stored["dense_median_s"] / stored["sparse_median_s"]
     )
     assert (folder / "memory_plan.md").is_file()
+    assert "| whole run (s) |" in (folder / "time_plan.md").read_text()
     assert "noise_floor_psnr_db" in stored
     client = MlflowClient(default_tracking_uri(tmp / "outputs"))
     mlrun = client.get_run(metrics["mlflow_run_id"])

@@ -43,6 +43,12 @@ def test_seed_setting_fits_eight_v6e_chips_and_lowers_for_tpu(tmp_path):
     assert "tiles 3328 x 1536" in report and "splash (dense arm)" in report
     assert "| sparse b3 |" in report and "| B0 dense |" in report  # SMEM/VMEM of both plans
     assert "Lowered for tpu with jax.export" in report
+    # The seed measured this setting: its figures stand beside ours, and the whole run's work
+    # outside the loops has its rows.
+    seed = report.split("## Against the seed's measurements")[1]
+    assert "| 720p | 78.70 / " in seed and "1.28 / " in seed
+    assert "| VAE decode |" in report and "| host: measure |" in report
+    assert "| weight loading |" in report and "40.2 GB at 1.0 GB/s" in report
     # Without libtpu the verdict says whose memory it is: no silent downgrade.
     verdict = next(line for line in report.splitlines() if line.startswith("## Verdict"))
     assert "memory from our model, not compiled for the chip: libtpu is not installed" in verdict
@@ -68,6 +74,8 @@ def test_fitting_and_time_are_separate_verdicts_with_their_own_exit_codes(tmp_pa
     # A plan that does not fit exits 2 whatever its time, and still prints its time line.
     code, report, _ = _dry(tmp_path, "model=wan2.1-t2v-14b", "resolution=720p", "target=tpu-v6e-1")
     assert code == 2 and "DOES NOT FIT" in report and "- Time:" in report
+    # One chip is not the seed's setting: no comparison with its table.
+    assert "Against the seed's measurements" not in report
 
 
 @pytest.mark.slow  # end to end: run by .ci/run's second step (pytest -m slow)
@@ -264,3 +272,19 @@ def test_dry_run_table_row_for_the_closing_note():
     assert 0 < row["peak GiB"] < row["HBM GiB"]
     assert row["SMEM KiB"] < 896 and row["VMEM MiB"] < 128
     assert 0 < row["minutes"] < 60
+
+
+def test_head_padding_is_in_the_time_and_says_so(tmp_path):
+    # 1.3B's 12 heads on 8 chips are padded to 16: the attention time counts 16 heads.
+    base = ("model=wan2.1-t2v-1.3b", "resolution=1080p", "max_minutes=600")
+    _, padded, _ = _dry(tmp_path, *base, "target=tpu-v6e-8")
+    assert "12 heads padded to 16 for 8 devices" in padded
+    _, whole, _ = _dry(tmp_path, *base, "target=tpu-v6e-1")
+    assert "heads padded" not in whole
+
+    def attention(report):
+        row = next(line for line in report.splitlines() if line.startswith("| self-attention"))
+        return float(row.split("|")[2].replace(",", ""))
+
+    # Eight chips each do 2 of 16 padded heads, one chip all 12: the ratio is 12 / 2, not 8.
+    assert attention(whole) / attention(padded) == pytest.approx(12 / 2, rel=1e-3)

@@ -4,7 +4,8 @@ loops, the kernel table); 1080p and 1440p are out of sample."""
 
 import pytest
 
-from evalharness.bench.seed_calibration import CALL_BAND, SPEEDUP_BAND, predict, rows
+from evalharness.bench.seed_calibration import predict, rows
+from evalharness.estimates.seed_comparison import CALL_BAND, SPEEDUP_BAND
 from evalharness.estimates.seed_measurements import (
     SEED_DENSE_LOOP_S,
     SEED_KERNEL_MS,

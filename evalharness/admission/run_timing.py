@@ -1,0 +1,144 @@
+"""How long a comparison takes on a target: its loops and the work outside them.
+
+:func:`time_of` puts together what the sizing knows of a run (its schedule's sparse work, its
+pairs, its model's text encoder and VAE) and ``evalharness.estimates``' rates: the per-step table
+of ``workload.estimate_time`` and the whole-run rows of ``run_time`` (loading, text encoding, VAE
+decodes, the host side).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax.numpy as jnp
+
+from evalharness.config import EvalConfig, run_pairs
+from evalharness.estimates import (
+    VAE_EFFICIENCY,
+    DeviceTarget,
+    RunWork,
+    SparseWork,
+    TimeEstimate,
+    estimate_time,
+    parameter_count,
+    rates_for,
+    run_rows,
+    run_work,
+    vae_parameter_count,
+)
+from kernels.policy.attention_policy import AttentionPolicy
+from models.config import SEEDED_PRESETS, WanTransformerConfig
+from models.peak_memory import umt5_parameter_count
+from models.pipeline import forward_batch, uses_guidance
+from models.text_encoder import UMT5Config
+from models.tiny_components import TINY_UMT5_CONFIG, TINY_VAE_CONFIG
+from models.vae import TilingConfig, WanVAEConfig
+from models.video_geometry import VideoGeometry
+
+# Wan 2.1's text encoder (``text_encoder/config.json`` of the diffusers checkpoints).
+UMT5_XXL = UMT5Config(
+    vocab_size=256384, d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64
+)
+
+
+def samples_per_step(cfg: EvalConfig) -> int:
+    """Samples the model computes per denoising step: 2 with classifier-free guidance, else 1
+    (the FLOPs, whether the passes run jointly or separately)."""
+    return 2 if uses_guidance(cfg.guidance_scale, cfg.negative_prompt) else 1
+
+
+def samples_per_call(cfg: EvalConfig) -> int:
+    """Samples in one model call (the activations' batch): 2 only with joint guidance passes."""
+    guided = uses_guidance(cfg.guidance_scale, cfg.negative_prompt)
+    return forward_batch(guided, cfg.guidance_passes.value)
+
+
+def time_of(
+    cfg: EvalConfig,
+    tcfg: WanTransformerConfig,
+    video: VideoGeometry,
+    target: DeviceTarget,
+    devices: int,
+    policy: AttentionPolicy,
+) -> TimeEstimate:
+    """The time estimate of every arm on ``target``, from what the schedule and plan execute,
+    with the run's work outside the loops."""
+    pairs = len(run_pairs(cfg.prompt, cfg.seed, cfg.prompts, cfg.seeds))
+    rates = rates_for(target)
+    loops = estimate_time(
+        tcfg,
+        video,
+        target,
+        steps=cfg.steps,
+        cfg_batch=samples_per_step(cfg),
+        warm_runs=cfg.warm_runs,
+        noise_floor=cfg.noise_floor,
+        param_dtype=cfg.model.param_dtype.value,
+        dtype=cfg.dtype.value,
+        devices=devices,
+        sparse=sparse_work(cfg, tcfg, policy),
+        forwards=samples_per_step(cfg) // samples_per_call(cfg),
+        gathers=devices > 1 and cfg.model.name not in SEEDED_PRESETS,
+        rates=rates,
+        pairs=pairs,
+    )
+    dtype = cfg.dtype.value
+    once, sources = run_rows(
+        _run_work(cfg, tcfg, video, pairs),
+        loops.runs,
+        flops_per_s=target.peak_flops[dtype] * rates.matmul_efficiency,
+        float32_flops_per_s=target.peak_flops["float32"],
+        **_vae_rate(target),
+    )
+    return dataclasses.replace(loops, once=once, once_sources=sources)
+
+
+def _vae_rate(target: DeviceTarget) -> dict[str, Any]:
+    """The VAE's rate: a CPU target's measured matmul efficiency, else the stated one."""
+    if target.platform == "cpu":
+        efficiency, source = target.efficiency, "this host's measured matmul rate"
+    else:
+        efficiency, source = VAE_EFFICIENCY, f"{VAE_EFFICIENCY:.0%} of peak (stated, unmeasured)"
+    return {"vae_efficiency": efficiency, "vae_rate": source}
+
+
+def _run_work(
+    cfg: EvalConfig, tcfg: WanTransformerConfig, video: VideoGeometry, pairs: int
+) -> RunWork:
+    """What the run does besides its loops: the seeded presets initialise their weights and
+    decode whole; checkpoints are read and decode tile by tile (``models.vae``)."""
+    seeded = cfg.model.name in SEEDED_PRESETS
+    text_config = TINY_UMT5_CONFIG if seeded else UMT5_XXL
+    vae_config = TINY_VAE_CONFIG if seeded else WanVAEConfig()
+    weight = jnp.dtype(cfg.model.param_dtype.value).itemsize
+    load = 0.0
+    if not seeded:
+        text_params = sum(umt5_parameter_count(text_config))
+        vae_bytes = vae_parameter_count(vae_config) * 4  # the VAE runs in float32
+        load = (parameter_count(tcfg) + text_params) * weight + vae_bytes
+    guided = uses_guidance(cfg.guidance_scale, cfg.negative_prompt)
+    return run_work(
+        load_bytes=load,
+        text_config=text_config,
+        text_tokens=tcfg.text_len,
+        prompts=2 if guided else 1,
+        vae_config=vae_config,
+        latent_shape=video.latent_shape()[1:],
+        tiling=None if seeded else TilingConfig(),
+        pairs=pairs,
+    )
+
+
+def sparse_work(
+    cfg: EvalConfig, tcfg: WanTransformerConfig, policy: AttentionPolicy
+) -> SparseWork | None:
+    """What the sparse arm executes: its sparse (step, layer) share and the plan's executed pairs
+    (None for a dense schedule)."""
+    schedule = cfg.schedule
+    if policy.plan is None or not schedule.runs_sparse(cfg.steps, tcfg.num_layers):
+        return None
+    layers = tcfg.num_layers
+    sparse_steps = cfg.steps - schedule.dense_steps(cfg.steps)
+    cells = sparse_steps * (layers - schedule.dense_layers(layers)) / (cfg.steps * layers)
+    return SparseWork(cells, policy.plan.executed_pairs_fraction, policy.plan.variant)
