@@ -1,25 +1,33 @@
 """``python -m evalharness``: a matched dense-vs-sparse comparison configured by Hydra.
 
 With no arguments it runs the embedded default (the tiny model at the CPU preset, balanced
-schedule). Exit codes: 0 done; 1 failed, or missed a gate threshold (the message names the
-metric); 2 refused by preflight (the message gives the numbers and the override). With
-``dry_run=true`` it only plans (``evalharness.admission.dry_run_report``): 0 fits, 2 does not.
+schedule). Exit codes (``evalharness.exit_codes``): 0 done; 1 the comparison ran and missed a
+gate threshold; 2 refused before any work (a bad setting or override, checkpoint, plan, tracking
+store or output folder); 3 a dry run that fits but over ``max_minutes``; 4 the run failed while
+running (its folder's ``status.json`` says why); 130 Ctrl-C, 143 SIGTERM. Each ends with one
+``error:`` line, no traceback, except a failure nobody foresaw (a bug), whose traceback is kept.
+In a multirun every job runs; the sweep exits with the worst code of its jobs (4, 2, then 1).
 """
 
 from __future__ import annotations
 
 import logging
+import signal
 import sys
+from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
 
+from evalharness import exit_codes
 from evalharness.admission import dry_run
 from evalharness.comparison import SWEEP_JOB_TAG, append_summary, failed_jobs, tag_sweep_job
-from evalharness.config import register_configs
+from evalharness.config import check_overrides, register_configs
 from evalharness.evidence import headline_row
+from evalharness.exit_codes import RunFailed, Terminated
 from evalharness.refusal import PreflightRefusal
 from evalharness.run import GateFailed, run
 from evalharness.tracking import multihost
@@ -27,6 +35,37 @@ from evalharness.tracking import multihost
 log = logging.getLogger("evalharness")
 register_configs()
 _failed_gates: list[str] = []
+_job_codes: list[int] = []
+# A setting that cannot work, found before any work: refused (exit 2), not a crash.
+CONFIG_ERRORS = (ValueError, TypeError, KeyError, FileNotFoundError, OmegaConfBaseException)
+
+
+def _end(code: int, message: str, multirun: bool) -> None:
+    """One ``error:`` line; in a multirun the sweep goes on and exits with the worst code."""
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    if not multirun:
+        sys.exit(code)
+    _job_codes.append(code)
+
+
+def _run_job(cfg: DictConfig, multirun: bool) -> dict[str, Any] | None:
+    """The run, with each way it can end turned into its exit code (module docstring)."""
+    try:
+        return run(cfg)
+    except PreflightRefusal as refusal:
+        _end(exit_codes.REFUSED, str(refusal), multirun)
+    except GateFailed as failure:
+        print(f"error: {failure}", file=sys.stderr)
+        _failed_gates.append(str(failure))
+        return failure.metrics
+    except RunFailed as failure:
+        _end(exit_codes.FAILED, str(failure), multirun)
+    except CONFIG_ERRORS as err:
+        _end(exit_codes.REFUSED, f"{err} (nothing was computed)", multirun)
+    except Exception:  # noqa: BLE001 - a bug: keep its traceback, and still one meaning for 4
+        log.exception("the run failed before its folder was created")
+        _end(exit_codes.FAILED, "the run failed before any result (traceback above)", multirun)
+    return None
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -34,25 +73,27 @@ def main(cfg: DictConfig) -> float | None:
     """Runs one comparison; in a multirun, records its row for the sweep table."""
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
-    if multirun and not cfg.dry_run:
+    if cfg.dry_run:
+        try:
+            code, report = dry_run(cfg)
+        except (PreflightRefusal, *CONFIG_ERRORS) as err:
+            _end(exit_codes.REFUSED, str(err), multirun)
+            return None
+        except Exception:  # noqa: BLE001 - a bug: keep its traceback
+            log.exception("the dry run failed")
+            _end(exit_codes.FAILED, "the dry run failed (traceback above)", multirun)
+            return None
+        print(report, flush=True)
+        if code and not multirun:
+            sys.exit(code)
+        _job_codes.append(code)
+        return None
+    if multirun:
         # The sweep table is read back from MLflow by these tags, whichever process ran the job.
         tag_sweep_job(cfg, hydra_cfg.sweep.dir, hydra_cfg.job.num)
-    if cfg.dry_run:
-        code, report = dry_run(cfg)
-        print(report, flush=True)
-        if code:
-            sys.exit(code)
+    metrics = _run_job(cfg, multirun)
+    if metrics is None:
         return None
-    try:
-        metrics = run(cfg)
-    except PreflightRefusal as refusal:
-        # Not a crash: a clear answer that the run does not fit. No traceback.
-        print(f"error: {refusal}", file=sys.stderr)
-        sys.exit(2)
-    except GateFailed as failure:
-        print(f"error: {failure}", file=sys.stderr)
-        metrics = failure.metrics
-        _failed_gates.append(str(failure))
     # With MLflow the table is read from the runs; a multi-host run's row is process 0's.
     if multirun and cfg.logger.kind == "none" and multihost.is_primary():
         row = {**headline_row(metrics), SWEEP_JOB_TAG: hydra_cfg.job.num, "status": "FINISHED"}
@@ -60,12 +101,50 @@ def main(cfg: DictConfig) -> float | None:
     return metrics.get("speedup")
 
 
-def cli() -> None:
-    """Entry point that turns gate failures (of any job in a sweep, in this process or in a
-    launcher's) into exit code 1."""
-    main()
+def _worst(codes: list[int]) -> int:
+    """A sweep's code: a failure over a refusal over an over-time dry run over a missed gate."""
+    for code in (exit_codes.FAILED, exit_codes.REFUSED, exit_codes.OVER_TIME):
+        if code in codes:
+            return code
+    return exit_codes.OK
+
+
+def cli(argv: list[str] | None = None) -> None:
+    """Entry point: checks the overrides' names, runs, and turns every ending into its code."""
+    args = sys.argv[1:] if argv is None else argv
+    problem = check_overrides(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(exit_codes.REFUSED)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, exit_codes.on_signal)
+    try:
+        main()
+    except SystemExit as done:
+        # Hydra reports a config it cannot compose (an unknown group value, a wrong type) with
+        # exit 1; the job's own endings all exit through _end with their codes, never 1.
+        if done.code == 1:
+            sys.exit(exit_codes.REFUSED)
+        raise
+    except KeyboardInterrupt:
+        exit_codes.clear_pending()
+        print(
+            "error: interrupted (Ctrl-C); a run folder, if one was made, says killed",
+            file=sys.stderr,
+        )
+        sys.exit(exit_codes.INTERRUPTED)
+    except Terminated:
+        exit_codes.clear_pending()
+        print(
+            "error: terminated (SIGTERM); a run folder, if one was made, says killed",
+            file=sys.stderr,
+        )
+        sys.exit(exit_codes.TERMINATED)
+    code = _worst(_job_codes)
+    if code:
+        sys.exit(code)
     if _failed_gates or failed_jobs():
-        sys.exit(1)
+        sys.exit(exit_codes.GATE_FAILED)
 
 
 if __name__ == "__main__":

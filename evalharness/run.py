@@ -13,14 +13,16 @@ import logging
 import shutil
 import tempfile
 import time
+import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import jax
 import jax.numpy as jnp
 from omegaconf import DictConfig, OmegaConf
 
-from evalharness.admission import admit
+from evalharness import tracking
+from evalharness.admission import admit, check_output_folders, io_hint
 from evalharness.arms import PreparedArm, rebind_arm
 from evalharness.assembly import build_components, platform_choices
 from evalharness.comparison import (
@@ -32,7 +34,15 @@ from evalharness.comparison import (
     suite_report,
 )
 from evalharness.config import EvalConfig, Pair, run_pairs, to_config, to_plain_dict
-from evalharness.evidence import DenseArms, code_version, load_dense_arms, run_folder, suite_metrics
+from evalharness.evidence import (
+    DenseArms,
+    code_version,
+    load_dense_arms,
+    run_folder,
+    run_status,
+    suite_metrics,
+)
+from evalharness.exit_codes import RunFailed, Terminated
 from evalharness.gate import GateResult, check_gate
 from evalharness.refusal import PreflightRefusal
 from evalharness.tracking import (
@@ -40,6 +50,7 @@ from evalharness.tracking import (
     Tracker,
     check_tracking,
     closed_on_error,
+    description_tags,
     environment_tags,
     flatten,
     make_tracker,
@@ -117,7 +128,11 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
     refusal = None
     try:
         if primary:  # only the primary logs; a wrong URI is refused before the probe compiles
-            check_tracking(cfg.logger.kind, cfg.logger.tracking_uri, cfg.logger.experiment_name)
+            logger = cfg.logger
+            check_tracking(
+                logger.kind, logger.tracking_uri, logger.experiment_name, cfg.output_root
+            )
+            check_output_folders(cfg, len(pairs))
         comparison = _preflight(cfg, progress)  # nothing is allocated before this passes
     except PreflightRefusal as error:
         refusal = error
@@ -131,6 +146,12 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
             metrics.update(comparison.estimate.as_metrics())
             metrics["total_wall_s"] = time.perf_counter() - started
             gate = _finish(comparison, metrics, per_pair)
+            if primary:
+                run_status.end_status(run_dir, run_status.FINISHED, gate_passed=gate.passed)
+    except BaseException as err:
+        if primary:
+            _end_badly(err, cfg, run_dir)
+        raise
     finally:
         progress.close()
         if not primary:  # the other processes' files were scratch: the primary wrote the run's
@@ -150,6 +171,29 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
     return metrics
 
 
+def _end_badly(err: BaseException, cfg: EvalConfig, run_dir: Path) -> NoReturn:
+    """Marks the folder ``killed`` (Ctrl-C, SIGTERM: the same exception goes on) or ``failed``
+    (the traceback in ``error.log``; raises ``RunFailed`` saying in one line what failed, where,
+    and for an I/O error which setting names the place)."""
+    if isinstance(err, KeyboardInterrupt | Terminated):
+        what = "interrupted (Ctrl-C)" if isinstance(err, KeyboardInterrupt) else "terminated"
+        run_status.end_status(run_dir, run_status.KILLED, error=what)
+        raise err
+    if not isinstance(err, Exception):  # SystemExit and the like: not the run's failure
+        raise err
+    line = f"{type(err).__name__}: {err}".splitlines()[0][:500]
+    hint = io_hint(err, cfg)
+    details = "".join(traceback.format_exception(err))
+    try:
+        run_status.end_status(run_dir, run_status.FAILED, error=line, details=details)
+        where = f"{run_dir} (status.json, error.log)"
+    except OSError:  # the folder itself cannot be written (a full disk): say so, keep the error
+        where = f"{run_dir} (could not be written: the traceback follows)"
+        log.error("%s", details)
+    message = f"the run failed while running: {line}{hint}; its folder: {where}"
+    raise RunFailed(message, str(run_dir)) from err
+
+
 def _preflight(cfg: EvalConfig, progress: Progress) -> Comparison:
     """Estimates the cost, refuses what does not fit, and builds the attention functions."""
     a = admit(cfg)
@@ -165,15 +209,30 @@ def _open_run(cfg: EvalConfig, primary: bool = True) -> tuple[Path, Tracker]:
         scratch = tempfile.mkdtemp(prefix=f"evalharness-process{jax.process_index()}-")
         return Path(scratch), NullTracker()
     output_root = Path(cfg.output_root)
+    run_status.recover_stale_runs(output_root, tracking.mark_run_ended)
     run_dir = make_run_dir(
         output_root, f"{cfg.model.name}-{cfg.resolution.name}-{cfg.schedule.name}"
     )
-    tracker = make_tracker(
-        cfg.logger.kind,
-        tracking_uri=cfg.logger.tracking_uri,
-        experiment_name=cfg.logger.experiment_name,
-        run_name=run_dir.name,
-        output_root=output_root,
+    # The folder says "running" before anything else can fail, so no end leaves it unmarked.
+    run_status.start_status(run_dir, mlflow_run_id=None, tracking_uri=None)
+    try:
+        tracker = make_tracker(
+            cfg.logger.kind,
+            tracking_uri=cfg.logger.tracking_uri,
+            experiment_name=cfg.logger.experiment_name,
+            # model-resolution-schedule-id: the folder's name without its time stamp, which
+            # MLflow shows as the start time anyway (the list cuts long names).
+            run_name=run_dir.name.split("-", 2)[-1],
+            output_root=output_root,
+        )
+    except BaseException as err:
+        run_status.end_status(run_dir, run_status.FAILED, error=f"{type(err).__name__}: {err}")
+        raise
+    run_status.write_status(
+        run_dir,
+        run_status.RUNNING,
+        mlflow_run_id=getattr(tracker, "run_id", None),
+        tracking_uri=getattr(tracker, "tracking_uri", None),
     )
     return run_dir, tracker
 
@@ -230,7 +289,8 @@ def _finish(
     else:
         suite_report.write_suite_report(run_dir, cfg, metrics, per_pair, gate.failures)
     tracker.log_metrics({k: v for k, v in metrics.items() if isinstance(v, int | float)})
-    tracker.set_tags({"gate": "passed" if gate.passed else "failed"})
+    headline = run_folder.summary_lines(metrics).splitlines()[0]
+    tracker.set_tags({"gate": gate.outcome, **description_tags(tracker, gate.outcome, headline)})
     # A suite's pairs upload their own folders to their child runs.
     exclude = (() if cfg.logger.log_videos else run_folder.VIDEO_PATTERNS) + ("pairs/*",)
     tracker.log_artifacts(run_dir, exclude=exclude)

@@ -30,22 +30,24 @@ MAX_MODULE_LINES = 450
 MAX_FUNCTION_LINES = 60
 
 # evalharness: rooms along a run's stages, bottom first, and the rooms each may import (besides
-# itself). Base modules (``formatting``, ``refusal``) and the thin top (``run``, ``__main__``) are
+# itself). Base modules (``formatting``, ``refusal``, ``exit_codes``) and the thin top (``run``, ``__main__``) are
 # rooms of one module. Every entry names only rooms before it, so the table has no cycle.
 HARNESS_ROOMS: dict[str, set[str]] = {
     "accelerator_env": set(),
     "__init__": {"accelerator_env"},  # the package itself: the libtpu guard runs before all else
     "formatting": set(),
     "refusal": set(),
+    "exit_codes": set(),
     "config": set(),
     "estimates": {"formatting", "accelerator_env"},
-    "tracking": {"refusal"},
+    "tracking": {"refusal", "exit_codes"},
     "assembly": {"config"},
-    "admission": {"config", "estimates", "assembly", "formatting", "refusal"},
+    "admission": {"config", "estimates", "assembly", "formatting", "refusal", "exit_codes"},
     "arms": {"tracking"},
     "evidence": {"config", "assembly", "arms", "formatting"},
-    "gate": {"evidence", "tracking"},
-    "comparison": {"config", "tracking", "assembly", "admission", "arms", "evidence", "formatting"},
+    "gate": {"evidence", "tracking", "exit_codes"},
+    "comparison": {"config", "tracking", "assembly", "admission", "arms", "evidence"}
+    | {"formatting", "exit_codes"},
     "bench": {
         "config",
         "estimates",
@@ -56,6 +58,7 @@ HARNESS_ROOMS: dict[str, set[str]] = {
         "evidence",
         "gate",
         "formatting",
+        "exit_codes",
     },
     "run": {
         "config",
@@ -67,8 +70,10 @@ HARNESS_ROOMS: dict[str, set[str]] = {
         "gate",
         "comparison",
         "refusal",
+        "exit_codes",
     },
-    "__main__": {"config", "tracking", "admission", "evidence", "comparison", "refusal", "run"},
+    "__main__": {"config", "tracking", "admission", "evidence", "comparison", "refusal"}
+    | {"exit_codes", "run"},
 }
 # What the reports package may read of the harness (only through each room's ``__init__``).
 REPORTS_READ = {"config", "estimates", "tracking", "formatting", "bench"}

@@ -7,6 +7,7 @@ from evalharness.admission import preflight
 from evalharness.admission.decision import admit
 from evalharness.admission.dry_run_report import checkpoint_optional, dry_run
 from evalharness.admission.kernel_checks import EXPORT_PLATFORMS
+from evalharness.admission.output_check import check_output_folders, io_hint
 from evalharness.admission.preflight import estimate_cost
 from evalharness.admission.sizing import RunSizing, estimate_run_time, size_run
 
@@ -14,6 +15,8 @@ __all__ = [
     "EXPORT_PLATFORMS",
     "RunSizing",
     "admit",
+    "check_output_folders",
+    "io_hint",
     "checkpoint_optional",
     "dry_run",
     "estimate_cost",

@@ -23,6 +23,7 @@ from typing import Any
 import jax
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from evalharness import exit_codes
 from evalharness.admission.advice import checked_advice
 from evalharness.admission.kernel_checks import EXPORT_PLATFORMS
 from evalharness.admission.sizing import RunSizing, quadratic_arms, size_run
@@ -42,8 +43,8 @@ from kernels.executors.pallas_gpu_budget import DEFAULT_NUM_STAGES, default_num_
 from models.config import get_transformer_config
 from models.video_geometry import VideoGeometry
 
-# A dry run's exit codes: fitting and time are separate verdicts.
-FITS, DOES_NOT_FIT, OVER_TIME = 0, 2, 3
+# A dry run's exit codes (``evalharness.exit_codes``): fitting and time are separate verdicts.
+FITS, DOES_NOT_FIT, OVER_TIME = exit_codes.OK, exit_codes.REFUSED, exit_codes.OVER_TIME
 
 
 def dry_run(cfg: EvalConfig | DictConfig | dict) -> tuple[int, str]:

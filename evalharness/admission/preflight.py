@@ -13,6 +13,7 @@ it judges time by that.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import asdict, dataclass
 
 from evalharness.estimates import (
@@ -242,16 +243,37 @@ def check(
             if timing is None
             else f"time estimate on {timing.assumption}"
         )
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
         problems.append(
             f"time: an estimated {minutes:,.1f} minutes exceeds max_minutes={max_minutes:g} "
-            f"({basis})"
+            f"({basis}; compilation not included; load average {load:.1f} on "
+            f"{os.cpu_count()} cores)"
         )
     if problems:
         raise PreflightRefusal(
             f"preflight refused {what}: {estimate.tokens:,} tokens per sample, attention "
             f"{estimate.attention_share:.0%} of a dense step's FLOPs. "
             + "; ".join(problems)
-            + ". Nothing was allocated. To go on anyway, raise max_minutes (e.g. max_minutes="
-            f"{max(minutes * 1.2, 1):.0f}), or choose a smaller resolution, fewer "
-            "steps or warm_runs, or an accelerator (and parallel.sequence across devices)."
+            + ". Nothing was allocated. "
+            + _time_advice(minutes, max_minutes)
         )
+
+
+# Past a day, raising max_minutes is not advice anyone should take.
+_ACCELERATOR_MINUTES = 24 * 60
+
+
+def _time_advice(minutes: float, max_minutes: float) -> str:
+    """What to do about a run over ``max_minutes``: a day's run or more is one for an
+    accelerator (plan it from here with a dry run); a shorter one may just need a higher limit."""
+    if minutes > _ACCELERATOR_MINUTES:
+        return (
+            f"This is an accelerator's run ({minutes / 60 / 24:,.1f} days here): plan it from this "
+            "machine with dry_run=true target=tpu-v6e-8 (or target=h200), or run the CPU preset "
+            "here (resolution=cpu), or fewer steps or warm_runs."
+        )
+    return (
+        f"To go on anyway, raise max_minutes (e.g. max_minutes={max(minutes * 1.2, 1):.0f}), or "
+        "choose a smaller resolution, fewer steps or warm_runs, or an accelerator (and "
+        "parallel.sequence across devices)."
+    )

@@ -176,6 +176,16 @@ def _check_tiles(
 ) -> None:
     """Pinned tiles that do not suit the resolved backend (e.g. an experiment's TPU tiles aimed
     at a GPU) are refused here, naming the platform's own tiles."""
+    for name, value in (("block_q", tiles.block_q), ("block_kv", tiles.block_kv)):
+        # The platform's own tile may pass the sequence (it covers it in one hardware-sized
+        # tile); anything larger only pads.
+        largest = max(tokens, getattr(auto, name))
+        if value > largest:
+            raise ValueError(
+                f"kernel.{name}={value} is larger than the {tokens:,} tokens of one attention "
+                f"call; use a tile of at most {largest:,}, or kernel.{name}=null for this "
+                f"platform's ({auto.block_q} x {auto.block_kv} here)"
+            )
     try:
         tiles.validate(tokens, plan_backend(backend))
     except ValueError as error:

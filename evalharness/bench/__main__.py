@@ -94,10 +94,10 @@ def _geometry(args: argparse.Namespace) -> TokenGeometry:
     explicit = (args.frames, args.height, args.width)
     if args.resolution is not None:
         if any(x is not None for x in explicit):
-            raise SystemExit("give either --resolution or --frames/--height/--width, not both")
+            raise ValueError("give either --resolution or --frames/--height/--width, not both")
         return load_resolution(args.resolution).tokens
     if any(x is None for x in explicit):
-        raise SystemExit("give --resolution or all of --frames, --height, --width (in tokens)")
+        raise ValueError("give --resolution or all of --frames, --height, --width (in tokens)")
     return TokenGeometry(*explicit)
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalharness.tracking import closed_on_error, environment_tags, make_tracker
+from evalharness.tracking import RUN_KIND_TAG, closed_on_error, environment_tags, make_tracker
 
 DEFAULT_EXPERIMENT = "evalharness"
 BENCH_TAG = "bench"
@@ -186,7 +186,8 @@ def log_record(args: argparse.Namespace, record: BenchRecord) -> str:
         output_root=Path(args.output_root),
     )
     with closed_on_error(tracker):
-        tracker.set_tags({**environment_tags(), BENCH_TAG: record.bench, **record.tags})
+        kind = {RUN_KIND_TAG: "benchmark"}
+        tracker.set_tags({**environment_tags(), BENCH_TAG: record.bench, **kind, **record.tags})
         tracker.log_params({**_flat_params(record.config), **version_params()})
         tracker.log_metrics(record.metrics())
         with tempfile.TemporaryDirectory(prefix=f"bench-{record.bench}-") as tmp:

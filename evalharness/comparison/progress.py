@@ -8,6 +8,8 @@ from collections.abc import Sequence
 
 from tqdm import tqdm
 
+from evalharness.exit_codes import raise_pending
+
 log = logging.getLogger("evalharness")
 
 
@@ -28,6 +30,7 @@ class Progress:
 
     def phase(self, name: str) -> None:
         """Marks the start of a phase (phases may be skipped, never revisited)."""
+        raise_pending()
         if name not in self.phases:
             raise ValueError(f"unknown phase {name!r}; phases: {self.phases}")
         target = self.phases.index(name)
@@ -37,7 +40,9 @@ class Progress:
         log.info("[%d/%d] %s", target + 1, len(self.phases), name)
 
     def event(self, message: str) -> None:
-        """Logs a finer step within the current phase."""
+        """Logs a finer step within the current phase (and ends the run here if a signal's
+        exception was dropped since the last step: ``evalharness.exit_codes.raise_pending``)."""
+        raise_pending()
         self.bar.set_postfix_str(message, refresh=True)
         log.info("  %s", message)
 

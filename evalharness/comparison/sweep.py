@@ -107,9 +107,9 @@ def mlflow_rows(tracking_uri: str, experiment: str, sweep_id: str) -> list[dict[
     Raises:
         LookupError: the experiment does not exist at ``tracking_uri``.
     """
-    from mlflow.tracking import MlflowClient
+    from evalharness.tracking import open_client
 
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = open_client(tracking_uri)
     found = client.get_experiment_by_name(experiment)
     if found is None:
         raise LookupError(f"no MLflow experiment {experiment!r} at {tracking_uri}")
@@ -145,9 +145,12 @@ class SweepSummary(Callback):
         if config.logger.kind == "mlflow":
             # The store's tables and the experiment exist before jobs in several processes
             # open it at once (a fresh sqlite database would race on its schema migration).
-            from mlflow.tracking import MlflowClient
-
-            from evalharness.tracking import TrackingUnavailable, check_tracking, ensure_experiment
+            from evalharness.tracking import (
+                TrackingUnavailable,
+                check_tracking,
+                ensure_experiment,
+                open_client,
+            )
 
             # A wrong server or database is refused in seconds, before any job starts: exit 2,
             # as a single run's refusal (a SystemExit passes through Hydra's error report).
@@ -156,7 +159,7 @@ class SweepSummary(Callback):
             except TrackingUnavailable as refusal:
                 print(f"error: {refusal}", file=sys.stderr, flush=True)
                 sys.exit(2)
-            client = MlflowClient(tracking_uri=_tracking_uri(config))
+            client = open_client(_tracking_uri(config))
             root = Path(config.output_root) / "mlartifacts"
             ensure_experiment(client, config.logger.experiment_name, root)
 

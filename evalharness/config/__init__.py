@@ -2,6 +2,7 @@
 the (prompt, seed) pairs a run compares. Imports nothing else of the harness.
 """
 
+from evalharness.config.overrides import check_overrides
 from evalharness.config.pairs import BUILT_IN_SUITES, Pair, load_prompts, run_pairs
 from evalharness.config.resolutions import (
     RESOLUTION_DIR,
@@ -37,6 +38,7 @@ from evalharness.config.schemas import (
 )
 
 __all__ = [
+    "check_overrides",
     "BUILT_IN_SUITES",
     "ComputeDType",
     "DType",

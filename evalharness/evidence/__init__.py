@@ -2,7 +2,7 @@
 cache and its key, the run folder's files, routing plots, and statistics across pairs.
 """
 
-from evalharness.evidence import run_folder
+from evalharness.evidence import run_folder, run_status
 from evalharness.evidence.cache_key import code_version, dense_arm_key
 from evalharness.evidence.dense_cache import ArmCache, DenseArms, load_dense_arms, store_dense_arms
 from evalharness.evidence.quality import VideoQuality, frame_quality, measure, quality_metrics
@@ -26,6 +26,7 @@ __all__ = [
     "measure",
     "quality_metrics",
     "run_folder",
+    "run_status",
     "save_routing_stats",
     "statistic_name",
     "store_dense_arms",

@@ -281,7 +281,9 @@ def gate_section(cfg: EvalConfig, gate_failures: Sequence[str]) -> list[str]:
         if value is not None
     ]
     if not thresholds:
-        return ["No thresholds set."]
+        return [
+            "Not gated: no thresholds set (gate.min_psnr_db, gate.min_worst_frame_psnr_db, gate.min_speedup)."
+        ]
     if gate_failures:
         return [f"- FAILED: {f}" for f in gate_failures]
     return [f"Passed ({', '.join(thresholds)})."]

@@ -210,6 +210,27 @@ def difference_panel(a: np.ndarray, b: np.ndarray, gain: float = 8.0) -> np.ndar
     return np.clip(diff, 0, 255).astype(np.uint8)
 
 
+def label_band(labels: list[str], panel_width: int) -> np.ndarray:
+    """A black band with one white label centred over each panel: uint8 [h, len * W, 3], ``h``
+    a multiple of 16 (the codec's macroblock) sized to the panel (Pillow's built-in font)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    size = max(8, min(24, panel_width // 14))
+    height = -(-(size + 8) // 16) * 16
+    band = Image.new("RGB", (panel_width * len(labels), height))
+    draw = ImageDraw.Draw(band)
+    font = ImageFont.load_default(size=size)
+    for i, text in enumerate(labels):
+        width = draw.textlength(text, font=font)
+        x = i * panel_width + max(0.0, (panel_width - width) / 2)
+        draw.text((x, (height - size) / 2), text, fill=(255, 255, 255), font=font)
+    return np.asarray(band, dtype=np.uint8)
+
+
 def side_by_side(dense: np.ndarray, sparse: np.ndarray, gain: float = 8.0) -> np.ndarray:
-    """Dense | sparse | amplified difference, concatenated along the width: uint8 [T, H, 3W, 3]."""
-    return np.concatenate([dense, sparse, difference_panel(dense, sparse, gain)], axis=2)
+    """Dense | sparse | amplified difference, concatenated along the width, under a band that
+    names each panel: uint8 [T, h + H, 3W, 3]."""
+    frames = np.concatenate([dense, sparse, difference_panel(dense, sparse, gain)], axis=2)
+    labels = ["dense", "sparse", f"|dense - sparse| x {gain:g}"]
+    band = label_band(labels, dense.shape[2])
+    return np.concatenate([np.broadcast_to(band, (len(frames), *band.shape)), frames], axis=1)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
+from evalharness import exit_codes
 from evalharness.gate.verdict import (
     PSNR_METRIC,
     SPEEDUP_METRIC,
@@ -18,11 +20,31 @@ from evalharness.gate.verdict import (
 )
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command-line gate over existing MLflow runs; returns the exit code."""
-    from mlflow.tracking import MlflowClient
+def _the_run(client, run_id: str | None, experiment: str | None, finished_runs) -> Any:
+    """The run to judge.
 
-    from evalharness.tracking import default_tracking_uri, finished_runs
+    Raises:
+        LookupError: no such run, experiment, or finished run in it.
+    """
+    from mlflow.exceptions import MlflowException
+
+    if run_id:
+        try:
+            return client.get_run(run_id)
+        except MlflowException as err:
+            raise LookupError(
+                f"run {run_id!r} cannot be read: {str(err).splitlines()[0]}"
+            ) from None
+    runs = finished_runs(client, experiment, 1)
+    if not runs:
+        raise LookupError(f"experiment {experiment!r} has no finished run")
+    return runs[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line gate over existing MLflow runs; returns the exit code (0 passed, 1 a
+    threshold missed, 2 nothing to judge: ``evalharness.exit_codes``)."""
+    from evalharness.tracking import default_tracking_uri, finished_runs, open_client
 
     parser = argparse.ArgumentParser(prog="python -m evalharness.gate", description=__doc__)
     which = parser.add_mutually_exclusive_group(required=True)
@@ -47,17 +69,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             "give at least one of --min-psnr-db, --min-worst-frame-psnr-db and --min-speedup"
         )
-    client = MlflowClient(tracking_uri=args.tracking_uri or default_tracking_uri(args.output_root))
-    if args.run_id:
-        run = client.get_run(args.run_id)
-    else:
-        try:
-            runs = finished_runs(client, args.experiment, 1)
-        except LookupError as err:
-            raise SystemExit(f"gate: {err}") from None
-        if not runs:
-            raise SystemExit(f"gate: experiment {args.experiment!r} has no finished run")
-        run = runs[0]
+    uri = args.tracking_uri or default_tracking_uri(args.output_root)
+    try:
+        run = _the_run(open_client(uri), args.run_id, args.experiment, finished_runs)
+    except LookupError as err:
+        # Nothing to judge is not a failed gate: exit 2, so CI tells a typo from a regression.
+        print(f"error: gate: {err} (tracking store {uri})", file=sys.stderr)
+        return exit_codes.REFUSED
     result = check_gate(
         run.data.metrics,
         min_psnr_db=args.min_psnr_db,

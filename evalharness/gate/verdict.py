@@ -33,15 +33,24 @@ _OLDER_NAMES = {PSNR_METRIC: "psnr_video_db"}
 
 @dataclass(frozen=True)
 class GateResult:
-    """Outcome of a gate check: ``passed`` and one line per failed threshold."""
+    """Outcome of a gate check: ``passed``, one line per failed threshold, and whether any
+    threshold was set (a run with none is "not gated": it passes, but nothing was checked)."""
 
     passed: bool
     failures: tuple[str, ...]
+    gated: bool = True
 
     @property
     def exit_code(self) -> int:
-        """0 when every threshold was met, else 1."""
+        """0 when every threshold was met (or none was set), else 1."""
         return 0 if self.passed else 1
+
+    @property
+    def outcome(self) -> str:
+        """``passed``, ``failed`` or ``not gated``: the run's ``gate`` tag."""
+        if not self.gated:
+            return "not gated"
+        return "passed" if self.passed else "failed"
 
 
 def check_gate(
@@ -94,4 +103,5 @@ def check_gate(
         value = float(metrics[name])
         if math.isnan(value) or value < threshold:
             failures.append(f"{label} = {value:.4g} is below the threshold {threshold:.4g}")
-    return GateResult(not failures, tuple(failures))
+    gated = any(t is not None for t in (min_psnr_db, min_worst_frame_psnr_db, min_speedup))
+    return GateResult(not failures, tuple(failures), gated)

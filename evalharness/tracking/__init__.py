@@ -1,17 +1,22 @@
 """Who records the run: the MLflow client (or nothing), the probe that refuses an unusable
-tracking store in seconds, a local MLflow server on PostgreSQL, and which process of a
+tracking store in seconds, a new store created once when runs start together, closing a run a
+killed process left open, a local MLflow server on PostgreSQL, and which process of a
 multi-host run owns the folder, the MLflow run and the videos.
 """
 
 from evalharness.tracking import multihost
+from evalharness.tracking.ended import mark_run_ended
 from evalharness.tracking.mlflow_client import (
+    RUN_KIND_TAG,
     MlflowTracker,
     NullTracker,
     Tracker,
     closed_on_error,
     default_tracking_uri,
+    description_tags,
     ensure_experiment,
     environment_tags,
+    experiment_link,
     finished_runs,
     flatten,
     log_frame_curves,
@@ -21,6 +26,7 @@ from evalharness.tracking.mlflow_client import (
 )
 from evalharness.tracking.multihost import to_host
 from evalharness.tracking.probe import TrackingUnavailable, check_tracking
+from evalharness.tracking.store import open_client
 
 __all__ = [
     "MlflowTracker",
@@ -30,6 +36,7 @@ __all__ = [
     "check_tracking",
     "closed_on_error",
     "default_tracking_uri",
+    "description_tags",
     "ensure_experiment",
     "environment_tags",
     "finished_runs",
@@ -37,7 +44,11 @@ __all__ = [
     "log_frame_curves",
     "log_routing_curve",
     "make_tracker",
+    "mark_run_ended",
     "multihost",
+    "open_client",
+    "RUN_KIND_TAG",
+    "experiment_link",
     "run_tags",
     "to_host",
 ]

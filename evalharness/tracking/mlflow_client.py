@@ -13,12 +13,16 @@ import os
 import platform
 import socket
 import subprocess
+import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import jax
 import numpy as np
+
+from evalharness.exit_codes import Terminated
+from evalharness.tracking.store import open_client
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -28,8 +32,14 @@ log = logging.getLogger(__name__)
 
 
 class Tracker(Protocol):
-    """What the harness needs from a tracking backend."""
+    """What the harness needs from a tracking backend.
 
+    ``tracking_uri`` and ``run_id`` (None without tracking) say where the run is, so a run
+    folder can name it and a later start can close a run its killed process left open
+    (:func:`~evalharness.tracking.ended.mark_run_ended`).
+    """
+
+    tracking_uri: str | None
     run_id: str | None
 
     def log_params(self, params: Mapping[str, Any]) -> None:
@@ -60,6 +70,7 @@ class Tracker(Protocol):
 class NullTracker:
     """Tracks nothing; artifacts stay in the run folder."""
 
+    tracking_uri: str | None = None
     run_id: str | None = None
 
     def log_params(self, params: Mapping[str, Any]) -> None:
@@ -84,7 +95,7 @@ class NullTracker:
 
 @contextlib.contextmanager
 def closed_on_error(tracker: Tracker) -> Iterator[Tracker]:
-    """Closes ``tracker``'s run if the body raises: ``KILLED`` on Ctrl-C, else ``FAILED``, with
+    """Closes ``tracker``'s run if the body raises: ``KILLED`` on Ctrl-C or SIGTERM, else ``FAILED``, with
     the exception in an ``error`` tag; the exception then propagates. The body closes the run
     itself on success.
 
@@ -94,10 +105,11 @@ def closed_on_error(tracker: Tracker) -> Iterator[Tracker]:
     try:
         yield tracker
     except BaseException as err:
-        interrupted = isinstance(err, KeyboardInterrupt)
-        message = (
-            "interrupted (KeyboardInterrupt)" if interrupted else f"{type(err).__name__}: {err}"
-        )
+        interrupted = isinstance(err, KeyboardInterrupt | Terminated)
+        message = f"{type(err).__name__}: {err}"
+        if interrupted:
+            what = "KeyboardInterrupt" if isinstance(err, KeyboardInterrupt) else "SIGTERM"
+            message = f"interrupted ({what})"
         try:
             tracker.set_tags({"error": message[:5000]})
             tracker.finish("KILLED" if interrupted else "FAILED")
@@ -110,15 +122,50 @@ EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
 
 
+# Tells harness, benchmark and report runs apart in one experiment: filter the runs table with
+# ``tags.run_kind = 'harness'`` (or 'benchmark', 'report').
+RUN_KIND_TAG = "run_kind"
+# MLflow 3 opens an experiment in the view its ``workflowType`` URL parameter names (else the
+# browser's last choice, GenAI on a fresh profile); these open the runs table of harness runs,
+# best speedup first.
+UI_QUERY = (
+    "workflowType=machine_learning&searchFilter="
+    + urllib.parse.quote(f"tags.{RUN_KIND_TAG} = 'harness'")
+    + "&orderByKey="
+    + urllib.parse.quote("metrics.`speedup`")
+    + "&orderByAsc=false"
+)
+
+
+def description_tags(tracker: Any, gate_outcome: str, headline: str) -> dict[str, str]:
+    """The run's description on its MLflow page (``mlflow.note.content``): the gate's outcome,
+    the headline line, and the link that compares the experiment's harness runs."""
+    link = experiment_link(tracker.tracking_uri, getattr(tracker, "experiment_id", None))
+    note = f"**gate {gate_outcome}**: {headline}" + (f"\n\nCompare runs: {link}" if link else "")
+    return {"mlflow.note.content": note}
+
+
 def run_tags(cfg: Any) -> dict[str, str]:
     """What the MLflow UI's compare view groups runs by: ``model``, ``resolution``,
-    ``schedule`` and the attention ``backend`` (as resolved for this host)."""
+    ``schedule`` and the attention ``backend`` (as resolved for this host), and the run's kind."""
     return {
         "model": cfg.model.name,
         "resolution": cfg.resolution.name,
         "schedule": cfg.schedule.name,
         "backend": str(cfg.kernel.backend),
+        RUN_KIND_TAG: "harness",
     }
+
+
+def experiment_link(tracking_uri: str | None, experiment_id: str | None) -> str | None:
+    """Where the experiment's harness runs open in the MLflow UI: a URL for a server, else the
+    page's path after ``mlflow ui``'s address (None without an experiment)."""
+    if not experiment_id:
+        return None
+    page = f"#/experiments/{experiment_id}?{UI_QUERY}"
+    if tracking_uri and tracking_uri.startswith(("http://", "https://")):
+        return f"{tracking_uri.rstrip('/')}/{page}"
+    return f"http://127.0.0.1:5000/{page} (after mlflow ui --backend-store-uri {tracking_uri})"
 
 
 def default_tracking_uri(output_root: str | Path) -> str:
@@ -181,10 +228,10 @@ class MlflowTracker:
         run_name: str,
         artifact_root: Path | None = None,
     ) -> None:
-        from mlflow.tracking import MlflowClient
-
-        self.client = MlflowClient(tracking_uri=tracking_uri)
-        self.tracking_uri = tracking_uri
+        # A new store is created under a lock: runs starting together would otherwise both
+        # create its tables, and one would fail.
+        self.client = open_client(tracking_uri)
+        self.tracking_uri: str | None = tracking_uri
         self.experiment_id = ensure_experiment(self.client, experiment_name, artifact_root)
         experiment_id = self.experiment_id
         run = self.client.create_run(experiment_id, run_name=run_name)

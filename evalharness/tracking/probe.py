@@ -8,100 +8,181 @@ else the run asks the store once, with the retries and the timeout bounded: a se
 retry and a :data:`PROBE_TIMEOUT_S` timeout (MLflow's own environment variables, set for the probe
 only), a database with one SQLAlchemy connection and a connect timeout. A refusal is a
 :class:`~evalharness.admission.preflight.PreflightRefusal` (exit code 2, no traceback) that names the URI,
-its password hidden, and the fix. The run's own requests keep MLflow's defaults, so a server that
-blips mid-run does not lose finished results.
+its password hidden, and the fix for that kind of store (the file's folder and permissions for
+sqlite; host, port and credentials for a server or a database). The run's own requests keep
+MLflow's defaults, so a server that blips mid-run does not lose finished results.
+
+The probe is also the first to open the store, so a new one is created here, under the lock of
+:mod:`evalharness.tracking.store` that lets runs started together create it once.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from evalharness.refusal import PreflightRefusal
 from evalharness.tracking.postgres import redacted
+from evalharness.tracking.store import (
+    TrackingUnavailable,
+    bounded_http,
+    open_client,
+    sqlite_file,
+    store_kind,
+    writable_path_fix,
+)
+
+__all__ = ["TrackingUnavailable", "check_tracking", "fix_for", "redacted"]
 
 PROBE_TIMEOUT_S = 5
 PROBE_RETRIES = 1
 SERVER_FIX = (
-    "start the server (for local development `python -m evalharness.tracking.server` starts one "
-    "on PostgreSQL and prints its URI), correct logger.tracking_uri, or run with logger=none"
+    "check the host, port and credentials in logger.tracking_uri (a server that asks for a login "
+    "reads MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN), start "
+    "the server (for local development `python -m evalharness.tracking.server` starts one on "
+    "PostgreSQL and prints its URI), or run with logger=none"
 )
-DATABASE_FIX = (
+POSTGRES_FIX = (
     "check the host, port, database name and credentials in logger.tracking_uri (PostgreSQL: "
     "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DATABASE, the database made with createdb), "
     "point it at an MLflow server (http://HOST:PORT), or run with logger=none"
 )
+DATABASE_FIX = (
+    "check the host, port, database name and credentials in logger.tracking_uri, point it at an "
+    "MLflow server (http://HOST:PORT), or run with logger=none"
+)
+OTHER_FIX = (
+    "correct logger.tracking_uri (sqlite:///PATH/mlflow.db, http://HOST:PORT or "
+    "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DATABASE), or run with logger=none"
+)
 
 
-class TrackingUnavailable(PreflightRefusal):
-    """``logger.tracking_uri`` names a store that cannot be reached or opened; nothing ran."""
+def fix_for(uri: str) -> str:
+    """What to do about a store that cannot be used, for its kind: the file's folder and
+    permissions for sqlite, host, port and credentials for a server or a database."""
+    kind = store_kind(uri)
+    if kind == "sqlite":
+        db = sqlite_file(uri)
+        folder = db.resolve().parent if db is not None else Path.cwd()
+        return (
+            f"check that {db or uri} is an MLflow sqlite database (or absent, to be created) and "
+            f"that its folder is writable: {writable_path_fix(folder)}"
+        )
+    return {
+        "server": SERVER_FIX,
+        "postgresql": POSTGRES_FIX,
+        "database": DATABASE_FIX,
+    }.get(kind, OTHER_FIX)
 
 
-def check_tracking(kind: str, tracking_uri: str | None, experiment_name: str) -> None:
+def check_tracking(
+    kind: str, tracking_uri: str | None, experiment_name: str, output_root: Path | None = None
+) -> None:
     """Refuses a run whose tracking store cannot be used, within seconds.
 
-    The default store (``tracking_uri`` None: a sqlite file under ``output_root``) is created
-    with the run and is not probed, so a refused run leaves no file behind.
+    A new store is created here, under the lock that keeps runs starting together from creating
+    it twice (:func:`~evalharness.tracking.store.open_client`). The default store
+    (``tracking_uri`` None: a sqlite file under ``output_root``) is created with the run, so a
+    refused run leaves no file behind; given ``output_root``, its folder is checked to be
+    writable, without creating anything.
 
     Args:
         kind: ``logger.kind``; only ``mlflow`` is checked.
         tracking_uri: ``logger.tracking_uri``.
         experiment_name: ``logger.experiment_name`` (named in a refusal).
+        output_root: ``output_root``, where the default store lives; None skips its check.
 
     Raises:
         TrackingUnavailable: the server does not answer as MLflow, or the database cannot be
-            opened; the message names the URI (password hidden), the error and the fix.
+            opened or created; the message names the URI (password hidden), the error and the
+            fix for that kind of store.
     """
-    if kind != "mlflow" or not tracking_uri:
+    if kind != "mlflow":
         return
-    from mlflow.store.db.db_types import DATABASE_ENGINES
-
+    if not tracking_uri:
+        if output_root is not None:
+            _check_default_store(Path(output_root))
+        return
     shown = redacted(tracking_uri)
-    scheme = urlsplit(tracking_uri).scheme.lower()
-    is_database = scheme.split("+")[0] in DATABASE_ENGINES
-    if is_database:
+    store = store_kind(tracking_uri)
+    db = sqlite_file(tracking_uri)
+    if db is not None:
+        _check_sqlite_path(db, shown)
+    if store in ("sqlite", "postgresql", "database"):
         _check_database(tracking_uri, shown)
     try:
-        with _bounded_http():
-            from mlflow.tracking import MlflowClient
-
+        with bounded_http(PROBE_RETRIES, PROBE_TIMEOUT_S):
             # Any store (server, database schema, file, plugin) answers a one-row search.
-            MlflowClient(tracking_uri=tracking_uri).search_experiments(max_results=1)
+            open_client(tracking_uri).search_experiments(max_results=1)
+    except TrackingUnavailable:
+        raise
     except Exception as err:  # noqa: BLE001 - every store raises its own kind; all are refusals
+        is_database = store in ("sqlite", "postgresql", "database")
         what = "tracking database" if is_database else "MLflow tracking store"
-        fix = DATABASE_FIX if is_database else SERVER_FIX
         raise TrackingUnavailable(
             f"{what} {shown} cannot be used for experiment {experiment_name!r}: "
-            f"{_reason(err, tracking_uri)}. Fix: {fix}. Nothing was computed."
+            f"{_reason(err, tracking_uri)}. Fix: {fix_for(tracking_uri)}. Nothing was computed."
         ) from None
 
 
-@contextlib.contextmanager
-def _bounded_http() -> Iterator[None]:
-    """MLflow's HTTP retries and timeout bounded for the probe, restored after. The variables are
-    process-wide; the probe runs before the run starts any thread."""
-    from mlflow.environment_variables import (
-        MLFLOW_HTTP_REQUEST_MAX_RETRIES,
-        MLFLOW_HTTP_REQUEST_TIMEOUT,
-    )
-
-    bounds = {
-        MLFLOW_HTTP_REQUEST_MAX_RETRIES.name: str(PROBE_RETRIES),
-        MLFLOW_HTTP_REQUEST_TIMEOUT.name: str(PROBE_TIMEOUT_S),
-    }
-    saved = {name: os.environ.get(name) for name in bounds}
-    os.environ.update(bounds)
+def _check_sqlite_path(db: Path, shown: str) -> None:
+    """A sqlite database needs a writable folder (the file and its journal are written there)
+    and, if it exists, a writable file. A missing folder is created, as MLflow would."""
+    folder = db.resolve().parent
     try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        blocked = _nearest_existing(folder)
+        raise TrackingUnavailable(
+            f"sqlite tracking database {shown}: its folder {folder} does not exist and cannot be "
+            f"created ({err.strerror or err}; {blocked} is not writable). "
+            f"Fix: {writable_path_fix(blocked)}. Nothing was computed."
+        ) from None
+    problem = _unwritable(db, folder)
+    if problem:
+        raise TrackingUnavailable(
+            f"sqlite tracking database {shown}: {problem}. Fix: {writable_path_fix(folder)}. "
+            "Nothing was computed."
+        )
+
+
+def _check_default_store(output_root: Path) -> None:
+    """The default sqlite store's folder (``output_root``) can be created and written; nothing
+    is created here."""
+    db = output_root.resolve() / "mlflow.db"
+    folder = _nearest_existing(db.parent)
+    problem = _unwritable(db, folder)
+    if problem:
+        raise TrackingUnavailable(
+            f"the default tracking database {db} (under output_root): {problem}. Fix: set "
+            f"output_root to a writable folder, {writable_path_fix(folder)}. Nothing was computed."
+        )
+
+
+def _unwritable(db: Path, folder: Path) -> str | None:
+    """Why sqlite could not write ``db`` in ``folder``, or None."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"the folder {folder} is not writable {_by_whom(folder)}"
+    if db.exists() and not os.access(db, os.W_OK):
+        return f"the file {db} is not writable {_by_whom(db)}"
+    return None
+
+
+def _by_whom(path: Path) -> str:
+    """Whether a read-only mount or the permissions stop the write (root ignores only the
+    latter)."""
+    try:
+        read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    return "(a read-only file system)" if read_only else "by this user"
+
+
+def _nearest_existing(path: Path) -> Path:
+    """``path`` or its nearest ancestor that exists."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
 
 
 def _check_database(uri: str, shown: str) -> None:
@@ -115,8 +196,6 @@ def _check_database(uri: str, shown: str) -> None:
         connect_args = (
             {"connect_timeout": PROBE_TIMEOUT_S} if backend in ("postgresql", "mysql") else {}
         )
-        if backend == "sqlite" and url.database not in (None, "", ":memory:"):
-            Path(url.database).parent.mkdir(parents=True, exist_ok=True)  # as MLflow does
         engine = sqlalchemy.create_engine(
             url, connect_args=connect_args, poolclass=sqlalchemy.pool.NullPool
         )
@@ -128,7 +207,7 @@ def _check_database(uri: str, shown: str) -> None:
         ) from None
     except (ArgumentError, ValueError) as err:
         raise TrackingUnavailable(
-            f"tracking database URI {shown} is malformed ({err}). Fix: {DATABASE_FIX}. "
+            f"tracking database URI {shown} is malformed ({err}). Fix: {fix_for(uri)}. "
             "Nothing was computed."
         ) from None
     try:
@@ -137,7 +216,7 @@ def _check_database(uri: str, shown: str) -> None:
     except SQLAlchemyError as err:
         raise TrackingUnavailable(
             f"tracking database {shown} cannot be opened: {_reason(err, uri)}. Fix: "
-            f"{DATABASE_FIX}. Nothing was computed."
+            f"{fix_for(uri)}. Nothing was computed."
         ) from None
     finally:
         engine.dispose()

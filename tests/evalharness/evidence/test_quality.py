@@ -96,9 +96,15 @@ def test_mismatched_videos_fail_clearly(videos, tmp_path):
 def test_side_by_side_has_three_panels(videos):
     a, b = videos
     out = side_by_side(a, b)
-    assert out.shape == (5, 48, 192, 3) and out.dtype == np.uint8
-    np.testing.assert_array_equal(out[:, :, :64], a)
-    assert out[:, :, 128:].max() > 0
+    band = out.shape[1] - 48
+    assert band % 16 == 0 and band > 0  # a label band the codec's macroblocks tile
+    assert out.shape == (5, band + 48, 192, 3) and out.dtype == np.uint8
+    np.testing.assert_array_equal(out[:, band:, :64], a)
+    assert out[:, band:, 128:].max() > 0
+    # Each panel has its label: white text over each third of the band, the same every frame.
+    for panel in range(3):
+        assert out[0, :band, 64 * panel : 64 * (panel + 1)].max() > 128
+    np.testing.assert_array_equal(out[0, :band], out[-1, :band])
 
 
 # Issue 13: the gate measures attention, not the codec.

@@ -136,7 +136,7 @@ def test_report_shows_raw_psnr_noise_floor_gap_and_codec(tmp_path):
     assert "| Gap to the noise floor (floor - sparse) | inf dB |" in text
     assert "| PSNR, FFmpeg on the lossless videos (cross-check) | 31.24 dB |" in text
     assert "| Codec noise: dense.mp4 vs its raw frames | 44.70 dB |" in text
-    assert "`dense.lossless.mkv`" in text and "No thresholds set." in text
+    assert "`dense.lossless.mkv`" in text and "Not gated: no thresholds set" in text
 
 
 def test_report_gate_verdict_names_the_thresholds_set(tmp_path):

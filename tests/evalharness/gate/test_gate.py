@@ -104,7 +104,19 @@ def test_gate_cli_on_stored_runs(tmp_path, capsys):
     assert (
         main(["--run-id", last_id, "--tracking-uri", uri, "--min-worst-frame-psnr-db", "27"]) == 0
     )
-    with pytest.raises(SystemExit, match="no MLflow experiment"):
-        main(["--experiment", "nope", *common])
-    with pytest.raises(SystemExit):
+    # Nothing to judge is a refusal (2), never a missed gate (1).
+    assert main(["--experiment", "nope", *common]) == 2
+    assert "no MLflow experiment named 'nope'" in capsys.readouterr().err
+    assert main(["--run-id", "not-a-run", *common]) == 2
+    assert "run 'not-a-run' cannot be read" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as usage:
         main(["--experiment", "ci", "--tracking-uri", uri])  # no threshold at all
+    assert usage.value.code == 2
+
+
+def test_a_run_without_thresholds_is_not_gated_never_passed():
+    metrics = {"psnr_db": 10.0, "speedup": 0.5}
+    none = check_gate(metrics, min_psnr_db=None, min_speedup=None)
+    assert none.passed and not none.gated and none.outcome == "not gated"
+    assert check_gate(metrics, min_psnr_db=5, min_speedup=None).outcome == "passed"
+    assert check_gate(metrics, min_psnr_db=20, min_speedup=None).outcome == "failed"

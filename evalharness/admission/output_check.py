@@ -1,0 +1,109 @@
+"""The run's folders, checked before any work: ``output_root`` and ``cache_dir`` writable, and
+the disk under ``output_root`` with room for what the run writes.
+
+A run writes each arm's video twice (a lossless FFV1 ``.mkv`` to measure, a CRF ``.mp4`` to
+watch), a side-by-side video, and stores the dense arm's frames in the cache. FFV1 on smooth
+generated video takes about half its raw size; this check asks for the raw size of every arm's
+frames twice over (videos and cache) plus the latents when they are saved, a bound with margin, so
+that a run is refused in seconds rather than failing with a full disk after an hour of denoising.
+The same arithmetic names the setting to change when an I/O error happens anyway (:func:`io_hint`).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from pathlib import Path
+
+from evalharness.config import EvalConfig
+from evalharness.refusal import PreflightRefusal
+
+LATENT_CHANNELS = 16
+
+
+def run_bytes(cfg: EvalConfig, pairs: int) -> int:
+    """Bytes the run writes under ``output_root`` (module docstring)."""
+    res = cfg.resolution
+    raw = res.frames * res.height * res.width * 3
+    arms = 3 if cfg.noise_floor else 2
+    latents = 0
+    if cfg.save_latents:
+        latents = arms * 4 * LATENT_CHANNELS * ((res.frames - 1) // 4 + 1) * res.height * res.width
+        latents //= 64
+    return pairs * (2 * arms * raw + latents)
+
+
+def _existing(folder: Path) -> Path:
+    """``folder`` or its nearest ancestor that exists (where the run would create it)."""
+    folder = folder.absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return folder
+
+
+def _writable(folder: Path, setting: str) -> None:
+    """Refuses, naming the setting, a folder the run could not create or write; creates
+    nothing (a refused run leaves no trace)."""
+    there = _existing(folder)
+    problem = None
+    if not there.is_dir():
+        problem = f"{there} is not a folder"
+    elif not os.access(there, os.W_OK | os.X_OK):
+        problem = f"{there} is not writable by this user" + (
+            " (read-only file system)" if _read_only_mount(there) else ""
+        )
+    if problem:
+        raise PreflightRefusal(
+            f"{setting}={folder} cannot be written: {problem}; set {setting} to a folder this "
+            f"user can write, e.g. {setting}=/tmp/evalharness. Nothing was computed."
+        )
+
+
+def _read_only_mount(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
+
+
+def check_output_folders(cfg: EvalConfig, pairs: int) -> None:
+    """Refuses a run whose ``output_root`` or ``cache_dir`` cannot be written, or whose disk
+    has less free space than :func:`run_bytes`.
+
+    Raises:
+        PreflightRefusal: naming the folder, the setting and the bytes.
+    """
+    root = Path(cfg.output_root)
+    _writable(root, "output_root")
+    _writable(Path(cfg.cache_dir), "cache_dir")
+    need, free = run_bytes(cfg, pairs), shutil.disk_usage(_existing(root)).free
+    if free < need:
+        raise PreflightRefusal(
+            f"output_root={root} has {free / 1e9:,.2f} GB free; this run writes up to "
+            f"{need / 1e9:,.2f} GB (videos and the dense cache, {pairs} pair(s)); free space "
+            "or set output_root (and cache_dir) to a larger disk. Nothing was computed."
+        )
+
+
+def io_hint(err: BaseException, cfg: EvalConfig) -> str:
+    """For an I/O error during a run, the path and the setting that names it ('' otherwise)."""
+    if not isinstance(err, OSError):
+        return ""
+    path = err.filename or ""
+    setting = "output_root"
+    if path and _under(path, cfg.cache_dir):
+        setting = "cache_dir"
+    where = f" ({path})" if path else ""
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"; the disk{where} is full: free space or set {setting} to a larger disk"
+    if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"; {where.strip(' ()') or setting} cannot be written: set {setting} to a writable folder"
+    return ""
+
+
+def _under(path: str, folder: str) -> bool:
+    try:
+        return Path(os.path.abspath(path)).is_relative_to(os.path.abspath(folder))
+    except (TypeError, ValueError):
+        return False

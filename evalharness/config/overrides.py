@@ -1,0 +1,89 @@
+"""Command-line overrides checked by name before Hydra composes them, with a "did you mean".
+
+Hydra refuses ``warm_run=1`` (a misspelt ``warm_runs``) by suggesting ``+warm_run=1``, which only
+fails later as an unknown key. :func:`check_overrides` knows every settable path from the
+schemas (``EvalConfig`` and the dataclasses inside it) and the config groups under ``conf/``,
+and names the closest one. Hydra's own flags (``-m``, ``--cfg``), ``hydra.*`` settings, appends
+(``+key``), deletions (``~key``) and package overrides (``group@pkg``) are left to Hydra.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from pathlib import Path
+from typing import Any
+
+from evalharness.config.schemas import EvalConfig
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+
+
+def _dataclass_of(hint: Any) -> type | None:
+    """The dataclass a field holds (through ``X | None``), else None."""
+    for candidate in (hint, *typing.get_args(hint)):
+        if dataclasses.is_dataclass(candidate):
+            return candidate
+    return None
+
+
+def _is_mapping(hint: Any) -> bool:
+    return typing.get_origin(hint) is dict or hint is dict
+
+
+def _children(node: type) -> dict[str, Any]:
+    return typing.get_type_hints(node)
+
+
+def _groups() -> set[str]:
+    """Config groups under ``conf/`` (``model``, ``experiment``, ...)."""
+    return {p.name for p in CONF_DIR.iterdir() if p.is_dir()} if CONF_DIR.is_dir() else set()
+
+
+def unknown_key(path: str) -> str | None:
+    """The problem with a dotted settings path, or None when it names a setting."""
+    parts = path.split(".")
+    node: type = EvalConfig
+    groups = _groups()
+    for depth, part in enumerate(parts):
+        fields = _children(node)
+        known = set(fields) | (groups if depth == 0 else set())
+        if part not in known:
+            prefix = ".".join(parts[:depth])
+            close = difflib.get_close_matches(part, sorted(known), n=1, cutoff=0.6)
+            where = f"{prefix}." if prefix else ""
+            hint = f"; did you mean {where}{close[0]}?" if close else ""
+            choices = "" if close else f"; the settings here are {', '.join(sorted(known))}"
+            return f"unknown setting {path!r}{hint}{choices}"
+        if depth == 0 and part in groups and part not in fields:
+            return None  # a group with no schema field (experiment): Hydra checks its value
+        hint = fields[part]
+        if _is_mapping(hint) or _is_mapping(typing.get_origin(hint) or hint):
+            return None  # free-form keys (logger.tags.*)
+        child = _dataclass_of(hint)
+        if child is None:
+            rest = parts[depth + 1 :]
+            if rest:
+                return f"unknown setting {path!r}: {'.'.join(parts[: depth + 1])} has no fields"
+            return None
+        node = child
+    return None
+
+
+def check_overrides(args: list[str]) -> str | None:
+    """The first override whose name is not a setting, with the closest one; None if all are.
+
+    Args:
+        args: the command line after the program (``sys.argv[1:]``).
+    """
+    for arg in args:
+        if arg.startswith(("-", "+", "~")) or "=" not in arg:
+            continue
+        key = arg.split("=", 1)[0]
+        if key.startswith("hydra") or "/" in key or "@" in key:
+            continue
+        problem = unknown_key(key)
+        if problem:
+            return f"{problem} (in {arg!r}; nothing was run)"
+    return None

@@ -1,0 +1,68 @@
+"""The exit-code contract of every command (``evalharness``, ``evalharness.gate``, the
+benchmarks, ``reports``): one code, one meaning, so CI can tell a typo from a regression.
+
+| code | meaning |
+|---|---|
+| 0 | done (a dry run: fits within ``max_minutes``) |
+| 1 | the comparison ran and missed a gate threshold (the message names the metric) |
+| 2 | refused before any work: a bad setting or override, a bad checkpoint, an impossible plan, an unusable tracking store or output folder, a gate CLI's missing experiment or run |
+| 3 | a dry run that fits but whose estimate exceeds ``max_minutes`` |
+| 4 | the run failed while running (a crash, out of memory, a full disk); its folder's ``status.json`` says ``failed`` and holds the error, its MLflow run is FAILED |
+| 130 | interrupted (Ctrl-C); 143 terminated (SIGTERM): the folder says ``killed``, MLflow KILLED |
+
+It lives below every room of the harness so that each command can use it.
+"""
+
+from __future__ import annotations
+
+OK = 0
+GATE_FAILED = 1
+REFUSED = 2
+OVER_TIME = 3
+FAILED = 4
+INTERRUPTED = 130
+TERMINATED = 143
+
+
+class RunFailed(RuntimeError):
+    """A run that started work (its folder exists) and then failed; ``run_dir`` holds its
+    ``status.json`` and ``error.log``. The cause is the exception's ``__cause__``."""
+
+    def __init__(self, message: str, run_dir: str) -> None:
+        super().__init__(message)
+        self.run_dir = run_dir
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that a run closes its folder and MLflow run as
+    ``killed`` (a ``BaseException``, like ``KeyboardInterrupt``, so no ``except Exception`` in
+    the run swallows it)."""
+
+
+# A signal's exception, kept until it has ended the run. Python runs a signal handler between
+# any two bytecodes, also inside a garbage-collection callback (JAX registers one), where an
+# exception is printed as "ignored" and dropped: the run would go on after Ctrl-C or SIGTERM.
+_pending: list[BaseException] = []
+
+
+def on_signal(signum: int, frame: object) -> None:
+    """The handler of SIGINT and SIGTERM: raises ``KeyboardInterrupt`` or ``Terminated`` now,
+    and again at the run's next progress step (:func:`raise_pending`) if this one is dropped."""
+    import signal
+
+    error: BaseException = (
+        KeyboardInterrupt() if signum == signal.SIGINT else Terminated(f"signal {signum}")
+    )
+    _pending.append(error)
+    raise error
+
+
+def raise_pending() -> None:
+    """Raises a signal's exception that a callback dropped (called between a run's steps)."""
+    if _pending:
+        raise _pending.pop()
+
+
+def clear_pending() -> None:
+    """The signal has ended the run: nothing is left to raise."""
+    _pending.clear()

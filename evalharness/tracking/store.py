@@ -1,0 +1,219 @@
+"""Opening an MLflow tracking store, safe when several runs create a new one at once.
+
+MLflow creates a database's tables, and runs its schema migrations, the first time a client opens
+the store, with no lock of its own: two runs that start together on a new sqlite file both find no
+tables, both create them, and one fails (``table experiments already exists``, or alembic's
+"expected to match one row"). :func:`open_client` opens the store under an inter-process lock
+(:func:`creation_lock`): an exclusive ``flock`` on ``<database>.lock`` beside a sqlite file, or,
+for a database server (PostgreSQL, MySQL), on a file in the temporary folder named by a hash of the
+URI, which serialises the processes of one host. Processes on other hosts, or a tool that does not
+take the lock, may still race a server's schema creation; an error that looks like that race is
+retried after the other process has had time to finish. The lock file stays beside the database
+(empty; removing it could let two processes lock two different files).
+
+Opening once per process suffices: MLflow caches the store per URI, so later clients of the same
+URI reuse the created store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from evalharness.refusal import PreflightRefusal
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
+
+LOCK_SUFFIX = ".lock"
+# Creating a new store's schema takes seconds; a process holding the lock far longer is stuck
+# (a killed holder releases it: flock locks die with their process).
+LOCK_TIMEOUT_S = 300.0
+LOCK_POLL_S = 0.2
+# Errors of two processes creating the same schema (sqlite, PostgreSQL, MySQL, alembic's wording).
+RACE_MARKERS = (
+    "already exists",
+    "duplicate",
+    "unique constraint",
+    "uniqueviolation",
+    "integrityerror",
+    "expected to match one row",
+)
+RACE_RETRIES = 3
+RACE_WAIT_S = 2.0
+SERVER_SCHEMES = ("http", "https", "databricks", "databricks-uc", "uc")
+
+
+class TrackingUnavailable(PreflightRefusal):
+    """``logger.tracking_uri`` names a store that cannot be reached or opened; nothing ran."""
+
+
+def store_kind(uri: str) -> str:
+    """What kind of store ``uri`` names: ``sqlite``, ``postgresql``, ``database`` (another
+    SQLAlchemy database: MySQL, SQL Server), ``server`` (an MLflow server over HTTP) or ``other``
+    (a file store, a plugin)."""
+    scheme = urlsplit(uri).scheme.lower()
+    engine = scheme.split("+")[0]
+    if engine == "sqlite":
+        return "sqlite"
+    if engine in ("postgresql", "postgres"):
+        return "postgresql"
+    if engine in ("mysql", "mssql"):
+        return "database"
+    if scheme in SERVER_SCHEMES:
+        return "server"
+    return "other"
+
+
+def sqlite_file(uri: str) -> Path | None:
+    """The database file of a sqlite URI (relative to the working folder for ``sqlite:///x.db``,
+    absolute for ``sqlite:////x.db``); None for another kind of store or an in-memory database."""
+    if store_kind(uri) != "sqlite":
+        return None
+    import sqlalchemy
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        database = sqlalchemy.engine.make_url(uri).database
+    except (ArgumentError, ValueError):
+        return None  # malformed: the probe's connection names it
+    if database in (None, "", ":memory:") or database.startswith("file:"):
+        return None
+    return Path(database)
+
+
+def lock_path(uri: str) -> Path | None:
+    """The file :func:`creation_lock` locks for ``uri``; None for a store the client does not
+    create (an MLflow server creates its own schema; a file store needs no lock)."""
+    db = sqlite_file(uri)
+    if db is not None:
+        return db.with_name(db.name + LOCK_SUFFIX)
+    if store_kind(uri) in ("postgresql", "database"):
+        digest = hashlib.sha256(uri.encode()).hexdigest()[:16]
+        return Path(tempfile.gettempdir()) / f"evalharness-tracking-{digest}{LOCK_SUFFIX}"
+    return None
+
+
+@contextlib.contextmanager
+def creation_lock(uri: str, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Holds the inter-process lock under which ``uri``'s store is created or migrated.
+
+    Raises:
+        TrackingUnavailable: the lock file cannot be created (a sqlite folder that is not
+            writable), or another process held the lock for ``timeout_s``.
+    """
+    path = lock_path(uri)
+    if path is None:
+        yield
+        return
+    try:
+        # The folder is created as MLflow would create it for the database.
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as err:
+        raise TrackingUnavailable(
+            f"cannot create the tracking store's lock file {path}: {err.strerror or err}. "
+            f"Fix: {writable_path_fix(path.parent)}. Nothing was computed."
+        ) from None
+    try:
+        _acquire(fd, path, timeout_s)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _acquire(fd: int, path: Path, timeout_s: float) -> None:
+    """Takes the exclusive lock, polling so a stuck holder ends in a message, not a hang."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError as err:
+            if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+        if time.monotonic() > deadline:
+            raise TrackingUnavailable(
+                f"another process has held {path} for over {timeout_s:.0f} s while creating the "
+                f"tracking store. Fix: wait for it to finish, or find it with `fuser {path}`. "
+                "Nothing was computed."
+            )
+        time.sleep(LOCK_POLL_S)
+
+
+def writable_path_fix(folder: Path) -> str:
+    """The fix for a sqlite store whose folder cannot be written."""
+    return (
+        f"make {folder} writable by this user, or point the store at a writable path, e.g. "
+        "logger.tracking_uri=sqlite:////writable/path/mlflow.db (four slashes before an absolute "
+        "path), or run with logger=none"
+    )
+
+
+def open_client(uri: str) -> MlflowClient:
+    """An ``MlflowClient`` of ``uri`` whose store exists: created and migrated under
+    :func:`creation_lock`, so runs starting together on a new store create it once.
+
+    Raises:
+        TrackingUnavailable: see :func:`creation_lock`.
+        Exception: whatever MLflow raises for a store it cannot open (the probe turns it into a
+            refusal).
+    """
+    from mlflow.tracking import MlflowClient
+
+    with creation_lock(uri):
+        for attempt in range(RACE_RETRIES):
+            try:
+                # The client opens the store at once (MLflow resolves it in the constructor),
+                # creating its tables on a new database.
+                return MlflowClient(tracking_uri=uri)
+            except Exception as err:
+                if attempt + 1 == RACE_RETRIES or not looks_like_creation_race(err):
+                    raise
+                # A process that did not take our lock (another host, an MLflow server) is
+                # creating the schema: give it time, then open what it created.
+                time.sleep(RACE_WAIT_S * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def looks_like_creation_race(err: BaseException) -> bool:
+    """Whether ``err`` reads like two processes creating the same schema."""
+    text = f"{type(err).__name__} {err} {getattr(err, 'orig', '')!r}".lower()
+    return any(marker in text for marker in RACE_MARKERS)
+
+
+@contextlib.contextmanager
+def bounded_http(retries: int, timeout_s: float) -> Iterator[None]:
+    """MLflow's HTTP retries and timeout bounded for the body, restored after. The variables are
+    process-wide: use it where no other thread talks to the server (a run's start)."""
+    from mlflow.environment_variables import (
+        MLFLOW_HTTP_REQUEST_MAX_RETRIES,
+        MLFLOW_HTTP_REQUEST_TIMEOUT,
+    )
+
+    bounds = {
+        MLFLOW_HTTP_REQUEST_MAX_RETRIES.name: str(retries),
+        MLFLOW_HTTP_REQUEST_TIMEOUT.name: str(int(timeout_s)),
+    }
+    saved = {name: os.environ.get(name) for name in bounds}
+    os.environ.update(bounds)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

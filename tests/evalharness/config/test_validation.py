@@ -1,0 +1,69 @@
+"""Settings checked before any work: names (with a "did you mean") and values."""
+
+import pytest
+
+from evalharness.config import check_overrides, to_config
+from evalharness.config.overrides import unknown_key
+from tests.helpers.harness_config import small_config
+
+
+@pytest.mark.parametrize(
+    ("arg", "suggestion"),
+    [
+        ("warm_run=1", "did you mean warm_runs?"),
+        ("kernel.blockq=8", "did you mean kernel.block_q?"),
+        ("gate.min_psnr=30", "did you mean gate.min_psnr_db?"),
+        ("schedule.first_times=0.2", "did you mean schedule.first_times_fp?"),
+        ("resolutoin=720p", "did you mean resolution?"),
+    ],
+)
+def test_a_misspelt_setting_names_the_closest_one(arg, suggestion):
+    problem = check_overrides([arg])
+    assert problem is not None and suggestion in problem and repr(arg) in problem
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["warm_runs=1", "model=tiny", "model.checkpoint=/x", "kernel.block_q=8"],
+        ["experiment=seed_720p", "schedule=aggressive", "schedule.first_times_fp=0.2"],
+        ["+logger.tags.team=video", "logger.tags.team=video", "~noise_floor"],
+        ["-m", "schedule=conservative,aggressive", "hydra/launcher=basic", "hydra.run.dir=x"],
+        ["--cfg", "job", "gate.min_psnr_db=30", "parallel.sequence=2"],
+    ],
+)
+def test_real_settings_and_hydras_own_syntax_pass(args):
+    assert check_overrides(args) is None
+
+
+def test_a_leaf_has_no_fields():
+    assert "has no fields" in unknown_key("warm_runs.value")
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("guidance_scale=-3", "guidance_scale=-3.0 is negative"),
+        ("seed=-1", "seed -1 is outside 0 .. 2**32 - 1"),
+        ("seeds=[0,-2]", "seed -2 is outside"),
+        ("prompt=", "prompt is empty"),
+        ("prompt='   '", "prompt is empty"),
+        ("max_minutes=0", "max_minutes=0.0 must be > 0"),
+        ("crf=60", "crf=60 within 0 .. 51"),
+        ("kernel.block_q=0", "kernel.block_q=0 must be positive"),
+        ("warm_runs=0", "warm_runs=0 must both be >= 1"),
+    ],
+)
+def test_values_no_run_can_use_are_refused_at_composition(tmp_path, override, message):
+    with pytest.raises(ValueError) as error:
+        to_config(small_config(tmp_path, override))
+    assert message in str(error.value)
+
+
+def test_an_empty_prompt_is_fine_with_a_prompt_suite(tmp_path):
+    assert to_config(small_config(tmp_path, "prompt=", "prompts=smoke")).prompts == "smoke"
+
+
+def test_cache_dir_follows_output_root_unless_set(tmp_path):
+    cfg = to_config(small_config(tmp_path, "output_root=/data/runs", "~cache_dir"))
+    assert cfg.cache_dir == "/data/runs/cache"
