@@ -1,5 +1,9 @@
-"""Builds the report from runs: the three tables, the figures, the benchmark appendix, written as
-``report.md``, ``figures/*.png`` and one self-contained ``report.html``."""
+"""Builds the report from runs, written as ``report.md``, ``figures/*.png`` and one
+self-contained ``report.html``.
+
+The page answers first: the verdict per schedule (``reports.verdict``), then quality against
+speed with the dense reference point, then the detail tables (Table 1, 2, 3), the other figures
+and the benchmark appendix."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from reports.html_page import render_html
 from reports.sources import Artifacts, ReportRun, of_kind
 from reports.table3 import harness_runs, table3
 from reports.tables import Table, table1, table2
+from reports.verdict import verdict_section
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -22,7 +27,8 @@ APPENDIX_BENCHES = ("tile_sweep", "temporal_heads", "kernel_memory", "schedules"
 # figure file stem -> (caption, what to run when it is missing)
 FIGURES = {
     "pareto": (
-        "Quality vs speed across schedules; dashed: the Pareto frontier per resolution",
+        "Quality vs speed across schedules; star: dense attention (speedup 1, at the "
+        "dense-vs-dense noise floor); dashed: the Pareto frontier per resolution",
         "a sweep: `python -m evalharness -m schedule=dense,conservative,balanced,aggressive`",
     ),
     "tile_sweep": (
@@ -30,7 +36,8 @@ FIGURES = {
         "`python -m evalharness.bench --mlflow`",
     ),
     "masks": (
-        "SVG masks of the chosen plan in frame-major and temporal-major layouts",
+        "SVG masks of the chosen plan in frame-major and temporal-major layouts (axes in "
+        "tokens, drawn from at most 480 evenly spaced query and key tokens)",
         "a sparse harness run (its geometry, density and tiles)",
     ),
     "tile_classes": (
@@ -132,11 +139,37 @@ def _header(runs: list[ReportRun], source: str) -> list[str]:
     return [
         "# Sparse attention evaluation report",
         "",
-        f"Built {time.strftime('%Y-%m-%d %H:%M:%S %Z')} from {source}: {counts}.",
-        "",
-        f"Machines: {'; '.join(machines)}.",
+        f"*Built {time.strftime('%Y-%m-%d %H:%M:%S %Z')} from {source}: {counts}; machines: "
+        f"{'; '.join(machines)}.*",
         "",
     ]
+
+
+def _figure(stem: str, drawn: dict[str, Path | None], missing: list[str]) -> list[str]:
+    """The Markdown of one figure, or its one-line "no data" note (added to ``missing``)."""
+    caption, how = FIGURES[stem]
+    if drawn.get(stem) is not None:
+        return [f"![{caption}](figures/{stem}.png)", ""]
+    missing.append(f"no data for the figure '{stem}': needs {how}")
+    return [f"*{caption}: no data; needs {how}*", ""]
+
+
+def _markdown(
+    runs: list[ReportRun], source: str, tables: list[Table], drawn: dict, appendix: list[str]
+) -> tuple[str, list[str]]:
+    """The page in order: verdict, Pareto plot, detail tables, figures, appendix; and what is
+    missing."""
+    lines = _header(runs, source) + verdict_section(harness_runs(runs))
+    missing = [note for t in tables for note in t.notes if note.startswith("no ")]
+    lines += _figure("pareto", drawn, missing)
+    for table in tables:
+        lines += [table.markdown(), ""]
+    lines += ["## Figures", ""]
+    for stem in FIGURES:
+        if stem != "pareto":
+            lines += _figure(stem, drawn, missing)
+    lines += appendix
+    return "\n".join(lines).rstrip() + "\n", missing
 
 
 def build_report(
@@ -165,19 +198,7 @@ def build_report(
         appendix = _appendix(runs, artifacts)
     finally:
         artifacts.close()
-    lines = _header(runs, source)
-    missing = [note for t in tables for note in t.notes if note.startswith("no ")]
-    for table in tables:
-        lines += [table.markdown(), ""]
-    lines += ["## Figures", ""]
-    for stem, (caption, how) in FIGURES.items():
-        if drawn.get(stem) is not None:
-            lines += [f"![{caption}](figures/{stem}.png)", ""]
-        else:
-            missing.append(f"no data for the figure '{stem}': needs {how}")
-            lines += [f"*{caption}: no data; needs {how}*", ""]
-    lines += appendix
-    markdown = "\n".join(lines).rstrip() + "\n"
+    markdown, missing = _markdown(runs, source, tables, drawn, appendix)
     md_path = folder / "report.md"
     md_path.write_text(markdown)
     html_path = folder / "report.html"

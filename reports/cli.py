@@ -4,8 +4,10 @@ Reads the finished runs of an experiment (or the listed runs): harness compariso
 benchmarks' runs (``--mlflow`` of ``python -m evalharness.bench``, ``.bench.attention_share``,
 ``.bench.schedules``, ``.bench.placement``). Writes into ``--out``:
 
-- ``report.md``: Table 1 (attention share per resolution), Table 2 (kernel progression), Table 3
-  (end to end per resolution and schedule), the figures, and the benchmark tables;
+- ``report.md``: the verdict per schedule (a sentence each and a table against the thresholds in
+  force), quality vs speed, Table 1 (attention share per resolution), Table 2 (kernel
+  progression), Table 3 (end to end per resolution and schedule), the other figures, and the
+  benchmark tables;
 - ``figures/*.png``: quality vs speed with the Pareto frontier, latency vs masked work across
   tile sizes, the masks in both layouts, tile classes, routing heat maps, per-frame PSNR;
 - ``report.html``: the same as one self-contained page (figures embedded).
@@ -49,9 +51,12 @@ def _experiment_of(client, run_id: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Builds (and logs) the report; returns 0, or 2 with a message on bad input."""
-    from mlflow.tracking import MlflowClient
-
-    from evalharness.tracking import TrackingUnavailable, check_tracking, default_tracking_uri
+    from evalharness.tracking import (
+        TrackingUnavailable,
+        check_tracking,
+        default_tracking_uri,
+        open_client,
+    )
 
     args = _parser().parse_args(argv)
     try:  # a wrong server or database is refused in seconds (MLflow would retry for minutes)
@@ -60,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"reports: {refusal}", file=sys.stderr)
         return 2
     uri = args.tracking_uri or default_tracking_uri(args.output_root)
-    client = MlflowClient(uri)
+    client = open_client(uri)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = Path(args.out or Path(args.output_root) / "reports" / f"report-{stamp}")
     try:

@@ -56,10 +56,36 @@ def _psnr(value: float | None) -> float | None:
     return math.inf if (math.isinf(value) or value > _FINITE_LIMIT) else float(value)
 
 
+def _floor(runs: Sequence[ReportRun]) -> float | None:
+    """The lowest finite dense-vs-dense noise floor among ``runs`` (None when none was run)."""
+    floors = [_psnr(r.metrics.get("noise_floor_psnr_db")) for r in runs]
+    finite = [f for f in floors if f is not None and math.isfinite(f)]
+    return min(finite) if finite else None
+
+
+def _dense_reference(
+    ax, runs: Sequence[ReportRun], top: float, color: str, legend: bool
+) -> tuple[float, float]:
+    """Draws dense attention as a star at speedup 1.0 and the noise floor PSNR (how far dense
+    itself lands from dense; at the top edge, as inf, without a noise-floor run) and returns it.
+    The legend names it (once: ``legend``), since a label beside it would cover the schedules
+    close to 1.0x."""
+    floor = _floor(runs)
+    y = top if floor is None else floor
+    where = "PSNR inf, drawn at the top" if floor is None else "at the noise floor"
+    label = f"dense reference (speedup 1, {where})" if legend else None
+    ax.scatter(
+        [1.0], [y], marker="*", s=180, color=color, edgecolors="black", zorder=3, label=label
+    )
+    return 1.0, y
+
+
 def pareto_figure(runs: Sequence[ReportRun], path: Path) -> Path | None:
     """PSNR against speedup, one point per harness run, the frontier per resolution joined.
 
-    Infinite PSNR (identical videos) is drawn at the top edge and labelled.
+    Dense attention is the reference point of each resolution: speedup 1.0 at the dense-vs-dense
+    noise floor (what a second dense executor scores against the first), and it takes part in
+    the frontier. Infinite PSNR (identical videos) is drawn at the top edge and labelled.
     """
     points = [
         (r, float(r.metrics["speedup"]), _psnr(r.metrics.get("psnr_db")))
@@ -69,6 +95,7 @@ def pareto_figure(runs: Sequence[ReportRun], path: Path) -> Path | None:
     if not points:
         return None
     finite = [p for _, _, p in points if math.isfinite(p)]
+    finite += [f for f in [_floor(runs)] if f is not None]
     top = (max(finite) + 3.0) if finite else 60.0
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for n, res in enumerate(sorted({r.tags.get("resolution", "?") for r, _, _ in points})):
@@ -78,21 +105,23 @@ def pareto_figure(runs: Sequence[ReportRun], path: Path) -> Path | None:
         for r, x, y in group:
             name = r.tags.get("schedule", "?") + (" (inf)" if y == top else "")
             ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
-        front = pareto_front([(x, y) for _, x, y in group])
+        xy = [(x, y) for _, x, y in group]
+        xy.append(_dense_reference(ax, [r for r, _, _ in group], top, color, n == 0))
+        front = pareto_front(xy)
         ax.plot(
-            [group[i][1] for i in front],
-            [group[i][2] for i in front],
+            [xy[i][0] for i in front],
+            [xy[i][1] for i in front],
             "--",
             color=color,
             label=f"{res} Pareto frontier",
         )
-    floors = [r.metrics.get("noise_floor_psnr_db") for r, _, _ in points]
-    floors = [f for f in floors if f is not None and math.isfinite(f) and f < _FINITE_LIMIT]
-    if floors:
-        ax.axhline(min(floors), ls=":", c="grey", label="noise floor (lowest)")
+    floor = _floor([r for r, _, _ in points])
+    if floor is not None:
+        ax.axhline(floor, ls=":", c="grey", label="noise floor (lowest)")
+    ax.axvline(1.0, ls=":", c="lightgrey")
     ax.set_xlabel("speedup (fastest dense control / sparse, median denoising time)")
-    ax.set_ylabel("PSNR sparse vs dense, raw frames (dB)")
-    ax.set_title("Quality vs speed across schedules")
+    ax.set_ylabel("PSNR against dense, raw frames (dB)")
+    ax.set_title("Quality vs speed across schedules (star: dense reference)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return _save(fig, path)

@@ -2,8 +2,13 @@
 as plain HTML tables (readable without scripts), nothing fetched from anywhere.
 
 Only the Markdown the report writes is understood: ``#``/``##``/``###`` headings, pipe tables,
-image lines ``![caption](relative/path.png)``, paragraphs, ``*emphasis*`` lines and inline
-``code``.
+image lines ``![caption](relative/path.png)``, ``- `` lists, paragraphs, ``*emphasis*`` lines,
+inline ``code`` and the ``<details>``/``<summary>`` lines that fold a table's further columns
+(passed through as HTML, as GitHub's Markdown does).
+
+Tables wrap rather than clip: headers and long text cells wrap, a number stays whole (a
+threshold beside it may go to the next line), so the report fits a 1,400 px page and MLflow's
+narrower artifact pane; a table still too wide scrolls sideways in its own box.
 """
 
 from __future__ import annotations
@@ -15,21 +20,30 @@ from pathlib import Path
 
 _IMAGE = re.compile(r"^!\[(?P<alt>[^\]]*)\]\((?P<src>[^)]+)\)$")
 _CODE = re.compile(r"`([^`]+)`")
+_RAW = re.compile(r"^</?(details|summary)\b")
+# A cell that starts with a number (its unit sign, then perhaps "(min 25.00 ✓)" or an interval)
+# is right-aligned; a column of other cells is text, left-aligned.
+_NUMBER = re.compile(r"^([-+]?(inf|[\d,.]+)[%x]?|-)( |$)")
+_SHORT = 12  # characters a text cell may have and stay on one line ("not gated")
 _MIME = {".png": "image/png", ".svg": "image/svg+xml", ".jpg": "image/jpeg"}
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 24px auto; max-width: 1400px; color: #222;
        background: #fff; padding: 0 16px; }
 h1 { font-size: 1.6em; } h2 { font-size: 1.25em; margin-top: 1.8em;
        border-bottom: 1px solid #ddd; }
-.scroll { overflow-x: auto; }
+.scroll { overflow-x: auto; max-width: 100%; }
 table { border-collapse: collapse; font-size: 12px; margin: 8px 0; }
-th, td { border: 1px solid #ccc; padding: 3px 6px; text-align: right; white-space: nowrap; }
-th { background: #eef2f6; position: sticky; top: 0; }
+th, td { border: 1px solid #ccc; padding: 3px 6px; text-align: right; vertical-align: top; }
+th { background: #eef2f6; position: sticky; top: 0; white-space: normal; min-width: 3em; }
+td.word { white-space: nowrap; } .word, .text { text-align: left; }
+td.text { overflow-wrap: break-word; }
 td:first-child, th:first-child { text-align: left; }
 tr:nth-child(even) td { background: #fafafa; }
+details { margin: 4px 0 12px; font-size: 13px; } summary { cursor: pointer; color: #345; }
 figure { margin: 12px 0; } figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { font-size: 12px; color: #555; }
 em { color: #7a4b00; } code { background: #f3f3f3; padding: 0 3px; }
+li { margin: 3px 0; }
 """
 
 
@@ -51,13 +65,25 @@ def _cells(line: str) -> list[str]:
     return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
+def _kind(cells: list[str]) -> str:
+    """The class of a column's cells: "" for numbers (right-aligned), "word" for short text
+    (left, one line), "text" for longer text (left, wraps)."""
+    if all(_NUMBER.match(c) for c in cells):
+        return ""
+    return "word" if max(len(c) for c in cells) <= _SHORT else "text"
+
+
 def _table(lines: list[str]) -> str:
-    head, body = _cells(lines[0]), lines[2:] if len(lines) > 1 else []
+    head = _cells(lines[0])
+    body = [_cells(line) for line in lines[2:]]
+    kinds = [_kind([row[i] for row in body if i < len(row)] or ["-"]) for i in range(len(head))]
+    attrs = [f' class="{k}"' if k else "" for k in kinds]
     out = ['<div class="scroll"><table>', "<thead><tr>"]
-    out += [f"<th>{_inline(c)}</th>" for c in head]
+    out += [f"<th{a}>{_inline(c)}</th>" for a, c in zip(attrs, head, strict=True)]
     out.append("</tr></thead><tbody>")
-    for line in body:
-        out.append("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in _cells(line)) + "</tr>")
+    for row in body:
+        cells = (f"<td{a}>{_inline(c)}</td>" for a, c in zip(attrs, row, strict=False))
+        out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</tbody></table></div>")
     return "\n".join(out)
 
@@ -66,6 +92,10 @@ def _block(lines: list[str], base: Path) -> str:
     first = lines[0]
     if first.startswith("|"):
         return _table(lines)
+    if _RAW.match(first):
+        return "\n".join(_raw(line) for line in lines)
+    if all(line.startswith("- ") for line in lines):
+        return "<ul>" + "".join(f"<li>{_inline(line[2:])}</li>" for line in lines) + "</ul>"
     if first.startswith("#"):
         level = len(first) - len(first.lstrip("#"))
         return f"<h{level}>{_inline(first[level:].strip())}</h{level}>"
@@ -77,6 +107,14 @@ def _block(lines: list[str], base: Path) -> str:
     return "<p>" + "<br>".join(_inline(line) for line in lines) + "</p>"
 
 
+def _raw(line: str) -> str:
+    """A ``<details>``/``<summary>`` line as HTML, the summary's text escaped."""
+    match = re.match(r"^<details><summary>(.*)</summary>$", line)
+    if match:
+        return f"<details><summary>{_inline(match[1])}</summary>"
+    return line if line in ("<details>", "</details>") else html.escape(line)
+
+
 def _blocks(markdown: str) -> list[list[str]]:
     """Lines grouped: a table's rows together, every heading or image alone, paragraphs."""
     blocks: list[list[str]] = []
@@ -85,7 +123,7 @@ def _blocks(markdown: str) -> list[list[str]]:
         if not line:
             blocks.append([])
             continue
-        alone = line.startswith("#") or _IMAGE.match(line)
+        alone = line.startswith("#") or _IMAGE.match(line) or _RAW.match(line)
         table = line.startswith("|")
         if alone or not blocks or not blocks[-1] or blocks[-1][0].startswith("|") != table:
             blocks.append([line])

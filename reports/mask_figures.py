@@ -2,7 +2,12 @@
 (seed Figures 3 and 5 in spirit), computed from ``kernels.masks`` and ``kernels.plans``.
 
 A mask is drawn by evaluating its predicate on at most ``MAX_PIXELS`` evenly spaced query and key
-indices, so a 720p geometry (75,600 tokens) costs no more than a CPU one.
+indices, so a 720p geometry (75,600 tokens) costs no more than a CPU one; the axes are in token
+indices of the whole sequence and the figure says how many it sampled.
+
+Densities are named precisely, since two differ: the band density of the sparse layers (the
+schedule's ``density``, what each mask keeps) and Table 3's kept pairs over the whole run, in which
+the dense steps and layers count whole.
 """
 
 from __future__ import annotations
@@ -38,14 +43,18 @@ class PlanChoice:
     density: float
     block_sizes: BlockSizes
     variant: str
+    run_kept_fraction: float | None = None
 
     @property
     def label(self) -> str:
-        """One line: run, token grid, density and tiles."""
+        """Two lines: run, token grid and tiles; the band density and the run-wide kept pairs."""
         g = self.geometry
+        kept = f"band density {self.density:g} (sparse layers)"
+        if self.run_kept_fraction is not None:
+            kept += f"; kept pairs, whole run {self.run_kept_fraction:.3f} (Table 3)"
         return (
-            f"{self.run}: {g.frames} x {g.height} x {g.width} tokens ({g.tokens:,}), density "
-            f"{self.density:g}, tiles {self.block_sizes.block_q} x {self.block_sizes.block_kv}"
+            f"{self.run}: {g.frames} x {g.height} x {g.width} tokens ({g.tokens:,}), tiles "
+            f"{self.block_sizes.block_q} x {self.block_sizes.block_kv}\n{kept}"
         )
 
 
@@ -64,6 +73,7 @@ def plan_choice(run: ReportRun) -> PlanChoice:
         density=float(p["schedule.density"]),
         block_sizes=BlockSizes(int(p["kernel.block_q"]), int(p["kernel.block_kv"])),
         variant=p.get("schedule.variant", "b3"),
+        run_kept_fraction=run.metrics.get("schedule_kept_fraction"),
     )
 
 
@@ -102,14 +112,18 @@ def tile_classes(plan: TilePlan) -> np.ndarray:
 
 
 def masks_figure(choice: PlanChoice, path: Path) -> Path:
-    """The four mask images (head type x layout), saved as a PNG."""
+    """The four mask images (head type x layout), saved as a PNG; axes in token indices."""
     images = mask_images(choice)
-    fig, axes = plt.subplots(2, 2, figsize=(8, 8))
+    tokens = choice.geometry.tokens
+    sampled = len(_samples(tokens))
+    every = "every token" if sampled == tokens else f"{sampled:,} of {tokens:,} sampled evenly"
+    fig, axes = plt.subplots(2, 2, figsize=(8, 8.4))
     for ax, (title, image) in zip(axes.flat, images.items(), strict=True):
-        ax.imshow(image, cmap="Greys", interpolation="nearest")
-        ax.set_title(f"{title} ({image.mean():.1%} kept)", fontsize=10)
-        ax.set_xlabel("key token")
-        ax.set_ylabel("query token")
+        extent = (0, tokens, tokens, 0)  # label the axes in tokens, not in sampled pixels
+        ax.imshow(image, cmap="Greys", interpolation="nearest", extent=extent)
+        ax.set_title(f"{title}: {image.mean():.1%} of pairs kept", fontsize=10)
+        ax.set_xlabel(f"key token ({every})", fontsize=8)
+        ax.set_ylabel(f"query token ({every})", fontsize=8)
     fig.suptitle(f"SVG masks, sink = frame 0\n{choice.label}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
@@ -121,7 +135,7 @@ def tile_classes_figure(choice: PlanChoice, path: Path) -> Path:
     """Tile classes of the B2 plan (exact mask) and of the run's plan (B3: tile-rounded mask)."""
     band = band_for_density(choice.geometry, choice.density)
     variants = ["b2", choice.variant] if choice.variant != "b2" else ["b1", "b2"]
-    fig, axes = plt.subplots(1, len(variants), figsize=(4.5 * len(variants), 4.8))
+    fig, axes = plt.subplots(1, len(variants), figsize=(4.5 * len(variants), 5.2))
     for ax, variant in zip(np.atleast_1d(axes), variants, strict=True):
         plan = build_plan(band, choice.block_sizes, variant, None)
         classes = tile_classes(plan)

@@ -7,6 +7,10 @@ Kinds, from the tags the harness and the benchmarks set:
   ``negative_control`` tag are deliberately broken and never count as a schedule's result.
 - ``bench:<name>``: a benchmark table (tag ``bench``, see ``evalharness.bench.mlflow_record``).
 - ``report``: an earlier report (tag ``report=true``), ignored.
+
+A harness run that missed its gate may be closed ``FAILED`` in MLflow (so that a list of runs
+shows it) while it measured everything: such runs (tag ``gate=failed``) are read with the
+finished ones, since a verdict that left them out would show only the schedules that passed.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
 REPORT_TAG = "report"
+GATE_FAILED = "tags.gate = 'failed'"
 # Tags that say where and with what a row was produced (``evalharness.tracking.mlflow_client.environment_tags``).
 PROVENANCE_TAGS = ("host", "machine", "device_kind", "device_platform", "jax_version", "git_commit")
 
@@ -100,6 +105,36 @@ def _as_report_run(run) -> ReportRun:
     )
 
 
+def _gate_failed_runs(client: MlflowClient, experiment: str, max_runs: int) -> list:
+    """Top-level runs closed ``FAILED`` because they missed their gate (tag ``gate=failed``)."""
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return []
+    runs = client.search_runs(
+        [found.experiment_id],
+        filter_string=f"attributes.status = 'FAILED' and {GATE_FAILED}",
+        max_results=max_runs,
+    )
+    return [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+
+
+def _listed_runs(client: MlflowClient, run_ids: Sequence[str]) -> list:
+    runs = []
+    for run_id in run_ids:
+        try:
+            run = client.get_run(run_id)
+        except Exception as err:  # MLflow raises its own exception types per store
+            raise ReportError(
+                f"no MLflow run {run_id!r} at {client.tracking_uri}: check the id (the UI "
+                "shows it under the run's name) and --tracking-uri"
+            ) from err
+        missed_gate = run.info.status == "FAILED" and run.data.tags.get("gate") == "failed"
+        if run.info.status != "FINISHED" and not missed_gate:
+            raise ReportError(f"run {run_id} is {run.info.status}, not FINISHED: leave it out")
+        runs.append(run)
+    return runs
+
+
 def load_runs(
     client: MlflowClient,
     *,
@@ -107,33 +142,25 @@ def load_runs(
     run_ids: Sequence[str] = (),
     max_runs: int = 500,
 ) -> list[ReportRun]:
-    """Finished runs of an experiment (newest first, suite pairs left out), or the listed runs.
+    """Finished runs of an experiment (newest first, suite pairs left out; with the runs closed
+    ``FAILED`` for a missed gate), or the listed runs.
 
     Raises:
         ReportError: no such experiment, an unknown or unfinished run id, or nothing to report.
     """
     if run_ids:
-        runs = []
-        for run_id in run_ids:
-            try:
-                run = client.get_run(run_id)
-            except Exception as err:  # MLflow raises its own exception types per store
-                raise ReportError(
-                    f"no MLflow run {run_id!r} at {client.tracking_uri}: check the id (the UI "
-                    "shows it under the run's name) and --tracking-uri"
-                ) from err
-            if run.info.status != "FINISHED":
-                raise ReportError(f"run {run_id} is {run.info.status}, not FINISHED: leave it out")
-            runs.append(run)
+        runs = _listed_runs(client, run_ids)
     else:
+        name = experiment or "evalharness"
         try:
-            runs = finished_runs(client, experiment or "evalharness", max_runs)
+            runs = finished_runs(client, name, max_runs)
         except LookupError as err:
             names = sorted(e.name for e in client.search_experiments())
             raise ReportError(
                 f"{err} at {client.tracking_uri}: pass --experiment NAME (experiments there: "
                 f"{', '.join(names) or 'none'}) or --tracking-uri of the store the runs went to"
             ) from None
+        runs += _gate_failed_runs(client, name, max_runs)
     out = [_as_report_run(r) for r in runs]
     out = [r for r in out if r.kind != "report"]
     if not out:

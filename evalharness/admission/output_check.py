@@ -80,10 +80,15 @@ def check_output_folders(cfg: EvalConfig, pairs: int) -> None:
     need, free = run_bytes(cfg, pairs), shutil.disk_usage(_existing(root)).free
     if free < need:
         raise PreflightRefusal(
-            f"output_root={root} has {free / 1e9:,.2f} GB free; this run writes up to "
-            f"{need / 1e9:,.2f} GB (videos and the dense cache, {pairs} pair(s)); free space "
+            f"output_root={root} has {_size(free)} free; this run writes up to "
+            f"{_size(need)} (videos and the dense cache, {pairs} pair(s)); free space "
             "or set output_root (and cache_dir) to a larger disk. Nothing was computed."
         )
+
+
+def _size(n: int) -> str:
+    """``1.23 GB`` or ``45.6 MB``."""
+    return f"{n / 1e9:,.2f} GB" if n >= 1e9 else f"{n / 1e6:,.1f} MB"
 
 
 def io_hint(err: BaseException, cfg: EvalConfig) -> str:

@@ -8,7 +8,12 @@ for a dry run) and the sequence length:
 |---|---|---|---|---|---|
 | tpu | pallas_tpu | seed 3,328 x 1,536 | splash attention | our B0 (Pallas TPU) | bf16 (ckpt) |
 | gpu | pallas_gpu | 128 x 64 | cuDNN flash attention | our B0 (Pallas GPU) | bf16 (all) |
-| cpu | xla | 128 x 128 | our B0 (XLA) | einsum attention | bf16 (ckpt) |
+| cpu | xla | 128 x 128 | our xla_flash (XLA) | einsum attention | bf16 (ckpt) |
+
+our xla_flash: online softmax over query chunks and key blocks as plain matmuls
+(``kernels.executors.xla_flash``). B0 (the block-sparse scan over every tile) was the CPU's dense
+arm until issue 26 measured it 2x slower than PyTorch's SDPA, which inflated every CPU speedup; it
+stays available by name (``kernel.dense_executor=b0``).
 
 bf16 (ckpt): checkpoint models compute in bfloat16 and the tiny preset in float32 (its purpose is
 a fast, exact CPU check). bf16 (all): on a GPU every model, tiny included, computes in bfloat16,

@@ -162,7 +162,7 @@ def experiment_link(tracking_uri: str | None, experiment_id: str | None) -> str 
     page's path after ``mlflow ui``'s address (None without an experiment)."""
     if not experiment_id:
         return None
-    page = f"#/experiments/{experiment_id}?{UI_QUERY}"
+    page = f"#/experiments/{experiment_id}/runs?{UI_QUERY}"
     if tracking_uri and tracking_uri.startswith(("http://", "https://")):
         return f"{tracking_uri.rstrip('/')}/{page}"
     return f"http://127.0.0.1:5000/{page} (after mlflow ui --backend-store-uri {tracking_uri})"

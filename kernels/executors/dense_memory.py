@@ -19,6 +19,20 @@ those sizes, s the input dtype's bytes.
   temporaries were 0.56-1.15x of it. XLA may drop the probabilities' own buffer (batch > 1: the
   low end), and on CPU it may add a float32 copy of bfloat16 K and V and a second scan with its
   own step buffers for a last, padded key tile (the high end).
+- "xla_flash" (linear in N; ``kernels.executors.xla_flash``, always its own chunks BQ x BKV of
+  ``flash_blocks``, as the dense attend runs it): a ``lax.map`` over query chunks, each scanning
+  key blocks. Per step: float32 scores and probabilities [B, H, BQ, BKV] (2 * B*H*BQ*BKV*4; the
+  rule keeps B*H*BQ*BKV near 2^21; inside the loops XLA often overwrites the scores), the
+  probabilities cast to v's dtype when narrower
+  (B*H*BQ*BKV*s), one K and one V block and the query chunk ((2*BKV + BQ)*B*H*D*s), the float32
+  P V update and the carried running max, sum and accumulator (B*H*BQ*(2*D + 2)*4); the map's
+  stacked float32 output (B*H*Nq*D*4, Nq = N padded to BQ); layout copies: heads-leading, padded
+  q and heads-leading k, v in float32 (B*H*(Nq + 2*N)*D*4: XLA:CPU computes bfloat16 matmuls in
+  float32, so it keeps float32 copies), and for bfloat16 inputs the float32 output before the
+  cast (B*H*N*D*4). Compiled on CPU (batch 1-2, 300-32,760 tokens, 2-8 heads, float32 and
+  bfloat16) the measured temporaries were 0.36-0.90x of it: 0.66-0.90x from 1,024 tokens up, the
+  low end at a few hundred tokens, where one step's buffers (a few MB) dominate
+  (``tests/kernels/test_xla_flash.py``).
 - "b0" on backends "pallas_tpu" and "pallas_gpu", "splash" (linear in N): the online-softmax state
   (running max, sum, float32 accumulator) and the score tiles stay on chip (VMEM on a TPU,
   registers and shared memory on a GPU), not in HBM; what HBM holds are the heads-leading, padded
@@ -33,11 +47,12 @@ those sizes, s the input dtype's bytes.
 from __future__ import annotations
 
 from kernels.executors.dense_controls import splash_tiles
+from kernels.executors.xla_flash import flash_blocks
 from kernels.plans.block_sizes import BlockSizes, default_block_sizes
 
 # Executors whose temporaries grow as N^2 and those that stay linear in N.
 QUADRATIC_EXECUTORS = ("dot_product_attention", "reference")
-LINEAR_EXECUTORS = ("b0", "splash", "cudnn")
+LINEAR_EXECUTORS = ("b0", "splash", "cudnn", "xla_flash")
 MEMORY_BACKENDS = ("xla", "pallas_tpu", "pallas_gpu")
 _F32 = 4
 
@@ -46,8 +61,9 @@ def grows_quadratically(executor: str) -> bool:
     """Whether ``executor``'s temporaries grow as tokens^2 (materialised [B, H, N, N] logits).
 
     Args:
-        executor: a concrete dense executor ("b0", "splash", "cudnn", "dot_product_attention",
-            "reference"); "auto" must be resolved first (``dense_controls``).
+        executor: a concrete dense executor ("b0", "splash", "cudnn", "xla_flash",
+            "dot_product_attention", "reference"); "auto" must be resolved first
+            (``dense_controls``).
 
     Returns:
         True for "dot_product_attention" and "reference".
@@ -84,6 +100,22 @@ def _b0_xla_bytes(b: int, h: int, n: int, d: int, s: int, tiles: BlockSizes) -> 
     return scores + cast + gathered + update + state + layouts
 
 
+def _xla_flash_bytes(b: int, h: int, n: int, d: int, s: int) -> int:
+    chunks = flash_blocks(n, b, h)
+    bq, bkv = chunks.block_q, chunks.block_kv
+    nq = _round_up(n, bq)
+    narrow = s < _F32
+    scores = 2 * b * h * bq * bkv * _F32  # one step's scores and probabilities
+    cast = b * h * bq * bkv * s if narrow else 0  # probabilities in v's dtype for P V
+    blocks = (2 * bkv + bq) * b * h * d * s  # one K and V block, the query chunk
+    step = b * h * bq * (2 * d + 2) * _F32  # this step's P V; running max, sum, accumulator
+    stacked = b * h * nq * d * _F32  # the query chunks' float32 outputs
+    # Heads-leading, padded q and heads-leading k, v: float32 on XLA:CPU also for bfloat16 inputs
+    # (it computes their matmuls in float32), which then adds the float32 output before the cast.
+    layouts = b * h * (nq + 2 * n) * d * _F32 + (b * h * n * d * _F32 if narrow else 0)
+    return scores + cast + blocks + step + stacked + layouts
+
+
 def dense_executor_temp_bytes(
     executor: str,
     *,
@@ -99,14 +131,17 @@ def dense_executor_temp_bytes(
     """Bytes one dense attention call allocates besides q, k, v and out (see the module model).
 
     Args:
-        executor: "b0", "splash", "cudnn", "dot_product_attention" or "reference".
+        executor: "b0", "splash", "cudnn", "xla_flash", "dot_product_attention" or
+            "reference".
         batch: B.
         heads: H.
         tokens: N.
         head_dim: D.
         dtype_bytes: bytes per element of q, k, v (2 for bfloat16, 4 for float32).
-        block_q: query tile of "b0" or "splash"; None takes the executor's default.
+        block_q: query tile of "b0" or "splash"; None takes the executor's default. Ignored by
+            "xla_flash", which the dense attend always runs with its own chunks.
         block_kv: key/value tile of "b0" or "splash"; None takes the executor's default.
+            Ignored by "xla_flash".
         backend: backend of "b0": "xla" (the scan; the default, and the larger estimate),
             "pallas_tpu" (state in VMEM) or "pallas_gpu" (state in registers and shared
             memory). Ignored by the other executors.
@@ -129,6 +164,8 @@ def dense_executor_temp_bytes(
         return 2 * b * h * n * n * _F32 + b * h * n * (d + 2) * _F32
     if executor == "cudnn":
         return b * h * n * d * s
+    if executor == "xla_flash":
+        return _xla_flash_bytes(b, h, n, d, s)
     explicit = None if block_q is None and block_kv is None else (block_q, block_kv)
     if executor == "splash":
         given = None

@@ -10,6 +10,9 @@ Variants:
 - dense peers (mask must be None; ``kernels.executors.dense_controls``): "dot_product_attention"
   (``jax.nn.dot_product_attention`` XLA einsum, O(N^2) memory: CPU and small N only), "splash"
   (JAX's TPU splash attention, full mask) and "cudnn" (cuDNN flash attention, bfloat16).
+- "xla_flash": our dense attention shaped for a CPU's matmul (online softmax over query chunks and
+  large key blocks, ``kernels.executors.xla_flash``), the CPU's dense control; pure JAX, so any
+  platform runs it; mask must be None.
 - "b0" dense tiles, "b1" exact sparse, "b2" full/partial split, "b3" tile-rounded mask (see
   ``kernels.plans.tiles``), on backend "xla" (pure JAX), "pallas_tpu" (``kernels.executors.pallas_tpu``)
   or "pallas_gpu" (``kernels.executors.pallas_gpu``, Triton).
@@ -24,13 +27,16 @@ from kernels.executors.dense_controls import cudnn_attention, splash_attention
 from kernels.executors.kernel_inputs import SUPPORTED_DTYPES
 from kernels.executors.reference import reference_attention
 from kernels.executors.xla_blocksparse import blocksparse_attention
+from kernels.executors.xla_flash import flash_attention
 from kernels.masks.band import PaddingMask
 from kernels.plans.block_sizes import BlockSizes, default_block_sizes
 from kernels.plans.tiles import VARIANTS, TilePlan, build_plan
 
 # Dense executors from outside the project: no mask, no tile plan.
 DENSE_PEERS = ("dot_product_attention", "splash", "cudnn")
-ALL_VARIANTS = ("reference", *DENSE_PEERS, *VARIANTS)
+# Our dense executors without a tile plan (no mask): "xla_flash", the CPU's dense control.
+DENSE_OURS = ("xla_flash",)
+ALL_VARIANTS = ("reference", *DENSE_PEERS, *DENSE_OURS, *VARIANTS)
 BACKENDS = ("xla", "pallas_tpu", "pallas_gpu")
 
 # Head dims the block-sparse XLA path accepts; the Pallas kernel checks its own (64, 128).
@@ -112,11 +118,12 @@ def attention(
             length, or a prebuilt ``TilePlan`` (then ``variant`` must match it or be None and
             ``block_sizes`` must be None or equal; its tiles are not revalidated: whoever built
             the plan validated them).
-        variant: one of ``ALL_VARIANTS``; "b0" ignores the mask (dense); ``DENSE_PEERS`` refuse
-            one.
-        block_sizes: tiles for b0-b3 (default ``default_block_sizes(tokens, backend)``) and for
-            "splash" (default ``kernels.executors.dense_controls.splash_tiles``).
-        backend: "xla", "pallas_tpu" or "pallas_gpu" (b0-b3 only).
+        variant: one of ``ALL_VARIANTS``; "b0" ignores the mask (dense); ``DENSE_PEERS`` and
+            "xla_flash" refuse one.
+        block_sizes: tiles for b0-b3 (default ``default_block_sizes(tokens, backend)``), for
+            "splash" (default ``kernels.executors.dense_controls.splash_tiles``) and the (query
+            chunk, key block) of "xla_flash" (default ``kernels.executors.xla_flash.flash_blocks``).
+        backend: "xla", "pallas_tpu" or "pallas_gpu" (b0-b3 only; "xla_flash" is XLA anyway).
         interpret: Pallas interpret mode (runs the Pallas kernels, ours and splash, on CPU);
             ignored by "xla".
         rounding_tolerance: b3 only, see ``kernels.plans.rounding.round_to_tiles``.
@@ -153,12 +160,14 @@ def attention(
         )
     if variant == "reference":
         return reference_attention(q, k, v, mask)
-    if variant in DENSE_PEERS:
+    if variant in (*DENSE_PEERS, *DENSE_OURS):
         if mask is not None:
             raise ValueError(
                 f"variant={variant!r} is a dense control (a dense peer); pass mask=None, or use "
                 "b1-b3 for masked attention"
             )
+        if variant == "xla_flash":
+            return flash_attention(q, k, v, block_sizes=block_sizes)
         return _dense_peer(q, k, v, variant, block_sizes, block_kv_compute, interpret)
     if plan is None:
         # Whoever builds a plan validates its tiles; a prebuilt plan was validated by its builder

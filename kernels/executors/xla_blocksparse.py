@@ -1,9 +1,12 @@
 """Block-sparse attention in pure JAX/XLA (runs on CPU, GPU and TPU): variants B0-B3.
 
-All query tiles advance together through an online-softmax ``lax.scan``; at step j every query
-tile gathers one K/V tile, the j-th entry of its static visit list. Gathering a single tile per step
+Query tiles advance together through an online-softmax ``lax.scan``; at step j every query tile
+gathers one K/V tile, the j-th entry of its static visit list. Gathering a single tile per step
 keeps memory at O(N * tile) and lets XLA fuse the gather into the matmul; gathering every listed tile
-at once was measured to be much slower.
+at once was measured to be much slower. A step's float32 scores are held near 8 MiB
+(``FLASH_SCORE_ELEMENTS``, as the CPU's dense control ``kernels.executors.xla_flash`` holds them):
+a group whose query tiles would exceed that is scanned a chunk of tiles at a time (a ``lax.map``;
+768 x 768 tiles with 2 heads: one tile per step), small tiles all together as before.
 
 Query tiles visit different numbers of tiles, and a scan runs as long as its longest list. Padded
 steps cost a full tile product, so query tiles are grouped by visit count (a small dynamic
@@ -26,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kernels.executors.xla_flash import FLASH_SCORE_ELEMENTS
 from kernels.executors.xla_visit_code import VisitCode, decoder, encode_visits, narrowest_int
 from kernels.plans.tiles import TilePlan
 
@@ -190,7 +194,7 @@ def visit_groups(plan: TilePlan, max_groups: int = 8) -> VisitGroups:
     )
 
 
-def _scan_tiles(state, q_tiles, k_tiles, v_tiles, visits: VisitCode, masked_by, q_index):
+def _scan_tiles(state, q_tiles, k_tiles, v_tiles, visits: VisitCode, masked_by, q_index, code=None):
     """Online-softmax scan over one visit list.
 
     Args:
@@ -200,12 +204,14 @@ def _scan_tiles(state, q_tiles, k_tiles, v_tiles, visits: VisitCode, masked_by, 
         visits: the static visit list [g, L], decoded one step at a time (see ``xla_visit_code``).
         masked_by: mask whose ``allowed`` is evaluated per tile, or None (mask-free path).
         q_index: int32 [g, BQ] token index of every query row (used when masked).
+        code: int32 [g, C], the rows of ``visits.code`` these query tiles use, when they are a
+            chunk of the list's rows; None for all of them.
 
     Returns:
         The updated state.
     """
     bkv = k_tiles.shape[3]
-    decode = decoder(visits)
+    decode = decoder(visits, code)
 
     def step(carry, j):
         m, total, acc = carry
@@ -246,8 +252,86 @@ def _tile_constant(tiles: np.ndarray) -> jax.Array:
     return jnp.asarray(narrowest_int(tiles)).astype(jnp.int32)
 
 
-@functools.partial(jax.jit, static_argnames=("plan", "visits"))
-def _blocksparse(q, k, v, *, plan: TilePlan, visits: VisitGroups):
+# Query tiles per scan step: all query tiles of a group advance together, but one step's float32
+# scores, B * H * rows * BQ * BKV, are held near ``FLASH_SCORE_ELEMENTS`` (8 MiB, as the dense
+# control "xla_flash" holds them), so a group of large tiles is scanned a chunk of query tiles at
+# a time (768 x 768 tiles, 2 heads: one tile per step) instead of writing [B, H, N, BKV] scores per
+# step, which costs CPU memory traffic per pair: B0 at 16,128 tokens on 768 x 768 tiles ran
+# 1.2-1.5x faster on two CPU cores (issue 26); small tiles (the CPU's 128 x 128) are unchanged.
+def _chunk_rows(score_elements: int, pairs_per_row: int, g: int) -> int:
+    """Query tiles per chunk of a g-tile group: as many as the score budget allows, balanced."""
+    rows = max(1, score_elements // pairs_per_row)
+    chunks = -(-g // rows)
+    return -(-g // chunks)
+
+
+def _initial_state(b: int, h: int, g: int, bq: int, d: int):
+    return (
+        jnp.full((b, h, g, bq), -jnp.inf, jnp.float32),
+        jnp.zeros((b, h, g, bq), jnp.float32),
+        jnp.zeros((b, h, g, bq, d), jnp.float32),
+    )
+
+
+def _run_group(qt, kt, vt, plan: TilePlan, q_tiles, group: VisitGroup, codes=(None, None)):
+    """Scans query tiles ``q_tiles`` (int32 [g]) over ``group``'s lists; [B,H,g,BQ,D] out.
+
+    ``codes`` are the rows of the group's full and partial codes these tiles use (None: all).
+    """
+    b, h, _, bq, d = qt.shape
+    q_group = jnp.take(qt, q_tiles, axis=2)
+    state = _initial_state(b, h, q_tiles.shape[0], bq, d)
+    if group.full_code is not None:
+        state = _scan_tiles(state, q_group, kt, vt, group.full_code, None, None, codes[0])
+    if group.partial_code is not None:
+        q_index = q_tiles[:, None] * bq + jax.lax.iota(jnp.int32, bq)[None, :]
+        state = _scan_tiles(
+            state, q_group, kt, vt, group.partial_code, plan.mask, q_index, codes[1]
+        )
+    _, total, acc = state
+    return acc / jnp.where(total == 0, 1.0, total)[..., None]
+
+
+def _group_out(qt, kt, vt, plan: TilePlan, q_tiles: np.ndarray, group: VisitGroup):
+    """All of a group's query tiles in one scan per list: [B,H,g,BQ,D]."""
+    return _run_group(qt, kt, vt, plan, _tile_constant(q_tiles), group)
+
+
+def _chunked_group_out(qt, kt, vt, plan: TilePlan, group: VisitGroup, rows: int):
+    """A group's query tiles ``rows`` at a time (a ``lax.map`` over chunks): [B,H,g,BQ,D].
+
+    The group is padded to whole chunks by repeating its last query tile (and its code rows);
+    the repeats' outputs are dropped.
+    """
+    g = group.q_tiles.size
+    chunks = -(-g // rows)
+    pad = chunks * rows - g
+
+    def padded(rows_array: np.ndarray) -> np.ndarray:
+        return np.concatenate([rows_array, np.repeat(rows_array[-1:], pad, axis=0)], axis=0)
+
+    q_tiles = _tile_constant(padded(group.q_tiles))
+    codes = [
+        None if c is None else jnp.asarray(padded(c.code))
+        for c in (group.full_code, group.partial_code)
+    ]
+
+    def chunk(i):
+        start = i * rows
+        cut = lambda x: jax.lax.dynamic_slice_in_dim(x, start, rows, axis=0)
+        tiles = cut(q_tiles)
+        return _run_group(
+            qt, kt, vt, plan, tiles, group, tuple(None if c is None else cut(c) for c in codes)
+        )
+
+    out = jax.lax.map(chunk, jax.lax.iota(jnp.int32, chunks))  # [chunks, B, H, rows, BQ, D]
+    b, h, _, bq, d = qt.shape
+    out = jnp.transpose(out, (1, 2, 0, 3, 4, 5)).reshape(b, h, chunks * rows, bq, d)
+    return out[:, :, :g]
+
+
+@functools.partial(jax.jit, static_argnames=("plan", "visits", "score_elements"))
+def _blocksparse(q, k, v, *, plan: TilePlan, visits: VisitGroups, score_elements: int):
     b, n, h, d = q.shape
     bq, bkv = plan.block_sizes.block_q, plan.block_sizes.block_kv
     nq, nkv = plan.num_q_tiles, plan.num_kv_tiles
@@ -259,28 +343,24 @@ def _blocksparse(q, k, v, *, plan: TilePlan, visits: VisitGroups):
     vt = jnp.pad(vt, ((0, 0), (0, 0), (0, nkv * bkv - n), (0, 0))).reshape(b, h, nkv, bkv, d)
     outs = []
     for group in visits.groups:
-        g = group.q_tiles.size
-        q_tiles = _tile_constant(group.q_tiles)
-        q_group = jnp.take(qt, q_tiles, axis=2)
-        state = (
-            jnp.full((b, h, g, bq), -jnp.inf, jnp.float32),
-            jnp.zeros((b, h, g, bq), jnp.float32),
-            jnp.zeros((b, h, g, bq, d), jnp.float32),
-        )
-        if group.full_code is not None:
-            state = _scan_tiles(state, q_group, kt, vt, group.full_code, None, None)
-        if group.partial_code is not None:
-            q_index = q_tiles[:, None] * bq + jax.lax.iota(jnp.int32, bq)[None, :]
-            state = _scan_tiles(state, q_group, kt, vt, group.partial_code, plan.mask, q_index)
-        _, total, acc = state
-        outs.append(acc / jnp.where(total == 0, 1.0, total)[..., None])
+        rows = _chunk_rows(score_elements, b * h * bq * bkv, group.q_tiles.size)
+        if rows == group.q_tiles.size:
+            outs.append(_group_out(qt, kt, vt, plan, group.q_tiles, group))
+        else:
+            outs.append(_chunked_group_out(qt, kt, vt, plan, group, rows))
     out = jnp.concatenate(outs, axis=2) if len(outs) > 1 else outs[0]
     out = jnp.take(out, _tile_constant(visits.restore), axis=2).reshape(b, h, nq * bq, d)[:, :, :n]
     return jnp.transpose(out, (0, 2, 1, 3)).astype(q.dtype)
 
 
 def blocksparse_attention(
-    q: jax.Array, k: jax.Array, v: jax.Array, plan: TilePlan, *, max_groups: int = 8
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    plan: TilePlan,
+    *,
+    max_groups: int = 8,
+    score_elements: int = FLASH_SCORE_ELEMENTS,
 ) -> jax.Array:
     """Runs a TilePlan with the XLA online-softmax scans.
 
@@ -292,8 +372,12 @@ def blocksparse_attention(
         v: [batch, tokens, heads, head_dim].
         plan: the tile plan for this sequence.
         max_groups: bound on query-tile groups (see ``visit_groups``).
+        score_elements: float32 scores one scan step may hold, B * H * (query tiles) * BQ * BKV;
+            a group with more query tiles than that allows is scanned a chunk at a time.
 
     Returns:
         [batch, tokens, heads, head_dim] in q's dtype: softmax(q k^T / sqrt(d), masked) v.
     """
-    return _blocksparse(q, k, v, plan=plan, visits=visit_groups(plan, max_groups))
+    return _blocksparse(
+        q, k, v, plan=plan, visits=visit_groups(plan, max_groups), score_elements=score_elements
+    )

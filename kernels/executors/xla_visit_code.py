@@ -119,17 +119,19 @@ def encode_visits(kv: np.ndarray, count: np.ndarray) -> VisitCode:
     return VisitCode(TABLE, narrowest_int(code), steps, padded)
 
 
-def decoder(visits: VisitCode):
+def decoder(visits: VisitCode, code: jax.Array | None = None):
     """In-graph decoder of a VisitCode; call inside the traced function.
 
     Args:
         visits: the code (embedded as one narrow constant of shape [g, C]).
+        code: int32 [r, C], some rows of ``visits.code`` already in the graph (e.g. a
+            dynamic slice of it: one chunk of query tiles); None decodes all of ``visits.code``.
 
     Returns:
         ``decode(step) -> (index int32 [g], valid bool [g] or None)`` for a traced int32 scalar
-        step in [0, L); valid is None when the list has no padding.
+        step in [0, L) (g = r when ``code`` is given); valid is None when the list has no padding.
     """
-    code = jnp.asarray(visits.code).astype(jnp.int32)
+    code = jnp.asarray(visits.code if code is None else code).astype(jnp.int32)
     count = code[:, 0]
     last = jnp.maximum(count - 1, 0)
     r = visits.breaks

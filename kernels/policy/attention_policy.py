@@ -46,9 +46,9 @@ from kernels.policy.schedule import SparsitySchedule
 # ``attend`` functions below are typed as plain callables: their contract is the model's ``AttendFn``
 # protocol (``attend(q, k, v, *, step, layer) -> out``), and kernels do not import the model.
 POLICY_BACKENDS = ("xla", "pallas_tpu", "pallas_gpu", "reference")
-# Dense executors a run may name: "auto" is resolved per platform by
-# ``kernels.executors.dense_controls.dense_controls`` before an ``attend`` is built.
+# Dense executors a run may name ("auto": resolved per platform by ``dense_controls`` first).
 DENSE_EXECUTORS = ("auto", "b0", "splash", "cudnn", "dot_product_attention", "reference")
+DENSE_EXECUTORS += ("xla_flash",)  # ours, the CPU's dense control (issue 26)
 
 
 def _check_backend(backend: str) -> None:
@@ -72,8 +72,8 @@ def make_dense_attend(
     Args:
         executor: one of ``DENSE_EXECUTORS`` except "auto": "b0" (tiled online softmax on
             ``backend``), "splash" (TPU splash attention, its own tiles), "cudnn" (cuDNN flash
-            attention, bfloat16), "dot_product_attention" (XLA einsum) or "reference" (dense jnp
-            oracle). Backend "reference" always uses "reference".
+            attention, bf16), "dot_product_attention" (XLA einsum), "reference" (jnp oracle) or
+            "xla_flash" (the CPU's, its own chunks). Backend "reference" always uses "reference".
         backend: "xla", "pallas_tpu", "pallas_gpu" or "reference".
         block_sizes: tiles for "b0"; default ``default_block_sizes(tokens, backend)``.
         interpret: Pallas interpret mode (CPU tests of the Pallas kernels, ours and splash).
@@ -92,7 +92,7 @@ def make_dense_attend(
     if executor == "auto":
         raise ValueError(
             "executor='auto' must be resolved before building an attend: take "
-            "kernels.policy.dense_controls(platform) (tpu: splash, gpu: cudnn, cpu: b0)"
+            "kernels.policy.dense_controls(platform) (tpu: splash, gpu: cudnn, cpu: xla_flash)"
         )
     if executor not in DENSE_EXECUTORS:
         raise ValueError(f"executor={executor!r}; use one of {DENSE_EXECUTORS[1:]}")
@@ -116,7 +116,7 @@ def make_dense_attend(
                 num_warps=num_warps,
                 num_stages=num_stages,
             )
-        # splash keeps its own tiles (``splash_tiles``): the policy's tiles are the b0/band ones.
+        # splash, xla_flash keep their own tiles: the policy's tiles are the b0/band ones.
         return attention(q, k, v, None, variant=executor, interpret=interpret)
 
     return dense_attend

@@ -50,7 +50,9 @@ def _assert_matches_oracle(out, q, k, v, dtype):
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-@pytest.mark.parametrize("executor", ["b0", "splash", "dot_product_attention", "reference"])
+@pytest.mark.parametrize(
+    "executor", ["b0", "splash", "dot_product_attention", "reference", "xla_flash"]
+)
 def test_dense_executors_match_the_oracle(executor, dtype):
     q, k, v = _qkv(SHAPE, dtype, seed=1)
     attend = make_dense_attend(executor, interpret=True)
@@ -168,7 +170,7 @@ def test_dense_controls_refuse_a_mask(variant):
 def test_platform_rule_and_equal_pair_refusal():
     assert dense_controls("tpu") == ("splash", "b0")
     assert dense_controls("gpu") == dense_controls("cuda") == ("cudnn", "b0")
-    assert dense_controls("cpu") == ("b0", "dot_product_attention")
+    assert dense_controls("cpu") == ("xla_flash", "dot_product_attention")
     for platform in ("tpu", "gpu", "cuda", "cpu"):
         dense, floor = dense_controls(platform)
         check_dense_pair(dense, floor)
@@ -263,6 +265,7 @@ def test_memory_model_at_wan_14b_720p():
         False,
         True,
         True,
+        False,
     ]
     with pytest.raises(ValueError, match="resolve 'auto'"):
         grows_quadratically("auto")

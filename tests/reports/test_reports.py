@@ -5,6 +5,8 @@ attention-share benchmark and the schedule benchmark, all logged to one real ``m
 from __future__ import annotations
 
 import base64
+import html
+import json
 import re
 import shutil
 import subprocess
@@ -97,7 +99,7 @@ def test_report_has_the_three_tables_and_every_figure(report):
     assert [r["variant"] for r in table2.rows] == ["b0", "dot_product_attention", "b1", "b2", "b3"]
     assert all(0.0 < r["tiles_visited_fraction"] <= 1.0 for r in table2.rows)
     assert [r["schedule"] for r in table3.rows] == ["balanced", "aggressive"]
-    assert all(r["speedup_vs_b0"] > 0 and r["dense_median_s"] > 0 for r in table3.rows)
+    assert all(r["speedup_vs_xla_flash"] > 0 and r["dense_median_s"] > 0 for r in table3.rows)
     assert table3.rows[0]["noise_floor_psnr_db"] is not None
     assert all(r["_machine"] and r["_versions"].startswith("jax ") for r in table3.rows)
     assert set(report.figures) == set(FIGURES)
@@ -123,18 +125,26 @@ def test_html_page_is_self_contained(report, tmp_path):
         assert matplotlib.image.imread(path).shape[0] > 100
 
 
-@pytest.mark.skipif(
+needs_chromium = pytest.mark.skipif(
     not Path(CHROMIUM).exists(),
     reason=f"{CHROMIUM} is absent: install Debian's chromium (apt-get install -y chromium; "
     ".ci/run does) to render the report page",
 )
-def test_html_page_renders_in_headless_chromium(report, tmp_path):
-    shot = tmp_path / "page.png"
+
+
+def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     command = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"]
     command += ["--no-first-run", "--disable-background-networking", "--disable-component-update"]
     command += ["--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", "--hide-scrollbars"]
-    command += [f"--screenshot={shot}", "--window-size=1400,5000", report.html.as_uri()]
-    subprocess.run(command, check=True, capture_output=True, timeout=120)
+    return subprocess.run(
+        [*command, *args], check=True, capture_output=True, timeout=120, text=True
+    )
+
+
+@needs_chromium
+def test_html_page_renders_in_headless_chromium(report, tmp_path):
+    shot = tmp_path / "page.png"
+    _chromium(tmp_path, f"--screenshot={shot}", "--window-size=1400,5000", report.html.as_uri())
     pixels = matplotlib.image.imread(shot)[..., :3]
     assert pixels.shape[:2] == (5000, 1400)
     assert pixels.std() > 0.05  # not blank: text, tables and figures drawn
@@ -144,6 +154,53 @@ def test_html_page_renders_in_headless_chromium(report, tmp_path):
     artifacts.mkdir(exist_ok=True)
     shutil.copy(shot, artifacts / "page.png")
     assert np.isfinite(pixels).all()
+
+
+# Measures the verdict table (the first table after the "Verdict" heading) as laid out, and
+# writes it where --dump-dom shows it: the page itself runs no script.
+_MEASURE = """<script>
+const table = document.querySelector("h2 + ul + div table, h2 + div table");
+const box = table.getBoundingClientRect(), pane = table.parentElement;
+const heads = [...table.querySelectorAll("th")].map(th => {
+  const b = th.getBoundingClientRect();
+  return {text: th.textContent, left: b.left, right: b.right, bottom: b.bottom};
+});
+document.body.dataset.measure = JSON.stringify({
+  viewport: innerWidth, top: box.top, right: box.right, bottom: box.bottom,
+  scrollWidth: pane.scrollWidth, clientWidth: pane.clientWidth, heads});
+</script></body>"""
+
+
+def _verdict_layout(page: Path, width: int, tmp_path: Path) -> dict:
+    probe = tmp_path / f"probe-{width}.html"
+    probe.write_text(page.read_text().replace("</body>", _MEASURE))
+    dom = _chromium(tmp_path, "--dump-dom", f"--window-size={width},1000", probe.as_uri()).stdout
+    return json.loads(html.unescape(re.search(r'data-measure="([^"]*)"', dom)[1]))
+
+
+@needs_chromium
+@pytest.mark.parametrize("width", [1400, 900])  # a desktop page; MLflow's artifact pane
+def test_verdict_table_is_whole_at_the_top_of_the_page(report, tmp_path, width):
+    layout = _verdict_layout(report.html, width, tmp_path)
+    assert layout["viewport"] == width
+    assert layout["right"] <= width, "the verdict table runs past the window's right edge"
+    assert layout["scrollWidth"] <= layout["clientWidth"], "the verdict table scrolls sideways"
+    assert layout["bottom"] <= 1000, "the verdict table is not above the fold"
+    heads = " | ".join(h["text"] for h in layout["heads"])
+    for column in ("speedup", "PSNR dB", "worst-frame PSNR dB", "gap to noise floor dB", "gate"):
+        assert column in heads
+    assert all(h["right"] <= width for h in layout["heads"]), heads
+    shot = report.folder / "screenshot" / f"top-{width}.png"
+    shot.parent.mkdir(exist_ok=True)
+    _chromium(tmp_path, f"--screenshot={shot}", f"--window-size={width},1000", report.html.as_uri())
+    assert matplotlib.image.imread(shot).shape[:2] == (1000, width)
+
+
+def test_fixture_runs_say_not_gated(report):
+    """The fixture's runs set no thresholds: the report says so, never "passed"."""
+    text = report.markdown.read_text()
+    assert "no thresholds set: nothing gated" in text
+    assert [r["gate"] for r in report.tables[-1].rows] == ["not gated", "not gated"]
 
 
 def test_report_is_logged_to_the_server_and_listed(logged, server, tmp_path, capsys):
@@ -184,3 +241,19 @@ def test_empty_experiment_and_bad_run_id(logged):
         load_runs(logged, experiment="report-test-empty")
     with pytest.raises(ReportError, match="no MLflow run 'deadbeef'"):
         load_runs(logged, run_ids=["deadbeef"])
+
+
+def test_a_run_closed_failed_for_its_gate_is_still_reported(logged):
+    experiment = logged.create_experiment("report-test-gate-failed")
+    for schedule, status, gate in (
+        ("aggressive", "FAILED", "failed"),  # missed its gate: measured, so reported
+        ("balanced", "FAILED", None),  # crashed: nothing measured, left out
+        ("conservative", "FINISHED", "not gated"),
+    ):
+        tags = {"schedule": schedule, **({"gate": gate} if gate else {})}
+        run_id = logged.create_run(experiment, tags=tags).info.run_id
+        logged.set_terminated(run_id, status)
+    runs = load_runs(logged, experiment="report-test-gate-failed")
+    assert sorted(r.tags["schedule"] for r in runs) == ["aggressive", "conservative"]
+    failed = next(r for r in runs if r.tags["schedule"] == "aggressive")
+    assert load_runs(logged, run_ids=[failed.run_id])[0].tags["gate"] == "failed"

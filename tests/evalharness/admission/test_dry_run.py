@@ -240,7 +240,7 @@ def test_an_n_squared_noise_floor_at_720p_is_refused(tmp_path):
 def test_tiny_default_fits_this_cpu(tmp_path):
     code, report, _ = _dry(tmp_path, "target=cpu")
     assert code == 0, report
-    assert "b0 (dense arm) and dot_product_attention (noise floor)" in report
+    assert "xla_flash (dense arm) and dot_product_attention (noise floor)" in report
 
 
 def test_unknown_target_names_the_known_ones(tmp_path):

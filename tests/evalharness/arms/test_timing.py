@@ -33,6 +33,7 @@ def test_headline_speedup_is_against_the_fastest_dense_control():
         dense, sparse, floor, executors={"dense": "b0", "noise_floor": "cudnn"}
     )
     assert metrics["speedup_vs_b0"] == pytest.approx(4.0)
+    assert metrics["speedup_vs_dense_arm"] == pytest.approx(4.0)  # the kernel effect, by role
     assert metrics["speedup_vs_cudnn"] == pytest.approx(2.0)
     assert metrics["speedup"] == pytest.approx(2.0)  # the faster control, not our B0
     assert fastest_control(metrics) == "cudnn"

@@ -20,7 +20,7 @@ TOKENS_720P = 75_600
     [
         ("tpu", "pallas_tpu", (3328, 1536), "splash", "b0"),
         ("gpu", "pallas_gpu", (128, 64), "cudnn", "b0"),
-        ("cpu", "xla", (128, 128), "b0", "dot_product_attention"),
+        ("cpu", "xla", (128, 128), "xla_flash", "dot_product_attention"),
     ],
 )
 def test_auto_picks_the_platforms_tiles_and_dense_controls(platform, backend, tiles, dense, floor):

@@ -15,7 +15,7 @@ from evalharness.bench.checks import acceptance_checks, gpu_checks
 from evalharness.bench.sweep import tile_sweep
 from kernels.executors import pallas_gpu_budget
 from kernels.masks.geometry import TokenGeometry
-from kernels.plans.block_sizes import BlockSizes
+from kernels.plans.block_sizes import BlockSizes, auto_block_sizes
 
 # 2 x 8 x 8 = 128 tokens, one head of 64: the interpreter handles it in about a second per kernel.
 TINY = ["--frames", "2", "--height", "8", "--width", "8", "--heads", "1", "--head-dim", "64"]
@@ -91,6 +91,14 @@ def test_block_sizes_default_to_the_backend_tiles(capsys):
     assert (config["tokens"], config["block_q"], config["block_kv"]) == (75_600, 128, 64)
     assert (config["num_warps"], config["head_dim"], config["dtype"]) == (8, 128, "bfloat16")
     assert default_tiles("pallas_tpu", 75_600) == BlockSizes(3328, 1536)
+
+
+def test_xla_tiles_keep_the_mask_at_every_preset():
+    # 768 x 768 where the benchmark always used them; the harness's own tiles below that, so
+    # `--resolution cpu` (2,160 tokens) does not move the kept pairs by 14%.
+    assert default_tiles("xla", 16_128) == BlockSizes(768, 768)
+    assert default_tiles("xla", 2_160) == auto_block_sizes(2_160, "xla")
+    assert default_tiles("xla", 2_160).block_q < 768
 
 
 def test_launch_options_belong_to_pallas_gpu():

@@ -50,11 +50,15 @@ CHOICES = (
 # (dotted key, a value outside its choices, the valid values in the error message)
 BAD_CHOICES = [
     ("kernel.backend", "gpu", "[auto, xla, pallas_tpu, pallas_gpu, reference]"),
-    ("kernel.dense_executor", "b1", "[auto, b0, splash, cudnn, dot_product_attention, reference]"),
+    (
+        "kernel.dense_executor",
+        "b1",
+        "[auto, b0, splash, cudnn, dot_product_attention, reference, xla_flash]",
+    ),
     (
         "kernel.noise_floor_executor",
         "flash",
-        "[auto, b0, splash, cudnn, dot_product_attention, reference]",
+        "[auto, b0, splash, cudnn, dot_product_attention, reference, xla_flash]",
     ),
     ("schedule.variant", "b0", "[b1, b2, b3]"),
     ("sampler", "ddim", "[unipc, euler]"),
@@ -93,7 +97,7 @@ def _expected_params(tmp_path) -> dict:
         "kernel.vmem_limit_bytes": None,
         "kernel.num_warps": None,
         "kernel.num_stages": None,
-        "kernel.dense_executor": "b0",
+        "kernel.dense_executor": "xla_flash",  # the CPU's dense control (issue 26)
         "kernel.noise_floor_executor": "dot_product_attention",
         "logger.kind": "mlflow",
         "logger.tracking_uri": None,
@@ -211,7 +215,7 @@ def test_dense_arm_key_fields_serialise_as_before(tmp_path):
                 "vmem_limit_bytes": None,
                 "num_warps": None,
                 "num_stages": None,
-                "dense_executor": "b0",
+                "dense_executor": "xla_flash",  # the CPU's dense arm since issue 26
                 "noise_floor_executor": "dot_product_attention",
             },
             "parallel": {"sequence": 0, "permute_placement": "head_local", "distributed": None},

@@ -30,7 +30,7 @@ METRICS = {
     "sparse_median_s": 1.0,
     "speedup": 2.0,
     "dense_control": "cudnn",
-    "speedup_vs_b0": 3.0,
+    "speedup_vs_dense_arm": 3.0,
     "psnr_db": 31.234,
     "psnr_worst_frame_db": 28.5,
     "psnr_ffmpeg_db": 31.24,
@@ -59,7 +59,7 @@ def test_sweep_table_and_summary_row_follow_the_headline_list():
 
 def test_console_summary_uses_the_headline_formats():
     assert summary_lines(METRICS) == (
-        "dense 2.000 s | sparse 1.000 s | speedup 2.000x vs cudnn (3.000x vs our B0) | PSNR "
+        "dense 2.000 s | sparse 1.000 s | speedup 2.000x vs cudnn (3.000x vs our dense arm) | PSNR "
         "31.23 dB (worst frame 28.50 dB; noise floor inf dB, gap inf dB) | SSIM 0.9877 "
         "| dense arm hit\nrun folder: /tmp/run"
     )
