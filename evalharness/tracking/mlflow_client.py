@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import json
 import logging
 import os
 import platform
 import socket
 import subprocess
-import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -126,15 +126,37 @@ EXPERIMENT_KIND = "custom_model_development"
 # ``tags.run_kind = 'harness'`` (or 'benchmark', 'report').
 RUN_KIND_TAG = "run_kind"
 # MLflow 3 opens an experiment in the view its ``workflowType`` URL parameter names (else the
-# browser's last choice, GenAI on a fresh profile); these open the runs table of harness runs,
-# best speedup first.
-UI_QUERY = (
-    "workflowType=machine_learning&searchFilter="
-    + urllib.parse.quote(f"tags.{RUN_KIND_TAG} = 'harness'")
-    + "&orderByKey="
-    + urllib.parse.quote("metrics.`speedup`")
-    + "&orderByAsc=false"
+# browser's last choice, GenAI on a fresh profile). Its runs table shows no metric by default;
+# a shared view (MLflow's "share" feature: the experiment tag ``mlflow.sharedViewState.<key>``,
+# opened by ``viewStateShareKey=<key>``) carries the filter, the sort and the columns. A link with
+# a search parameter besides the key would make MLflow ignore the shared view.
+SHARED_VIEW_TAG = "mlflow.sharedViewState."
+HEADLINE_VIEW = "harness-headline"
+HEADLINE_COLUMNS = (
+    "speedup",
+    "psnr_db",
+    "psnr_worst_frame_db",
+    "gap_to_noise_floor_db",
+    "ssim_frames",
+    "dense_median_s",
+    "sparse_median_s",
 )
+UI_QUERY = f"workflowType=machine_learning&viewStateShareKey={HEADLINE_VIEW}"
+
+
+def headline_view_state() -> str:
+    """The shared view's state: harness runs, best speedup first, the headline metrics and the
+    gate, schedule and resolution tags as columns (in this order)."""
+    columns = [f"metrics.`{m}`" for m in HEADLINE_COLUMNS]
+    columns += [f"tags.`{t}`" for t in ("gate", "schedule", "resolution")]
+    state = {
+        "searchFilter": f"tags.{RUN_KIND_TAG} = 'harness'",
+        "orderByKey": "metrics.`speedup`",
+        "orderByAsc": False,
+        "selectedColumns": columns,
+        "columnOrder": columns,
+    }
+    return json.dumps(state)
 
 
 def description_tags(tracker: Any, gate_outcome: str, headline: str) -> dict[str, str]:
@@ -207,6 +229,9 @@ def ensure_experiment(
         # MLflow 3 opens an experiment without this tag in its GenAI view; ours compares
         # model runs (metrics, params, artifacts), its "model development" view.
         client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+    view = headline_view_state()
+    if experiment is None or experiment.tags.get(SHARED_VIEW_TAG + HEADLINE_VIEW) != view:
+        client.set_experiment_tag(experiment_id, SHARED_VIEW_TAG + HEADLINE_VIEW, view)
     return experiment_id
 
 

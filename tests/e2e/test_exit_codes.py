@@ -95,6 +95,19 @@ def test_a_signal_during_the_dense_arm_ends_with_its_code_and_marks_the_run_kill
     assert _mlflow_statuses(tmp_path) == ["KILLED"]
 
 
+@pytest.mark.parametrize("phase", ["[1/6] preflight", "[4/6] compile arms"])
+def test_ctrl_c_in_another_phase_ends_with_130_and_one_line(tmp_path, phase):
+    proc = _start(tmp_path)
+    _wait_for(proc, phase)
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=300)
+    assert proc.returncode == exit_codes.INTERRUPTED, rest
+    assert "Traceback" not in rest
+    assert rest.strip().splitlines()[-1].startswith("error: interrupted (Ctrl-C)")
+    for folder in _folders(tmp_path):  # none yet in preflight; killed once one exists
+        assert run_status.read_status(folder)["status"] == "killed"
+
+
 def test_a_killed_run_is_recognised_and_closed_by_the_next_start(tmp_path):
     proc = _start(tmp_path)
     _wait_for(proc, "warm-up run")

@@ -10,6 +10,7 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from mlflow.tracking import MlflowClient
 
+from evalharness.exit_codes import RunFailed
 from evalharness.run import GateFailed, run
 from evalharness.tracking.mlflow_client import default_tracking_uri
 from tests.helpers.harness_config import SMALL, small_config
@@ -208,8 +209,10 @@ def test_failed_run_is_marked_failed_and_keeps_the_dense_arm(first_run, monkeypa
         raise OSError("disk full while writing the video")
 
     monkeypatch.setattr(artifacts_module, "encode_mp4", broken)
-    with pytest.raises(OSError, match="disk full"):
+    # A failure while running is RunFailed (exit 4), its cause kept.
+    with pytest.raises(RunFailed, match="disk full") as failure:
         run(small_config(tmp, "schedule=conservative"))
+    assert isinstance(failure.value.__cause__, OSError)
     client = MlflowClient(default_tracking_uri(tmp / "outputs"))
     exp = client.get_experiment_by_name("evalharness")
     (latest,) = client.search_runs(

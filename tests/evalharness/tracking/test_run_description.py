@@ -1,19 +1,38 @@
 """What a run shows in MLflow's lists: its kind, its description, the link to compare runs."""
 
+import json
 from types import SimpleNamespace
 from urllib.parse import parse_qs, urlsplit
 
-from evalharness.tracking import RUN_KIND_TAG, description_tags, experiment_link
+from mlflow.tracking import MlflowClient
+
+from evalharness.tracking import RUN_KIND_TAG, description_tags, ensure_experiment, experiment_link
+from evalharness.tracking.mlflow_client import HEADLINE_VIEW, SHARED_VIEW_TAG
 
 
-def test_the_link_opens_the_runs_table_of_harness_runs_best_speedup_first():
+def test_the_link_opens_the_shared_headline_view_of_the_runs_table():
     link = experiment_link("http://mlflow.internal:5000/", "7")
     assert link.startswith("http://mlflow.internal:5000/#/experiments/7/runs?")
     query = parse_qs(urlsplit(link.split("#", 1)[1]).query)
-    # MLflow 3 reads the view from workflowType (a fresh browser would open the GenAI view).
-    assert query["workflowType"] == ["machine_learning"]
-    assert query["searchFilter"] == [f"tags.{RUN_KIND_TAG} = 'harness'"]
-    assert query["orderByKey"] == ["metrics.`speedup`"] and query["orderByAsc"] == ["false"]
+    # MLflow 3 reads the view from workflowType (a fresh browser would open the GenAI view), and
+    # ignores a shared view when any search parameter is in the URL beside its key.
+    assert query == {"workflowType": ["machine_learning"], "viewStateShareKey": [HEADLINE_VIEW]}
+
+
+def test_the_shared_view_filters_sorts_and_shows_the_headline(tmp_path):
+    client = MlflowClient(f"sqlite:///{tmp_path / 'm.db'}")
+    experiment_id = ensure_experiment(client, "e")
+    tags = client.get_experiment(experiment_id).tags
+    state = json.loads(tags[SHARED_VIEW_TAG + HEADLINE_VIEW])
+    assert state["searchFilter"] == f"tags.{RUN_KIND_TAG} = 'harness'"
+    assert state["orderByKey"] == "metrics.`speedup`" and state["orderByAsc"] is False
+    assert state["selectedColumns"][:3] == [
+        "metrics.`speedup`",
+        "metrics.`psnr_db`",
+        "metrics.`psnr_worst_frame_db`",
+    ]
+    assert "tags.`gate`" in state["selectedColumns"]
+    assert ensure_experiment(client, "e") == experiment_id  # idempotent
 
 
 def test_a_local_store_gets_the_page_after_mlflow_ui():
