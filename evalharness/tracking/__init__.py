@@ -7,16 +7,13 @@ multi-host run owns the folder, the MLflow run and the videos.
 from evalharness.tracking import multihost
 from evalharness.tracking.ended import mark_run_ended
 from evalharness.tracking.mlflow_client import (
-    RUN_KIND_TAG,
     MlflowTracker,
     NullTracker,
     Tracker,
     closed_on_error,
     default_tracking_uri,
-    description_tags,
     ensure_experiment,
     environment_tags,
-    experiment_link,
     finished_runs,
     flatten,
     log_frame_curves,
@@ -27,6 +24,7 @@ from evalharness.tracking.mlflow_client import (
 from evalharness.tracking.multihost import to_host
 from evalharness.tracking.probe import TrackingUnavailable, check_tracking
 from evalharness.tracking.store import open_client
+from evalharness.tracking.ui_view import RUN_KIND_TAG, description_tags, experiment_link
 
 __all__ = [
     "MlflowTracker",

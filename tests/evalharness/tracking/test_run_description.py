@@ -7,7 +7,7 @@ from urllib.parse import parse_qs, urlsplit
 from mlflow.tracking import MlflowClient
 
 from evalharness.tracking import RUN_KIND_TAG, description_tags, ensure_experiment, experiment_link
-from evalharness.tracking.mlflow_client import HEADLINE_VIEW, SHARED_VIEW_TAG
+from evalharness.tracking.ui_view import HEADLINE_VIEW, SHARED_VIEW_TAG
 
 
 def test_the_link_opens_the_shared_headline_view_of_the_runs_table():

@@ -1,0 +1,62 @@
+"""How a user finds the harness's runs in MLflow's UI: the run kind tag, the shared view of the
+runs table with the headline columns, the link that opens it, and the run's description."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+# Tells harness, benchmark and report runs apart in one experiment: filter the runs table with
+# ``tags.run_kind = 'harness'`` (or 'benchmark', 'report').
+RUN_KIND_TAG = "run_kind"
+# MLflow 3 opens an experiment in the view its ``workflowType`` URL parameter names (else the
+# browser's last choice, GenAI on a fresh profile). Its runs table shows no metric by default;
+# a shared view (MLflow's "share" feature: the experiment tag ``mlflow.sharedViewState.<key>``,
+# opened by ``viewStateShareKey=<key>``) carries the filter, the sort and the columns. A link with
+# a search parameter besides the key would make MLflow ignore the shared view.
+SHARED_VIEW_TAG = "mlflow.sharedViewState."
+HEADLINE_VIEW = "harness-headline"
+HEADLINE_COLUMNS = (
+    "speedup",
+    "psnr_db",
+    "psnr_worst_frame_db",
+    "gap_to_noise_floor_db",
+    "ssim_frames",
+    "dense_median_s",
+    "sparse_median_s",
+)
+UI_QUERY = f"workflowType=machine_learning&viewStateShareKey={HEADLINE_VIEW}"
+
+
+def headline_view_state() -> str:
+    """The shared view's state: harness runs, best speedup first, the headline metrics and the
+    gate, schedule and resolution tags as columns (in this order)."""
+    columns = [f"metrics.`{m}`" for m in HEADLINE_COLUMNS]
+    columns += [f"tags.`{t}`" for t in ("gate", "schedule", "resolution")]
+    state = {
+        "searchFilter": f"tags.{RUN_KIND_TAG} = 'harness'",
+        "orderByKey": "metrics.`speedup`",
+        "orderByAsc": False,
+        "selectedColumns": columns,
+        "columnOrder": columns,
+    }
+    return json.dumps(state)
+
+
+def description_tags(tracker: Any, gate_outcome: str, headline: str) -> dict[str, str]:
+    """The run's description on its MLflow page (``mlflow.note.content``): the gate's outcome,
+    the headline line, and the link that compares the experiment's harness runs."""
+    link = experiment_link(tracker.tracking_uri, getattr(tracker, "experiment_id", None))
+    note = f"**gate {gate_outcome}**: {headline}" + (f"\n\nCompare runs: {link}" if link else "")
+    return {"mlflow.note.content": note}
+
+
+def experiment_link(tracking_uri: str | None, experiment_id: str | None) -> str | None:
+    """Where the experiment's harness runs open in the MLflow UI: a URL for a server, else the
+    page's path after ``mlflow ui``'s address (None without an experiment)."""
+    if not experiment_id:
+        return None
+    page = f"#/experiments/{experiment_id}/runs?{UI_QUERY}"
+    if tracking_uri and tracking_uri.startswith(("http://", "https://")):
+        return f"{tracking_uri.rstrip('/')}/{page}"
+    return f"http://127.0.0.1:5000/{page} (after mlflow ui --backend-store-uri {tracking_uri})"
