@@ -126,20 +126,12 @@ def cli(argv: list[str] | None = None) -> None:
         if done.code == 1:
             sys.exit(exit_codes.REFUSED)
         raise
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Terminated) as signalled:
         exit_codes.clear_pending()
-        print(
-            "error: interrupted (Ctrl-C); a run folder, if one was made, says killed",
-            file=sys.stderr,
-        )
-        sys.exit(exit_codes.INTERRUPTED)
-    except Terminated:
-        exit_codes.clear_pending()
-        print(
-            "error: terminated (SIGTERM); a run folder, if one was made, says killed",
-            file=sys.stderr,
-        )
-        sys.exit(exit_codes.TERMINATED)
+        ctrl_c = isinstance(signalled, KeyboardInterrupt)
+        what = "interrupted (Ctrl-C)" if ctrl_c else "terminated (SIGTERM)"
+        print(f"error: {what}; a run folder, if one was made, says killed", file=sys.stderr)
+        sys.exit(exit_codes.INTERRUPTED if ctrl_c else exit_codes.TERMINATED)
     code = _worst(_job_codes)
     if code:
         sys.exit(code)
