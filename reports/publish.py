@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from evalharness.tracking import MlflowTracker, closed_on_error, environment_tags
+from evalharness.tracking import RUN_KIND_TAG, MlflowTracker, closed_on_error, environment_tags
 from reports.build import Report
 from reports.sources import REPORT_TAG
 
@@ -19,7 +19,7 @@ def publish(report: Report, tracking_uri: str, experiment: str) -> str:
     stamp = report.folder.name if report.folder.name.startswith("report") else "report"
     tracker = MlflowTracker(tracking_uri, experiment, f"{stamp}-{len(report.runs)}-runs")
     with closed_on_error(tracker):
-        tracker.set_tags({**environment_tags(), REPORT_TAG: "true"})
+        tracker.set_tags({**environment_tags(), REPORT_TAG: "true", RUN_KIND_TAG: "report"})
         ids = [r.run_id for r in report.runs]
         tracker.log_params({"source_runs": json.dumps(ids), "source_run_count": len(ids)})
         kinds: dict[str, int] = {}

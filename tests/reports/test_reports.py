@@ -210,6 +210,7 @@ def test_report_is_logged_to_the_server_and_listed(logged, server, tmp_path, cap
     run_id = re.search(r"MLflow run (\w+)", capsys.readouterr().out).group(1)
     stored = logged.get_run(run_id)
     assert stored.data.tags["report"] == "true" and stored.info.status == "FINISHED"
+    assert stored.data.tags["run_kind"] == "report"  # told apart from harness and bench runs
     names = {a.path for a in logged.list_artifacts(run_id)}
     assert {"report.html", "report.md", "figures"} <= names
     figures = {a.path for a in logged.list_artifacts(run_id, "figures")}
