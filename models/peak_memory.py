@@ -122,10 +122,17 @@ def umt5_peak_bytes(
     return umt5_memory(config, param_dtype, max_length, batch, host_cpu=host_cpu).peak
 
 
+def vae_parameter_count(config: WanVAEConfig) -> int:
+    """Parameters of the VAE's decoding half (``post_quant_conv`` + decoder), from abstract
+    weights."""
+    vae = nnx.eval_shape(lambda: WanVAE(config, rngs=nnx.Rngs(0)))
+    return sum(int(np.prod(p.shape)) for p in jax.tree.leaves(nnx.state(vae, nnx.Param)))
+
+
 def _vae_shapes(config: WanVAEConfig, latent_hw: tuple[int, int], batch: int, param_dtype):
     """Parameter count, feature-cache elements and the final level's channel count."""
     vae = nnx.eval_shape(lambda: WanVAE(config, rngs=nnx.Rngs(0), param_dtype=param_dtype))
-    params = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(nnx.state(vae, nnx.Param)))
+    params = vae_parameter_count(config)
     x = jax.ShapeDtypeStruct((batch, 1, *latent_hw, config.z_dim), param_dtype)
     _, caches = nnx.eval_shape(lambda v, x: v.decoder(x, None, True), vae, x)
     cache_elements = sum(int(np.prod(c.shape)) for c in caches)

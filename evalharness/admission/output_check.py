@@ -12,25 +12,24 @@ The same arithmetic names the setting to change when an I/O error happens anyway
 from __future__ import annotations
 
 import errno
+import math
 import os
 import shutil
 from pathlib import Path
 
 from evalharness.config import EvalConfig
 from evalharness.refusal import PreflightRefusal
-
-LATENT_CHANNELS = 16
+from models.video_geometry import VideoGeometry
 
 
 def run_bytes(cfg: EvalConfig, pairs: int) -> int:
     """Bytes the run writes under ``output_root`` (module docstring)."""
     res = cfg.resolution
+    video = VideoGeometry(res.frames, res.height, res.width)
     raw = res.frames * res.height * res.width * 3
     arms = 3 if cfg.noise_floor else 2
-    latents = 0
-    if cfg.save_latents:
-        latents = arms * 4 * LATENT_CHANNELS * ((res.frames - 1) // 4 + 1) * res.height * res.width
-        latents //= 64
+    # latents.npz: each arm's float32 latents.
+    latents = arms * 4 * math.prod(video.latent_shape()) if cfg.save_latents else 0
     return pairs * (2 * arms * raw + latents)
 
 

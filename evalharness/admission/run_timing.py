@@ -25,11 +25,10 @@ from evalharness.estimates import (
     rates_for,
     run_rows,
     run_work,
-    vae_parameter_count,
 )
 from kernels.policy.attention_policy import AttentionPolicy
 from models.config import SEEDED_PRESETS, WanTransformerConfig
-from models.peak_memory import umt5_parameter_count
+from models.peak_memory import umt5_parameter_count, vae_parameter_count
 from models.pipeline import forward_batch, uses_guidance
 from models.text_encoder import UMT5Config
 from models.tiny_components import TINY_UMT5_CONFIG, TINY_VAE_CONFIG
@@ -60,10 +59,10 @@ def time_of(
     video: VideoGeometry,
     target: DeviceTarget,
     devices: int,
-    policy: AttentionPolicy,
+    sparse: SparseWork | None,
 ) -> TimeEstimate:
-    """The time estimate of every arm on ``target``, from what the schedule and plan execute,
-    with the run's work outside the loops."""
+    """The time estimate of every arm on ``target``, from what the schedule and plan execute
+    (``sparse``: :func:`sparse_work`), with the run's work outside the loops."""
     pairs = len(run_pairs(cfg.prompt, cfg.seed, cfg.prompts, cfg.seeds))
     rates = rates_for(target)
     loops = estimate_time(
@@ -77,7 +76,7 @@ def time_of(
         param_dtype=cfg.model.param_dtype.value,
         dtype=cfg.dtype.value,
         devices=devices,
-        sparse=sparse_work(cfg, tcfg, policy),
+        sparse=sparse,
         forwards=samples_per_step(cfg) // samples_per_call(cfg),
         gathers=devices > 1 and cfg.model.name not in SEEDED_PRESETS,
         rates=rates,

@@ -196,7 +196,8 @@ def size_run(
     )
     notes += [chip.not_compiled] if chip.not_compiled else []
     notes += chip.notes
-    timing = time_of(cfg, tcfg, video, target, devices, policy)
+    sparse = sparse_work(cfg, tcfg, policy)
+    timing = time_of(cfg, tcfg, video, target, devices, sparse)
     shared = gpu_shared_memory(cfg, tcfg, target, problems, notes)
     # Compiling for the chip lowered every arm already (Mosaic included): no export on top.
     lower = lower and chip.compiled_by is None
@@ -216,7 +217,7 @@ def size_run(
         model_memory=model_memory if chip.memory is not None else None,
         not_compiled=chip.not_compiled,
         steps=chip.steps,
-        sparse=sparse_work(cfg, tcfg, policy),
+        sparse=sparse,
     )
 
 
@@ -227,7 +228,8 @@ def estimate_run_time(
     arm executes: no memory table, no compile (``evalharness.bench.seed_calibration``)."""
     video = VideoGeometry(cfg.resolution.frames, cfg.resolution.height, cfg.resolution.width)
     _, policy = _single_device_attends(cfg, tcfg, video)
-    return time_of(cfg, tcfg, video, target, devices, policy), sparse_work(cfg, tcfg, policy)
+    sparse = sparse_work(cfg, tcfg, policy)
+    return time_of(cfg, tcfg, video, target, devices, sparse), sparse
 
 
 def _memory_estimator(

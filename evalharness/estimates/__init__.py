@@ -14,7 +14,6 @@ from evalharness.estimates.run_time import (
     RunWork,
     run_rows,
     run_work,
-    vae_parameter_count,
 )
 from evalharness.estimates.seed_comparison import (
     CONTRADICTION,
@@ -73,7 +72,6 @@ __all__ = [
     "seed_prediction",
     "seed_row",
     "seed_table",
-    "vae_parameter_count",
     "ArmCompileError",
     "CompiledProgram",
     "CPU_RUNTIME_OVERHEAD",

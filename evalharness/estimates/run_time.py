@@ -23,7 +23,6 @@ compile for the chip (``chip_compile=step``) prints how long it took here.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -152,12 +151,6 @@ def _tile_count(
 ) -> int:
     rows, cols = _tiles(config, latent_hw, tiling)
     return len(rows) * len(cols)
-
-
-def vae_parameter_count(config: WanVAEConfig) -> int:
-    """Parameters of the decoding half (``post_quant_conv`` + decoder)."""
-    vae = nnx.eval_shape(lambda: WanVAE(config, rngs=nnx.Rngs(0)))
-    return sum(math.prod(p.shape) for p in jax.tree.leaves(nnx.state(vae, nnx.Param)))
 
 
 def run_rows(

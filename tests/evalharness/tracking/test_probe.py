@@ -1,6 +1,7 @@
 """The tracking refusal's fix matches the kind of store: the folder and its permissions for
 sqlite, host, port and credentials for a server, the PostgreSQL URI for PostgreSQL."""
 
+import contextlib
 import os
 
 import pytest
@@ -31,15 +32,22 @@ def test_each_kind_of_store_gets_its_own_fix(tmp_path):
     assert "createdb" not in fix_for("mysql+pymysql://u:p@h/d")
 
 
-@as_root
-def test_read_only_sqlite_folder_is_named_with_a_writable_path_fix(tmp_path):
+@contextlib.contextmanager
+def _read_only_folder(tmp_path):
+    """A folder this user cannot write (mode 0555), made writable again after."""
     folder = tmp_path / "ro"
     folder.mkdir()
     folder.chmod(0o555)
     try:
-        message = _refusal(f"sqlite:///{folder}/m.db")
+        yield folder
     finally:
         folder.chmod(0o755)
+
+
+@as_root
+def test_read_only_sqlite_folder_is_named_with_a_writable_path_fix(tmp_path):
+    with _read_only_folder(tmp_path) as folder:
+        message = _refusal(f"sqlite:///{folder}/m.db")
     assert f"the folder {folder} is not writable" in message
     assert "logger.tracking_uri=sqlite:////writable/path/mlflow.db" in message
     assert SERVER_ADVICE not in message and "PostgreSQL" not in message
@@ -48,13 +56,8 @@ def test_read_only_sqlite_folder_is_named_with_a_writable_path_fix(tmp_path):
 
 @as_root
 def test_sqlite_folder_that_cannot_be_created_names_the_blocking_folder(tmp_path):
-    folder = tmp_path / "ro"
-    folder.mkdir()
-    folder.chmod(0o555)
-    try:
+    with _read_only_folder(tmp_path) as folder:
         message = _refusal(f"sqlite:///{folder}/new/m.db")
-    finally:
-        folder.chmod(0o755)
     assert f"{folder}/new does not exist and cannot be created" in message
     assert f"{folder} is not writable" in message and SERVER_ADVICE not in message
 
