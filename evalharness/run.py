@@ -229,10 +229,7 @@ def _open_run(cfg: EvalConfig, primary: bool = True) -> tuple[Path, Tracker]:
         run_status.end_status(run_dir, run_status.FAILED, error=f"{type(err).__name__}: {err}")
         raise
     run_status.write_status(
-        run_dir,
-        run_status.RUNNING,
-        mlflow_run_id=getattr(tracker, "run_id", None),
-        tracking_uri=getattr(tracker, "tracking_uri", None),
+        run_dir, run_status.RUNNING, mlflow_run_id=tracker.run_id, tracking_uri=tracker.tracking_uri
     )
     return run_dir, tracker
 
