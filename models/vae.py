@@ -263,6 +263,12 @@ def _decode_tiled(vae: WanVAE, z: jax.Array, tiling: TilingConfig) -> np.ndarray
     )
 
 
+def tile_spans(extent: int, size: int, stride: int) -> list[tuple[int, int]]:
+    """``(start, length)`` of each tile along one axis of the reference's grid: a tile every
+    ``stride``, ``size`` long, the last ones cut at ``extent``."""
+    return [(start, min(size, extent - start)) for start in range(0, extent, stride)]
+
+
 def decode_in_tiles(
     decode_tile: Callable[[jax.Array], np.ndarray],
     z: jax.Array,
@@ -298,9 +304,9 @@ def decode_in_tiles(
     rows = [
         [
             decode_tile(z[:, :, i : i + lat_min_h, j : j + lat_min_w])
-            for j in range(0, w, lat_stride_w)
+            for j, _ in tile_spans(w, lat_min_w, lat_stride_w)
         ]
-        for i in range(0, h, lat_stride_h)
+        for i, _ in tile_spans(h, lat_min_h, lat_stride_h)
     ]
     out_rows = []
     for i, row in enumerate(rows):

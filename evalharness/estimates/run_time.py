@@ -32,7 +32,7 @@ from flax import nnx
 
 from models.peak_memory import umt5_parameter_count
 from models.text_encoder import UMT5Config
-from models.vae import TilingConfig, WanVAE, WanVAEConfig
+from models.vae import TilingConfig, WanVAE, WanVAEConfig, tile_spans
 
 # Host side of a run, nanoseconds per pixel of one arm's video (frames x height x width), measured
 # with ``python -m evalharness.bench.host_side`` (17 x 480 x 832, 3 rounds, medians; load 1.5).
@@ -113,44 +113,28 @@ def vae_decode_flops(
     )
     slope_first = (first_l - first_s) / (256 - 64)
     slope_later = (later_l - later_s) / (256 - 64)
-    area = _decoded_area(config, latent_hw, tiling)
-    tiles = _tile_count(config, latent_hw, tiling)
+    area, tiles = _tiled_area(config, latent_hw, tiling)
     first = tiles * (first_s - 64 * slope_first) + slope_first * area
     later = tiles * (later_s - 64 * slope_later) + slope_later * area
     return max(0.0, first) + (latent_frames - 1) * max(0.0, later)
 
 
-def _tile_spans(extent: int, size: int, stride: int) -> list[int]:
-    return [min(size, extent - start) for start in range(0, extent, stride)]
-
-
-def _tiles(config: WanVAEConfig, latent_hw: tuple[int, int], tiling: TilingConfig | None):
+def _tiled_area(
+    config: WanVAEConfig, latent_hw: tuple[int, int], tiling: TilingConfig | None
+) -> tuple[int, int]:
+    """The latent area a decode computes (tile overlaps counted twice) and its tile count, on
+    ``models.vae``'s tile grid."""
     h, w = latent_hw
     if tiling is None:
-        return [h], [w]
+        return h * w, 1
     scale = config.scale_factor_spatial
-    return (
-        _tile_spans(
-            h, tiling.tile_sample_min_height // scale, tiling.tile_sample_stride_height // scale
-        ),
-        _tile_spans(
-            w, tiling.tile_sample_min_width // scale, tiling.tile_sample_stride_width // scale
-        ),
+    rows = tile_spans(
+        h, tiling.tile_sample_min_height // scale, tiling.tile_sample_stride_height // scale
     )
-
-
-def _decoded_area(
-    config: WanVAEConfig, latent_hw: tuple[int, int], tiling: TilingConfig | None
-) -> int:
-    rows, cols = _tiles(config, latent_hw, tiling)
-    return sum(rows) * sum(cols)
-
-
-def _tile_count(
-    config: WanVAEConfig, latent_hw: tuple[int, int], tiling: TilingConfig | None
-) -> int:
-    rows, cols = _tiles(config, latent_hw, tiling)
-    return len(rows) * len(cols)
+    cols = tile_spans(
+        w, tiling.tile_sample_min_width // scale, tiling.tile_sample_stride_width // scale
+    )
+    return sum(n for _, n in rows) * sum(n for _, n in cols), len(rows) * len(cols)
 
 
 def run_rows(
