@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-# Tells harness, benchmark and report runs apart in one experiment: filter the runs table with
-# ``tags.run_kind = 'harness'`` (or 'benchmark', 'report').
+# Tells harness, benchmark, report and search runs apart in one experiment: filter the runs table
+# with ``tags.run_kind = 'harness'`` (or 'benchmark', 'report', 'search').
 RUN_KIND_TAG = "run_kind"
+SEARCH_KIND = "search"  # the parent run of ``python -m evalharness.search``
 # MLflow 3 opens an experiment in the view its ``workflowType`` URL parameter names (else the
 # browser's last choice, GenAI on a fresh profile). Its runs table shows no metric by default;
 # a shared view (MLflow's "share" feature: the experiment tag ``mlflow.sharedViewState.<key>``,
@@ -26,6 +27,14 @@ HEADLINE_COLUMNS = (
     "sparse_median_s",
 )
 UI_QUERY = f"workflowType=machine_learning&viewStateShareKey={HEADLINE_VIEW}"
+# The same view in the runs page's chart mode (``compareRunsMode`` is a display mode, not a search
+# parameter, so MLflow still loads the shared view): its first section holds the scatter charts
+# below instead of MLflow's generated parallel-coordinates chart and one chart per metric.
+CHART_QUERY = f"{UI_QUERY}&compareRunsMode=CHART"
+# (x metric, y metric) of the headline section's scatter charts: quality against speed, one point
+# per run, the run's name (model-resolution-schedule-id) in the tooltip.
+HEADLINE_SCATTERS = (("speedup", "psnr_db"), ("speedup", "psnr_worst_frame_db"))
+_HEADLINE_SECTION = "harness-headline-section"
 
 
 def headline_view_state() -> str:
@@ -39,24 +48,61 @@ def headline_view_state() -> str:
         "orderByAsc": False,
         "selectedColumns": columns,
         "columnOrder": columns,
+        "compareRunCharts": _headline_charts(),
+        "compareRunSections": [
+            {
+                "uuid": _HEADLINE_SECTION,
+                "name": "Quality vs speed",
+                "display": True,
+                "isReordered": False,
+                "deleted": False,
+                "isGenerated": False,
+            }
+        ],
+        "isAccordionReordered": True,  # keep the headline section first
     }
     return json.dumps(state)
+
+
+def _headline_charts() -> list[dict[str, Any]]:
+    """MLflow chart cards (its ``RunsChartsScatterCardConfig`` fields) of the headline section."""
+    return [
+        {
+            "uuid": f"harness-{x}-vs-{y}",
+            "type": "SCATTER",
+            "metricSectionId": _HEADLINE_SECTION,
+            "runsCountToCompare": 100,
+            "deleted": False,
+            "isGenerated": False,
+            "displayName": f"{y} vs {x}",
+            "xaxis": {"key": x, "type": "METRIC"},
+            "yaxis": {"key": y, "type": "METRIC"},
+        }
+        for x, y in HEADLINE_SCATTERS
+    ]
 
 
 def description_tags(tracker: Any, gate_outcome: str, headline: str) -> dict[str, str]:
     """The run's description on its MLflow page (``mlflow.note.content``): the gate's outcome,
     the headline line, and the link that compares the experiment's harness runs."""
-    link = experiment_link(tracker.tracking_uri, getattr(tracker, "experiment_id", None))
-    note = f"**gate {gate_outcome}**: {headline}" + (f"\n\nCompare runs: {link}" if link else "")
+    experiment_id = getattr(tracker, "experiment_id", None)
+    link = experiment_link(tracker.tracking_uri, experiment_id)
+    note = f"**gate {gate_outcome}**: {headline}"
+    if link:
+        chart = experiment_link(tracker.tracking_uri, experiment_id, charts=True)
+        note += f"\n\nCompare runs: {link}\n\nSpeedup vs PSNR chart: {chart}"
     return {"mlflow.note.content": note}
 
 
-def experiment_link(tracking_uri: str | None, experiment_id: str | None) -> str | None:
+def experiment_link(
+    tracking_uri: str | None, experiment_id: str | None, *, charts: bool = False
+) -> str | None:
     """Where the experiment's harness runs open in the MLflow UI: a URL for a server, else the
-    page's path after ``mlflow ui``'s address (None without an experiment)."""
+    page's path after ``mlflow ui``'s address (None without an experiment). ``charts`` opens the
+    chart mode, whose first section plots PSNR against speedup, a point per run."""
     if not experiment_id:
         return None
-    page = f"#/experiments/{experiment_id}/runs?{UI_QUERY}"
+    page = f"#/experiments/{experiment_id}/runs?{CHART_QUERY if charts else UI_QUERY}"
     if tracking_uri and tracking_uri.startswith(("http://", "https://")):
         return f"{tracking_uri.rstrip('/')}/{page}"
     return f"http://127.0.0.1:5000/{page} (after mlflow ui --backend-store-uri {tracking_uri})"

@@ -35,6 +35,31 @@ def test_the_shared_view_filters_sorts_and_shows_the_headline(tmp_path):
     assert ensure_experiment(client, "e") == experiment_id  # idempotent
 
 
+def test_the_shared_view_charts_psnr_against_speedup_first(tmp_path):
+    client = MlflowClient(f"sqlite:///{tmp_path / 'm.db'}")
+    experiment_id = ensure_experiment(client, "e")
+    state = json.loads(client.get_experiment(experiment_id).tags[SHARED_VIEW_TAG + HEADLINE_VIEW])
+    (section,) = state["compareRunSections"]
+    charts = state["compareRunCharts"]
+    assert [(c["type"], c["xaxis"]["key"], c["yaxis"]["key"]) for c in charts] == [
+        ("SCATTER", "speedup", "psnr_db"),
+        ("SCATTER", "speedup", "psnr_worst_frame_db"),
+    ]
+    assert {c["metricSectionId"] for c in charts} == {section["uuid"]}
+    assert section["display"] and not section["deleted"] and state["isAccordionReordered"]
+
+
+def test_the_chart_link_opens_the_same_view_in_chart_mode():
+    query = parse_qs(
+        urlsplit(experiment_link("http://h:1", "7", charts=True)).fragment.split("?")[1]
+    )
+    assert query == {
+        "workflowType": ["machine_learning"],
+        "viewStateShareKey": [HEADLINE_VIEW],
+        "compareRunsMode": ["CHART"],
+    }
+
+
 def test_a_local_store_gets_the_page_after_mlflow_ui():
     link = experiment_link("sqlite:////data/mlflow.db", "1")
     assert link.startswith("http://127.0.0.1:5000/#/experiments/1/runs?")
@@ -47,3 +72,5 @@ def test_the_description_leads_with_the_gate_outcome():
     note = description_tags(tracker, "not gated", "dense 1 s | sparse 0.5 s")["mlflow.note.content"]
     assert note.startswith("**gate not gated**: dense 1 s | sparse 0.5 s")
     assert "Compare runs: http://h:1/#/experiments/3/runs?" in note
+    assert "Speedup vs PSNR chart: http://h:1/#/experiments/3/runs?" in note
+    assert note.endswith("compareRunsMode=CHART")
