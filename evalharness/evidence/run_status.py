@@ -44,8 +44,10 @@ def _alive(pid: int, started: str | None) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # another user's process holds the pid: not ours any more
-        return False
+    except PermissionError:
+        # Another user's process holds the pid: alive, and the run's own when it started when
+        # the run's did (two users may share one output root).
+        pass
     if started is None:
         return True
     now = _process_start(pid)

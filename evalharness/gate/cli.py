@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from evalharness import exit_codes
@@ -41,6 +42,15 @@ def _the_run(client, run_id: str | None, experiment: str | None, finished_runs) 
     return runs[0]
 
 
+def _missing_sqlite_store(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI when it does not exist, else None."""
+    prefix = "sqlite:///"
+    if not uri.startswith(prefix):
+        return None
+    path = Path(uri[len(prefix) :])
+    return None if path.exists() else path
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line gate over existing MLflow runs; returns the exit code (0 passed, 1 a
     threshold missed, 2 nothing to judge: ``evalharness.exit_codes``)."""
@@ -69,6 +79,19 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             "give at least one of --min-psnr-db, --min-worst-frame-psnr-db and --min-speedup"
         )
+    default_store = Path(args.output_root).resolve() / "mlflow.db"
+    if args.tracking_uri:
+        missing = _missing_sqlite_store(args.tracking_uri)
+    else:
+        missing = None if default_store.exists() else default_store
+    if missing is not None:
+        # Opening it would create an empty store (and its folder) and then find no run.
+        print(
+            f"error: gate: no tracking store at {missing}: give the run's --output-root or "
+            "--tracking-uri (the run prints both)",
+            file=sys.stderr,
+        )
+        return exit_codes.REFUSED
     uri = args.tracking_uri or default_tracking_uri(args.output_root)
     try:
         run = _the_run(open_client(uri), args.run_id, args.experiment, finished_runs)

@@ -53,3 +53,17 @@ def test_only_running_folders_of_dead_processes_on_this_host_are_stale(tmp_path)
 
 def test_no_runs_folder_means_nothing_stale(tmp_path):
     assert list(run_status.stale_runs(tmp_path / "missing")) == []
+
+
+def test_another_users_live_process_is_not_stale(tmp_path, monkeypatch):
+    """os.kill(pid, 0) on another user's process raises PermissionError: it is alive, and the
+    run's own while its start time matches (two users may share an output root)."""
+
+    def refused(pid, signal):
+        raise PermissionError(1, "Operation not permitted")
+
+    own = _folder(tmp_path, "own")  # this process's pid and start time
+    reused = _folder(tmp_path, "reused", pid_start="1")
+    monkeypatch.setattr(run_status.os, "kill", refused)
+    assert [folder for folder, _ in run_status.stale_runs(tmp_path)] == [reused]
+    assert own.exists()

@@ -120,3 +120,13 @@ def test_a_run_without_thresholds_is_not_gated_never_passed():
     assert none.passed and not none.gated and none.outcome == "not gated"
     assert check_gate(metrics, min_psnr_db=5, min_speedup=None).outcome == "passed"
     assert check_gate(metrics, min_psnr_db=20, min_speedup=None).outcome == "failed"
+
+
+def test_a_missing_store_is_refused_without_creating_it(tmp_path, capsys):
+    missing = tmp_path / "nowhere" / "mlflow.db"
+    common = ["--experiment", "ci", "--min-speedup", "1.2"]
+    assert main([*common, "--tracking-uri", f"sqlite:///{missing}"]) == 2
+    assert f"no tracking store at {missing}" in capsys.readouterr().err
+    assert main([*common, "--output-root", str(tmp_path / "outputs")]) == 2
+    assert "--output-root" in capsys.readouterr().err
+    assert not missing.parent.exists() and not (tmp_path / "outputs").exists()
