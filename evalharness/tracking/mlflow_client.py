@@ -177,11 +177,24 @@ def ensure_experiment(
     if experiment is None or EXPERIMENT_KIND_TAG not in experiment.tags:
         # MLflow 3 opens an experiment without this tag in its GenAI view; ours compares
         # model runs (metrics, params, artifacts), its "model development" view.
-        client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+        _set_experiment_tag(client, experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
     view = headline_view_state()
     if experiment is None or experiment.tags.get(SHARED_VIEW_TAG + HEADLINE_VIEW) != view:
-        client.set_experiment_tag(experiment_id, SHARED_VIEW_TAG + HEADLINE_VIEW, view)
+        _set_experiment_tag(client, experiment_id, SHARED_VIEW_TAG + HEADLINE_VIEW, view)
     return experiment_id
+
+
+def _set_experiment_tag(client: MlflowClient, experiment_id: str, key: str, value: str) -> None:
+    """Sets an experiment tag that several processes may set at once (a multirun's jobs on one
+    server): the store inserts a missing tag, and the second insert of the same key fails on
+    the tag's primary key. The loser reads the tag back; once the row exists, setting it again
+    updates it."""
+    try:
+        client.set_experiment_tag(experiment_id, key, value)
+    except Exception:
+        if client.get_experiment(experiment_id).tags.get(key) == value:
+            return  # the other process wrote the same value
+        client.set_experiment_tag(experiment_id, key, value)
 
 
 class MlflowTracker:

@@ -74,3 +74,29 @@ def test_the_description_leads_with_the_gate_outcome():
     assert "Compare runs: http://h:1/#/experiments/3/runs?" in note
     assert "Speedup vs PSNR chart: http://h:1/#/experiments/3/runs?" in note
     assert note.endswith("compareRunsMode=CHART")
+
+
+def test_a_tag_another_process_set_first_is_not_an_error(tmp_path):
+    """Two jobs on one server tag a fresh experiment at once: the second insert of the key fails
+    in the store; the loser finds the tag set (same value) or sets it again (an update)."""
+    from evalharness.tracking.mlflow_client import _set_experiment_tag
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'm.db'}")
+    experiment_id = client.create_experiment("e")
+    real = client.set_experiment_tag
+    calls = []
+
+    def racing(eid, key, value):
+        calls.append(value)
+        if len(calls) == 1:  # the other process's insert lands first, then ours collides
+            real(eid, key, "other" if value == "ours-2" else value)
+            raise RuntimeError("duplicate key value violates unique constraint")
+        real(eid, key, value)
+
+    client.set_experiment_tag = racing
+    _set_experiment_tag(client, experiment_id, "k", "ours")  # same value: read back, done
+    assert calls == ["ours"] and client.get_experiment(experiment_id).tags["k"] == "ours"
+    calls.clear()
+    _set_experiment_tag(client, experiment_id, "k2", "ours-2")  # another value: set again
+    assert calls == ["ours-2", "ours-2"]
+    assert client.get_experiment(experiment_id).tags["k2"] == "ours-2"
