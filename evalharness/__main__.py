@@ -12,7 +12,6 @@ In a multirun every job runs; the sweep exits with the worst code of its jobs (4
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 from typing import Any
 
@@ -23,11 +22,11 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from evalharness import exit_codes
-from evalharness.admission import dry_run
+from evalharness.admission import plan_dry_run
 from evalharness.comparison import SWEEP_JOB_TAG, append_summary, failed_jobs, tag_sweep_job
-from evalharness.config import check_overrides, register_configs
+from evalharness.config import check_overrides, multirun_first, register_configs
 from evalharness.evidence import headline_row
-from evalharness.exit_codes import RunFailed, Terminated
+from evalharness.exit_codes import RunFailed
 from evalharness.refusal import PreflightRefusal
 from evalharness.run import GateFailed, run
 from evalharness.tracking import multihost
@@ -75,7 +74,7 @@ def main(cfg: DictConfig) -> float | None:
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     if cfg.dry_run:
         try:
-            code, report = dry_run(cfg)
+            planned = plan_dry_run(cfg)
         except (PreflightRefusal, *CONFIG_ERRORS) as err:
             _end(exit_codes.REFUSED, str(err), multirun)
             return None
@@ -83,10 +82,12 @@ def main(cfg: DictConfig) -> float | None:
             log.exception("the dry run failed")
             _end(exit_codes.FAILED, "the dry run failed (traceback above)", multirun)
             return None
-        print(report, flush=True)
-        if code and not multirun:
-            sys.exit(code)
-        _job_codes.append(code)
+        print(planned.report, flush=True)
+        if planned.code and not multirun:
+            sys.exit(planned.code)
+        if multirun:  # the sweep's callback prints every job's line as one table
+            append_summary(hydra_cfg.sweep.dir, {**planned.row, SWEEP_JOB_TAG: hydra_cfg.job.num})
+        _job_codes.append(planned.code)
         return None
     if multirun:
         # The sweep table is read back from MLflow by these tags, whichever process ran the job.
@@ -116,22 +117,11 @@ def cli(argv: list[str] | None = None) -> None:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(exit_codes.REFUSED)
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, exit_codes.on_signal)
-    try:
-        main()
-    except SystemExit as done:
-        # Hydra reports a config it cannot compose (an unknown group value, a wrong type) with
-        # exit 1; the job's own endings all exit through _end with their codes, never 1.
-        if done.code == 1:
-            sys.exit(exit_codes.REFUSED)
-        raise
-    except (KeyboardInterrupt, Terminated) as signalled:
-        exit_codes.clear_pending()
-        ctrl_c = isinstance(signalled, KeyboardInterrupt)
-        what = "interrupted (Ctrl-C)" if ctrl_c else "terminated (SIGTERM)"
-        print(f"error: {what}; a run folder, if one was made, says killed", file=sys.stderr)
-        sys.exit(exit_codes.INTERRUPTED if ctrl_c else exit_codes.TERMINATED)
+    # Hydra's parser takes the overrides as one run of words: ``dry_run=true -m experiment=...``
+    # would refuse the words after ``-m``. The flag means the same anywhere, so it goes first.
+    sys.argv = [sys.argv[0], *multirun_first(args)]
+    # The job's own endings all exit through _end with their codes, never 1.
+    exit_codes.run_hydra_entry(main, "a run folder, if one was made, says killed")
     code = _worst(_job_codes)
     if code:
         sys.exit(code)

@@ -15,6 +15,8 @@ It lives below every room of the harness so that each command can use it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 OK = 0
 GATE_FAILED = 1
 REFUSED = 2
@@ -66,3 +68,36 @@ def raise_pending() -> None:
 def clear_pending() -> None:
     """The signal has ended the run: nothing is left to raise."""
     _pending.clear()
+
+
+def run_hydra_entry(main: Callable[[], object], interrupted: str) -> None:
+    """Runs a ``@hydra.main`` function under the contract: SIGINT and SIGTERM end it with 130 /
+    143, and Hydra's own exit 1 (a config it cannot compose: an unknown group value, a wrong
+    type) becomes 2, since a command's own endings never use 1 from inside Hydra.
+
+    Args:
+        main: the decorated function, called without arguments (Hydra reads ``sys.argv``).
+        interrupted: what the interrupted command left, after "interrupted (Ctrl-C); " or
+            "terminated (SIGTERM); " in its message.
+
+    Raises:
+        SystemExit: with the contract's code when ``main`` was interrupted or refused; other
+            exits pass through.
+    """
+    import signal
+    import sys
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
+    try:
+        main()
+    except SystemExit as done:
+        if done.code == 1:
+            sys.exit(REFUSED)
+        raise
+    except (KeyboardInterrupt, Terminated) as signalled:
+        clear_pending()
+        ctrl_c = isinstance(signalled, KeyboardInterrupt)
+        what = "interrupted (Ctrl-C)" if ctrl_c else "terminated (SIGTERM)"
+        print(f"error: {what}; {interrupted}", file=sys.stderr)
+        sys.exit(INTERRUPTED if ctrl_c else TERMINATED)

@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from evalharness import tracking
 from evalharness.admission import admit, check_output_folders, io_hint
 from evalharness.arms import PreparedArm, rebind_arm
-from evalharness.assembly import build_components, platform_choices
+from evalharness.assembly import build_components, checkpoint_tags, pin_revision, platform_choices
 from evalharness.comparison import (
     Comparison,
     PairInputs,
@@ -115,7 +115,7 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
     multihost.join(cfg.parallel.distributed)
     # Every ``auto`` becomes this platform's concrete choice here, so the recorded config, the cache
     # key and the MLflow params name the tiles, executors and dtype that were actually run.
-    cfg = platform_choices.resolve(cfg)
+    cfg = pin_revision(platform_choices.resolve(cfg))  # a hub checkpoint's revision: its commit
     # Several processes must run one program: a mismatch fails on all of them, before any work.
     if jax.process_count() > 1:
         versions = {"code": code_version(), "jax": jax.__version__}
@@ -247,6 +247,7 @@ def _record_start(comparison: Comparison) -> None:
         **cfg.logger.tags,  # the user's (and a multirun's sweep tags); the harness's own win
         **environment_tags(),
         **run_tags(cfg),
+        **checkpoint_tags(cfg.model),
         "run_dir": str(comparison.run_dir.resolve()),
     }
     if cfg.prompts is not None or cfg.seeds is not None:

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 from reports import figures, mask_figures
 from reports.html_page import render_html
+from reports.search_section import search_section
+from reports.seed_table import seed_section
 from reports.sources import Artifacts, ReportRun, of_kind
 from reports.table3 import harness_runs, table3
 from reports.tables import Table, table1, table2
@@ -160,6 +162,7 @@ def _markdown(
     """The page in order: verdict, Pareto plot, detail tables, figures, appendix; and what is
     missing."""
     lines = _header(runs, source) + verdict_section(harness_runs(runs))
+    lines += seed_section(runs)  # our measurements beside the seed's, with seed-setting runs
     missing = [note for t in tables for note in t.notes if note.startswith("no ")]
     lines += _figure("pareto", drawn, missing)
     for table in tables:
@@ -195,7 +198,8 @@ def build_report(
     try:
         tables = [table1(runs), *table2(runs, artifacts), table3(runs)]
         drawn = _figures(client, runs, artifacts, folder / "figures", plan_run)
-        appendix = _appendix(runs, artifacts)
+        # A schedule search's front and recommendation, before the benchmarks.
+        appendix = search_section(runs, artifacts, folder / "figures") + _appendix(runs, artifacts)
     finally:
         artifacts.close()
     markdown, missing = _markdown(runs, source, tables, drawn, appendix)

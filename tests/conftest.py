@@ -9,6 +9,8 @@ import os
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # compile-only: no chip to share
+# No test reaches the Hugging Face hub: hub checkpoints are tested on caches built on disk.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import atexit  # noqa: E402
 import shutil  # noqa: E402

@@ -1,26 +1,37 @@
 """Admission: every check before a weight is read or a folder created. Preflight (time and
 memory), the run's sizing on a device target (memory table, time, Pallas budgets, lowering),
-the compile check of each arm's attention, and the dry run.
+the compile check of each arm's attention, and the dry run (alone, or a sweep's table of them).
 """
 
 from evalharness.admission import preflight
 from evalharness.admission.decision import admit
-from evalharness.admission.dry_run_report import checkpoint_optional, dry_run
+from evalharness.admission.dry_run_report import (
+    DryRunPlan,
+    checkpoint_optional,
+    dry_run,
+    plan_dry_run,
+)
+from evalharness.admission.dry_run_sweep import dry_run_table
 from evalharness.admission.kernel_checks import EXPORT_PLATFORMS
 from evalharness.admission.output_check import check_output_folders, io_hint
 from evalharness.admission.preflight import estimate_cost
+from evalharness.admission.run_timing import reusable_seconds
 from evalharness.admission.sizing import RunSizing, estimate_run_time, size_run
 
 __all__ = [
+    "DryRunPlan",
     "EXPORT_PLATFORMS",
     "RunSizing",
     "admit",
     "check_output_folders",
     "io_hint",
+    "plan_dry_run",
     "checkpoint_optional",
     "dry_run",
+    "dry_run_table",
     "estimate_cost",
     "estimate_run_time",
     "preflight",
+    "reusable_seconds",
     "size_run",
 ]

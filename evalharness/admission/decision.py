@@ -3,7 +3,8 @@
 Preflight's time estimate (cheap, first), the per-device memory table and the Pallas kernels'
 budgets on this host (``evalharness.admission.sizing``: SMEM/VMEM on a TPU, shared memory of the Pallas GPU
 tiles on an H100/H200), the attention functions, and for checkpoint models the ahead-of-time
-compile of every arm's attention (``evalharness.admission.compile_check``).
+compile of every arm's attention (``evalharness.admission.compile_check``), then every part of the
+checkpoint checked (a hub checkpoint's files downloaded, ``evalharness.assembly.checkpoint_source``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from evalharness.admission.sizing import RunSizing, quadratic_arms, size_run
 from evalharness.assembly import (
     AttentionSetup,
     build_attention,
+    fetch_checkpoint,
     nominal_kept_fraction,
     platform_choices,
     sequence_devices,
@@ -107,6 +109,8 @@ def admit(cfg: EvalConfig) -> Admission:
     attention = build_attention(cfg, geometry, tcfg)
     if cfg.model.name not in SEEDED_PRESETS:  # a checkpoint is slow to read: fail first
         _compile_ahead(cfg, tcfg, attention)
+        # Every part checked, a hub checkpoint's files downloaded: still before any folder.
+        fetch_checkpoint(cfg.model)
     memory = sizing.memory
     log.info(
         "preflight: %s tokens, attention %.0f%% of dense FLOPs, estimated %.1f min, peak %.2f GiB "

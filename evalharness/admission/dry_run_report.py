@@ -2,7 +2,8 @@
 
 Answers "will it fit, and how long will it take" on a machine without the hardware: the config is
 resolved for the target's platform (tiles, dense controls, dtype), the transformer is built from
-abstract weights (no checkpoint is read; ``model.checkpoint`` may be unset), the plans are built,
+abstract weights (no weight is read; ``model.checkpoint`` may be unset, and of a set one, a folder or
+a hub repository id, only the transformer's config is read), the plans are built,
 and :func:`evalharness.admission.sizing.size_run` gives the per-device memory table, the SMEM/VMEM budgets
 of the Pallas TPU plans or the shared memory of the Pallas GPU tiles, the ``jax.export`` lowering
 of every arm for TPU targets and of every arm but cuDNN's for GPU targets (``cuda``: the sparse
@@ -25,9 +26,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from evalharness import exit_codes
 from evalharness.admission.advice import checked_advice
+from evalharness.admission.dry_run_sweep import summary_row
 from evalharness.admission.kernel_checks import EXPORT_PLATFORMS
 from evalharness.admission.sizing import RunSizing, quadratic_arms, size_run
-from evalharness.assembly import platform_choices, transformer_config_for
+from evalharness.assembly import pin_revision, platform_choices, transformer_config_for
 from evalharness.config import ChipCompileMode, EvalConfig, to_config
 from evalharness.estimates import (
     CONTRADICTION,
@@ -47,6 +49,21 @@ from models.video_geometry import VideoGeometry
 FITS, DOES_NOT_FIT, OVER_TIME = exit_codes.OK, exit_codes.REFUSED, exit_codes.OVER_TIME
 
 
+@dataclasses.dataclass(frozen=True)
+class DryRunPlan:
+    """A dry run's outcome.
+
+    Attributes:
+        code: ``FITS`` (0), ``DOES_NOT_FIT`` (2) or ``OVER_TIME`` (3).
+        report: the Markdown report.
+        row: its line in a dry-run sweep's table (``evalharness.admission.dry_run_sweep``).
+    """
+
+    code: int
+    report: str
+    row: dict[str, Any]
+
+
 def dry_run(cfg: EvalConfig | DictConfig | dict) -> tuple[int, str]:
     """Plans the run on its target and returns (exit code, report).
 
@@ -58,8 +75,15 @@ def dry_run(cfg: EvalConfig | DictConfig | dict) -> tuple[int, str]:
         with the reasons and settings that would fit, or ``OVER_TIME`` (3) when it fits but
         the time estimate exceeds ``max_minutes``.
     """
+    planned = plan_dry_run(cfg)
+    return planned.code, planned.report
+
+
+def plan_dry_run(cfg: EvalConfig | DictConfig | dict) -> DryRunPlan:
+    """:func:`dry_run`, with the plan's line for a sweep's table."""
     started = time.perf_counter()
-    requested = to_config(checkpoint_optional(cfg))
+    # A hub checkpoint: its configs fetched (or read from the cache), the revision pinned.
+    requested = pin_revision(to_config(checkpoint_optional(cfg)))
     target = get_target(requested.target or "cpu")
     cfg = platform_choices.resolve(requested, target.platform)
     if cfg.model.checkpoint:  # read config.json only: the architecture must match the preset
@@ -78,8 +102,10 @@ def dry_run(cfg: EvalConfig | DictConfig | dict) -> tuple[int, str]:
         advice = checked_advice(requested, sizing, lambda c: _replan(c, tcfg, target, arms))
     report = _report(cfg, tcfg, sizing, problems, time.perf_counter() - started, advice)
     if problems:
-        return DOES_NOT_FIT, report
-    return (OVER_TIME if _over_time(cfg, sizing) else FITS), report
+        code = DOES_NOT_FIT
+    else:
+        code = OVER_TIME if _over_time(cfg, sizing) else FITS
+    return DryRunPlan(code, report, summary_row(cfg, tcfg, sizing, code))
 
 
 def _replan(requested: EvalConfig, tcfg: Any, target: Any, arms: tuple[str, ...]) -> RunSizing:
@@ -143,6 +169,7 @@ def _report(
         f"dense controls {kernel.dense_executor.value} (dense arm) and "
         f"{kernel.noise_floor_executor.value} (noise floor)",
         f"- device: {sizing.target.source}",
+        *_checkpoint_line(cfg),
         "",
         "## Memory per device",
         "",
@@ -178,6 +205,15 @@ def _report(
         lines += ["", "To fit (each setting applied and planned again):"]
         lines += [f"- {a}" for a in advice]
     return "\n".join(lines)
+
+
+def _checkpoint_line(cfg: EvalConfig) -> list[str]:
+    """Which checkpoint the architecture was read from (a dry run reads no weight)."""
+    model = cfg.model
+    if not model.checkpoint:
+        return []
+    commit = f" at commit {model.revision}" if model.revision else ""
+    return [f"- checkpoint {model.checkpoint}{commit}: its transformer config read, no weight"]
 
 
 def _against_the_seed(cfg: EvalConfig, tcfg: Any, sizing: RunSizing) -> list[str]:

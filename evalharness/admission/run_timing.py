@@ -20,6 +20,7 @@ from evalharness.estimates import (
     RunWork,
     SparseWork,
     TimeEstimate,
+    cpu_calibration,
     estimate_time,
     parameter_count,
     rates_for,
@@ -64,6 +65,9 @@ def time_of(
     """The time estimate of every arm on ``target``, from what the schedule and plan execute
     (``sparse``: :func:`sparse_work`), with the run's work outside the loops."""
     pairs = len(run_pairs(cfg.prompt, cfg.seed, cfg.prompts, cfg.seeds))
+    rate_source = None
+    if target.platform == "cpu":  # the rate the CPU factors were measured against, on that VM
+        target, rate_source = cpu_calibration.calibrated_target(target)
     rates = rates_for(target)
     loops = estimate_time(
         tcfg,
@@ -82,6 +86,9 @@ def time_of(
         rates=rates,
         pairs=pairs,
     )
+    recording = sparse is not None and cfg.routing_stats
+    if sparse is not None and not recording:  # no routing-recording run (``routing_stats=false``)
+        loops = dataclasses.replace(loops, runs={**loops.runs, "sparse": loops.runs["sparse"] - 1})
     dtype = cfg.dtype.value
     once, sources = run_rows(
         _run_work(cfg, tcfg, video, pairs),
@@ -90,13 +97,85 @@ def time_of(
         float32_flops_per_s=target.peak_flops["float32"],
         **_vae_rate(target),
     )
+    if target.platform == "cpu":
+        return _cpu_calibrated(cfg, loops, once, sources, recording, rate_source)
     return dataclasses.replace(loops, once=once, once_sources=sources)
+
+
+def reusable_seconds(
+    timing: TimeEstimate, arms: tuple[str, ...] = ("dense", "noise_floor")
+) -> float:
+    """Seconds of the run ``timing`` plans that a later run in the same process, of a config
+    whose ``arms`` are the same programs on the same inputs, does not spend again: compiling
+    those arms' loops and the VAE decoder (loaded from JAX's persistent compilation cache in
+    ``cpu_calibration.CACHED_LOAD_S`` each instead; a CPU plan's ``compile`` row), decoding
+    their videos (the dense-arm cache) and encoding the prompts (the text encoder's cache).
+
+    A schedule search's trials differ only in their sparse arm: its later trials reuse these.
+    """
+    once = timing.once
+    compiled = once.get("compile", {})
+    present = [arm for arm in arms if arm in timing.runs]
+    saved = sum(compiled.get(arm, 0.0) for arm in present) + compiled.get("shared", 0.0)
+    if compiled:
+        saved -= cpu_calibration.CACHED_LOAD_S * (len(present) + 1)
+    saved += sum(once.get("VAE decode", {}).get(arm, 0.0) for arm in present)
+    saved += once.get("text encoding", {}).get("shared", 0.0)
+    return max(saved, 0.0)
+
+
+def _cpu_calibrated(
+    cfg: EvalConfig,
+    loops: TimeEstimate,
+    once: dict[str, dict[str, float]],
+    sources: dict[str, str],
+    recording: bool,
+    rate_source: str | None,
+) -> TimeEstimate:
+    """A CPU's estimate with what the FLOP model leaves out, measured
+    (``evalharness.estimates.cpu_calibration``): the loops' non-matmul work and the slower
+    second control, and compiling every loop and the VAE decoder once per run."""
+    executors = {
+        "dense": cfg.kernel.dense_executor.value,
+        "noise_floor": cfg.kernel.noise_floor_executor.value,
+        "sparse": cfg.schedule.variant,
+    }
+    executors = {arm: executors[arm] for arm in loops.runs}
+    seconds = {
+        **loops.seconds,
+        cpu_calibration.OVERHEAD_ROW: cpu_calibration.overhead_row(loops.step_seconds, executors),
+    }
+    compile_row = cpu_calibration.compile_row(loops.runs, recording=recording)
+    columns = [*loops.runs, "shared"]
+    once = {**once, "compile": {c: compile_row.get(c, 0.0) for c in columns}}
+    sources = {
+        **sources,
+        "compile": (
+            "each loop once per run (the routing-recording loop with the sparse arm), the VAE "
+            f"decoder once: seconds measured for the tiny preset on {cpu_calibration.MEASURED_ON}"
+        ),
+    }
+    return dataclasses.replace(
+        loops,
+        seconds=seconds,
+        sources={
+            **loops.sources,
+            cpu_calibration.OVERHEAD_ROW: cpu_calibration.source(executors),
+            "rate": rate_source or "this host's probe",
+        },
+        once=once,
+        once_sources=sources,
+    )
 
 
 def _vae_rate(target: DeviceTarget) -> dict[str, Any]:
     """The VAE's rate: a CPU target's measured matmul efficiency, else the stated one."""
     if target.platform == "cpu":
-        efficiency, source = target.efficiency, "this host's measured matmul rate"
+        efficiency = target.efficiency * cpu_calibration.VAE_EFFICIENCY
+        source = (
+            f"{cpu_calibration.VAE_EFFICIENCY:.0%} of this host's measured matmul rate (measured "
+            "decodes, evalharness.estimates.cpu_calibration)"
+        )
     else:
         efficiency, source = VAE_EFFICIENCY, f"{VAE_EFFICIENCY:.0%} of peak (stated, unmeasured)"
     return {"vae_efficiency": efficiency, "vae_rate": source}

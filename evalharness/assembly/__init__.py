@@ -10,6 +10,11 @@ from evalharness.assembly.attention_setup import (
     pallas_options,
     sequence_devices,
 )
+from evalharness.assembly.checkpoint_source import (
+    checkpoint_tags,
+    fetch_checkpoint,
+    pin_revision,
+)
 from evalharness.assembly.components import Components, build_components, transformer_config_for
 from evalharness.assembly.platform_choices import backend_for, host_platform
 
@@ -19,9 +24,12 @@ __all__ = [
     "backend_for",
     "build_attention",
     "build_components",
+    "checkpoint_tags",
+    "fetch_checkpoint",
     "host_platform",
     "nominal_kept_fraction",
     "pallas_options",
+    "pin_revision",
     "platform_choices",
     "sequence_devices",
     "transformer_config_for",

@@ -16,13 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
+from evalharness.assembly.checkpoint_source import fetch_checkpoint, transformer_folder
 from evalharness.config import DType, ModelConfig
-from models.checkpoint import (
-    WanCheckpoint,
-    checkpoint_prompt_encoder,
-    checkpoint_vae,
-    locate_checkpoint,
-)
+from models.checkpoint import WanCheckpoint, checkpoint_prompt_encoder, checkpoint_vae
 from models.config import (
     SEEDED_PRESETS,
     WanTransformerConfig,
@@ -79,20 +75,12 @@ class Components:
         return frames
 
 
-def _checkpoint(model: ModelConfig) -> WanCheckpoint:
-    if not model.checkpoint:
-        raise ValueError(
-            f"model={model.name} needs its weights: set model.checkpoint=/path/to/"
-            "Wan2.1-T2V-*-Diffusers (a diffusers-format folder), or use model=tiny"
-        )
-    return locate_checkpoint(model.checkpoint)
-
-
 def transformer_config_for(model: ModelConfig) -> WanTransformerConfig:
     """The transformer architecture a run will use, without reading any weight.
 
-    For a checkpoint, the folder is checked completely first (every missing part named), and its
-    ``config.json`` must agree with the named preset.
+    For a checkpoint folder, the folder is checked completely first (every missing part named);
+    of a hub checkpoint only the configs are fetched (the weights come before the run starts,
+    ``checkpoint_source.fetch_checkpoint``). The ``config.json`` must agree with the named preset.
     """
     if model.name in SEEDED_PRESETS:
         if model.checkpoint:
@@ -101,7 +89,8 @@ def transformer_config_for(model: ModelConfig) -> WanTransformerConfig:
             )
         return get_transformer_config(model.name)
     preset = get_transformer_config(model.name)
-    found = read_diffusers_config(_checkpoint(model).transformer, text_len=preset.text_len)
+    folder = transformer_folder(model) or fetch_checkpoint(model).transformer
+    found = read_diffusers_config(folder, text_len=preset.text_len)
     differences = config_differences(preset, found)
     if differences:
         detail = ", ".join(f"{f}: preset {a!r} vs checkpoint {b!r}" for f, a, b in differences)
@@ -248,7 +237,7 @@ def _checkpoint_components(
 ) -> Components:
     """A Wan preset read from its checkpoint folder, sharded onto the mesh as it is read."""
     param_dtype, compute = dtypes
-    checkpoint = _checkpoint(model)
+    checkpoint = fetch_checkpoint(model)
     cfg = transformer_config_for(model)
     log.info("loading %s from %s", model.name, checkpoint.root)
     shardings = None

@@ -190,7 +190,8 @@ def compare_pair(
     else:
         dense = cached
     sparse = arms["sparse"].result(times["sparse"])
-    progress.event(f"{out.label}routing statistics".strip())
+    if cfg.routing_stats:
+        progress.event(f"{out.label}routing statistics".strip())
     stats, routing_check = _routing_statistics(comparison, sparse, inputs)
     progress.event(f"{out.label}decode and quality".strip())
     decode_arm(sparse, comparison.components.decode)
@@ -251,14 +252,15 @@ def _dense_arms(
 def _routing_statistics(
     comparison: Comparison, sparse: ArmResult, inputs: PairInputs
 ) -> tuple[RoutingStats | None, dict[str, float]]:
-    """When any step routes: one more, untimed run that records the routing, and how far its
-    latents are from the timed sparse arm's (they must agree: the statistics describe that run).
+    """When any step routes (and ``routing_stats`` is on): one more, untimed run that records the
+    routing, and how far its latents are from the timed sparse arm's (they must agree: the
+    statistics describe that run).
 
     Raises:
         RuntimeError: the recorded run's latents differ from the sparse arm's beyond rounding.
     """
     attention = comparison.attention
-    if attention.recording is None:
+    if attention.recording is None or not comparison.cfg.routing_stats:
         return None, {}
     # A separate run records routing, so recording never slows the timed sparse arm. Each run
     # overwrites every sparse (step, layer) cell of the recorder, so a rebound run needs no reset.

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, open_dict
 
+from evalharness.admission import dry_run_table
 from evalharness.evidence import headline_columns
 from evalharness.formatting import markdown_table
 
@@ -142,7 +143,7 @@ class SweepSummary(Callback):
         sweep_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
         (folder / SWEEP_ID_FILE).write_text(sweep_id + "\n")
         _failed.clear()
-        if config.logger.kind == "mlflow":
+        if config.logger.kind == "mlflow" and not config.dry_run:  # a dry run logs nothing
             # The store's tables and the experiment exist before jobs in several processes
             # open it at once (a fresh sqlite database would race on its schema migration).
             from evalharness.tracking import (
@@ -166,6 +167,9 @@ class SweepSummary(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """Prints the table of the jobs' rows, writes ``summary.md`` and records failed jobs."""
         folder = Path(config.hydra.sweep.dir)
+        if config.dry_run:
+            _print_dry_runs(folder)
+            return
         if config.logger.kind == "mlflow":
             sweep_id = read_sweep_id(folder)
             uri = _tracking_uri(config)
@@ -190,3 +194,16 @@ class SweepSummary(Callback):
                 _failed.append(f"job {row.get(SWEEP_JOB_TAG)} ({row.get('schedule')})")
         if _failed:
             print("failed (gate or run): " + ", ".join(_failed), flush=True)
+
+
+def _print_dry_runs(folder: Path) -> None:
+    """A dry-run sweep's table (each job wrote its line): fit, time and the seed's figures."""
+    path = folder / SUMMARY_FILE
+    lines = path.read_text().splitlines() if path.is_file() else []
+    rows = [json.loads(line) for line in lines if line.strip()]
+    if not rows:
+        log.warning("no dry run of this multirun planned a job (%s)", path)
+        return
+    table = dry_run_table(rows)
+    (folder / "summary.md").write_text(table + "\n")
+    print(f"\nDry-run sweep ({len(rows)} jobs, from {path}):\n{table}\n", flush=True)

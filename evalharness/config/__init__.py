@@ -2,7 +2,7 @@
 the (prompt, seed) pairs a run compares. Imports nothing else of the harness.
 """
 
-from evalharness.config.overrides import check_overrides
+from evalharness.config.overrides import check_overrides, multirun_first
 from evalharness.config.pairs import BUILT_IN_SUITES, Pair, load_prompts, run_pairs
 from evalharness.config.resolutions import (
     RESOLUTION_DIR,
@@ -39,6 +39,7 @@ from evalharness.config.schemas import (
 
 __all__ = [
     "check_overrides",
+    "multirun_first",
     "BUILT_IN_SUITES",
     "ComputeDType",
     "DType",

@@ -87,3 +87,14 @@ def check_overrides(args: list[str]) -> str | None:
         if problem:
             return f"{problem} (in {arg!r}; nothing was run)"
     return None
+
+
+# Hydra's flags that take no value and may stand anywhere on the command line.
+_MULTIRUN_FLAGS = ("-m", "--multirun")
+
+
+def multirun_first(args: list[str]) -> list[str]:
+    """``args`` with ``-m``/``--multirun`` moved to the front, the rest in order (Hydra's parser
+    reads the overrides as one run of words, so an override before ``-m`` would split them)."""
+    flags = [a for a in args if a in _MULTIRUN_FLAGS]
+    return [*flags, *(a for a in args if a not in _MULTIRUN_FLAGS)]

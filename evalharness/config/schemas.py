@@ -140,13 +140,18 @@ class ModelConfig:
         name: preset name: ``tiny`` (seeded weights with planted spatial and temporal heads, no
             checkpoint, ``models.planted_heads``), ``tiny-random`` (the same, purely random),
             ``wan2.1-t2v-1.3b`` or ``wan2.1-t2v-14b``.
-        checkpoint: a diffusers-format ``Wan2.1-T2V-*-Diffusers`` folder (required for Wan presets).
+        checkpoint: a diffusers-format ``Wan2.1-T2V-*-Diffusers`` folder, or a hub repository id
+            (``Wan-AI/Wan2.1-T2V-1.3B-Diffusers``, fetched into the huggingface_hub cache;
+            ``models.hub``); required for Wan presets.
+        revision: a hub checkpoint's branch, tag or commit (None: ``main``); a run replaces it
+            with the commit it resolved to, which the config, MLflow and the cache key record.
         param_dtype: dtype of the weights.
         seed: seed of the random weights of the ``tiny`` preset.
     """
 
     name: str = "tiny"
     checkpoint: str | None = None
+    revision: str | None = None
     param_dtype: DType = DType.float32
     seed: int = 0
 
@@ -298,6 +303,10 @@ class EvalConfig:
     dtype: ComputeDType = ComputeDType.auto
     warm_runs: int = 3
     noise_floor: bool = True
+    # One more, untimed sparse run per pair that records the routing (routing_stats.npz, the
+    # heatmap, ``routing_temporal_fraction``); it changes no timing or quality metric. A schedule
+    # search turns it off for its trials (``search.routing_stats``).
+    routing_stats: bool = True
     # latents.npz in the run folder: every arm's final float32 latents (to re-decode or compare
     # runs bit for bit; 77 MB an arm at 1440p, so off by default).
     save_latents: bool = False

@@ -16,8 +16,10 @@ for (and ``max_minutes`` limits):
 The VAE decoder's FLOPs are XLA's own count (``Lowered.cost_analysis``) of one latent frame's
 decode (the first frame and a later one differ) at two small sizes; a convolution's FLOPs are
 linear in its area, so the two points give them at any size without building the full-size
-program. Compile time is not a row: it depends on the compiler's machine, and the dry run's own
-compile for the chip (``chip_compile=step``) prints how long it took here.
+program. On an accelerator compile time is not a row: it depends on the compiler's machine, and the
+dry run's own compile for the chip (``chip_compile=step``) prints how long it took here. On a CPU
+the planner adds it, with the loops' non-matmul work and the slower second control, as measured
+(``evalharness.estimates.cpu_calibration``, ``evalharness.admission.run_timing``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The dense arm's cache key: every input that changes its latents, and nothing else.
 
 A sweep over sparse schedules computes the dense control once; any change of model (every
-checkpoint part, by content), resolution, steps, seed, prompts, guidance, dtype, dense executor,
+checkpoint part, by content, and a hub checkpoint's commit), resolution, steps, seed, prompts, guidance, dtype, dense executor,
 devices used, per-step callback, code (``models/``, ``kernels/``, ``evalharness/``) or environment
 (CPU model, accelerator, XLA flags, jax/jaxlib/flax versions) gives a new key. Timing is not an
 input: every run times its arms afresh (``evalharness.run``).
@@ -42,6 +42,25 @@ def code_files(root: str | Path | None = None) -> list[Path]:
     )
 
 
+# Set by :func:`pin_code_version`: this repository's code version for the rest of the process.
+_PINNED_CODE: list[str] = []
+
+
+def pin_code_version() -> str:
+    """Hashes this repository now and keeps that version for the rest of the process.
+
+    A long process that runs many runs (a schedule search) runs the code it imported when it
+    started; edits made to the working tree meanwhile do not change what it runs, so they must
+    not change its dense-arm cache keys (every trial would miss the first one's entry).
+
+    Returns:
+        The pinned version.
+    """
+    _PINNED_CODE.clear()
+    _PINNED_CODE.append(code_version())
+    return _PINNED_CODE[0]
+
+
 def code_version(root: str | Path | None = None) -> str:
     """Hash of the source files of :func:`code_files` (their paths and contents): works without
     git, changes with any edit, addition, removal or rename.
@@ -49,6 +68,8 @@ def code_version(root: str | Path | None = None) -> str:
     Args:
         root: the repository root whose tree is hashed (default: this repository).
     """
+    if root is None and _PINNED_CODE:
+        return _PINNED_CODE[0]
     root = Path(root) if root is not None else _REPO_ROOT
     digest = hashlib.sha256()
     for path in code_files(root):
@@ -163,6 +184,9 @@ def dense_arm_fields(
     """
     return {
         "model": identity,
+        # A hub checkpoint's commit (``model.revision`` once the run pinned it), beside the
+        # content in ``identity``; None for a folder or a seeded preset.
+        "checkpoint_revision": cfg.model.revision,
         "param_dtype": cfg.model.param_dtype,
         "dtype": cfg.dtype,
         "resolution": [cfg.resolution.frames, cfg.resolution.height, cfg.resolution.width],

@@ -24,7 +24,12 @@ from evalharness.tracking.mlflow_client import (
 from evalharness.tracking.multihost import to_host
 from evalharness.tracking.probe import TrackingUnavailable, check_tracking
 from evalharness.tracking.store import open_client
-from evalharness.tracking.ui_view import RUN_KIND_TAG, description_tags, experiment_link
+from evalharness.tracking.ui_view import (
+    RUN_KIND_TAG,
+    SEARCH_KIND,
+    description_tags,
+    experiment_link,
+)
 
 __all__ = [
     "MlflowTracker",
@@ -46,6 +51,7 @@ __all__ = [
     "multihost",
     "open_client",
     "RUN_KIND_TAG",
+    "SEARCH_KIND",
     "experiment_link",
     "run_tags",
     "to_host",

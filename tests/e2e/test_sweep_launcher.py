@@ -73,6 +73,7 @@ def test_sweep_table_from_mlflow_names_failed_jobs(tmp_path, capsys):
             "hydra": {"sweep": {"dir": str(tmp_path / "multirun")}},
             "logger": {"kind": "mlflow", "tracking_uri": None, "experiment_name": "evalharness"},
             "output_root": str(tmp_path / "o"),
+            "dry_run": False,
         }
     )
     callback = sweep.SweepSummary()

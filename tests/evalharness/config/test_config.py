@@ -75,6 +75,7 @@ def _expected_params(tmp_path) -> dict:
     return {
         "model.name": "tiny",
         "model.checkpoint": None,
+        "model.revision": None,
         "model.param_dtype": "float32",
         "model.seed": 0,
         "resolution.name": "cpu",
@@ -122,6 +123,7 @@ def _expected_params(tmp_path) -> dict:
         "dtype": "float32",
         "warm_runs": 3,
         "noise_floor": True,
+        "routing_stats": True,
         "save_latents": False,
         "reuse_dense_timing": False,
         "negative_control": "none",

@@ -109,6 +109,7 @@ def test_dense_arm_key_fields(cfg, env):
     fields = dense_arm_fields(cfg, IDENTITY, SHIFT)
     assert list(fields) == [
         "model",
+        "checkpoint_revision",
         "param_dtype",
         "dtype",
         "resolution",
@@ -177,6 +178,7 @@ def _config_flips(cfg):
     k = cfg.kernel
     return [
         ("model.param_dtype", other_choice(cfg.model.param_dtype, list(DType))),
+        ("model.revision", "0123456789abcdef0123456789abcdef01234567"),  # a hub commit
         ("dtype", other_choice(cfg.dtype, [ComputeDType.float32, ComputeDType.bfloat16])),
         ("resolution.frames", cfg.resolution.frames + 4),
         ("resolution.height", cfg.resolution.height + 16),

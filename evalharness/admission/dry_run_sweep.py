@@ -1,0 +1,76 @@
+"""A dry-run sweep's table: one line per job, the planned fit and time beside the seed's figures.
+
+``python -m evalharness -m dry_run=true experiment=seed_720p,seed_1080p,seed_1440p`` plans each
+job (``evalharness.admission.dry_run_report``), and each job's line lands in the sweep's summary
+file; the multirun's callback (``evalharness.comparison.sweep.SweepSummary``) prints them as
+one table: the verdict (fits, does not fit, over ``max_minutes``), the peak per device, the
+estimated minutes, and for a job in the seed's setting (14B on ``tpu-v6e-8`` at 720p / 1080p /
+1440p) the seed's measured loop times and speedup beside our estimate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from evalharness import exit_codes
+from evalharness.config import EvalConfig
+from evalharness.estimates import in_seed_setting, rates_for, seed_prediction, seed_row
+from evalharness.formatting import markdown_table
+
+VERDICTS = {
+    exit_codes.OK: "fits",
+    exit_codes.REFUSED: "does not fit",
+    exit_codes.OVER_TIME: "fits, over max_minutes",
+}
+# The seed's figures a row carries (``evalharness.estimates.seed_comparison``), by column.
+_SEED_KEYS = ("dense_s", "sparse_s", "speedup")
+COLUMNS = (
+    ("job", "sweep_job", "{}"),
+    ("model", "model", "{}"),
+    ("resolution", "resolution", "{}"),
+    ("schedule", "schedule", "{}"),
+    ("target", "target", "{}"),
+    ("verdict", "verdict", "{}"),
+    ("peak GiB / device", "peak", "{}"),
+    ("est. minutes", "minutes", "{:,.1f}"),
+    ("max_minutes", "max_minutes", "{:g}"),
+    ("dense loop s seed / ours", "dense_s", "{}"),
+    ("sparse loop s seed / ours", "sparse_s", "{}"),
+    ("speedup seed / ours", "speedup", "{}"),
+)
+
+
+def summary_row(cfg: EvalConfig, tcfg: Any, sizing: Any, code: int) -> dict[str, Any]:
+    """One job's line: what was planned, the verdict, and the loop times beside the seed's.
+
+    Args:
+        cfg: the job's config, resolved for the target.
+        tcfg: the transformer architecture.
+        sizing: the job's ``RunSizing`` on the target.
+        code: the dry run's exit code.
+    """
+    memory, gib = sizing.memory, 2**30
+    peak = max(memory.peak(arm) for arm in memory.arms)
+    row: dict[str, Any] = {
+        "model": cfg.model.name,
+        "resolution": cfg.resolution.name,
+        "schedule": cfg.schedule.name,
+        "target": sizing.target.name,
+        "verdict": VERDICTS.get(code, f"exit {code}"),
+        "peak": f"{peak / gib:.2f} / {memory.device_bytes / gib:.2f}",
+        "minutes": sizing.timing.total_minutes,
+        "max_minutes": cfg.max_minutes,
+    }
+    ours = seed_prediction(sizing.timing, sizing.sparse, tcfg, rates_for(sizing.target))
+    ours = {key: ours[key] for key in _SEED_KEYS}
+    if in_seed_setting(cfg.model.name, sizing.target.name, cfg.resolution.name):
+        cells = seed_row(cfg.resolution.name, ours)
+        return row | {key: cells[key] for key in _SEED_KEYS}
+    return row | {key: f"- / {value:,.2f}" for key, value in ours.items()}
+
+
+def dry_run_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The sweep's dry runs as a Markdown table, job by job."""
+    ordered = sorted(rows, key=lambda row: row.get("sweep_job", -1))
+    return markdown_table(ordered, COLUMNS)

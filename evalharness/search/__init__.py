@@ -1,0 +1,51 @@
+"""The schedule search: ``python -m evalharness.search`` runs a multi-objective Optuna study over
+the sparsity schedule's knobs (maximize speedup and PSNR, the gate's thresholds as constraints),
+each trial a whole run nested under one MLflow parent, and writes the front and the recommended
+schedule (``docs/search.md``).
+"""
+
+from evalharness.search.front import (
+    KNOBS,
+    TrialPoint,
+    feasible_front,
+    pareto_front,
+    recommend,
+    uncovered_references,
+    unmet_message,
+)
+from evalharness.search.objectives import Reading, objective_values, readings, thresholds
+from evalharness.search.schedule_yaml import schedule_text, write_schedule
+from evalharness.search.settings import (
+    FloatRange,
+    SearchConfig,
+    check_search,
+    register_search_configs,
+    split_search,
+    unknown_search_key,
+)
+from evalharness.search.study_run import SearchResult, dry_run_search, run_search
+
+__all__ = [
+    "KNOBS",
+    "FloatRange",
+    "Reading",
+    "SearchConfig",
+    "SearchResult",
+    "TrialPoint",
+    "check_search",
+    "dry_run_search",
+    "feasible_front",
+    "objective_values",
+    "pareto_front",
+    "readings",
+    "recommend",
+    "register_search_configs",
+    "run_search",
+    "schedule_text",
+    "split_search",
+    "thresholds",
+    "uncovered_references",
+    "unknown_search_key",
+    "unmet_message",
+    "write_schedule",
+]

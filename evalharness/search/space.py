@@ -1,0 +1,106 @@
+"""The search space: a trial's knobs from Optuna's sampler within ``search.*`` bounds, the named
+schedules queued as the first trials (reference points), and the sampler itself.
+
+TPE (Optuna's multi-objective TPE, constrained by each trial's ``set_constraint``) rather than NSGA-II, Optuna's
+multi-objective default: NSGA-II's first generation (50 trials by default) is random, which at a
+dozen trials is a random search; TPE models the trials after a few random ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from omegaconf import OmegaConf
+
+from evalharness.search.front import KNOBS
+from evalharness.search.settings import SearchConfig, within_bounds
+from kernels.policy import SparsitySchedule
+
+if TYPE_CHECKING:
+    import optuna
+
+log = logging.getLogger(__name__)
+
+REFERENCE_ATTR = "reference"
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+
+
+def suggest(trial: optuna.Trial, search: SearchConfig) -> dict[str, Any]:
+    """The trial's knobs (:data:`~evalharness.search.front.KNOBS`), on each range's grid."""
+    knobs: dict[str, Any] = {}
+    for name in ("density", "first_times_fp", "first_layers_fp"):
+        knob = getattr(search, name)
+        value = trial.suggest_float(name, knob.low, knob.high, step=knob.step)
+        knobs[name] = round(value, 6)
+    knobs["routing_samples"] = trial.suggest_categorical(
+        "routing_samples", list(search.routing_samples)
+    )
+    knobs["variant"] = trial.suggest_categorical("variant", list(search.variant))
+    return knobs
+
+
+def named_schedule(name: str, conf_dir: Path = CONF_DIR) -> SparsitySchedule:
+    """A schedule of ``conf/schedule/<name>.yaml``, read without Hydra.
+
+    Raises:
+        FileNotFoundError: no such schedule (the message lists those there are).
+    """
+    path = conf_dir / "schedule" / f"{name}.yaml"
+    if not path.is_file():
+        names = sorted(p.stem for p in path.parent.glob("*.yaml"))
+        raise FileNotFoundError(
+            f"search.reference names {name!r}, but there is no {path}; use one of {names}, or "
+            "search.reference=[] for none"
+        )
+    values = OmegaConf.to_container(OmegaConf.load(path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the dense schedule's "never sparse"
+        return SparsitySchedule.from_mapping(values)
+
+
+def reference_trials(search: SearchConfig) -> list[tuple[str, dict[str, Any]]]:
+    """The named schedules to run first, as (name, knobs); those outside the bounds (or not
+    sparse) are skipped with a warning saying which knob is outside."""
+    out = []
+    for name in search.reference:
+        schedule = named_schedule(name)
+        outside = within_bounds(search, schedule)
+        if not schedule.sparse or outside:
+            why = "; ".join(outside) or "it is not sparse"
+            log.warning("search.reference: %s is not a point of the search space (%s)", name, why)
+            continue
+        knobs = {k: getattr(schedule, k) for k in KNOBS}
+        knobs["variant"] = str(knobs["variant"])
+        out.append((name, knobs))
+    return out
+
+
+def enqueue_references(study: optuna.Study, search: SearchConfig) -> list[str]:
+    """Queues the reference schedules as the study's first trials; returns their names."""
+    queued = []
+    for name, knobs in reference_trials(search):
+        study.enqueue_trial(knobs, user_attrs={REFERENCE_ATTR: name}, skip_if_exists=True)
+        queued.append(name)
+    return queued
+
+
+def make_sampler(search: SearchConfig) -> optuna.samplers.BaseSampler:
+    """Optuna's TPE sampler seeded by ``search.sampler_seed``; it reads the gate's constraints
+    that each trial sets (``Trial.set_constraint``, Optuna 5's successor of ``constraints_func``).
+
+    A third of the trials (at least 4, at most TPE's default 10) are random before TPE models
+    them, so a small budget still explores.
+    """
+    import optuna
+
+    startup = min(10, max(4, search.trials // 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(
+            seed=search.sampler_seed,
+            n_startup_trials=startup,
+            multivariate=True,
+        )

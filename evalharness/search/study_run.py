@@ -1,0 +1,448 @@
+"""``run_search(cfg)``: the study from its first trial to its answer, as a plain function the CLI
+and the tests call.
+
+Order: the search section and the run's config are checked (a bad value refuses before any work);
+the time plan is made and a search over ``max_minutes`` is refused; the study is created or
+resumed; the named schedules are queued first; then trial after trial (ask, run, tell), each
+committed to Optuna's storage and the answer's files rewritten before the next one starts. Ctrl-C
+or SIGTERM marks the running trial interrupted (a resume runs it again), closes the parent run as
+KILLED and goes on up as the exit code says.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from omegaconf import DictConfig
+
+from evalharness import exit_codes
+from evalharness.assembly import platform_choices
+from evalharness.config import EvalConfig, to_config, token_geometry
+from evalharness.evidence import pin_code_version
+from evalharness.exit_codes import Terminated
+from evalharness.refusal import PreflightRefusal
+from evalharness.search import storage
+from evalharness.search.front import unmet_message
+from evalharness.search.objectives import PSNR, objective_values, readings, thresholds
+from evalharness.search.parent import NoParent, ParentRun, open_parent
+from evalharness.search.plan import SearchPlan, make_plan
+from evalharness.search.settings import SearchConfig, search_dict, split_search
+from evalharness.search.space import REFERENCE_ATTR, enqueue_references, make_sampler, suggest
+from evalharness.search.summary import (
+    FLOOR_ATTR,
+    READINGS_ATTR,
+    RUN_DIR_ATTR,
+    RUN_ID_ATTR,
+    Answer,
+    points_from_study,
+    write_answer,
+)
+from evalharness.search.trials import (
+    PARENT_TAG,
+    SEARCH_TAG,
+    TRIAL_TAG,
+    TrialOutcome,
+    enable_compile_cache,
+    run_trial,
+    trial_config,
+)
+from kernels.plans.block_sizes import BlockSizes
+from kernels.policy.schedule import SparsitySchedule
+from models.video_geometry import VideoGeometry
+
+if TYPE_CHECKING:
+    import optuna
+
+log = logging.getLogger(__name__)
+
+INTERRUPTED_ATTR = "interrupted"
+CODE_ATTR = "exit_code"
+ERROR_ATTR = "error"
+PARENT_ATTR = "mlflow_parent_run_id"
+REQUEUED_ATTR = "requeued_trials"
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """How the search ended.
+
+    Attributes:
+        answer: the front, the recommendation and their files.
+        code: the exit code: 0 a trial met every threshold; 1 none did (``message`` says the best
+            value each threshold reached); 2 a trial was refused, 4 a trial failed while running
+            (the other trials ran; the worst code wins, as in a multirun).
+        message: the closing line.
+    """
+
+    answer: Answer
+    code: int
+    message: str
+    psnr_label: str = "psnr_db_mean"
+    schedule_name: str = ""
+
+
+@dataclass
+class Search:
+    """One invocation of a search, filled in as it goes.
+
+    Attributes:
+        search: the search section.
+        run_cfg: the run's config without ``search``.
+        name: the study's name.
+        folder: the study's folder.
+        statistic: the PSNR statistic (``mean``, ``lcb``, ``worst``).
+        limits: the gate's thresholds by metric.
+        codes: each trial's exit code in this invocation.
+        stopped: why the search stopped before ``search.trials`` (its revised time over
+            ``max_minutes``), None when it did not.
+    """
+
+    search: SearchConfig
+    run_cfg: DictConfig
+    name: str
+    folder: Path
+    statistic: str
+    limits: dict[str, float]
+    codes: list[int] = field(default_factory=list)
+    stopped: str | None = None
+
+    @property
+    def psnr_label(self) -> str:
+        """The PSNR objective's metric, e.g. ``psnr_db_lcb``."""
+        return f"{PSNR}_{self.statistic}"
+
+    @property
+    def schedule_name(self) -> str:
+        """The recommended schedule's name."""
+        return self.search.schedule_name or f"searched-{self.name}"
+
+
+def prepare(cfg: DictConfig | dict) -> Search:
+    """Checks the search section and the run's config; names the study.
+
+    Raises:
+        ValueError: a bad search or run setting (nothing was run).
+        PreflightRefusal: a resume with nothing to resume.
+    """
+    search, run_cfg = split_search(cfg)
+    base = to_config(run_cfg)  # every run setting checked as a run would, before any trial
+    check_density_floor(search, base)
+    name = storage.study_name_for(search.study_name, base.output_root, search.resume)
+    statistic = str(search.statistic or base.gate.on)
+    limits = thresholds(base.gate)
+    folder = storage.searches_root(base.output_root) / name
+    return Search(search, run_cfg, name, folder, statistic, limits)
+
+
+def check_density_floor(search: SearchConfig, base: EvalConfig) -> None:
+    """Refuses a density range whose low end this run's geometry cannot run: a band narrower
+    than one tile is refused by every trial that draws it (each would end the search with code 2
+    for a point the search itself chose).
+
+    Raises:
+        ValueError: ``search.density.low`` too small; the message names the smallest grid value
+            the geometry and tiles allow, or says that none does.
+    """
+    resolved = platform_choices.resolve(base)
+    video = VideoGeometry(base.resolution.frames, base.resolution.height, base.resolution.width)
+    geometry = token_geometry(video)
+    tiles = BlockSizes(resolved.kernel.block_q, resolved.kernel.block_kv)
+    knob = search.density
+    steps = round((knob.high - knob.low) / knob.step) if knob.step else 0
+    first_error = None
+    for i in range(steps + 1):
+        density = round(knob.low + i * knob.step, 6)
+        try:
+            probe = SparsitySchedule("density-floor", first_times_fp=0.0, density=density)
+            probe.validate(geometry, tiles)
+        except ValueError as err:
+            first_error = first_error or err
+            continue
+        if first_error is not None:
+            raise ValueError(
+                f"search.density.low={knob.low:g}: {first_error}. The smallest density on the "
+                f"search's grid this run allows is {density:g}: set search.density.low={density:g}"
+            )
+        return
+    raise ValueError(
+        f"search.density={knob.low:g}..{knob.high:g}: no value on its grid can run here "
+        f"({first_error}); raise search.density.high or use smaller kernel tiles"
+    )
+
+
+def dry_run_search(cfg: DictConfig | dict) -> tuple[int, str]:
+    """The plan, printed before anything runs: 0 within ``max_minutes``, 3 over it."""
+    s = prepare(cfg)
+    done = 0
+    if s.search.resume:
+        done = _finished_in_storage(s)
+    plan = make_plan(s.run_cfg, s.search, done, to_config(s.run_cfg).max_minutes)
+    lines = [f"# Search plan: study {s.name}", "", *plan.lines()]
+    return (exit_codes.OK if plan.within else exit_codes.OVER_TIME), "\n".join(lines)
+
+
+def _finished_in_storage(s: Search) -> int:
+    import optuna
+
+    url = storage.storage_url(s.search.storage, _logger(s).tracking_uri, s.folder)
+    study = optuna.load_study(study_name=s.name, storage=url)
+    return _finished(study)
+
+
+def _logger(s: Search) -> Any:
+    return to_config(s.run_cfg).logger
+
+
+def _finished(study: optuna.Study) -> int:
+    """Trials that count towards ``search.trials``: completed, or failed other than by an
+    interruption."""
+    import optuna
+
+    count = 0
+    for t in study.get_trials(deepcopy=False):
+        if t.state == optuna.trial.TrialState.COMPLETE:
+            count += 1
+        elif t.state == optuna.trial.TrialState.FAIL and not t.user_attrs.get(INTERRUPTED_ATTR):
+            count += 1
+    return count
+
+
+def run_search(cfg: DictConfig | dict) -> SearchResult:
+    """Runs the search and returns how it ended (:class:`SearchResult`).
+
+    Raises:
+        PreflightRefusal: over ``max_minutes``, a taken study name, unusable storage (exit 2).
+        ValueError: a bad setting (exit 2).
+        KeyboardInterrupt, Terminated: interrupted; the study keeps its finished trials.
+    """
+    s = prepare(cfg)
+    s.folder.mkdir(parents=True, exist_ok=True)
+    logger = _logger(s)
+    url = storage.storage_url(s.search.storage, logger.tracking_uri, s.folder)
+    study = storage.open_study(s.name, url, make_sampler(s.search), resume=s.search.resume)
+    plan = make_plan(s.run_cfg, s.search, _finished(study), to_config(s.run_cfg).max_minutes)
+    if not plan.within:
+        raise PreflightRefusal(f"search {s.name}: {plan.refusal()}")
+    print("\n".join([f"search {s.name} (storage {url.split('?')[0]})", *plan.lines()]), flush=True)
+    enable_compile_cache(to_config(s.run_cfg).cache_dir)
+    # The trials run the code imported now: edits to the working tree meanwhile (another
+    # developer's) must not make every trial miss the first one's dense-arm cache entry.
+    pin_code_version()
+    output_root = Path(to_config(s.run_cfg).output_root)
+    parent = open_parent(
+        logger.kind,
+        logger.tracking_uri,
+        logger.experiment_name,
+        output_root,
+        s.name,
+        study.user_attrs.get(PARENT_ATTR),
+    )
+    if parent.run_id is not None:
+        study.set_user_attr(PARENT_ATTR, parent.run_id)
+    _record_start(s, study, parent, plan, url)
+    try:
+        _trials(s, study, parent, plan, time.perf_counter())
+    except BaseException as err:
+        _answer(s, study, parent)
+        interrupted = isinstance(err, KeyboardInterrupt | Terminated)
+        parent.set_tags({"error": f"{type(err).__name__}: {err}"[:5000]})
+        parent.finish("KILLED" if interrupted else "FAILED")
+        raise
+    answer = _answer(s, study, parent)
+    parent.finish("FINISHED")
+    return _verdict(s, answer)
+
+
+def _record_start(
+    s: Search, study: optuna.Study, parent: ParentRun | NoParent, plan: SearchPlan, url: str
+) -> None:
+    """``search.json`` (settings, storage, parent run), the parent's params and tags, and the
+    named schedules queued on a fresh study, or interrupted trials queued again on a resume."""
+    info = {
+        "study_name": s.name,
+        "storage": url.split("?")[0] if "@" not in url else url.split("@")[-1],
+        "mlflow_parent_run_id": parent.run_id,
+        "tracking_uri": parent.tracking_uri,
+        "psnr_metric": s.psnr_label,
+        "thresholds": s.limits,
+        "search": search_dict(s.search),
+        "estimated_trial_minutes": plan.trial_minutes,
+    }
+    (s.folder / "search.json").write_text(json.dumps(info, indent=2, default=str) + "\n")
+    params = {f"search.{k}": v for k, v in search_dict(s.search).items()}
+    params.update({"study_name": s.name, "psnr_metric": s.psnr_label})
+    parent.log(params, {"estimated_trial_minutes": plan.trial_minutes})
+    parent.set_tags({SEARCH_TAG: s.name, "search_folder": str(s.folder.resolve())})
+    if not s.search.resume:
+        queued = enqueue_references(study, s.search)
+        log.info("reference schedules queued first: %s", ", ".join(queued) or "none")
+    else:
+        _requeue_interrupted(study)
+
+
+def _requeue_interrupted(study: optuna.Study) -> None:
+    """Queues once more each trial an interruption ended (its knobs were never measured)."""
+    import optuna
+
+    done = set(study.user_attrs.get(REQUEUED_ATTR, []))
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,)):
+        if t.user_attrs.get(INTERRUPTED_ATTR) and t.number not in done:
+            attrs = {k: v for k, v in t.user_attrs.items() if k == REFERENCE_ATTR}
+            study.enqueue_trial(dict(t.params), user_attrs=attrs)
+            done.add(t.number)
+    study.set_user_attr(REQUEUED_ATTR, sorted(done))
+
+
+def _trials(
+    s: Search, study: optuna.Study, parent: ParentRun | NoParent, plan: SearchPlan, start: float
+) -> None:
+    """Asks, runs and tells trials until the study holds ``search.trials``, the time budget
+    has passed, or the rest, revised from what the trials took, would end past
+    ``max_minutes`` (then ``s.stopped`` says so; the finished trials are kept)."""
+    import optuna
+
+    budget_s = None if plan.budget_minutes is None else plan.budget_minutes * 60
+    took: list[float] = []
+    paced: list[tuple[float, float]] = []  # (took, estimated) of the trials that measured
+    while _finished(study) < s.search.trials:
+        if budget_s is not None and time.perf_counter() - start > budget_s:
+            print(
+                f"search {s.name}: time budget of {plan.budget_minutes:g} min reached", flush=True
+            )
+            return
+        trial = study.ask()
+        knobs = suggest(trial, s.search)
+        reference = trial.user_attrs.get(REFERENCE_ATTR)
+        name = reference or f"{s.name}-t{trial.number}"
+        tags = {SEARCH_TAG: s.name, TRIAL_TAG: str(trial.number)}
+        if parent.run_id is not None:
+            tags[PARENT_TAG] = parent.run_id
+        print(f"search {s.name}: trial {trial.number} ({name}): {knobs}", flush=True)
+        began = time.perf_counter()
+        try:
+            cfg = trial_config(s.run_cfg, name, knobs, tags, routing_stats=s.search.routing_stats)
+            outcome = run_trial(cfg)
+        except BaseException:
+            trial.set_user_attr(INTERRUPTED_ATTR, True)
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            raise
+        s.codes.append(outcome.code)
+        trial.set_user_attr("wall_s", time.perf_counter() - began)
+        _tell(s, study, trial, outcome)
+        _answer(s, study, parent)
+        estimated = plan.estimate_of(len(took))
+        took.append((time.perf_counter() - began) / 60)
+        if outcome.measured:
+            paced.append((took[-1], estimated))
+        left = s.search.trials - _finished(study)
+        elapsed = (time.perf_counter() - start) / 60
+        revised = plan.revised_minutes(paced, left)
+        print(
+            f"search {s.name}: trial {trial.number} took {took[-1]:.1f} min (estimated "
+            f"{estimated:.1f}); {left} left, about {revised:.1f} min more at the measured pace "
+            f"({elapsed + revised:.1f} of max_minutes={plan.max_minutes:g} in all)",
+            flush=True,
+        )
+        if left and elapsed + revised > plan.max_minutes:
+            s.stopped = (
+                f"stopped after {len(took)} trial(s) of this invocation: at the measured pace the "
+                f"{left} left would end at {elapsed + revised:.1f} min, over "
+                f"max_minutes={plan.max_minutes:g}; the study keeps its {_finished(study)} "
+                "finished trials (search.resume=true with a higher max_minutes continues it)"
+            )
+            print(f"search {s.name}: {s.stopped}", flush=True)
+            return
+
+
+def _tell(s: Search, study: optuna.Study, trial: optuna.Trial, outcome: TrialOutcome) -> None:
+    """Records the trial's result: its objectives and constraints, or why it has none."""
+    import optuna
+
+    trial.set_user_attr(CODE_ATTR, outcome.code)
+    values = None
+    if outcome.measured:
+        metrics = outcome.metrics
+        try:
+            values = objective_values(metrics, s.statistic)
+        except ValueError as err:
+            outcome = TrialOutcome(exit_codes.FAILED, None, str(err))
+    if values is None:
+        trial.set_user_attr(ERROR_ATTR, (outcome.error or "no metrics")[:5000])
+        print(f"search {s.name}: trial {trial.number} has no result: {outcome.error}", flush=True)
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        return
+    found = readings(metrics, s.limits, s.statistic)
+    trial.set_user_attr(READINGS_ATTR, [[r.metric, r.threshold, r.value] for r in found])
+    for r in found:  # Optuna 5's named constraints (<= 0 feasible), which TPE reads
+        trial.set_constraint(r.metric, r.constraint)
+    trial.set_user_attr(RUN_ID_ATTR, metrics.get("mlflow_run_id"))
+    trial.set_user_attr(RUN_DIR_ATTR, metrics.get("run_dir"))
+    trial.set_user_attr(FLOOR_ATTR, float(metrics.get("noise_floor_psnr_db", float("nan"))))
+    study.tell(trial, list(values))
+
+
+def _answer(s: Search, study: optuna.Study, parent: ParentRun | NoParent) -> Answer:
+    """Rewrites the answer's files and uploads them to the parent run."""
+    points = points_from_study(study)
+    base = to_config(s.run_cfg)
+    suite = f"prompts={base.prompts or 'prompt'} seeds={base.seeds or [base.seed]}"
+    provenance = (
+        f"model={base.model.name} resolution={base.resolution.name} steps={base.steps} {suite} "
+        f"(study {s.name})"
+    )
+    answer = write_answer(
+        s.folder,
+        points,
+        psnr_label=s.psnr_label,
+        limits=s.limits,
+        schedule_name=s.schedule_name,
+        provenance=provenance,
+    )
+    best = answer.recommended
+    metrics = {"trials_finished": float(len(points))}
+    if best is not None:
+        metrics.update(best_speedup=best.speedup, best_psnr_db=best.psnr)
+    parent.log({}, metrics)
+    if best is not None:
+        # Not ``schedule``: that tag makes a run a harness run to the reports.
+        parent.set_tags(
+            {"recommended_trial": str(best.number), "recommended_schedule": s.schedule_name}
+        )
+    parent.log_files(s.folder)
+    return answer
+
+
+def _verdict(s: Search, answer: Answer) -> SearchResult:
+    """The exit code and closing line (:class:`SearchResult`)."""
+    failed = [c for c in s.codes if c in (exit_codes.FAILED, exit_codes.REFUSED)]
+    if answer.recommended is None:
+        if not answer.points:
+            message = f"search {s.name}: no trial measured anything (see each trial's error)"
+        else:
+            message = (
+                f"search {s.name}: no trial of {len(answer.points)} met every threshold; "
+                + unmet_message(answer.points)
+            )
+        code = exit_codes.GATE_FAILED
+    else:
+        best = answer.recommended
+        message = (
+            f"search {s.name}: recommended trial {best.number} (speedup {best.speedup:.3f}x, "
+            f"{s.psnr_label} {best.psnr:.2f} dB): {answer.schedule_path}"
+        )
+        if not s.limits:
+            message += " (no gate threshold was set: it is simply the fastest trial)"
+        code = exit_codes.OK
+    if s.stopped:
+        message += f"; {s.stopped}"
+    if failed:
+        code = exit_codes.FAILED if exit_codes.FAILED in failed else exit_codes.REFUSED
+        message += (
+            f"; {len(failed)} trial(s) were refused or failed (their errors are in the study)"
+        )
+    return SearchResult(answer, code, message, s.psnr_label, s.schedule_name)

@@ -1,0 +1,187 @@
+"""The study's answer in files: the trials as :class:`TrialPoint`, the front table
+(``front.md``, ``front.csv``), the figure (``front.png``), the recommended schedule
+(``conf/schedule/<name>.yaml``) and ``summary.json``, rewritten after every trial so that an
+interrupted search keeps what it found.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from evalharness.search.figure import front_figure
+from evalharness.search.front import (
+    KNOBS,
+    TrialPoint,
+    front_rows,
+    front_table,
+    knob_text,
+    pareto_front,
+    recommend,
+    uncovered_references,
+)
+from evalharness.search.objectives import PSNR, SPEEDUP, Reading
+from evalharness.search.schedule_yaml import usage_lines, write_schedule
+
+if TYPE_CHECKING:
+    import optuna
+
+# Trial user attributes (Optuna) the points are rebuilt from.
+READINGS_ATTR = "readings"
+REFERENCE_ATTR = "reference"
+RUN_ID_ATTR = "mlflow_run_id"
+RUN_DIR_ATTR = "run_dir"
+FLOOR_ATTR = "noise_floor_db"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the files say.
+
+    Attributes:
+        points: every finished trial.
+        recommended: the fastest trial meeting every threshold (None: none does).
+        schedule_path: its written ``conf/schedule/<name>.yaml`` (None: none).
+        figure: ``front.png`` (None: nothing to draw).
+    """
+
+    points: list[TrialPoint]
+    recommended: TrialPoint | None
+    schedule_path: Path | None
+    figure: Path | None
+
+
+def points_from_study(study: optuna.Study) -> list[TrialPoint]:
+    """The study's completed trials as points (failed and running ones are left out)."""
+    import optuna
+
+    points = []
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        attrs = trial.user_attrs
+        readings = tuple(Reading(m, float(t), float(v)) for m, t, v in attrs.get(READINGS_ATTR, []))
+        points.append(
+            TrialPoint(
+                number=trial.number,
+                knobs={k: _rounded(trial.params[k]) for k in KNOBS if k in trial.params},
+                speedup=float(trial.values[0]),
+                psnr=float(trial.values[1]),
+                readings=readings,
+                reference=attrs.get(REFERENCE_ATTR),
+                run_id=attrs.get(RUN_ID_ATTR),
+                run_dir=attrs.get(RUN_DIR_ATTR),
+                noise_floor_db=float(attrs.get(FLOOR_ATTR, math.nan)),
+            )
+        )
+    return points
+
+
+def _rounded(value: Any) -> Any:
+    """A knob without its binary noise (Optuna's grid gives 0.30000000000000004)."""
+    return round(value, 6) if isinstance(value, float) else value
+
+
+def write_answer(
+    folder: Path,
+    points: Sequence[TrialPoint],
+    *,
+    psnr_label: str,
+    limits: Mapping[str, float],
+    schedule_name: str,
+    provenance: str,
+) -> Answer:
+    """Writes the front's files and, when a trial meets every threshold, its schedule file.
+
+    Args:
+        folder: the study's folder.
+        points: the finished trials.
+        psnr_label: the PSNR objective's metric, e.g. ``psnr_db_mean``.
+        limits: the gate's thresholds by metric (``psnr_db``, ``speedup``, ...).
+        schedule_name: the recommended schedule's name (its file's stem).
+        provenance: one line on where the numbers come from (suite, model, platform), written
+            into the schedule file's header.
+    """
+    points = list(points)
+    (folder / "front.md").write_text(front_table(points, psnr_label) + "\n")
+    _write_csv(folder / "front.csv", points)
+    figure = front_figure(
+        points,
+        folder / "front.png",
+        psnr_label=psnr_label,
+        psnr_threshold=limits.get(PSNR),
+        speedup_threshold=limits.get(SPEEDUP),
+    )
+    best = recommend(points)
+    path = None
+    if best is not None:
+        comment = (
+            f"Found by python -m evalharness.search: trial {best.number} of {len(points)}, the "
+            f"fastest that met every threshold ({_limits_text(limits)}).\n"
+            f"Measured: speedup {best.speedup:.3f}x, {psnr_label} {best.psnr:.2f} dB; "
+            f"{provenance}."
+        )
+        path = write_schedule(folder, schedule_name, best.knobs, comment)
+    summary = {
+        "trials": len(points),
+        "recommended": None if best is None else _point_dict(best),
+        "schedule_file": None if path is None else str(path),
+        "front": [_point_dict(p) for p in pareto_front(points)],
+        "references_not_covered": [p.reference for p in uncovered_references(points)],
+        "psnr_metric": psnr_label,
+        "thresholds": dict(limits),
+    }
+    (folder / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    return Answer(points, best, path, figure)
+
+
+def _limits_text(limits: Mapping[str, float]) -> str:
+    return ", ".join(f"{k} >= {v:g}" for k, v in limits.items()) or "no threshold set"
+
+
+def _point_dict(p: TrialPoint) -> dict[str, Any]:
+    return {
+        "trial": p.number,
+        "knobs": dict(p.knobs),
+        "speedup": p.speedup,
+        "psnr": p.psnr,
+        "feasible": p.feasible,
+        "reference": p.reference,
+        "mlflow_run_id": p.run_id,
+        "run_dir": p.run_dir,
+    }
+
+
+def _write_csv(path: Path, points: Sequence[TrialPoint]) -> None:
+    rows = front_rows(points)
+    keys = list(dict.fromkeys(k for row in rows for k in row))
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def answer_lines(answer: Answer, psnr_label: str, schedule_name: str) -> list[str]:
+    """The search's closing lines: the front, the recommendation and how to run it."""
+    front = pareto_front(answer.points)
+    lines = [f"front ({len(front)} of {len(answer.points)} trials):"]
+    lines += [
+        f"  trial {p.number}: speedup {p.speedup:.3f}x, {psnr_label} {p.psnr:.2f} dB, "
+        f"{'meets' if p.feasible else 'misses'} the gate ({knob_text(p.knobs)})"
+        + (f" [{p.reference}]" if p.reference else "")
+        for p in front
+    ]
+    uncovered = uncovered_references(answer.points)
+    if uncovered:
+        lines.append("not dominated by the front: " + ", ".join(p.reference for p in uncovered))
+    best = answer.recommended
+    if best is not None and answer.schedule_path is not None:
+        lines.append(
+            f"recommended: trial {best.number}, speedup {best.speedup:.3f}x, {psnr_label} "
+            f"{best.psnr:.2f} dB ({knob_text(best.knobs)}): {answer.schedule_path}"
+        )
+        lines += usage_lines(answer.schedule_path, schedule_name)
+    return lines

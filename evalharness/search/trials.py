@@ -1,0 +1,124 @@
+"""One trial: the run's config with the trial's schedule, run by ``evalharness.run.run`` exactly
+as ``python -m evalharness schedule=<that schedule>`` would run it.
+
+Each trial is a whole run in this process: its dense arm, its second dense control and its sparse
+arm are compiled and timed round-robin side by side, so its speedup is a ratio of medians taken
+under one load, like any run's. What carries over between trials: the dense arm's decoded video
+(the dense-arm cache, keyed without the schedule), the prompt embeddings (the encoder's cache),
+and compiled programs (JAX's persistent compilation cache, which :func:`enable_compile_cache`
+turns on): the dense loops are the same program every trial, so after the first trial they are
+loaded instead of compiled; the sparse loop is recompiled for every new schedule, because its
+mask plans (visit lists of the density's band), its dense steps and layers and its routing sample
+count are static parts of the program.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from evalharness import exit_codes
+from evalharness.exit_codes import RunFailed
+from evalharness.refusal import PreflightRefusal
+from evalharness.run import GateFailed, run
+
+log = logging.getLogger(__name__)
+
+PARENT_TAG = "mlflow.parentRunId"
+SEARCH_TAG = "search"
+TRIAL_TAG = "search_trial"
+# A setting no run can use, found before any work (as ``python -m evalharness`` refuses them).
+CONFIG_ERRORS = (ValueError, TypeError, KeyError, FileNotFoundError)
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    """How one trial ended.
+
+    Attributes:
+        code: the run's exit code (``evalharness.exit_codes``): 0 met the gate, 1 missed it
+            (measured all the same), 2 refused before any work, 4 failed while running.
+        metrics: what it measured (None when refused or failed).
+        error: the one-line reason when refused or failed.
+    """
+
+    code: int
+    metrics: dict[str, Any] | None
+    error: str | None = None
+
+    @property
+    def measured(self) -> bool:
+        """Whether the trial has metrics to place on the front."""
+        return self.metrics is not None
+
+
+def trial_config(
+    base: DictConfig,
+    name: str,
+    knobs: Mapping[str, Any],
+    tags: Mapping[str, str],
+    *,
+    routing_stats: bool = False,
+) -> DictConfig:
+    """The run's config of one trial.
+
+    Args:
+        base: the run's config (the search's composed config without ``search``).
+        name: the schedule's name (a named schedule's, or ``<study>-t<number>``).
+        knobs: the searched knobs.
+        tags: MLflow tags added to the run (the parent run, the study, the trial number).
+        routing_stats: ``search.routing_stats``: whether the trial's run records its routing
+            (an untimed extra sparse run; no timing or quality metric depends on it).
+    """
+    cfg = OmegaConf.create(OmegaConf.to_container(base, resolve=False))
+    with open_dict(cfg):
+        cfg.schedule = {"name": name, "sparse": True, **{k: _plain(v) for k, v in knobs.items()}}
+        cfg.logger.tags = {**(cfg.logger.tags or {}), **tags}
+        cfg.dry_run = False
+        cfg.routing_stats = bool(routing_stats)
+    return cfg
+
+
+def _plain(value: Any) -> Any:
+    return round(value, 6) if isinstance(value, float) else value
+
+
+def run_trial(cfg: DictConfig) -> TrialOutcome:
+    """Runs one trial; Ctrl-C and SIGTERM go on up (the run has marked itself killed).
+
+    Args:
+        cfg: the trial's config (:func:`trial_config`).
+    """
+    try:
+        return TrialOutcome(exit_codes.OK, run(cfg))
+    except GateFailed as failure:
+        return TrialOutcome(exit_codes.GATE_FAILED, failure.metrics)
+    except PreflightRefusal as refusal:
+        return TrialOutcome(exit_codes.REFUSED, None, str(refusal))
+    except RunFailed as failure:
+        return TrialOutcome(exit_codes.FAILED, None, str(failure))
+    except CONFIG_ERRORS as err:
+        return TrialOutcome(exit_codes.REFUSED, None, f"{type(err).__name__}: {err}")
+
+
+def enable_compile_cache(cache_dir: str | Path) -> Path:
+    """Turns on JAX's persistent compilation cache under ``<cache_dir>/jax_compile``: a program
+    compiled by an earlier trial (the dense loops, a repeated schedule) is loaded, not compiled.
+
+    Returns:
+        The cache folder.
+    """
+    folder = Path(cache_dir) / "jax_compile"
+    folder.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    # Every loop counts: the tiny model's compile takes seconds, below JAX's default of 1 s only
+    # for the smallest pieces.
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return folder
