@@ -97,8 +97,14 @@ def admit(cfg: EvalConfig) -> Admission:
         advice = checked_advice(
             cfg, sizing, lambda c: _size_run(platform_choices.resolve(c), tcfg, estimate)
         )
+    # The whole run's time (loops, compiles, decodes, host work), not only the loops' FLOPs.
     preflight.check(
-        estimate, max_minutes=cfg.max_minutes, what=what, memory=sizing.memory, advice=advice
+        estimate,
+        max_minutes=cfg.max_minutes,
+        what=what,
+        memory=sizing.memory,
+        timing=sizing.timing,
+        advice=advice,
     )
     if sizing.problems:
         budgets = sizing.budget_markdown()
@@ -117,7 +123,7 @@ def admit(cfg: EvalConfig) -> Admission:
         "of %.2f GiB per device",
         f"{estimate.tokens:,}",
         100 * estimate.attention_share,
-        estimate.estimated_minutes,
+        sizing.timing.total_minutes,
         max(memory.peak(arm) for arm in memory.arms) / 2**30,
         memory.device_bytes / 2**30,
     )
