@@ -117,6 +117,12 @@ def admit(cfg: EvalConfig) -> Admission:
         _compile_ahead(cfg, tcfg, attention)
         # Every part checked, a hub checkpoint's files downloaded: still before any folder.
         fetch_checkpoint(cfg.model)
+    _log_plan(estimate, sizing)
+    return Admission(geometry, tcfg, sampler, shift, attention, estimate, sizing)
+
+
+def _log_plan(estimate: preflight.CostEstimate, sizing: RunSizing) -> None:
+    """The preflight's line (the whole run's minutes, as ``time_plan.md``) and memory plan."""
     memory = sizing.memory
     log.info(
         "preflight: %s tokens, attention %.0f%% of dense FLOPs, estimated %.1f min, peak %.2f GiB "
@@ -130,7 +136,6 @@ def admit(cfg: EvalConfig) -> Admission:
     # Indented so the run log's only top-level Markdown table stays a sweep's summary table.
     table = "\n".join(f"    {line}" for line in memory.to_markdown().splitlines())
     log.info("per-device memory plan (GiB):\n%s", table)
-    return Admission(geometry, tcfg, sampler, shift, attention, estimate, sizing)
 
 
 def _size_run(

@@ -3,7 +3,7 @@ cache and its key, the run folder's files, routing plots, and statistics across 
 """
 
 from evalharness.evidence import run_folder, run_status
-from evalharness.evidence.cache_key import code_version, dense_arm_key, pin_code_version
+from evalharness.evidence.cache_key import code_version, dense_arm_key
 from evalharness.evidence.dense_cache import ArmCache, DenseArms, load_dense_arms, store_dense_arms
 from evalharness.evidence.quality import VideoQuality, frame_quality, measure, quality_metrics
 from evalharness.evidence.routing_plots import save_routing_stats
@@ -24,7 +24,6 @@ __all__ = [
     "headline_row",
     "load_dense_arms",
     "measure",
-    "pin_code_version",
     "quality_metrics",
     "run_folder",
     "run_status",

@@ -10,6 +10,7 @@ input: every run times its arms afresh (``evalharness.run``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -42,35 +43,29 @@ def code_files(root: str | Path | None = None) -> list[Path]:
     )
 
 
-# Set by :func:`pin_code_version`: this repository's code version for the rest of the process.
-_PINNED_CODE: list[str] = []
-
-
-def pin_code_version() -> str:
-    """Hashes this repository now and keeps that version for the rest of the process.
-
-    A long process that runs many runs (a schedule search) runs the code it imported when it
-    started; edits made to the working tree meanwhile do not change what it runs, so they must
-    not change its dense-arm cache keys (every trial would miss the first one's entry).
-
-    Returns:
-        The pinned version.
-    """
-    _PINNED_CODE.clear()
-    _PINNED_CODE.append(code_version())
-    return _PINNED_CODE[0]
-
-
 def code_version(root: str | Path | None = None) -> str:
     """Hash of the source files of :func:`code_files` (their paths and contents): works without
     git, changes with any edit, addition, removal or rename.
 
+    This repository's version is hashed once per process: a process runs the code it imported,
+    so edits made to the tree meanwhile (another developer's) must not change its dense-arm
+    cache keys; a long process running many runs (a schedule search) would otherwise miss its
+    own first run's entry on every later one.
+
     Args:
         root: the repository root whose tree is hashed (default: this repository).
     """
-    if root is None and _PINNED_CODE:
-        return _PINNED_CODE[0]
-    root = Path(root) if root is not None else _REPO_ROOT
+    if root is None:
+        return _this_code_version()
+    return _hash_tree(Path(root))
+
+
+@functools.cache
+def _this_code_version() -> str:
+    return _hash_tree(_REPO_ROOT)
+
+
+def _hash_tree(root: Path) -> str:
     digest = hashlib.sha256()
     for path in code_files(root):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0")

@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 from evalharness import exit_codes
 from evalharness.assembly import platform_choices
 from evalharness.config import EvalConfig, to_config, token_geometry
-from evalharness.evidence import pin_code_version
+from evalharness.evidence import code_version
 from evalharness.exit_codes import Terminated
 from evalharness.refusal import PreflightRefusal
 from evalharness.search import storage
@@ -230,9 +230,9 @@ def run_search(cfg: DictConfig | dict) -> SearchResult:
         raise PreflightRefusal(f"search {s.name}: {plan.refusal()}")
     print("\n".join([f"search {s.name} (storage {url.split('?')[0]})", *plan.lines()]), flush=True)
     enable_compile_cache(to_config(s.run_cfg).cache_dir)
-    # The trials run the code imported now: edits to the working tree meanwhile (another
-    # developer's) must not make every trial miss the first one's dense-arm cache entry.
-    pin_code_version()
+    # The trials run the code imported now: hashing it now (once per process) keeps edits to
+    # the working tree meanwhile out of every trial's dense-arm cache key.
+    code_version()
     output_root = Path(to_config(s.run_cfg).output_root)
     parent = open_parent(
         logger.kind,
