@@ -9,14 +9,24 @@ geometries, and prints one table per geometry:
   batch 2 (the guided pair), the same mask on 128 x 128 tiles (the CPU's auto tiles).
 
 Rows: "xla_flash" (our CPU dense control, ``kernels.executors.xla_flash``), "b0" (the block-sparse
-scan over every tile, ``kernels.executors.xla_blocksparse``), "dot_product_attention" (the CPU's
-noise-floor control, XLA einsum), "b3" (the sparse kernel), and "torch_sdpa"
-(``torch.nn.functional.scaled_dot_product_attention``, the outside reference) when torch imports.
+scan over every tile, ``kernels.executors.xla_blocksparse``), "b3" (the sparse kernel),
+"torch_sdpa" (``torch.nn.functional.scaled_dot_product_attention``, the outside reference) when
+torch imports, the two ceiling rows of ``evalharness.bench.matmul_ceiling``: "xla_matmuls" and
+"torch_matmuls" (only the two matmuls of xla_flash's steps, at its block shapes, in XLA and in
+torch), and "dot_product_attention" (the CPU's noise-floor control, XLA einsum).
 
 Ratios are paired: each round runs every row once, and a ratio's median is taken over the rounds'
-ratios, so drift on a shared machine cancels. The checks of issue 26: xla_flash / torch_sdpa
-<= 1.2 at both geometries; B3's speedup over xla_flash within 1.05x of the ideal over executed
-pairs (1 / executed-pairs fraction of B3's plan) at the "issue" geometry.
+ratios, so drift on a shared machine cancels. "dot_product_attention" is timed in rounds of its
+own after the others (its ratios are of medians, marked unpaired): it writes the whole
+[B, H, N, N] score array, and inside the rounds it slowed the row after it by up to 17%
+(xla_flash 1,060 -> 1,240 ms at the "issue" geometry). The "GFLOP/s per core" column divides each
+row's FLOPs (padding and executed tiles included) by its CPU time, which a loaded machine blurs
+less than wall time.
+
+The checks of issue 26: xla_flash / torch_sdpa <= 1.2 at both geometries; B3's speedup over
+xla_flash within 1.05x of the ideal over executed pairs (1 / executed-pairs fraction of B3's plan)
+at the "issue" geometry. Beside them, the ceiling: xla_matmuls / torch_sdpa, below which
+xla_flash / torch_sdpa cannot go however its softmax is written.
 
 Usage:
     python -m evalharness.bench.dense_cpu [--geometry issue default] [--rounds 5] [--json]
@@ -37,7 +47,13 @@ import numpy as np
 
 from evalharness.bench.inputs import random_qkv
 from evalharness.bench.machine import machine_info
+from evalharness.bench.matmul_ceiling import (
+    chunked_matmul_flops,
+    torch_chunked_matmuls,
+    xla_chunked_matmuls,
+)
 from kernels.executors.dispatch import attention
+from kernels.executors.xla_flash import flash_blocks
 from kernels.masks.band import band_for_density
 from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes
@@ -49,7 +65,17 @@ GEOMETRIES = {
     "default": ((9, 12, 20), 2, 4, 64, 128),
 }
 DENSITY = 0.39
-ROWS = ("xla_flash", "b0", "dot_product_attention", "b3", "torch_sdpa")
+ROWS = (
+    "xla_flash",
+    "b0",
+    "b3",
+    "torch_sdpa",
+    "xla_matmuls",
+    "torch_matmuls",
+    "dot_product_attention",
+)
+# Timed in rounds of their own, after the paired rows (see the module docstring).
+APART = ("dot_product_attention",)
 SDPA_BOUND = 1.2
 IDEAL_BOUND = 1.05
 
@@ -69,8 +95,47 @@ def _torch_sdpa(q: jax.Array, k: jax.Array, v: jax.Array) -> Callable[[], object
     return call
 
 
+def _torch_row(row: str, q: jax.Array, k: jax.Array, v: jax.Array, flash) -> Callable | None:
+    """A torch row's callable, or None when torch does not import."""
+    try:
+        if row == "torch_sdpa":
+            return _torch_sdpa(q, k, v)
+        return torch_chunked_matmuls(np.asarray(q), np.asarray(k), np.asarray(v), flash)
+    except ImportError:
+        return None
+
+
+def _jax_row(row: str, plan, tiles: BlockSizes, flash: BlockSizes) -> Callable:
+    """A JAX row's jitted function of (q, k, v)."""
+    if row == "b3":
+        return jax.jit(lambda q, k, v: attention(q, k, v, plan, variant="b3"))
+    if row == "b0":
+        return jax.jit(lambda q, k, v: attention(q, k, v, None, variant="b0", block_sizes=tiles))
+    if row == "xla_matmuls":
+        return jax.jit(lambda q, k, v: xla_chunked_matmuls(q, k, v, flash))
+    return jax.jit(lambda q, k, v: attention(q, k, v, None, variant=row))
+
+
+def _row_flops(row: str, shape: tuple[int, int, int, int], plan, tiles: BlockSizes, flash) -> float:
+    """The FLOPs a row computes: padded tiles for B0, executed tiles for B3."""
+    b, n, h, d = shape
+    per_pair = 4.0 * b * h * d
+    if row in ("xla_matmuls", "torch_matmuls"):
+        return chunked_matmul_flops(shape, flash)
+    if row == "b0":
+        return per_pair * _round_up(n, tiles.block_q) * _round_up(n, tiles.block_kv)
+    if row == "b3":
+        visits = int(plan.full_count.sum() + plan.partial_count.sum())
+        return per_pair * visits * tiles.block_q * tiles.block_kv
+    return per_pair * n * n
+
+
+def _round_up(x: int, multiple: int) -> int:
+    return -(-x // multiple) * multiple
+
+
 def _rows(name: str, rows: tuple[str, ...]) -> tuple[dict[str, Callable[[], object]], dict]:
-    """The callables of one geometry and what describes it."""
+    """The callables of one geometry and what describes it (``info["flops"]``: per row)."""
     grid, batch, heads, head_dim, tile = GEOMETRIES[name]
     geometry = TokenGeometry(*grid)
     q, k, v = random_qkv(geometry.tokens, heads, head_dim, jnp.float32)
@@ -78,27 +143,28 @@ def _rows(name: str, rows: tuple[str, ...]) -> tuple[dict[str, Callable[[], obje
     mask = band_for_density(geometry, DENSITY)
     tiles = BlockSizes(tile, tile)
     plan = build_plan(mask, tiles, "b3")
+    flash = flash_blocks(geometry.tokens, batch, heads)
+    shape = (batch, geometry.tokens, heads, head_dim)
     info = {
         "geometry": name,
-        "shape": [batch, geometry.tokens, heads, head_dim],
+        "shape": list(shape),
         "tiles": [tile, tile],
+        "flash_blocks": [flash.block_q, flash.block_kv],
         "mask_density": mask.density,
         "b3_executed_pairs_fraction": plan.executed_pairs_fraction,
+        "flops": {},
     }
     fns: dict[str, Callable[[], object]] = {}
     for row in rows:
-        if row == "torch_sdpa":
-            call = _torch_sdpa(q, k, v)
-            if call is not None:
-                fns[row] = call
-            continue
-        if row == "b3":
-            fn = jax.jit(lambda q, k, v: attention(q, k, v, plan, variant="b3"))
-        elif row == "b0":
-            fn = jax.jit(lambda q, k, v: attention(q, k, v, None, variant="b0", block_sizes=tiles))
+        if row.startswith("torch_"):
+            call = _torch_row(row, q, k, v, flash)
+            if call is None:
+                continue
+            fns[row] = call
         else:
-            fn = jax.jit(lambda q, k, v, row=row: attention(q, k, v, None, variant=row))
-        fns[row] = lambda fn=fn: jax.block_until_ready(fn(q, k, v))
+            fn = _jax_row(row, plan, tiles, flash)
+            fns[row] = lambda fn=fn: jax.block_until_ready(fn(q, k, v))
+        info["flops"][row] = _row_flops(row, shape, plan, tiles, flash)
     return fns, info
 
 
@@ -126,23 +192,50 @@ def time_rounds(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, 
     return samples
 
 
+def time_geometry(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, dict]:
+    """``time_rounds`` over the paired rows, then over the ``APART`` rows on their own.
+
+    Returns:
+        name -> samples, each with "paired": whether it ran in the shared rounds.
+    """
+    paired = {name: fn for name, fn in fns.items() if name not in APART}
+    apart = {name: fn for name, fn in fns.items() if name in APART}
+    samples = {}
+    for group, in_rounds in ((paired, True), (apart, False)):
+        if group:
+            for name, s in time_rounds(group, rounds).items():
+                samples[name] = {**s, "paired": in_rounds}
+    return {name: samples[name] for name in fns}
+
+
 def paired_ratio(a: list[float], b: list[float]) -> dict[str, float]:
     """Median, min and max over rounds of a[i] / b[i]."""
     ratios = [x / y for x, y in zip(a, b, strict=True)]
     return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
 
 
+def _ratio(samples: dict[str, dict], name: str, ref: str) -> dict:
+    """Paired ratio of two rows' wall times, or the ratio of medians when either ran apart."""
+    a, b = samples[name], samples[ref]
+    if a.get("paired", True) and b.get("paired", True):
+        return paired_ratio(a["wall_ms"], b["wall_ms"])
+    value = statistics.median(a["wall_ms"]) / statistics.median(b["wall_ms"])
+    return {"median": value, "min": value, "max": value, "unpaired": True}
+
+
 def summarize(samples: dict[str, dict], info: dict) -> dict:
-    """Per-row statistics, paired ratios and the issue's checks for one geometry.
+    """Per-row statistics, ratios and the issue's checks for one geometry.
 
     Args:
-        samples: ``time_rounds``'s output.
-        info: the geometry's description (``b3_executed_pairs_fraction`` used for the ideal).
+        samples: ``time_rounds``'s or ``time_geometry``'s output.
+        info: the geometry's description (``b3_executed_pairs_fraction`` used for the ideal;
+            ``flops``, when present, per row for the rate column).
 
     Returns:
         {"info", "rows": {name: {...}}, "checks": {...}}.
     """
     rows = {}
+    flops = info.get("flops", {})
     for name, s in samples.items():
         wall = s["wall_ms"]
         row = {
@@ -151,14 +244,28 @@ def summarize(samples: dict[str, dict], info: dict) -> dict:
             "max_ms": max(wall),
             "cpu_median_ms": statistics.median(s["cpu_ms"]),
         }
+        if name in flops and row["cpu_median_ms"] > 0:
+            row["gflops_per_core"] = flops[name] / (row["cpu_median_ms"] * 1e6)
         for ref in ("torch_sdpa", "xla_flash"):
             if ref in samples and ref != name:
-                row[f"vs_{ref}"] = paired_ratio(wall, samples[ref]["wall_ms"])
+                row[f"vs_{ref}"] = _ratio(samples, name, ref)
         rows[name] = row
+    return {"info": info, "rows": rows, "checks": _checks(rows, info, samples)}
+
+
+def _checks(rows: dict[str, dict], info: dict, samples: dict[str, dict]) -> dict:
+    """Issue 26's checks, the matmul ceiling beside them, and B3 over B0."""
     checks = {}
     if "xla_flash" in rows and "torch_sdpa" in rows:
         ratio = rows["xla_flash"]["vs_torch_sdpa"]["median"]
         checks["xla_flash_vs_torch_sdpa"] = {"value": ratio, "ok": ratio <= SDPA_BOUND}
+    if "xla_matmuls" in rows and "torch_sdpa" in rows:
+        # xla_flash runs these matmuls and more: its ratio cannot fall below this one.
+        floor = rows["xla_matmuls"]["vs_torch_sdpa"]["median"]
+        checks["xla_matmuls_vs_torch_sdpa"] = {
+            "value": floor,
+            "bound_reachable": floor <= SDPA_BOUND,
+        }
     if "xla_flash" in rows and "b3" in rows:
         ideal = 1.0 / info["b3_executed_pairs_fraction"]
         speedup = 1.0 / rows["b3"]["vs_xla_flash"]["median"]
@@ -169,33 +276,40 @@ def summarize(samples: dict[str, dict], info: dict) -> dict:
             "off_by": off,
             "ok": off <= IDEAL_BOUND,
         }
-    if "b0" in rows and "b3" in rows:
-        b0_over_b3 = paired_ratio(samples["b0"]["wall_ms"], samples["b3"]["wall_ms"])
-        checks["b3_speedup_vs_b0"] = {"value": b0_over_b3["median"]}
-    return {"info": info, "rows": rows, "checks": checks}
+    if "b0" in samples and "b3" in samples:
+        checks["b3_speedup_vs_b0"] = {"value": _ratio(samples, "b0", "b3")["median"]}
+    return checks
 
 
 def _ratio_cell(row: dict, key: str) -> str:
     r = row.get(key)
-    return "-" if r is None else f"{r['median']:.2f} ({r['min']:.2f}-{r['max']:.2f})"
+    if r is None:
+        return "-"
+    if r.get("unpaired"):
+        return f"{r['median']:.2f} (unpaired)"
+    return f"{r['median']:.2f} ({r['min']:.2f}-{r['max']:.2f})"
 
 
 def format_table(result: dict) -> str:
     """One geometry's result as Markdown."""
     info = result["info"]
+    flash = info.get("flash_blocks")
     lines = [
         f"### {info['geometry']}: [B, N, H, D] = {info['shape']}, float32, tiles "
         f"{info['tiles'][0]} x {info['tiles'][1]}, mask density {info['mask_density']:.3f}, "
-        f"B3 executed pairs {info['b3_executed_pairs_fraction']:.3f}",
+        f"B3 executed pairs {info['b3_executed_pairs_fraction']:.3f}"
+        + (f", xla_flash blocks {flash[0]} x {flash[1]}" if flash else ""),
         "",
-        "| executor | median ms (min-max) | CPU ms | / torch_sdpa, paired | / xla_flash, paired |",
-        "|---|---|---|---|---|",
+        "| executor | median ms (min-max) | CPU ms | GFLOP/s per core | / torch_sdpa, paired "
+        "| / xla_flash, paired |",
+        "|---|---|---|---|---|---|",
     ]
     for name, row in result["rows"].items():
+        rate = row.get("gflops_per_core")
         lines.append(
             f"| {name} | {row['median_ms']:,.1f} ({row['min_ms']:,.1f}-{row['max_ms']:,.1f}) | "
-            f"{row['cpu_median_ms']:,.0f} | {_ratio_cell(row, 'vs_torch_sdpa')} | "
-            f"{_ratio_cell(row, 'vs_xla_flash')} |"
+            f"{row['cpu_median_ms']:,.0f} | {'-' if rate is None else f'{rate:,.0f}'} | "
+            f"{_ratio_cell(row, 'vs_torch_sdpa')} | {_ratio_cell(row, 'vs_xla_flash')} |"
         )
     lines.append("")
     for name, check in result["checks"].items():
@@ -220,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for name in args.geometry:
         fns, info = _rows(name, tuple(args.rows))
-        results.append(summarize(time_rounds(fns, args.rounds), info))
+        results.append(summarize(time_geometry(fns, args.rounds), info))
     machine = machine_info()
     if args.json:
         print(json.dumps({"machine": machine, "rounds": args.rounds, "results": results}, indent=2))
