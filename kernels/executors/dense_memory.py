@@ -8,17 +8,20 @@ those sizes, s the input dtype's bytes.
   probabilities computed from them, 2 * B*H*N^2*4, plus O(N*D) float32 row statistics and output
   before the cast, B*H*N*(D + 2)*4. Compiled on CPU both match this within 3% (the logits and
   probabilities are live together when the probabilities are computed).
-- "b0" on backend "xla" (linear in N): a ``lax.scan`` over key tiles, every step handling all
-  query tiles at once (``kernels.executors.xla_blocksparse``). Per step: float32 scores and
-  probabilities [B, H, Nq, BKV] (2 * B*H*Nq*BKV*4, Nq = N padded to BQ), the probabilities cast
-  to v's dtype when that is narrower (B*H*Nq*BKV*s), one gathered K and V tile per query tile
-  (2 * B*H*(Nq/BQ)*BKV*D*s) and the float32 P V update (B*H*Nq*D*4); carried: float32 running max
-  and sum (2 * B*H*Nq*4) and accumulator (B*H*Nq*D*4); layout copies: heads-leading, padded q,
-  k, v (B*H*(Nq + 2*Nkv)*D*s). An estimate for planning, not XLA's buffer assignment: compiled
-  on CPU (batch 1-2, 1,000-3,000 tokens, tiles 128-512, float32 and bfloat16) the measured
-  temporaries were 0.56-1.15x of it. XLA may drop the probabilities' own buffer (batch > 1: the
-  low end), and on CPU it may add a float32 copy of bfloat16 K and V and a second scan with its
-  own step buffers for a last, padded key tile (the high end).
+- "b0" on backend "xla" (linear in N): ``lax.scan``s over key tiles (``kernels.executors.
+  xla_blocksparse``), each step handling r query tiles at once and w listed key tiles as one
+  matmul: w from ``wide_step_tiles`` (at most the key tiles), r from ``query_tiles_per_step``
+  (B*H*r*BQ*w*BKV float32 scores near 2^21, at least one tile). Per step: float32 scores and
+  probabilities [B, H, r*BQ, w*BKV] (2 * B*H*r*BQ*w*BKV*4), twice when N is not a multiple of BKV
+  (the last, padded key tile is scanned masked, in a scan with its own step buffers), the
+  probabilities cast to v's dtype when narrower (B*H*r*BQ*w*BKV*s), the gathered K and V tiles
+  (2 * B*H*r*w*BKV*D*s), the float32 P V update and the running max, sum and accumulator
+  (B*H*r*BQ*(2*D + 3)*4); the float32 outputs in tile order (B*H*Nq*D*4, Nq = N padded to BQ),
+  twice when the query tiles are scanned in chunks (the map's stacked outputs); layout copies:
+  heads-leading, padded q and tile-first k, v (B*H*(Nq + 2*Nkv)*D*s). An estimate for planning,
+  not XLA's buffer assignment: compiled on CPU (batch 1-2, 1,024-16,128 tokens, 2-8 heads, tiles
+  128-768, float32 and bfloat16) the measured temporaries were 0.63-0.95x of it
+  (``tests/kernels/test_dense_controls.py`` holds one case to 25%).
 - "xla_flash" (linear in N; ``kernels.executors.xla_flash``, always its own chunks BQ x BKV of
   ``flash_blocks``, as the dense attend runs it): a ``lax.map`` over query chunks, each scanning
   key blocks. Per step: float32 scores and probabilities [B, H, BQ, BKV] (2 * B*H*BQ*BKV*4; the
@@ -47,7 +50,8 @@ those sizes, s the input dtype's bytes.
 from __future__ import annotations
 
 from kernels.executors.dense_controls import splash_tiles
-from kernels.executors.xla_flash import flash_blocks
+from kernels.executors.xla_flash import FLASH_SCORE_ELEMENTS, flash_blocks
+from kernels.executors.xla_scan_steps import query_tiles_per_step, wide_step_tiles
 from kernels.plans.block_sizes import BlockSizes, default_block_sizes
 
 # Executors whose temporaries grow as N^2 and those that stay linear in N.
@@ -91,13 +95,21 @@ def _round_up(x: int, multiple: int) -> int:
 def _b0_xla_bytes(b: int, h: int, n: int, d: int, s: int, tiles: BlockSizes) -> int:
     bq, bkv = tiles.block_q, tiles.block_kv
     nq, nkv = _round_up(n, bq), _round_up(n, bkv)
-    scores = 2 * b * h * nq * bkv * _F32  # scores and probabilities of one step
-    cast = b * h * nq * bkv * s if s != _F32 else 0  # probabilities in v's dtype for the PV dot
-    gathered = 2 * b * h * (nq // bq) * bkv * d * s  # one K and one V tile per query tile
-    update = b * h * nq * d * _F32  # this step's P V before it is added to the accumulator
-    state = b * h * nq * (2 + d) * _F32  # running max, sum, accumulator
+    width = min(wide_step_tiles(bq, bkv, b * h), nkv // bkv)  # listed tiles per step
+    rows = query_tiles_per_step(FLASH_SCORE_ELEMENTS, b * h * bq * bkv * width, nq // bq)
+    step_q, step_k = rows * bq, width * bkv  # query rows and keys of one step
+    # Scores and probabilities of one step; a last, padded key tile is scanned masked, in a scan
+    # with its own step buffers.
+    scans = 2 if n % bkv else 1
+    scores = 2 * b * h * step_q * step_k * _F32 * scans
+    cast = b * h * step_q * step_k * s if s != _F32 else 0  # probabilities in v's dtype
+    gathered = 2 * b * h * rows * step_k * d * s  # each query tile's K and V tiles
+    update = b * h * step_q * d * _F32  # this step's P V before it is added to the accumulator
+    state = b * h * step_q * (2 + d) * _F32  # running max, sum, accumulator
+    # Float32 outputs in tile order before the heads move back; chunked, also the map's stack.
+    outputs = b * h * nq * d * _F32 * (2 if rows < nq // bq else 1)
     layouts = b * h * (nq + 2 * nkv) * d * s  # heads-leading, padded q, k, v
-    return scores + cast + gathered + update + state + layouts
+    return scores + cast + gathered + update + state + outputs + layouts
 
 
 def _xla_flash_bytes(b: int, h: int, n: int, d: int, s: int) -> int:

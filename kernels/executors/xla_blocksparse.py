@@ -14,6 +14,10 @@ programme over the sorted counts, ``visit_groups``) and each group runs its own 
 the full tiles run first in a mask-free scan, then the partial tiles in a masked scan that continues
 from the same running max / sum / accumulator, which is exactly how their softmax statistics combine.
 
+A step may run several consecutive entries of every list as one matmul over their keys (a wide
+step, ``wide_step_tiles``: two 768-key tiles per step on a CPU), with the list's remainder in
+single steps after it, so no tile is computed twice.
+
 The visit lists reach the compiled module as constants at every call site, so they are embedded as
 small run-length codes decoded one step at a time (``kernels.executors.xla_visit_code``): a band's
 lists cost O(query tiles) narrow integers instead of [query tiles, steps] int32 tables, validity
@@ -30,7 +34,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from kernels.executors.xla_flash import FLASH_SCORE_ELEMENTS
-from kernels.executors.xla_visit_code import VisitCode, decoder, encode_visits, narrowest_int
+from kernels.executors.xla_scan_steps import (
+    query_tiles_per_step,
+    scan_tiles,
+    take_tiles,
+    wide_step_tiles,
+)
+from kernels.executors.xla_visit_code import VisitCode, encode_visits, narrowest_int
 from kernels.plans.tiles import TilePlan
 
 
@@ -194,92 +204,9 @@ def visit_groups(plan: TilePlan, max_groups: int = 8) -> VisitGroups:
     )
 
 
-def _take_tiles(x: jax.Array, index: jax.Array, axis: int) -> jax.Array:
-    """``jnp.take(x, index, axis)`` for tile indices known to be in range (all come from the plan).
-
-    ``jnp.take``'s default fills out-of-range indices, a select over every gathered element that
-    XLA:CPU runs as a fusion of its own per scan step; promising the range drops it.
-    """
-    where = (slice(None),) * axis + (index,)
-    return x.at[where].get(mode="promise_in_bounds")
-
-
-def _scan_tiles(state, q_tiles, k_tiles, v_tiles, visits: VisitCode, masked_by, q_index, code=None):
-    """Online-softmax scan over one visit list.
-
-    Inside the scan the query tiles' axis g leads ([g, B, H, ...]), as the gathered K/V tiles'
-    does: with g behind the batch and head axes, XLA:CPU wrote every step's scores twice (the
-    matmul's output, then a copy into the einsum's layout: 6% of B3 at 16,128 tokens on 768 x 768
-    tiles, issue 26).
-
-    Args:
-        state: (running max [B,H,g,BQ], running sum [B,H,g,BQ], acc [B,H,g,BQ,D]) float32.
-        q_tiles: [B,H,g,BQ,D], pre-scaled.
-        k_tiles, v_tiles: [nkv,B,H,BKV,D], tile axis first.
-        visits: the static visit list [g, L], decoded one step at a time (see ``xla_visit_code``).
-        masked_by: mask whose ``allowed`` is evaluated per tile, or None (mask-free path).
-        q_index: int32 [g, BQ] token index of every query row (used when masked).
-        code: int32 [g, C], the rows of ``visits.code`` these query tiles use, when they are a
-            chunk of the list's rows; None for all of them.
-
-    Returns:
-        The updated state, in ``state``'s layout.
-    """
-    bkv = k_tiles.shape[3]
-    decode = decoder(visits, code)
-    q_first = jnp.moveaxis(q_tiles, 2, 0)  # [g,B,H,BQ,D]
-
-    def step(carry, j):
-        m, total, acc = carry  # [g,B,H,BQ], [g,B,H,BQ], [g,B,H,BQ,D]
-        idx, ok = decode(j)
-        k_blk = _take_tiles(k_tiles, idx, axis=0)  # [g,B,H,BKV,D]
-        v_blk = _take_tiles(v_tiles, idx, axis=0)
-        s = jnp.einsum("gbhqd,gbhkd->gbhqk", q_first, k_blk, preferred_element_type=jnp.float32)
-        if masked_by is not None:
-            k_index = idx[:, None] * bkv + jnp.arange(bkv, dtype=jnp.int32)[None, :]
-            keep = masked_by.allowed(q_index[:, :, None], k_index[:, None, :])  # [g,BQ,BKV]
-            s = jnp.where(keep[:, None, None], s, -jnp.inf)
-        m_new = jnp.maximum(m, s.max(axis=-1))
-        if masked_by is not None:
-            # A row with nothing kept so far has m_new = -inf; shifting by 0 keeps exp() at 0.
-            m_new_safe = jnp.where(jnp.isneginf(m_new), 0.0, m_new)
-        else:
-            m_new_safe = m_new
-        alpha = jnp.exp(m - m_new_safe)
-        p = jnp.exp(s - m_new_safe[..., None])
-        total_new = alpha * total + p.sum(axis=-1)
-        pv = jnp.einsum(
-            "gbhqk,gbhkd->gbhqd", p.astype(v_blk.dtype), v_blk, preferred_element_type=jnp.float32
-        )
-        acc_new = alpha[..., None] * acc + pv
-        if ok is not None:
-            ok = ok[:, None, None, None]  # padded list entries leave the state untouched
-            m_new = jnp.where(ok, m_new, m)
-            total_new = jnp.where(ok, total_new, total)
-            acc_new = jnp.where(ok[..., None], acc_new, acc)
-        return (m_new, total_new, acc_new), None
-
-    state = tuple(jnp.moveaxis(x, 2, 0) for x in state)
-    state, _ = jax.lax.scan(step, state, jax.lax.iota(jnp.int32, visits.steps))
-    return tuple(jnp.moveaxis(x, 0, 2) for x in state)
-
-
 def _tile_constant(tiles: np.ndarray) -> jax.Array:
     """int32 tile indices, embedded in the module in the narrowest dtype that holds them."""
     return jnp.asarray(narrowest_int(tiles)).astype(jnp.int32)
-
-
-# Query tiles per scan step: all query tiles of a group advance together, but one step's float32
-# scores, B * H * rows * BQ * BKV, are held near ``FLASH_SCORE_ELEMENTS`` (8 MiB, as the dense
-# control "xla_flash" holds them), so a group of large tiles is scanned a chunk of query tiles at
-# a time (768 x 768 tiles, 2 heads: one tile per step) instead of writing [B, H, N, BKV] scores per
-# step, which costs CPU memory traffic per pair: B0 at 16,128 tokens on 768 x 768 tiles ran
-# 1.2-1.5x faster on two CPU cores (issue 26); small tiles (the CPU's 128 x 128) are unchanged.
-def _chunk_rows(score_elements: int, pairs_per_row: int, g: int) -> int:
-    """Query tiles per chunk of a g-tile group: as many as the score budget allows, balanced."""
-    rows = max(1, score_elements // pairs_per_row)
-    chunks = -(-g // rows)
-    return -(-g // chunks)
 
 
 def _initial_state(b: int, h: int, g: int, bq: int, d: int):
@@ -290,31 +217,33 @@ def _initial_state(b: int, h: int, g: int, bq: int, d: int):
     )
 
 
-def _run_group(qt, kt, vt, plan: TilePlan, q_tiles, group: VisitGroup, codes=(None, None)):
+def _run_group(
+    qt, kt, vt, plan: TilePlan, q_tiles, group: VisitGroup, codes=(None, None), width: int = 1
+):
     """Scans query tiles ``q_tiles`` (int32 [g]) over ``group``'s lists; [B,H,g,BQ,D] out.
 
     ``codes`` are the rows of the group's full and partial codes these tiles use (None: all).
     """
     b, h, _, bq, d = qt.shape
-    q_group = _take_tiles(qt, q_tiles, axis=2)
+    q_group = take_tiles(qt, q_tiles, axis=2)
     state = _initial_state(b, h, q_tiles.shape[0], bq, d)
     if group.full_code is not None:
-        state = _scan_tiles(state, q_group, kt, vt, group.full_code, None, None, codes[0])
+        state = scan_tiles(state, q_group, kt, vt, group.full_code, None, None, codes[0], width)
     if group.partial_code is not None:
         q_index = q_tiles[:, None] * bq + jax.lax.iota(jnp.int32, bq)[None, :]
-        state = _scan_tiles(
-            state, q_group, kt, vt, group.partial_code, plan.mask, q_index, codes[1]
+        state = scan_tiles(
+            state, q_group, kt, vt, group.partial_code, plan.mask, q_index, codes[1], width
         )
     _, total, acc = state
     return acc / jnp.where(total == 0, 1.0, total)[..., None]
 
 
-def _group_out(qt, kt, vt, plan: TilePlan, q_tiles: np.ndarray, group: VisitGroup):
+def _group_out(qt, kt, vt, plan: TilePlan, q_tiles: np.ndarray, group: VisitGroup, width: int):
     """All of a group's query tiles in one scan per list: [B,H,g,BQ,D]."""
-    return _run_group(qt, kt, vt, plan, _tile_constant(q_tiles), group)
+    return _run_group(qt, kt, vt, plan, _tile_constant(q_tiles), group, width=width)
 
 
-def _chunked_group_out(qt, kt, vt, plan: TilePlan, group: VisitGroup, rows: int):
+def _chunked_group_out(qt, kt, vt, plan: TilePlan, group: VisitGroup, rows: int, width: int):
     """A group's query tiles ``rows`` at a time (a ``lax.map`` over chunks): [B,H,g,BQ,D].
 
     The group is padded to whole chunks by repeating its last query tile (and its code rows);
@@ -337,9 +266,8 @@ def _chunked_group_out(qt, kt, vt, plan: TilePlan, group: VisitGroup, rows: int)
         start = i * rows
         cut = lambda x: jax.lax.dynamic_slice_in_dim(x, start, rows, axis=0)
         tiles = cut(q_tiles)
-        return _run_group(
-            qt, kt, vt, plan, tiles, group, tuple(None if c is None else cut(c) for c in codes)
-        )
+        chunk_codes = tuple(None if c is None else cut(c) for c in codes)
+        return _run_group(qt, kt, vt, plan, tiles, group, chunk_codes, width)
 
     out = jax.lax.map(chunk, jax.lax.iota(jnp.int32, chunks))  # [chunks, B, H, rows, BQ, D]
     b, h, _, bq, d = qt.shape
@@ -347,33 +275,31 @@ def _chunked_group_out(qt, kt, vt, plan: TilePlan, group: VisitGroup, rows: int)
     return out[:, :, :g]
 
 
-@functools.partial(jax.jit, static_argnames=("plan", "visits", "score_elements"))
-def _blocksparse(q, k, v, *, plan: TilePlan, visits: VisitGroups, score_elements: int):
+@functools.partial(jax.jit, static_argnames=("plan", "visits", "score_elements", "width"))
+def _blocksparse(q, k, v, *, plan: TilePlan, visits: VisitGroups, score_elements: int, width: int):
     b, n, h, d = q.shape
     bq, bkv = plan.block_sizes.block_q, plan.block_sizes.block_kv
     nq, nkv = plan.num_q_tiles, plan.num_kv_tiles
     scale = 1.0 / np.sqrt(d)
-    qt = (jnp.transpose(q, (0, 2, 1, 3)).astype(jnp.float32) * scale).astype(q.dtype)
-    kt, vt = jnp.transpose(k, (0, 2, 1, 3)), jnp.transpose(v, (0, 2, 1, 3))
-    qt = jnp.pad(qt, ((0, 0), (0, 0), (0, nq * bq - n), (0, 0))).reshape(b, h, nq, bq, d)
+
+    def tiled(x, tiles: int, rows: int, order: tuple[int, ...]):
+        # Padded in its own [B, N, H, D] layout, then split into tiles and transposed in one go
+        # (XLA:CPU fuses both into one copy; transposing first kept a second, padded copy).
+        x = jnp.pad(x, ((0, 0), (0, tiles * rows - n), (0, 0), (0, 0)))
+        return jnp.transpose(x.reshape(b, tiles, rows, h, d), order)
+
+    qt = tiled((q.astype(jnp.float32) * scale).astype(q.dtype), nq, bq, (0, 3, 1, 2, 4))
     # K and V tile-first, [nkv, B, H, BKV, D]: a step's gathered tiles then lead their layout.
-    kt, vt = (
-        jnp.moveaxis(
-            jnp.pad(x, ((0, 0), (0, 0), (0, nkv * bkv - n), (0, 0))).reshape(b, h, nkv, bkv, d),
-            2,
-            0,
-        )
-        for x in (kt, vt)
-    )
+    kt, vt = (tiled(x, nkv, bkv, (1, 0, 3, 2, 4)) for x in (k, v))
     outs = []
     for group in visits.groups:
-        rows = _chunk_rows(score_elements, b * h * bq * bkv, group.q_tiles.size)
+        rows = query_tiles_per_step(score_elements, b * h * bq * bkv * width, group.q_tiles.size)
         if rows == group.q_tiles.size:
-            outs.append(_group_out(qt, kt, vt, plan, group.q_tiles, group))
+            outs.append(_group_out(qt, kt, vt, plan, group.q_tiles, group, width))
         else:
-            outs.append(_chunked_group_out(qt, kt, vt, plan, group, rows))
+            outs.append(_chunked_group_out(qt, kt, vt, plan, group, rows, width))
     out = jnp.concatenate(outs, axis=2) if len(outs) > 1 else outs[0]
-    out = _take_tiles(out, _tile_constant(visits.restore), axis=2).reshape(b, h, nq * bq, d)[
+    out = take_tiles(out, _tile_constant(visits.restore), axis=2).reshape(b, h, nq * bq, d)[
         :, :, :n
     ]
     return jnp.transpose(out, (0, 2, 1, 3)).astype(q.dtype)
@@ -387,6 +313,7 @@ def blocksparse_attention(
     *,
     max_groups: int = 8,
     score_elements: int = FLASH_SCORE_ELEMENTS,
+    tiles_per_step: int | None = None,
 ) -> jax.Array:
     """Runs a TilePlan with the XLA online-softmax scans.
 
@@ -398,12 +325,32 @@ def blocksparse_attention(
         v: [batch, tokens, heads, head_dim].
         plan: the tile plan for this sequence.
         max_groups: bound on query-tile groups (see ``visit_groups``).
-        score_elements: float32 scores one scan step may hold, B * H * (query tiles) * BQ * BKV;
-            a group with more query tiles than that allows is scanned a chunk at a time.
+        score_elements: float32 scores one scan step may hold, B * H * (query tiles) * BQ * BKV
+            * tiles_per_step; a group with more query tiles than that allows is scanned a chunk
+            at a time.
+        tiles_per_step: listed tiles each scan step runs as one matmul (a wide step); default
+            ``wide_step_tiles``. Any width gives the same result up to float rounding.
 
     Returns:
         [batch, tokens, heads, head_dim] in q's dtype: softmax(q k^T / sqrt(d), masked) v.
     """
+    b, _, h, _ = q.shape
+    bq, bkv = plan.block_sizes.block_q, plan.block_sizes.block_kv
+    if tiles_per_step is None:
+        # No list is longer than the key tiles: a wider step would only add single-tile steps.
+        tiles_per_step = min(wide_step_tiles(bq, bkv, b * h, score_elements), plan.num_kv_tiles)
+    if (
+        isinstance(tiles_per_step, bool)
+        or not isinstance(tiles_per_step, int)
+        or tiles_per_step < 1
+    ):
+        raise ValueError(f"tiles_per_step={tiles_per_step!r}: expected a positive int")
     return _blocksparse(
-        q, k, v, plan=plan, visits=visit_groups(plan, max_groups), score_elements=score_elements
+        q,
+        k,
+        v,
+        plan=plan,
+        visits=visit_groups(plan, max_groups),
+        score_elements=score_elements,
+        width=tiles_per_step,
     )

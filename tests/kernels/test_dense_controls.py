@@ -289,8 +289,8 @@ def test_pallas_gpu_b0_memory_is_linear_like_the_tpu_kernel():
     )
     doubled = dense_executor_temp_bytes("b0", **{**sizes, "tokens": 151_200}, backend="pallas_gpu")
     assert doubled == pytest.approx(2 * gpu_b0, rel=1e-3)
-    # No float32 state or score tiles in HBM, unlike the XLA scan (2.6x here).
-    assert gpu_b0 < dense_executor_temp_bytes("b0", **sizes, block_q=128, block_kv=64) / 2
+    # No float32 state or score tiles in HBM, unlike the XLA scan (1.8x here).
+    assert gpu_b0 < dense_executor_temp_bytes("b0", **sizes, block_q=128, block_kv=64) / 1.5
     with pytest.raises(ValueError, match="pallas_gpu"):
         dense_executor_temp_bytes("b0", **sizes, backend="triton")
 
