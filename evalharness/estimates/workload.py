@@ -421,7 +421,7 @@ def estimate_time(
     return TimeEstimate(
         target=target.name,
         assumption=(
-            f"{target.name}: {p} x {target.peak_flops[str(dtype)] / 1e12:,.0f} TFLOP/s {dtype} "
+            f"{target.name}: {p} x {_flop_rate(target.peak_flops[str(dtype)])} {dtype} "
             f"peak, {target.hbm_bytes_per_s / 1e9:,.0f} GB/s HBM"
         ),
         seconds=seconds,
@@ -431,3 +431,10 @@ def estimate_time(
         steps=steps,
         pairs=pairs,
     )
+
+
+def _flop_rate(flops_per_s: float) -> str:
+    """A peak as TFLOP/s, or GFLOP/s below one TFLOP/s (a CPU's 0.15 TFLOP/s read "0" before)."""
+    if flops_per_s >= 1e12:
+        return f"{flops_per_s / 1e12:,.0f} TFLOP/s"
+    return f"{flops_per_s / 1e9:,.0f} GFLOP/s"

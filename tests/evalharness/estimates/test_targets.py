@@ -152,3 +152,36 @@ def test_the_h200_limit_is_the_allocators_as_this_environment_sets_it(monkeypatc
     h200 = get_target("h200")
     assert h200.hbm_bytes == int(0.95 * physical)
     assert "XLA_PYTHON_CLIENT_MEM_FRACTION=.95" in h200.source
+
+
+def test_a_cpu_peak_below_one_tflops_is_stated_in_gflops():
+    cfg = get_transformer_config("tiny")
+    cpu = cpu_target()
+    timing = estimate_time(
+        cfg,
+        VideoGeometry(5, 16, 16),
+        cpu,
+        steps=1,
+        cfg_batch=1,
+        warm_runs=0,
+        noise_floor=False,
+        param_dtype="float32",
+        dtype="float32",
+        rates=rates_for(cpu),
+    )
+    peak = cpu.peak_flops["float32"]
+    assert peak < 1e12  # a CPU: the "1 x 0 TFLOP/s" the time plan used to print
+    assert f"1 x {peak / 1e9:,.0f} GFLOP/s float32 peak" in timing.assumption
+    h200 = estimate_time(
+        cfg,
+        VideoGeometry(5, 16, 16),
+        get_target("h200"),
+        steps=1,
+        cfg_batch=1,
+        warm_runs=0,
+        noise_floor=False,
+        param_dtype="bfloat16",
+        dtype="bfloat16",
+        rates=rates_for(get_target("h200")),
+    )
+    assert "TFLOP/s bfloat16 peak" in h200.assumption
