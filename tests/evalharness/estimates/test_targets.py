@@ -107,18 +107,7 @@ def test_14b_720p_on_v6e_8_takes_minutes_per_arm():
 
 def test_small_model_on_a_big_device_is_memory_bound():
     cfg = get_transformer_config("tiny")
-    timing = estimate_time(
-        cfg,
-        VideoGeometry(5, 16, 16),
-        get_target("h200"),
-        steps=1,
-        cfg_batch=1,
-        warm_runs=0,
-        noise_floor=False,
-        param_dtype="bfloat16",
-        dtype="bfloat16",
-        rates=rates_for(get_target("h200")),
-    )
+    timing = _tiny_estimate(get_target("h200"), "bfloat16")
     # 8 tokens: reading 2.2M bf16 weights (0.9 us at 4.8 TB/s) outlasts 90 MFLOPs (0.2 us).
     assert timing.bound == {"dense": "memory", "sparse": "memory"}
     assert timing.seconds["exchange"] == {"dense": 0.0, "sparse": 0.0}  # one device
@@ -154,34 +143,27 @@ def test_the_h200_limit_is_the_allocators_as_this_environment_sets_it(monkeypatc
     assert "XLA_PYTHON_CLIENT_MEM_FRACTION=.95" in h200.source
 
 
-def test_a_cpu_peak_below_one_tflops_is_stated_in_gflops():
-    cfg = get_transformer_config("tiny")
-    cpu = cpu_target()
-    timing = estimate_time(
-        cfg,
+def _tiny_estimate(target, dtype: str):
+    """The tiny preset's one-step estimate at 8 tokens on ``target``."""
+    return estimate_time(
+        get_transformer_config("tiny"),
         VideoGeometry(5, 16, 16),
-        cpu,
+        target,
         steps=1,
         cfg_batch=1,
         warm_runs=0,
         noise_floor=False,
-        param_dtype="float32",
-        dtype="float32",
-        rates=rates_for(cpu),
+        param_dtype=dtype,
+        dtype=dtype,
+        rates=rates_for(target),
     )
+
+
+def test_a_cpu_peak_below_one_tflops_is_stated_in_gflops():
+    cpu = cpu_target()
     peak = cpu.peak_flops["float32"]
     assert peak < 1e12  # a CPU: the "1 x 0 TFLOP/s" the time plan used to print
-    assert f"1 x {peak / 1e9:,.0f} GFLOP/s float32 peak" in timing.assumption
-    h200 = estimate_time(
-        cfg,
-        VideoGeometry(5, 16, 16),
-        get_target("h200"),
-        steps=1,
-        cfg_batch=1,
-        warm_runs=0,
-        noise_floor=False,
-        param_dtype="bfloat16",
-        dtype="bfloat16",
-        rates=rates_for(get_target("h200")),
+    assert (
+        f"1 x {peak / 1e9:,.0f} GFLOP/s float32 peak" in _tiny_estimate(cpu, "float32").assumption
     )
-    assert "TFLOP/s bfloat16 peak" in h200.assumption
+    assert "TFLOP/s bfloat16 peak" in _tiny_estimate(get_target("h200"), "bfloat16").assumption
