@@ -122,16 +122,11 @@ def _row_flops(row: str, shape: tuple[int, int, int, int], plan, tiles: BlockSiz
     per_pair = 4.0 * b * h * d
     if row in ("xla_matmuls", "torch_matmuls"):
         return chunked_matmul_flops(shape, flash)
-    if row == "b0":
-        return per_pair * _round_up(n, tiles.block_q) * _round_up(n, tiles.block_kv)
+    if row == "b0":  # every tile of B3's grid, padding included
+        return per_pair * plan.num_q_tiles * tiles.block_q * plan.num_kv_tiles * tiles.block_kv
     if row == "b3":
-        visits = int(plan.full_count.sum() + plan.partial_count.sum())
-        return per_pair * visits * tiles.block_q * tiles.block_kv
+        return per_pair * n * n * plan.executed_pairs_fraction
     return per_pair * n * n
-
-
-def _round_up(x: int, multiple: int) -> int:
-    return -(-x // multiple) * multiple
 
 
 def _rows(name: str, rows: tuple[str, ...]) -> tuple[dict[str, Callable[[], object]], dict]:

@@ -95,7 +95,7 @@ def _round_up(x: int, multiple: int) -> int:
 def _b0_xla_bytes(b: int, h: int, n: int, d: int, s: int, tiles: BlockSizes) -> int:
     bq, bkv = tiles.block_q, tiles.block_kv
     nq, nkv = _round_up(n, bq), _round_up(n, bkv)
-    width = min(wide_step_tiles(bq, bkv, b * h), nkv // bkv)  # listed tiles per step
+    width = wide_step_tiles(bq, bkv, b * h, nkv // bkv)  # listed tiles per step
     rows = query_tiles_per_step(FLASH_SCORE_ELEMENTS, b * h * bq * bkv * width, nq // bq)
     step_q, step_k = rows * bq, width * bkv  # query rows and keys of one step
     # Scores and probabilities of one step; a last, padded key tile is scanned masked, in a scan

@@ -337,8 +337,7 @@ def blocksparse_attention(
     b, _, h, _ = q.shape
     bq, bkv = plan.block_sizes.block_q, plan.block_sizes.block_kv
     if tiles_per_step is None:
-        # No list is longer than the key tiles: a wider step would only add single-tile steps.
-        tiles_per_step = min(wide_step_tiles(bq, bkv, b * h, score_elements), plan.num_kv_tiles)
+        tiles_per_step = wide_step_tiles(bq, bkv, b * h, plan.num_kv_tiles, score_elements)
     if (
         isinstance(tiles_per_step, bool)
         or not isinstance(tiles_per_step, int)

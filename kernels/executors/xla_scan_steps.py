@@ -43,7 +43,11 @@ WIDE_STEP_MIN_TILE = 512
 
 
 def wide_step_tiles(
-    block_q: int, block_kv: int, rows: int, score_elements: int = FLASH_SCORE_ELEMENTS
+    block_q: int,
+    block_kv: int,
+    rows: int,
+    kv_tiles: int,
+    score_elements: int = FLASH_SCORE_ELEMENTS,
 ) -> int:
     """Listed tiles per scan step by default: about ``WIDE_STEP_KEYS`` keys, within the budget.
 
@@ -51,18 +55,19 @@ def wide_step_tiles(
         block_q: query tile rows.
         block_kv: key tile rows.
         rows: batch * heads.
+        kv_tiles: key tiles of the sequence; no list is longer, so no step is wider.
         score_elements: the float32 scores a step may hold (B * H * BQ * keys per step); a width
             is kept only while one query tile's scores stay within about that (rounded).
 
     Returns:
         1 for tiles narrower than ``WIDE_STEP_MIN_TILE`` keys; else
-        min(WIDE_STEP_KEYS // block_kv, round(score_elements / (rows * block_q * block_kv))),
-        at least 1.
+        min(WIDE_STEP_KEYS // block_kv, round(score_elements / (rows * block_q * block_kv)),
+        kv_tiles), at least 1.
     """
     if block_kv < WIDE_STEP_MIN_TILE:
         return 1
     by_budget = round(score_elements / (rows * block_q * block_kv))
-    return max(1, min(WIDE_STEP_KEYS // block_kv, by_budget))
+    return max(1, min(WIDE_STEP_KEYS // block_kv, by_budget, kv_tiles))
 
 
 def take_tiles(x: jax.Array, index: jax.Array, axis: int) -> jax.Array:
@@ -173,7 +178,7 @@ def _narrow_step(q_first, k_tiles, v_tiles, decode, masked_by, q_index, carry, j
 
 def _wide_step(q_first, k_tiles, v_tiles, decode, masked_by, q_index, width, carry, j):
     """``width`` listed tiles per row, one matmul over their keys; padded entries masked."""
-    nkv, b, h, bkv, d = k_tiles.shape
+    _, b, h, bkv, d = k_tiles.shape
     decoded = [decode(j * width + t) for t in range(width)]
     idx = jnp.stack([index for index, _ in decoded], axis=1)  # [g, w]
     g = idx.shape[0]

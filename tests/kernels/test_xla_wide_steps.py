@@ -63,8 +63,10 @@ def test_wide_steps_on_a_strided_mask_with_rows_that_see_nothing_yet():
     ],
 )
 def test_default_width_rule(block_q, block_kv, rows, width):
-    assert wide_step_tiles(block_q, block_kv, rows) == width
-    assert wide_step_tiles(block_q, block_kv, rows) * block_kv <= max(WIDE_STEP_KEYS, block_kv)
+    assert wide_step_tiles(block_q, block_kv, rows, kv_tiles=64) == width
+    assert wide_step_tiles(block_q, block_kv, rows, 64) * block_kv <= max(WIDE_STEP_KEYS, block_kv)
+    # No step is wider than the sequence's key tiles.
+    assert wide_step_tiles(block_q, block_kv, rows, kv_tiles=1) == 1
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True])
