@@ -1,7 +1,8 @@
 """On-disk cache of the dense arms' decoded frames, under the key of ``evalharness.evidence.cache_key``.
 
 What is stored with an entry (``key.json``: the key's inputs, readable; where it came from:
-created when, on which host), the hit/miss decision and the explanation of a miss live here.
+created when, on which host; ``sha256.json``: its files' checksums), the hit/miss decision, the
+explanation of a miss, and the setting aside of a damaged entry live here.
 """
 
 from __future__ import annotations
@@ -23,16 +24,20 @@ from typing import Any
 import numpy as np
 
 from evalharness.arms import ArmResult, RunTimes
+from evalharness.evidence.cache_integrity import damage, write_checksums
 from evalharness.evidence.cache_key import key_fields_of
 
 log = logging.getLogger(__name__)
 
 
 class ArmCache:
-    """A folder of cached arms: ``<root>/<key>/{arrays.npz, meta.json, key.json}``.
+    """A folder of cached arms: ``<root>/<key>/{arrays.npz, meta.json, key.json, sha256.json}``.
 
     ``key.json`` holds the key's inputs, readable, so a miss can be explained
-    (:meth:`closest_differences`); entries without one (older ones) are still read.
+    (:meth:`closest_differences`); entries without one are still read. ``sha256.json`` holds
+    every file's checksum (``evalharness.evidence.cache_integrity``): an entry that does not match
+    it (truncated, bit-flipped, or without it) is set aside as ``<root>/.damaged-<key>-...`` with
+    one warning and counts as a miss, so the arms are computed and stored afresh.
 
     Writes go to a temporary folder renamed into place, so a crash or a concurrent run never leaves a
     half-written entry that a later run would read; when processes store the same key at once,
@@ -48,11 +53,46 @@ class ArmCache:
         """The folder of the entry stored under ``key``."""
         return self.root / key
 
+    def check(self, key: str) -> bool:
+        """Whether an entry under ``key`` exists and is whole; a damaged one is set aside (renamed
+        to ``<root>/.damaged-<key>-<pid>-<time>``, kept for inspection) with one warning line."""
+        folder = self.path(key)
+        if not folder.is_dir():
+            return False
+        try:
+            problem = damage(folder)
+        except FileNotFoundError:
+            return False  # set aside by another process meanwhile
+        if problem is None:
+            return True
+        aside = folder.with_name(f".damaged-{key}-{os.getpid()}-{time.monotonic_ns()}")
+        try:
+            os.rename(folder, aside)
+        except FileNotFoundError:
+            return False
+        except OSError as err:
+            log.warning(
+                "dense arm: cache entry %s is damaged (%s) and cannot be set aside "
+                "(%s); computing the arms without it",
+                folder,
+                problem,
+                err,
+            )
+            return False
+        log.warning(
+            "dense arm: cache entry %s is damaged (%s); set aside as %s, computing the arms afresh",
+            key,
+            problem,
+            aside,
+        )
+        return False
+
     def load(self, key: str) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
-        """Returns (arrays, metadata) for a key, or None (a miss)."""
+        """Returns (arrays, metadata) for a key, or None (a miss: no entry, or a damaged one,
+        which :meth:`check` sets aside)."""
         folder = self.path(key)
         meta_path = folder / "meta.json"
-        if not meta_path.is_file():
+        if not self.check(key):
             self.misses += 1
             return None
         try:
@@ -119,6 +159,7 @@ class ArmCache:
                 (tmp / "key.json").write_text(
                     json.dumps(key_fields, indent=2, sort_keys=True, default=str)
                 )
+            write_checksums(tmp)
             _sync(tmp)  # the files' bytes reach the disk before the rename makes them visible
             try:
                 # rename(2) is atomic: readers see no entry or a whole one. No exists() check

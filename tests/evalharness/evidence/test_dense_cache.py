@@ -7,11 +7,19 @@ import os
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from evalharness.arms.arm import ArmResult
 from evalharness.arms.timing import RunTimes
+from evalharness.evidence.cache_integrity import damage
 from evalharness.evidence.cache_key import cache_key, key_fields_of
-from evalharness.evidence.dense_cache import ArmCache, DenseArms, load_dense_arms, store_dense_arms
+from evalharness.evidence.dense_cache import (
+    ArmCache,
+    DenseArms,
+    arm_meta,
+    load_dense_arms,
+    store_dense_arms,
+)
 from tests.helpers.cache_key import (
     pinned_key,
     replace_field,
@@ -75,12 +83,63 @@ def test_a_stale_entry_is_replaced_only_after_it_is_discarded(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == [key]
 
 
-def test_unreadable_entry_is_a_miss(tmp_path):
+def _truncate(path):
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _flip_a_bit(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+def _damaged_entry(tmp_path, name, spoil):
+    cache = ArmCache(tmp_path)
+    cache.store("k", {"x": np.arange(64.0)}, {"run": "old"}, key_fields={"seed": 1})
+    spoil(tmp_path / "k" / name)
+    return cache
+
+
+@pytest.mark.parametrize("spoil", [_truncate, _flip_a_bit])
+@pytest.mark.parametrize("name", ["arrays.npz", "meta.json", "key.json", "sha256.json"])
+def test_a_damaged_entry_is_set_aside_with_one_warning_and_replaced(tmp_path, caplog, name, spoil):
+    cache = _damaged_entry(tmp_path, name, spoil)
+    with caplog.at_level(logging.WARNING, logger="evalharness.evidence.dense_cache"):
+        assert cache.load("k") is None and cache.load("k") is None
+    (warning,) = caplog.records
+    assert "cache entry k is damaged" in warning.getMessage() and warning.levelname == "WARNING"
+    (aside,) = [p for p in tmp_path.iterdir() if p.name.startswith(".damaged-k-")]
+    assert str(aside) in warning.getMessage()
+    assert (aside / name).is_file()  # renamed, not deleted: kept for inspection
+    assert cache.misses == 2 and cache.closest_differences({"seed": 1}) is None
+    cache.store("k", {"x": np.ones(2)}, {"run": "new"})
+    assert cache.load("k")[1] == {"run": "new"}
+
+
+def test_check_sets_a_damaged_entry_aside_before_it_is_loaded(tmp_path, caplog):
+    cache = _damaged_entry(tmp_path, "arrays.npz", _flip_a_bit)
+    assert cache.check("no-such-key") is False
+    with caplog.at_level(logging.WARNING, logger="evalharness.evidence.dense_cache"):
+        assert cache.check("k") is False
+        assert load_dense_arms(cache, "k") is None
+    assert len(caplog.records) == 1 and "arrays.npz does not match its checksum" in caplog.text
+    assert not cache.path("k").exists()
+
+
+def test_whole_entries_pass_and_unvouched_ones_do_not(tmp_path):
     cache = ArmCache(tmp_path)
     cache.store("k", {"x": np.ones(2)}, {})
-    (tmp_path / "k" / "arrays.npz").write_bytes(b"garbage")
-    assert cache.load("k") is None
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    assert cache.check("k") and cache.load("k") is not None
+    assert damage(cache.path("k")) is None
+    (cache.path("k") / "extra.txt").write_text("x")
+    assert "unlisted: ['extra.txt']" in damage(cache.path("k"))
+    (cache.path("k") / "extra.txt").unlink()
+    (cache.path("k") / "meta.json").unlink()
+    assert "missing: ['meta.json']" in damage(cache.path("k"))
+    (cache.path("k") / "sha256.json").write_text("[1, 2]")
+    assert "not a table of checksums" in damage(cache.path("k"))
+    (cache.path("k") / "sha256.json").unlink()  # an entry nothing vouches for
+    assert "no sha256.json" in damage(cache.path("k"))
 
 
 # ----------------------------------------------------------------------------- entries and provenance
@@ -146,13 +205,9 @@ def test_entry_records_its_key_inputs_and_provenance(cfg, env, tmp_path, caplog)
 
 def test_entries_without_provenance_still_load(tmp_path):
     cache = ArmCache(tmp_path)
-    arms = DenseArms(_arm("dense", 1, True), None, "old", hit=False)
-    folder = store_dense_arms(cache, arms, key_fields={"seed": 1})
-    meta = json.loads((folder / "meta.json").read_text())
-    for name in ("created_at", "host", "key"):
-        del meta[name]
-    (folder / "meta.json").write_text(json.dumps(meta))
-    (folder / "key.json").unlink()
+    arm = _arm("dense", 1, True)
+    arrays = {"dense_latents": arm.latents, "dense_frames": arm.frames}
+    cache.store("old", arrays, {"dense": arm_meta(arm), "noise_floor": None})  # no key.json
     loaded = load_dense_arms(cache, "old")
     assert loaded.provenance()["dense_created_at"] == "unknown"
     assert loaded.provenance()["dense_host"] == "unknown"
