@@ -7,6 +7,13 @@ store and ``--artifacts-destination <folder>/artifacts --serve-artifacts``, and 
 tracking URI to pass as ``logger.tracking_uri=``. Clients need no shared file system: artifacts
 are uploaded to and downloaded from the server. Ctrl-C (or SIGTERM) stops MLflow, then PostgreSQL.
 
+With ``--auth`` the server runs MLflow's basic-auth app (:mod:`evalharness.tracking.auth`):
+users and permissions in a second database of the same PostgreSQL (``<database>_auth``), the
+admin's credentials in ``<folder>/admin.credentials`` (mode 0600; created with a random password
+when missing; never printed nor put on a command line), users added with ``python -m
+evalharness.tracking.server add-user NAME --tracking-uri URL`` (the password read from standard
+input). Without ``--auth`` only a loopback ``--host`` is served; any other is refused (exit 2).
+
 In Python, :func:`tracking_server` does the same as a context manager that yields the tracking
 URI; :func:`postgres_server` and :func:`mlflow_server` are its two halves (the tests start
 ``mlflow server`` on sqlite with the second, and drive this command itself for PostgreSQL).
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import getpass
 import os
 import signal
 import subprocess
@@ -26,7 +34,10 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from evalharness.tracking import auth
 from evalharness.tracking.postgres import free_port, postgres_server, redacted
+
+DEFAULT_FOLDER = Path("outputs/tracking-server")
 
 
 def start_mlflow(
@@ -38,6 +49,7 @@ def start_mlflow(
     workers: int | None = None,
     log_file: Path | None = None,
     startup_s: float = 120.0,
+    auth_env: dict[str, str] | None = None,
 ) -> tuple[subprocess.Popen, str]:
     """Starts ``mlflow server`` (artifacts proxied to ``artifacts``) and waits for ``/health``.
 
@@ -50,6 +62,8 @@ def start_mlflow(
         log_file: where the server's output goes (appended); None keeps it in a temporary file.
         startup_s: how long to wait for ``/health`` (the first start on an empty database runs
             MLflow's schema migrations).
+        auth_env: None serves without authentication; else MLflow's basic-auth app runs with
+            this environment (:func:`evalharness.tracking.auth.server_env`).
 
     Returns:
         The server process (its own process group: stop it with :func:`stop_process_group`) and
@@ -63,9 +77,11 @@ def start_mlflow(
     command += ["--artifacts-destination", str(Path(artifacts).resolve()), "--serve-artifacts"]
     if workers is not None:
         command += ["--workers", str(workers)]
-    # The store URI travels in the environment (the option's documented variable), so a password
-    # in it stays out of the process list.
-    env = {**os.environ, "MLFLOW_BACKEND_STORE_URI": backend_store_uri}
+    if auth_env is not None:
+        command += ["--app-name", auth.AUTH_APP]
+    # The store URI (and the admin's password) travel in the environment (the options'
+    # documented variables), so a password stays out of the process list.
+    env = {**os.environ, **(auth_env or {}), "MLFLOW_BACKEND_STORE_URI": backend_store_uri}
     # MLflow's job runner (GenAI scorers, trace archival) starts about eight more processes that
     # tracking runs never use; off unless the environment asks for it.
     env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
@@ -148,16 +164,20 @@ def tracking_server(
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m evalharness.tracking.server", description=__doc__.split("\n\n")[0]
+        prog="python -m evalharness.tracking.server",
+        description=__doc__.split("\n\n")[0]
+        + " The add-user command adds a user to a server started with --auth.",
     )
     parser.add_argument(
         "--folder",
         type=Path,
-        default=Path("outputs/tracking-server"),
+        default=DEFAULT_FOLDER,
         help="PostgreSQL data, its password, artifacts and logs (default: %(default)s); reused",
     )
     parser.add_argument(
-        "--host", default="127.0.0.1", help="MLflow's interface (PostgreSQL's is 127.0.0.1)"
+        "--host",
+        default="127.0.0.1",
+        help="MLflow's interface (PostgreSQL's is 127.0.0.1); beyond loopback only with --auth",
     )
     parser.add_argument("--port", type=int, default=None, help="MLflow's port (default: free)")
     parser.add_argument("--workers", type=int, default=None, help="MLflow server workers")
@@ -165,13 +185,55 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--pg-user", default=None, help="PostgreSQL's user when started by root (default: postgres)"
     )
+    parser.add_argument(
+        "--auth", action="store_true", help="ask every request for a user name and password"
+    )
+    parser.add_argument(
+        "--admin-credentials",
+        type=Path,
+        default=None,
+        help=f"with --auth: the admin's USERNAME:PASSWORD file, mode 0600 (default: "
+        f"<folder>/{auth.ADMIN_FILE}, created with a random password when missing)",
+    )
+    parser.add_argument(
+        "--default-permission",
+        choices=auth.PERMISSIONS,
+        default=auth.DEFAULT_PERMISSION,
+        help="with --auth: what every user may do on others' experiments (default: %(default)s)",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="add-user")
+    add = commands.add_parser(
+        "add-user",
+        help="add a user to a server started with --auth (password from standard input)",
+        description="Adds a user to a tracking server started with --auth, signed in as its "
+        "admin. The new password is read from standard input (a prompt on a terminal).",
+    )
+    add.add_argument("username")
+    add.add_argument("--tracking-uri", required=True, help="the server, http://HOST:PORT")
+    add.add_argument(
+        "--admin-credentials",
+        dest="admin_file",
+        type=Path,
+        default=DEFAULT_FOLDER / auth.ADMIN_FILE,
+        help="the admin's USERNAME:PASSWORD file (default: %(default)s)",
+    )
     return parser
 
 
 def _serve(args: argparse.Namespace) -> int:
     """Runs both servers until Ctrl-C (0) or until MLflow exits by itself (1)."""
+    auth.check_exposure(args.host, args.auth)
     folder = args.folder.resolve()
+    admin_file = (args.admin_credentials or folder / auth.ADMIN_FILE).resolve()
+    admin = auth.ensure_admin_credentials(admin_file)[0] if args.auth else None
     with postgres_server(folder, database=args.database, pg_user=args.pg_user) as db_uri:
+        auth_env = None
+        if admin is not None:
+            users_db = auth.ensure_postgres_database(db_uri, f"{args.database}_auth")
+            config = auth.write_auth_config(
+                folder / auth.AUTH_CONFIG_FILE, users_db, admin.username, args.default_permission
+            )
+            auth_env = auth.server_env(config, admin)
         proc, url = start_mlflow(
             db_uri,
             folder / "artifacts",
@@ -179,18 +241,12 @@ def _serve(args: argparse.Namespace) -> int:
             port=args.port,
             workers=args.workers,
             log_file=folder / "mlflow.log",
+            auth_env=auth_env,
         )
         try:
-            print(
-                f"MLflow tracking server: {url}\n"
-                f"  runs: {redacted(db_uri)} (password in {folder / 'postgres.password'}), "
-                f"data in {folder / 'postgres'}\n"
-                f"  artifacts: {folder / 'artifacts'} (uploaded and served through the server)\n"
-                f"  logs: {folder / 'mlflow.log'}, {folder / 'postgres' / 'postgres.log'}\n"
-                f"  use: python -m evalharness logger.tracking_uri={url}\n"
-                "Ctrl-C stops both.",
-                flush=True,
-            )
+            if admin is not None:
+                auth.check_admin(url, admin, admin_file)
+            print(_banner(url, db_uri, folder, args, admin_file if admin else None), flush=True)
             code = proc.wait()
             print(f"error: mlflow server exited ({code}); stopping PostgreSQL", file=sys.stderr)
             return 1
@@ -198,10 +254,74 @@ def _serve(args: argparse.Namespace) -> int:
             stop_process_group(proc)
 
 
+def _banner(
+    url: str, db_uri: str, folder: Path, args: argparse.Namespace, admin_file: Path | None
+) -> str:
+    """What the server prints once it answers: where everything is and how to use it (no
+    password: the database's is redacted, the admin's stays in its file)."""
+    lines = [
+        f"MLflow tracking server: {url}",
+        f"  runs: {redacted(db_uri)} (password in {folder / 'postgres.password'}), "
+        f"data in {folder / 'postgres'}",
+        f"  artifacts: {folder / 'artifacts'} (uploaded and served through the server)",
+        f"  logs: {folder / 'mlflow.log'}, {folder / 'postgres' / 'postgres.log'}",
+        f"  use: python -m evalharness logger.tracking_uri={url}",
+    ]
+    if admin_file is not None:
+        lines[-1] += (
+            f" with {auth.USERNAME_VAR} and {auth.PASSWORD_VAR} set to a user's credentials"
+        )
+        lines += [
+            f"  auth: MLflow basic-auth, users in database {args.database}_auth; every user "
+            f"may {args.default_permission} others' experiments",
+            f"  admin credentials: {admin_file} (mode 0600)",
+            f"  add a user: python -m evalharness.tracking.server add-user NAME "
+            f"--tracking-uri {url} --admin-credentials {admin_file} (password from stdin)",
+        ]
+    return "\n".join([*lines, "Ctrl-C stops both."])
+
+
+def _add_user(args: argparse.Namespace) -> int:
+    """The add-user command: the new password from standard input, never the command line."""
+    source = args.admin_file.resolve()
+    admin = auth.read_credentials(source)
+    password = _read_new_password(args.username)
+    user = auth.Credentials(args.username, password)
+    auth.add_user(args.tracking_uri, admin, source, user)
+    print(f"added user {args.username!r} on {redacted(args.tracking_uri)}")
+    return 0
+
+
+def _read_new_password(username: str) -> str:
+    """The new user's password: typed twice on a terminal, else standard input's first line.
+
+    Raises:
+        ValueError: the two typed passwords differ, or standard input is empty.
+    """
+    if sys.stdin.isatty():
+        first = getpass.getpass(f"password for {username}: ")
+        if getpass.getpass("again: ") != first:
+            raise ValueError("the two passwords differ; nothing was changed")
+        return first
+    password = sys.stdin.readline().rstrip("\r\n")
+    if not password:
+        raise ValueError(
+            f"no password for {username!r} on standard input: pipe it in "
+            f"(e.g. from a file: < {username}.password) or run the command on a terminal"
+        )
+    return password
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """The command line; returns the exit code: 0 stopped by Ctrl-C or SIGTERM, 1 MLflow died,
-    2 could not start (the message says why)."""
+    """The command line; returns the exit code: 0 stopped by Ctrl-C or SIGTERM (or a user
+    added), 1 MLflow died, 2 could not start or refused (the message says why)."""
     args = _parser().parse_args(argv)
+    try:
+        if args.command == "add-user":
+            return _add_user(args)
+    except (OSError, ValueError) as err:
+        print(f"error: add-user: {err}", file=sys.stderr)
+        return 2
     # SIGTERM unwinds like Ctrl-C, so both servers are stopped, MLflow first; SIGINT is set too,
     # as a shell starting us in the background leaves it ignored.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
