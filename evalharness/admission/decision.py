@@ -81,7 +81,7 @@ def admit(cfg: EvalConfig) -> Admission:
         cfg_batch=samples_per_step(cfg),
         forward_batch=samples_per_call(cfg),
         warm_runs=cfg.warm_runs,
-        kept_fraction=nominal_kept_fraction(cfg, tcfg.num_layers),
+        kept_fraction=nominal_kept_fraction(cfg, geometry, tcfg.num_layers),
         noise_floor=cfg.noise_floor,
         param_dtype=cfg.model.param_dtype,
         dtype=cfg.dtype,

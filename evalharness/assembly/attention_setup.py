@@ -38,7 +38,9 @@ def sequence_devices(cfg: EvalConfig) -> int:
 def nominal_kept_fraction(cfg: EvalConfig, layers: int) -> float:
     """The schedule's kept fraction with the nominal density (no mask built): for preflight."""
     schedule = cfg.schedule
-    return schedule.kept_fraction_at(cfg.steps, layers, schedule.density)
+    return schedule.kept_fraction_at(
+        cfg.steps, layers, schedule.target_density(token_geometry(cfg))
+    )
 
 
 @dataclass
@@ -66,11 +68,13 @@ class AttentionSetup:
         out: dict[str, Any] = {
             "schedule_kept_fraction": self.kept_fraction,
             "mask_density": density,
-            "mask_target_density": self.schedule.density,
+            "mask_target_density": self.schedule.target_density(self.geometry),
             "dense_steps": self.schedule.dense_steps(self.steps),
             "dense_layers": self.schedule.dense_layers(self.layers),
             "attention_backend": self.backend,
         }
+        if self.schedule.svg_sparsity is not None:
+            out["svg_sparsity"] = self.schedule.svg_sparsity
         if sparse:
             out["routing_flops_fraction"] = routing_flops_fraction(
                 self.geometry, density, self.schedule.routing_samples

@@ -6,17 +6,24 @@ dense oracle masks) and on jnp arrays inside a kernel (intra-tile masking from i
 or beyond ``tokens`` are sequence padding and never allowed. Each implements the ``Mask`` protocol
 (``kernels.masks.protocols``), counting its own kept pairs per tile with ``tile_counts``.
 
-Both SVG head types use one mask, ``BandMask``: |q - k| <= w, or k in the sink (frame 0's S tokens).
-A spatial head applies it in frame-major order, a temporal head in the temporal layout of
-``kernels.masks.layouts`` (where frame 0 is still the first S positions), so the two are the same object.
-``StridedTemporalMask`` is the temporal mask seen in frame-major order (stripes), for kernels that
-evaluate it in place instead of permuting.
+Both SVG head types use one mask, ``BandMask``: |q - k| <= w, or k < S (the sink). A spatial head
+applies it in frame-major order, where the sink is frame 0; a temporal head applies it in the temporal
+layout of ``kernels.masks.layouts`` (SVG's (Hp, Wp, F) order), where the sink is the first S positions
+of that layout, as in SVG's code; so the two are the same object. ``StridedTemporalMask`` is the
+temporal mask seen in frame-major order (stripes), for kernels that evaluate it in place instead of
+permuting.
+
+Sparse VideoGen states a band by its ``sparsity``: the band's kept fraction without the sink, whose
+half-width ``N (1 - sqrt(1 - s))`` it rounds up to a multiple of 128 tokens
+(``svg_half_width``, ``band_for_svg_sparsity``); ours by the exact kept fraction, sink included
+(``band_for_density``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
 import numpy as np
 
@@ -59,7 +66,7 @@ class BandMask(PredicateMask):
     Attributes:
         tokens: sequence length N.
         half_width: band half-width w (0 keeps the diagonal).
-        sink: leading keys every query attends to (S, frame 0's tokens, for SVG).
+        sink: leading keys every query attends to (S for SVG: frame 0 in frame-major order).
     """
 
     tokens: int
@@ -99,10 +106,11 @@ class BandMask(PredicateMask):
 
 @dataclasses.dataclass(frozen=True)
 class StridedTemporalMask(PredicateMask):
-    """The temporal band evaluated in frame-major order: |t(q) - t(k)| <= w, or k in frame 0.
+    """The temporal band evaluated in frame-major order: |t(q) - t(k)| <= w, or t(k) < S.
 
     ``t`` is the temporal-layout position (``kernels.masks.layouts.temporal_position``). Equivalent to
-    permuting to the temporal layout, applying ``BandMask(N, w, S)`` and permuting back.
+    permuting to the temporal layout, applying ``BandMask(N, w, S)`` and permuting back; its sink is
+    the temporal layout's first S positions (the top S / F spatial positions of every frame).
 
     Attributes:
         geometry: token geometry.
@@ -122,7 +130,7 @@ class StridedTemporalMask(PredicateMask):
 
     @property
     def sink(self) -> int:
-        """S: frame 0's tokens (also the first S positions of the temporal layout)."""
+        """S: keys whose temporal-layout position is below it are the sink."""
         return self.geometry.tokens_per_frame
 
     def coordinates(self, index):
@@ -131,8 +139,9 @@ class StridedTemporalMask(PredicateMask):
 
     def allowed(self, q, k):
         """Predicate on broadcastable frame-major index arrays (NumPy or jnp)."""
-        near = abs(self.coordinates(q) - self.coordinates(k)) <= self.half_width
-        return (near | (k < self.sink)) & (k < self.tokens)
+        key = self.coordinates(k)
+        near = abs(self.coordinates(q) - key) <= self.half_width
+        return (near | (key < self.sink)) & (k < self.tokens)
 
     @property
     def kept_pairs(self) -> int:
@@ -227,3 +236,51 @@ def temporal_mask(geometry: TokenGeometry, density: float) -> BandMask:
 def strided_temporal_mask(geometry: TokenGeometry, density: float) -> StridedTemporalMask:
     """Temporal-head mask evaluated in frame-major order (no permutation)."""
     return StridedTemporalMask(geometry, band_for_density(geometry, density).half_width)
+
+
+# Sparse VideoGen rounds its band's half-width up to a multiple of this many tokens.
+SVG_WIDTH_MULTIPLE = 128
+
+
+def svg_half_width(tokens: int, sparsity: float) -> int:
+    """The band half-width Sparse VideoGen's Wan path uses for its ``sparsity`` setting.
+
+    SVG's ``sparsity`` is the band's kept fraction without the sink: a band of half-width w keeps
+    about ``1 - (1 - w / N)^2`` of the pairs, so it takes ``w = N (1 - sqrt(1 - s))`` and rounds it
+    up to a multiple of ``SVG_WIDTH_MULTIPLE`` tokens (its ``sparsity_to_width`` and
+    ``round_to_multiple``, with no text tokens in the self-attention).
+
+    Args:
+        tokens: sequence length N.
+        sparsity: SVG's ``sparsity`` in (0, 1).
+
+    Returns:
+        The half-width w in tokens, at most N - 1.
+    """
+    if isinstance(sparsity, bool) or not isinstance(sparsity, float | int):
+        raise ValueError(f"svg_sparsity={sparsity!r}: expected SVG's band fraction in (0, 1)")
+    if not 0.0 < float(sparsity) < 1.0:
+        raise ValueError(
+            f"svg_sparsity={sparsity}: expected SVG's band fraction in (0, 1), e.g. 0.3 (its "
+            "published Wan 720p setting)"
+        )
+    width = tokens * (1.0 - math.sqrt(1.0 - float(sparsity)))
+    rounded = math.ceil(width / SVG_WIDTH_MULTIPLE) * SVG_WIDTH_MULTIPLE
+    return min(int(rounded), tokens - 1)
+
+
+def band_for_svg_sparsity(geometry: TokenGeometry, sparsity: float) -> BandMask:
+    """The band-plus-sink mask Sparse VideoGen runs for its ``sparsity`` at this geometry.
+
+    Its exact kept fraction (``mask.density``, the sink counted) is what our ``density`` names: at
+    Wan 720p (21 x 45 x 80 tokens) SVG's published 0.3 keeps 0.340 of the pairs.
+
+    Args:
+        geometry: token geometry.
+        sparsity: SVG's ``sparsity`` in (0, 1).
+
+    Returns:
+        BandMask(tokens=N, half_width=svg_half_width(N, sparsity), sink=S).
+    """
+    tokens = geometry.tokens
+    return BandMask(tokens, svg_half_width(tokens, sparsity), geometry.tokens_per_frame)

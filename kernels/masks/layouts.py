@@ -5,12 +5,16 @@ pattern (a token attends to the same place in nearby frames) is a set of stripes
 order; in a temporal-major order, where the F copies of one spatial position sit side by side, the
 same pattern becomes one contiguous band that a tiled kernel can skip through cheaply.
 
-The temporal layout used here keeps frame 0 apart: its S tokens come first, in their frame-major
-order, and only the remaining N - S tokens are reordered as (Hp, Wp, F - 1). Both SVG masks give every
-query full attention to frame 0 (the attention sink). With a plain (Hp, Wp, F) order frame 0's tokens
-would be scattered every F positions, so the sink would be a comb of single columns that touches
-every key tile; keeping it as the first S positions makes the sink the same contiguous key range
-``k < S`` in both layouts, so one band-plus-sink mask and one tile plan serve both head types.
+The temporal layout is Sparse VideoGen's: every frame, frame 0 included, is reordered as
+(Hp, Wp, F), so the token at spatial position p = y * Wp + x of frame f sits at ``p * F + f``. Every
+temporal query, a frame-0 query too, then finds its own position in every frame within F - 1
+places of itself, inside any band of half-width >= F - 1. The band-plus-sink mask
+(``kernels.masks.band.BandMask``) is applied in each head's own layout, as SVG's code applies it,
+so its sink ``k < S`` is frame 0 for a spatial head (frame-major) and, for a temporal head, the
+first S positions of this layout: the top ``S / F`` spatial positions (about Hp / F image rows) of
+every frame. One mask and one tile plan therefore serve both head kinds. Keeping frame 0 itself as a
+temporal head's sink would make it a comb of single columns F apart, touching every key tile; the
+measurements behind that choice are in docs/against-sparse-videogen.md.
 
 Permutations are static NumPy index arrays (host side, cached per geometry); per-head selection uses
 ``jnp.where`` over a gathered copy so shapes never depend on the (possibly traced) flags.
@@ -40,8 +44,8 @@ def temporal_permutation(geometry: TokenGeometry) -> np.ndarray:
         int32 [N], a permutation of ``range(N)``; read-only.
     """
     s, f = geometry.tokens_per_frame, geometry.frames
-    rest = np.arange(s, geometry.tokens, dtype=np.int64).reshape(f - 1, s)  # [F-1, S]
-    perm = np.concatenate([np.arange(s, dtype=np.int64), rest.T.reshape(-1)]).astype(np.int32)
+    frame_major = np.arange(geometry.tokens, dtype=np.int64).reshape(f, s)  # [F, S]
+    perm = frame_major.T.reshape(-1).astype(np.int32)  # position p * F + f holds f * S + p
     perm.setflags(write=False)
     return perm
 
@@ -76,11 +80,8 @@ def temporal_position(frame_major_index, geometry: TokenGeometry):
         Array of the same shape: each token's position in the temporal layout.
     """
     s, f = geometry.tokens_per_frame, geometry.frames
-    frame = frame_major_index // s
-    pos = frame_major_index % s
-    # Frame 0 keeps its place; frame f >= 1 at spatial position p goes to S + p (F - 1) + f - 1.
-    moved = s + pos * (f - 1) + frame - 1
-    return pos + (frame > 0) * (moved - pos)
+    # Frame f at spatial position p goes to p * F + f.
+    return (frame_major_index % s) * f + frame_major_index // s
 
 
 def _check_flags(x: jax.Array, geometry: TokenGeometry, temporal_heads) -> jax.Array:

@@ -75,7 +75,9 @@ class PredicateMask:
 
 
 class BandLike(Protocol):
-    """A band-plus-sink mask measured along ``coordinates`` (``BandMask``, ``StridedTemporalMask``)."""
+    """A band-plus-sink mask measured along ``coordinates`` (``BandMask``, ``StridedTemporalMask``):
+    |c(q) - c(k)| <= half_width, or c(k) < sink, for a ``coordinates`` map c that is a permutation
+    of ``range(tokens)``."""
 
     @property
     def tokens(self) -> int: ...

@@ -51,7 +51,7 @@ def _reference_band_tile_counts(mask: BandLike, block_sizes: BlockSizesLike) -> 
         keys = np.arange(j * bkv, min((j + 1) * bkv, n), dtype=np.int64)
         coord = np.sort(np.asarray(mask.coordinates(keys)))
         band = np.searchsorted(coord, high, "right") - np.searchsorted(coord, low, "left")
-        sink = np.sort(np.asarray(mask.coordinates(keys[keys < mask.sink])))
+        sink = coord[coord < mask.sink]
         overlap = np.searchsorted(sink, high, "right") - np.searchsorted(sink, low, "left")
         counts[:, j] = np.add.reduceat(band + sink.size - overlap, starts)
     return counts
@@ -79,6 +79,20 @@ def _runs(coord: np.ndarray) -> list[tuple[int, int, int]] | None:
         runs.append((i, e + 1, int(diff[i])))
         i = e + 1
     return runs
+
+
+def _sink_runs(coord: np.ndarray, runs: list[tuple[int, int, int]], sink: int):
+    """The part of each run whose coordinates are below ``sink`` (the sink keys).
+
+    A run's coordinates are monotone, so that part is a prefix (increasing) or a suffix
+    (decreasing) of the run, itself a run.
+    """
+    out = []
+    for start, stop, step in runs:
+        inside = np.flatnonzero(coord[start:stop] < sink)
+        if inside.size:
+            out.append((start + int(inside[0]), start + int(inside[-1]) + 1, step))
+    return out
 
 
 def _segments(coord, runs, tile, limit):
@@ -174,7 +188,7 @@ def band_tile_counts(mask: BandLike, block_sizes: BlockSizesLike) -> np.ndarray:
     frame-major band; one per frame for the strided temporal band), and the number of pairs within
     ``w`` of each other between two progressions has a closed form, so the work is one vectorised
     pass over pairs of such pieces instead of a binary search per token and key tile. The sink keys
-    (coordinates equal to their index) are counted the same way to remove the band/sink overlap.
+    (coordinates below ``mask.sink``) are counted the same way to remove the band/sink overlap.
     Coordinates that are not piecewise progressions of one step fall back to the reference.
 
     Args:
@@ -194,6 +208,7 @@ def band_tile_counts(mask: BandLike, block_sizes: BlockSizesLike) -> np.ndarray:
     q_seg = _segments(coord, runs, bq, n)
     band = _pair_counts(q_seg, _segments(coord, runs, bkv, n), w, (nq, nkv))
     rows = np.minimum(n, (np.arange(nq) + 1) * bq) - np.arange(nq) * bq
-    sink_keys = np.clip(mask.sink - np.arange(nkv) * bkv, 0, bkv)
-    overlap = _pair_counts(q_seg, _segments(coord, runs, bkv, mask.sink), w, (nq, nkv))
+    sink_keys = np.add.reduceat((coord < mask.sink).astype(np.int64), np.arange(nkv) * bkv)
+    sink_seg = _segments(coord, _sink_runs(coord, runs, mask.sink), bkv, n)
+    overlap = _pair_counts(q_seg, sink_seg, w, (nq, nkv))
     return band + rows[:, None].astype(np.int64) * sink_keys[None, :] - overlap

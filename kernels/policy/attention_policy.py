@@ -11,8 +11,9 @@ Per call:
   predicate is data, so the denoising loop compiles once for every step;
 - sparse: route heads (``kernels.policy.routing``), move each temporal head's tokens into the temporal
   layout by a per-(batch, head) select between the frame-major and the permuted copy (shapes never
-  depend on the flags), run the band executor (one tile plan serves both layouts), restore
-  frame-major order.
+  depend on the flags), run the band executor (one mask and one tile plan serve both layouts: the
+  band-plus-sink is applied in each head's own order, as in Sparse VideoGen), restore frame-major
+  order.
 
 A negative control (``kernels.policy.negative_controls``) breaks one of these on purpose (the
 layouts routing chose, or the restoring of frame-major order); with ``none`` the traced program is
@@ -29,7 +30,6 @@ import jax
 import jax.numpy as jnp
 
 from kernels.executors.dispatch import attention
-from kernels.masks.band import band_for_density
 from kernels.masks.geometry import TokenGeometry
 from kernels.masks.layouts import inverse_temporal_permutation, temporal_permutation
 from kernels.plans.block_sizes import BlockSizes, default_block_sizes, plan_backend
@@ -48,7 +48,7 @@ from kernels.policy.schedule import SparsitySchedule
 POLICY_BACKENDS = ("xla", "pallas_tpu", "pallas_gpu", "reference")
 # Dense executors a run may name ("auto": resolved per platform by ``dense_controls`` first).
 DENSE_EXECUTORS = ("auto", "b0", "splash", "cudnn", "dot_product_attention", "reference")
-DENSE_EXECUTORS += ("xla_flash",)  # ours, the CPU's dense control (issue 26)
+DENSE_EXECUTORS += ("xla_flash",)  # ours, the CPU's dense control
 
 
 def _check_backend(backend: str) -> None:
@@ -254,7 +254,7 @@ class AttentionPolicy:
             return
         schedule.validate(geometry, block_sizes)
         schedule.warn_if_dense(num_steps, num_layers)
-        band = band_for_density(geometry, schedule.density)
+        band = schedule.band(geometry)
         self.plan = build_plan(band, block_sizes, schedule.variant, rounding_tolerance)
         self.routing_mask = self.plan.logical_mask
 

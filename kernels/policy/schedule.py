@@ -3,7 +3,10 @@
 A schedule keeps attention dense for the first ``floor(first_times_fp * steps)`` denoising steps
 (the layout of the video is decided early and is fragile) and for the first
 ``floor(first_layers_fp * layers)`` transformer blocks; everywhere else each head attends through a
-band-plus-sink mask keeping ``density`` of the query-key pairs, executed by ``variant``.
+band-plus-sink mask keeping ``density`` of the query-key pairs, executed by ``variant``. A schedule
+can instead name its band as Sparse VideoGen does (``svg_sparsity``: the band's kept fraction without
+the sink, its width rounded up to 128 tokens); ``band`` is the one place that turns either into the
+mask.
 
 ``SparsitySchedule`` is also the schema of the harness's ``conf/schedule/*.yaml`` files (the
 harness registers it as a structured config), so its fields and defaults are documented once, here.
@@ -18,7 +21,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from kernels.masks.band import band_for_density
+from kernels.masks.band import BandMask, band_for_density, band_for_svg_sparsity, svg_half_width
 from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes
 
@@ -61,10 +64,15 @@ class SparsitySchedule:
         first_times_fp: dense while ``step < floor(first_times_fp * steps)``; in [0, 1].
         first_layers_fp: dense while ``layer < floor(first_layers_fp * layers)``; in [0, 1].
         density: kept fraction of query-key pairs of the sparse masks (sink counted); in (0, 1].
+            Not used when ``svg_sparsity`` is set.
         variant: sparse executor variant (tile-aligned b3 by default); a plain string such as
             ``"b2"`` is accepted and stored as its ``SparseVariant``.
         routing_samples: query rows sampled per (step, layer) to route heads; >= 1.
         sparse: False for the dense control (every step and layer dense, the others ignored).
+        svg_sparsity: Sparse VideoGen's ``sparsity`` in (0, 1), or None: when set it decides the
+            band instead of ``density`` (half-width ``N (1 - sqrt(1 - s))`` rounded up to 128
+            tokens, ``kernels.masks.band.svg_half_width``), so SVG's published numbers can be typed
+            as they are; the exact kept fraction it gives is ``target_density(geometry)``.
     """
 
     name: str
@@ -74,6 +82,7 @@ class SparsitySchedule:
     variant: SparseVariant = SparseVariant.b3
     routing_samples: int = 64
     sparse: bool = True
+    svg_sparsity: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -96,6 +105,9 @@ class SparsitySchedule:
             raise ValueError(f"variant={self.variant!r}: use one of {SPARSE_VARIANTS}")
         object.__setattr__(self, "variant", SparseVariant(self.variant))
         _check_count("routing_samples", self.routing_samples)
+        if self.svg_sparsity is not None:
+            svg_half_width(1, self.svg_sparsity)  # validates the value alone
+            object.__setattr__(self, "svg_sparsity", float(self.svg_sparsity))
         if self.sparse and (self.first_times_fp >= 1.0 or self.first_layers_fp >= 1.0):
             field = "first_times_fp" if self.first_times_fp >= 1.0 else "first_layers_fp"
             warnings.warn(
@@ -135,6 +147,27 @@ class SparsitySchedule:
             if isinstance(given[n], int) and not isinstance(given[n], bool):
                 given[n] = float(given[n])
         return cls(**given)
+
+    def band(self, geometry: TokenGeometry) -> BandMask:
+        """The band-plus-sink mask a sparse (step, layer) applies in each head's own layout.
+
+        Args:
+            geometry: token geometry of the run.
+
+        Returns:
+            SVG's band for ``svg_sparsity`` when it is set, else the band whose exact kept
+            fraction is closest to ``density``.
+        """
+        if self.svg_sparsity is not None:
+            return band_for_svg_sparsity(geometry, self.svg_sparsity)
+        return band_for_density(geometry, self.density)
+
+    def target_density(self, geometry: TokenGeometry) -> float:
+        """Exact kept fraction of ``band(geometry)`` before any tile rounding: ``density`` itself
+        when ``svg_sparsity`` is not set (the nominal value a preflight plans with)."""
+        if self.svg_sparsity is None:
+            return float(self.density)
+        return float(self.band(geometry).density)
 
     def dense_steps(self, steps: int) -> int:
         """Leading dense steps: ``floor(first_times_fp * steps)`` (all of them if not sparse)."""
@@ -188,8 +221,8 @@ class SparsitySchedule:
             block_sizes: tiles of the sparse executor.
 
         Raises:
-            ValueError: when ``routing_samples`` exceeds the tokens, or the band the ``density``
-                gives is narrower than one tile (its full width 2w + 1 is below
+            ValueError: when ``routing_samples`` exceeds the tokens, or the band ``band`` gives
+                is narrower than one tile (its full width 2w + 1 is below
                 ``min(block_q, block_kv)``, so tile skipping cannot follow it).
         """
         if self.routing_samples > geometry.tokens:
@@ -199,13 +232,18 @@ class SparsitySchedule:
             )
         if not self.sparse:
             return
-        band = band_for_density(geometry, self.density)
+        band = self.band(geometry)
         width = 2 * band.half_width + 1
         tile = min(block_sizes.block_q, block_sizes.block_kv)
         if width < tile:
+            knob = (
+                f"density={self.density}"
+                if self.svg_sparsity is None
+                else f"svg_sparsity={self.svg_sparsity}"
+            )
             raise ValueError(
-                f"density={self.density}: at {geometry.tokens} tokens its band is {width} tokens "
-                f"wide, narrower than one {tile}-token tile of {block_sizes}; raise density or "
+                f"{knob}: at {geometry.tokens} tokens its band is {width} tokens "
+                f"wide, narrower than one {tile}-token tile of {block_sizes}; raise it or "
                 f"use tiles of at most {width} tokens"
             )
 
@@ -222,7 +260,7 @@ class SparsitySchedule:
         Returns:
             Kept fraction in (0, 1].
         """
-        band = band_for_density(geometry, self.density)
+        band = self.band(geometry)
         if self.variant != "b3":
             return float(band.density)
         from kernels.plans.tiles import build_plan  # plan building is cached per (mask, tiles)

@@ -38,12 +38,12 @@ def test_unknown_resolution_lists_presets():
 
 
 def test_temporal_permutation_hand_written():
-    # F=3 frames of S=2 tokens: frame 0 stays first, then (position, frame) for frames 1..2.
+    # F=3 frames of S=2 tokens, SVG's (position, frame) order over every frame: p * F + f.
     geometry = TokenGeometry(3, 1, 2)
-    np.testing.assert_array_equal(temporal_permutation(geometry), [0, 1, 2, 4, 3, 5])
-    np.testing.assert_array_equal(inverse_temporal_permutation(geometry), [0, 1, 2, 4, 3, 5])
-    geometry = TokenGeometry(3, 1, 3)  # S=3: [0 1 2 | 3 6 | 4 7 | 5 8]
-    np.testing.assert_array_equal(temporal_permutation(geometry), [0, 1, 2, 3, 6, 4, 7, 5, 8])
+    np.testing.assert_array_equal(temporal_permutation(geometry), [0, 2, 4, 1, 3, 5])
+    np.testing.assert_array_equal(inverse_temporal_permutation(geometry), [0, 3, 1, 4, 2, 5])
+    geometry = TokenGeometry(3, 1, 3)  # S=3: [0 3 6 | 1 4 7 | 2 5 8]
+    np.testing.assert_array_equal(temporal_permutation(geometry), [0, 3, 6, 1, 4, 7, 2, 5, 8])
 
 
 @pytest.mark.parametrize("geometry", [TokenGeometry(4, 2, 3), TokenGeometry(1, 3, 3)])
@@ -55,10 +55,10 @@ def test_permutation_inverse_and_arithmetic_form_agree(geometry):
     idx = np.arange(geometry.tokens)
     np.testing.assert_array_equal(temporal_position(idx, geometry), inv)
     np.testing.assert_array_equal(np.asarray(temporal_position(jnp.asarray(idx), geometry)), inv)
-    # Frame 0 (the sink) is the first S positions in both layouts.
-    np.testing.assert_array_equal(
-        perm[: geometry.tokens_per_frame], idx[: geometry.tokens_per_frame]
-    )
+    # Every frame of one spatial position is contiguous, in frame order (frame 0 included).
+    s, f = geometry.tokens_per_frame, geometry.frames
+    np.testing.assert_array_equal(perm.reshape(s, f) % s, np.repeat(np.arange(s)[:, None], f, 1))
+    np.testing.assert_array_equal(perm.reshape(s, f) // s, np.tile(np.arange(f), (s, 1)))
 
 
 def test_head_layouts_per_head_and_round_trip():
