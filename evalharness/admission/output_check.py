@@ -15,6 +15,7 @@ import errno
 import math
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from evalharness.config import EvalConfig
@@ -42,8 +43,8 @@ def _existing(folder: Path) -> Path:
 
 
 def _writable(folder: Path, setting: str) -> None:
-    """Refuses, naming the setting, a folder the run could not create or write; creates
-    nothing (a refused run leaves no trace)."""
+    """Refuses, naming the setting, a folder the run could not create or write; what it
+    creates to find out is removed (a refused run leaves no trace)."""
     there = _existing(folder)
     problem = None
     if not there.is_dir():
@@ -52,11 +53,30 @@ def _writable(folder: Path, setting: str) -> None:
         problem = f"{there} is not writable by this user" + (
             " (read-only file system)" if _read_only_mount(there) else ""
         )
+    else:
+        problem = _creation_problem(there)
     if problem:
         raise PreflightRefusal(
             f"{setting}={folder} cannot be written: {problem}; set {setting} to a folder this "
             f"user can write, e.g. {setting}=/tmp/evalharness. Nothing was computed."
         )
+
+
+def _creation_problem(folder: Path) -> str | None:
+    """Why a folder and a file cannot be created in ``folder`` (what the run does there), or
+    None; both are removed again. ``access(2)`` alone passes folders that refuse new entries
+    (a virtual file system such as ``/proc``)."""
+    try:
+        probe = Path(tempfile.mkdtemp(prefix=".evalharness-write-probe-", dir=folder))
+    except OSError as err:
+        return f"a folder cannot be created in {folder} ({err.strerror or err})"
+    try:
+        (probe / "probe").write_bytes(b"")
+    except OSError as err:
+        return f"a file cannot be created in {folder} ({err.strerror or err})"
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+    return None
 
 
 def _read_only_mount(folder: Path) -> bool:

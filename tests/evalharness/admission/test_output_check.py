@@ -1,7 +1,9 @@
 """The run's folders checked before any work, and I/O errors that name their setting."""
 
 import errno
+import os
 from collections import namedtuple
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +21,42 @@ def _cfg(tmp_path, *overrides):
 def test_a_writable_root_passes_and_nothing_is_created(tmp_path):
     cfg = _cfg(tmp_path)
     check_output_folders(cfg, 1)
-    assert not (tmp_path / "outputs").exists() and not (tmp_path / "cache").exists()
+    assert list(tmp_path.iterdir()) == []  # the probe's folder and file are gone again
+
+
+def _virtual_folder_that_passes_access():
+    """A kernel folder that answers access(W_OK) yet refuses every new entry, or None."""
+    for folder in ("/proc/self/fd", "/proc/self/task", "/proc"):
+        if os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK):
+            return folder
+    return None
+
+
+@pytest.mark.skipif(_virtual_folder_that_passes_access() is None, reason="no such /proc folder")
+def test_a_folder_that_passes_access_but_takes_no_new_file_is_refused(tmp_path):
+    folder = _virtual_folder_that_passes_access()
+    cfg = _cfg(tmp_path, f"cache_dir={folder}/evalharness-cache")
+    with pytest.raises(PreflightRefusal) as refusal:
+        check_output_folders(cfg, 1)
+    assert str(refusal.value).startswith(
+        f"cache_dir={folder}/evalharness-cache cannot be written: a folder cannot be created in "
+        f"{folder} ("
+    )
+    assert "set cache_dir to a folder this user can write" in str(refusal.value)
+
+
+def test_a_folder_that_refuses_files_is_refused_naming_the_error(tmp_path, monkeypatch):
+    real_write = Path.write_bytes
+
+    def refuse(path, data):
+        if path.name == "probe":
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        return real_write(path, data)
+
+    monkeypatch.setattr(Path, "write_bytes", refuse)
+    with pytest.raises(PreflightRefusal, match=r"a file cannot be created in .* \(Read-only file"):
+        check_output_folders(_cfg(tmp_path), 1)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_an_output_root_under_a_file_is_refused_naming_the_setting(tmp_path):
