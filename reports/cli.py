@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         check_tracking,
         default_tracking_uri,
         open_client,
+        redacted,
     )
 
     args = _parser().parse_args(argv)
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{len(args.run_id)} listed runs" if args.run_id else f"experiment {args.experiment!r}"
         )
         report = build_report(
-            client, runs, out, source=f"{source} at {uri}", plan_run=args.plan_run
+            client, runs, out, source=f"{source} at {redacted(uri)}", plan_run=args.plan_run
         )
     except ReportError as err:
         print(f"reports: {err}", file=sys.stderr)

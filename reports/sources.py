@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evalharness.tracking import finished_runs
+from evalharness.tracking import finished_runs, redacted
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -125,7 +125,7 @@ def _listed_runs(client: MlflowClient, run_ids: Sequence[str]) -> list:
             run = client.get_run(run_id)
         except Exception as err:  # MLflow raises its own exception types per store
             raise ReportError(
-                f"no MLflow run {run_id!r} at {client.tracking_uri}: check the id (the UI "
+                f"no MLflow run {run_id!r} at {redacted(client.tracking_uri)}: check the id (the UI "
                 "shows it under the run's name) and --tracking-uri"
             ) from err
         missed_gate = run.info.status == "FAILED" and run.data.tags.get("gate") == "failed"
@@ -157,7 +157,7 @@ def load_runs(
         except LookupError as err:
             names = sorted(e.name for e in client.search_experiments())
             raise ReportError(
-                f"{err} at {client.tracking_uri}: pass --experiment NAME (experiments there: "
+                f"{err} at {redacted(client.tracking_uri)}: pass --experiment NAME (experiments there: "
                 f"{', '.join(names) or 'none'}) or --tracking-uri of the store the runs went to"
             ) from None
         runs += _gate_failed_runs(client, name, max_runs)

@@ -21,11 +21,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig, open_dict
 
 from evalharness.admission import dry_run_table
 from evalharness.evidence import headline_columns
 from evalharness.formatting import markdown_table
+from evalharness.tracking import redacted
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -36,6 +38,7 @@ SUMMARY_FILE = "summary.jsonl"
 SWEEP_ID_FILE = "sweep_id"
 SWEEP_TAG = "sweep"
 SWEEP_JOB_TAG = "sweep_job"
+HYDRA_MULTIRUN_FILE = "multirun.yaml"  # Hydra's copy of the sweep's config, overrides included
 
 _failed: list[str] = []
 
@@ -113,7 +116,7 @@ def mlflow_rows(tracking_uri: str, experiment: str, sweep_id: str) -> list[dict[
     client = open_client(tracking_uri)
     found = client.get_experiment_by_name(experiment)
     if found is None:
-        raise LookupError(f"no MLflow experiment {experiment!r} at {tracking_uri}")
+        raise LookupError(f"no MLflow experiment {experiment!r} at {redacted(tracking_uri)}")
     runs = client.search_runs(
         [found.experiment_id], filter_string=f"tags.{SWEEP_TAG} = '{sweep_id}'", max_results=5000
     )
@@ -164,9 +167,16 @@ class SweepSummary(Callback):
             root = Path(config.output_root) / "mlartifacts"
             ensure_experiment(client, config.logger.experiment_name, root)
 
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Hides the tracking URI's password in Hydra's ``multirun.yaml``, which Hydra writes
+        after the multirun's start and before its first job."""
+        if config.hydra.mode == RunMode.MULTIRUN:
+            redact_file(Path(config.hydra.sweep.dir) / HYDRA_MULTIRUN_FILE)
+
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """Prints the table of the jobs' rows, writes ``summary.md`` and records failed jobs."""
         folder = Path(config.hydra.sweep.dir)
+        redact_file(folder / HYDRA_MULTIRUN_FILE)  # a launcher whose jobs ran elsewhere
         if config.dry_run:
             _print_dry_runs(folder)
             return
@@ -174,7 +184,7 @@ class SweepSummary(Callback):
             sweep_id = read_sweep_id(folder)
             uri = _tracking_uri(config)
             rows = mlflow_rows(uri, config.logger.experiment_name, sweep_id)
-            source = f"MLflow {uri}, tag {SWEEP_TAG}={sweep_id}"
+            source = f"MLflow {redacted(uri)}, tag {SWEEP_TAG}={sweep_id}"
         else:
             path = folder / SUMMARY_FILE
             lines = path.read_text().splitlines() if path.is_file() else []
@@ -194,6 +204,19 @@ class SweepSummary(Callback):
                 _failed.append(f"job {row.get(SWEEP_JOB_TAG)} ({row.get('schedule')})")
         if _failed:
             print("failed (gate or run): " + ", ".join(_failed), flush=True)
+
+
+def redact_file(path: Path) -> None:
+    """Rewrites ``path`` (atomically) with every URI's password hidden, if it holds one."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return
+    shown = redacted(text)
+    if shown != text:
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+        tmp.write_text(shown)
+        tmp.replace(path)
 
 
 def _print_dry_runs(folder: Path) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evalharness.refusal import PreflightRefusal
+from evalharness.tracking import redacted
 
 if TYPE_CHECKING:
     import optuna
@@ -96,7 +97,8 @@ def open_study(
     except Exception as err:  # noqa: BLE001 - any driver's error: refuse with the URL's scheme
         raise PreflightRefusal(
             f"Optuna's storage {url.split('://')[0]}://... cannot be opened: "
-            f"{type(err).__name__}: {err}; give a writable search.storage (an SQLAlchemy URL)"
+            f"{type(err).__name__}: {redacted(str(err), url)}; give a writable search.storage "
+            "(an SQLAlchemy URL)"
         ) from err
     names = {s.study_name for s in optuna.get_all_study_summaries(storage)}
     if resume and name not in names:

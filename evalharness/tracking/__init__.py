@@ -1,11 +1,12 @@
 """Who records the run: the MLflow client (or nothing), the probe that refuses an unusable
 tracking store in seconds, a new store created once when runs start together, closing a run a
-killed process left open, a local MLflow server on PostgreSQL, and which process of a
-multi-host run owns the folder, the MLflow run and the videos.
+killed process left open, a local MLflow server on PostgreSQL, which process of a multi-host run
+owns the folder, the MLflow run and the videos, and the one rule that hides a tracking URI's
+password from everything written down (``redaction``).
 """
 
 from evalharness.tracking import multihost
-from evalharness.tracking.ended import mark_run_ended
+from evalharness.tracking.ended import mark_run_ended, stale_run_closer
 from evalharness.tracking.mlflow_client import (
     MlflowTracker,
     NullTracker,
@@ -23,6 +24,11 @@ from evalharness.tracking.mlflow_client import (
 )
 from evalharness.tracking.multihost import to_host
 from evalharness.tracking.probe import TrackingUnavailable, check_tracking
+from evalharness.tracking.redaction import (
+    redact_logs,
+    redacted,
+    redacted_values,
+)
 from evalharness.tracking.store import open_client
 from evalharness.tracking.ui_view import (
     RUN_KIND_TAG,
@@ -50,9 +56,13 @@ __all__ = [
     "mark_run_ended",
     "multihost",
     "open_client",
+    "redact_logs",
+    "redacted",
+    "redacted_values",
     "RUN_KIND_TAG",
     "SEARCH_KIND",
     "experiment_link",
     "run_tags",
+    "stale_run_closer",
     "to_host",
 ]

@@ -1,22 +1,26 @@
 """Closing an MLflow run that its process left open (killed, machine lost): the run stays
 ``RUNNING`` forever otherwise, and a dashboard reads it as still in progress.
 
-The run's next start finds the stale run folder and calls :func:`mark_run_ended` with the
-tracking URI and run id the folder recorded.
+The run's next start finds the stale run folder and closes its run with the tracking URI and run
+id the folder recorded (:func:`stale_run_closer`): the URI as written down, its password hidden,
+so the password comes from the starting run's own URI when it names the same store, else from
+the environment (``PGPASSWORD``, ``PGPASSFILE``, ``MLFLOW_TRACKING_PASSWORD``).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Literal
 
-from evalharness.tracking.postgres import redacted
+from evalharness.tracking.redaction import connection_uri, redacted
 from evalharness.tracking.store import bounded_http, open_client, sqlite_file
 
 log = logging.getLogger(__name__)
 
 FAILURE_REASON_TAG = "failure_reason"
 ENDED_STATUSES = ("FAILED", "KILLED")
+EndedStatus = Literal["FAILED", "KILLED"]
 # MLflow's statuses of a run that has not ended.
 OPEN_STATUSES = ("RUNNING", "SCHEDULED")
 # Recovery happens at a run's start: a server that does not answer must not hold it for minutes.
@@ -24,9 +28,7 @@ MARK_RETRIES = 1
 MARK_TIMEOUT_S = 10
 
 
-def mark_run_ended(
-    tracking_uri: str, run_id: str, status: Literal["FAILED", "KILLED"], reason: str
-) -> bool:
+def mark_run_ended(tracking_uri: str, run_id: str, status: EndedStatus, reason: str) -> bool:
     """Closes run ``run_id`` (and its open child runs: a prompt suite's pairs) as ``status``, with
     ``reason`` in its ``failure_reason`` tag, if it is still open.
 
@@ -35,7 +37,8 @@ def mark_run_ended(
     reported as False, so recovery goes on.
 
     Args:
-        tracking_uri: the store the run was logged to (``Tracker.tracking_uri``).
+        tracking_uri: the store the run was logged to, with its credentials (or with none, for
+            a store that takes them from the environment).
         run_id: the MLflow run (``Tracker.run_id``).
         status: ``FAILED`` (the process died) or ``KILLED`` (it was stopped).
         reason: why, e.g. "process 1234 on host-a exited without closing the run".
@@ -71,7 +74,20 @@ def mark_run_ended(
                 client.set_tag(open_run, FAILURE_REASON_TAG, reason[:5000])
                 client.set_terminated(open_run, status=status)
     except Exception as err:  # noqa: BLE001 - recovery goes on whatever the store raised
-        log.warning("could not mark MLflow run %s %s at %s: %s", run_id, status, shown, err)
+        why = redacted(str(err), secret_of=tracking_uri)
+        log.warning("could not mark MLflow run %s %s at %s: %s", run_id, status, shown, why)
         return False
     log.info("MLflow run %s marked %s at %s: %s", run_id, status, shown, reason)
     return True
+
+
+def stale_run_closer(known_uri: str | None) -> Callable[[str, str, EndedStatus, str], bool]:
+    """:func:`mark_run_ended` for a run folder's record, whose tracking URI is written down with
+    its password hidden: ``known_uri`` (the starting run's ``logger.tracking_uri``) connects
+    when it names the same store; another store takes its credentials from the environment.
+    """
+
+    def close(shown_uri: str, run_id: str, status: EndedStatus, reason: str) -> bool:
+        return mark_run_ended(connection_uri(shown_uri, known_uri), run_id, status, reason)
+
+    return close

@@ -21,6 +21,7 @@ import jax
 import numpy as np
 
 from evalharness.exit_codes import Terminated
+from evalharness.tracking.redaction import redacted
 from evalharness.tracking.store import open_client
 from evalharness.tracking.ui_view import (
     HEADLINE_VIEW,
@@ -41,7 +42,9 @@ class Tracker(Protocol):
 
     ``tracking_uri`` and ``run_id`` (None without tracking) say where the run is, so a run
     folder can name it and a later start can close a run its killed process left open
-    (:func:`~evalharness.tracking.ended.mark_run_ended`).
+    (:func:`~evalharness.tracking.ended.mark_run_ended`). ``tracking_uri`` is the store as it may
+    be written down, its password hidden (:func:`~evalharness.tracking.redaction.redacted`); only
+    the tracker's client holds the URI it connects with.
     """
 
     tracking_uri: str | None
@@ -218,7 +221,7 @@ class MlflowTracker:
         # A new store is created under a lock: runs starting together would otherwise both
         # create its tables, and one would fail.
         self.client = open_client(tracking_uri)
-        self.tracking_uri: str | None = tracking_uri
+        self.tracking_uri: str | None = redacted(tracking_uri)
         self.experiment_id = ensure_experiment(self.client, experiment_name, artifact_root)
         experiment_id = self.experiment_id
         run = self.client.create_run(experiment_id, run_name=run_name)
@@ -237,7 +240,8 @@ class MlflowTracker:
         return nested
 
     def log_params(self, params: Mapping[str, Any]) -> None:
-        """Logs params in batches, each value cut to MLflow's length limit."""
+        """Logs params in batches, each value cut to MLflow's length limit, passwords hidden
+        (a tracking URI's among the config's params)."""
         from mlflow.entities import Param
 
         items = [Param(k, _param_text(v)) for k, v in params.items()]
@@ -260,10 +264,11 @@ class MlflowTracker:
             self.client.log_batch(self.run_id, metrics=items[start : start + 1000])
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
-        """Sets the tags, each value cut to MLflow's length limit."""
+        """Sets the tags, each value cut to MLflow's length limit, passwords hidden."""
         from mlflow.entities import RunTag
 
-        self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items()])
+        items = [RunTag(k, redacted(str(v))[:5000]) for k, v in tags.items()]
+        self.client.log_batch(self.run_id, tags=items)
 
     def log_artifacts(self, folder: Path, exclude: Sequence[str] = ()) -> None:
         """Uploads a folder's files, except those whose name or relative path matches a pattern
@@ -294,7 +299,7 @@ def artifact_files(folder: Path, exclude: Sequence[str] = ()) -> list[Path]:
 
 
 def _param_text(value: Any) -> str:
-    text = "None" if value is None else str(value)
+    text = "None" if value is None else redacted(str(value))
     return text[:6000]  # MLflow's param value limit
 
 
@@ -366,7 +371,7 @@ def make_tracker(
         return NullTracker()
     if kind == "mlflow":
         uri = tracking_uri or default_tracking_uri(output_root)
-        log.info("MLflow tracking at %s (experiment %r)", uri, experiment_name)
+        log.info("MLflow tracking at %s (experiment %r)", redacted(uri), experiment_name)
         return MlflowTracker(
             uri, experiment_name, run_name, artifact_root=output_root / "mlartifacts"
         )

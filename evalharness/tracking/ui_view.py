@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from evalharness.tracking.redaction import redacted
+
 # Tells harness, benchmark, report and search runs apart in one experiment: filter the runs table
 # with ``tags.run_kind = 'harness'`` (or 'benchmark', 'report', 'search').
 RUN_KIND_TAG = "run_kind"
@@ -104,5 +106,8 @@ def experiment_link(
         return None
     page = f"#/experiments/{experiment_id}/runs?{CHART_QUERY if charts else UI_QUERY}"
     if tracking_uri and tracking_uri.startswith(("http://", "https://")):
-        return f"{tracking_uri.rstrip('/')}/{page}"
-    return f"http://127.0.0.1:5000/{page} (after mlflow ui --backend-store-uri {tracking_uri})"
+        return f"{redacted(tracking_uri).rstrip('/')}/{page}"
+    # The command names the store with its password hidden: the reader supplies their own
+    # credentials (PGPASSWORD, PGPASSFILE), never the ones of whoever ran the harness.
+    store = redacted(tracking_uri)
+    return f"http://127.0.0.1:5000/{page} (after mlflow ui --backend-store-uri {store})"

@@ -1,0 +1,101 @@
+"""Passwords out of everything the harness writes down: the one rule for showing a tracking URI.
+
+A tracking URI may carry a password (``postgresql+psycopg://user:PASSWORD@host/db``,
+``http://user:PASSWORD@host``) or a secret query parameter (``?password=...``, ``?token=...``).
+The real URI is only ever used to connect; every text the harness prints, logs or stores (the
+console, ``status.json``, ``config.yaml``, MLflow params and tags, reports, sweep and search files)
+shows :func:`redacted`'s form, the secret replaced by ``***``. Credentials need not be in the URI
+at all: MLflow reads ``MLFLOW_TRACKING_USERNAME``/``MLFLOW_TRACKING_PASSWORD`` for a server and
+libpq ``PGPASSWORD``/``PGPASSFILE`` for PostgreSQL (``docs/mlflow.md``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from typing import Any, overload
+from urllib.parse import unquote, urlsplit
+
+MASK = "***"
+# ``scheme://user:password@``: the password runs to the authority's last ``@`` (as urlsplit reads
+# it), so a password holding an unencoded ``@`` or ``:`` is hidden whole.
+_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/?#\s:@]*):[^/?#\s]*@")
+# A query parameter whose name says it holds a secret: ``?password=``, ``&sslpassword=``,
+# ``?token=``, ``&access_token=``, ``?api_key=``, ``&client_secret=``.
+_SECRET_PARAM = re.compile(
+    r"(?P<head>[?&;][^=&#\s]*(?:password|passwd|pwd|token|secret|api_?key)=)[^&#\s]*",
+    re.IGNORECASE,
+)
+
+
+@overload
+def redacted(text: str, secret_of: str | None = None) -> str: ...
+
+
+@overload
+def redacted(text: None, secret_of: str | None = None) -> None: ...
+
+
+def redacted(text: str | None, secret_of: str | None = None) -> str | None:
+    """``text`` with the password of every URI in it, and the value of every secret query
+    parameter, replaced by ``***``; None stays None.
+
+    Args:
+        text: a URI, or any text that may hold URIs (a message, a note, a YAML dump).
+        secret_of: a URI whose password is also hidden wherever it appears on its own (a driver's
+            error message may quote the password without its URI), percent-encoded or not.
+    """
+    if text is None:
+        return None
+    shown = _SECRET_PARAM.sub(rf"\g<head>{MASK}", _USERINFO.sub(rf"\g<head>:{MASK}@", text))
+    password = urlsplit(secret_of).password if secret_of else None
+    for form in {password, unquote(password or "")} - {None, "", MASK}:
+        shown = shown.replace(form, MASK)
+    return shown
+
+
+def redacted_values(value: Any) -> Any:
+    """``value`` with :func:`redacted` applied to every string in it: nested mappings (as
+    dicts), lists and tuples are walked; other values are returned as they are."""
+    if isinstance(value, str):
+        return redacted(value)
+    if isinstance(value, Mapping):
+        return {key: redacted_values(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [redacted_values(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(redacted_values(item) for item in value)
+    return value
+
+
+def connection_uri(shown: str, known: str | None) -> str:
+    """The URI to connect with for ``shown``, a URI as it was written down (redacted): ``known``
+    (a URI with its secrets, e.g. this run's ``logger.tracking_uri``) when it names the same
+    store, else ``shown``, whose store then takes its credentials from the environment."""
+    if known and redacted(known) == shown:
+        return known
+    return shown
+
+
+def redact_logs() -> None:
+    """Makes every log record of this process carry its message with :func:`redacted` applied,
+    whichever handler prints it (Hydra reconfigures its handlers for each job, and its launcher
+    logs each job's overrides, a tracking URI among them). Calling it again changes nothing."""
+    make_record = logging.getLogRecordFactory()
+    if getattr(make_record, "redacts", False):
+        return
+
+    def redacting_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = make_record(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError):  # a malformed call: logging itself reports it on emit
+            return record
+        shown = redacted(message)
+        if shown != message:
+            record.msg, record.args = shown, None
+        return record
+
+    redacting_record.redacts = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(redacting_record)
