@@ -32,10 +32,10 @@ Construction (per head, applied after ``WanTransformer`` has drawn its random we
   the frequencies are head_dim 64's). It attends to its own (y, x) in earlier frames, mostly two
   or more frames back; later frames score at least ``sharpness`` below its own frame. Every key it
   needs lies in the temporal layout's band; in frame-major order the band holds only the frame
-  before and frame 0 (the sink), so under the wrong mask it loses the frames in between. It looks
-  back and not both ways because the temporal layout keeps frame 0 apart as the sink: a query in
-  frame 0 sees no other frame at its position in that layout, so a two-sided temporal head would
-  be wrong there even when routed correctly; a causal head needs only itself in frame 0.
+  before and frame 0 (the sink), so under the wrong mask it loses the frames in between. The
+  temporal layout (Sparse VideoGen's, ``kernels.masks.layouts``) gives every query, frame 0's too,
+  its own position in every frame, so a two-sided profile would be served as well; the causal one
+  is kept because the strengths below and the negative controls were calibrated on it.
 - The value path carries what a wrong mask corrupts. ``to_v`` keeps its random weights, times a
   gain per head kind: a spatial head averages its column's keys, which shrinks its output by about
   sqrt(12), while a temporal head is dominated by a few frames, so spatial heads get the larger

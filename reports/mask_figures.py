@@ -23,8 +23,9 @@ import numpy as np  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 
 from evalharness.config import token_geometry  # noqa: E402
-from kernels.masks import TokenGeometry, band_for_density, temporal_permutation  # noqa: E402
+from kernels.masks import BandMask, TokenGeometry, temporal_permutation  # noqa: E402
 from kernels.plans import BlockSizes, TilePlan, build_plan  # noqa: E402
+from kernels.policy import SparsitySchedule  # noqa: E402
 from models.video_geometry import VideoGeometry  # noqa: E402
 from reports.sources import ReportRun  # noqa: E402
 
@@ -44,12 +45,23 @@ class PlanChoice:
     block_sizes: BlockSizes
     variant: str
     run_kept_fraction: float | None = None
+    svg_sparsity: float | None = None
+
+    @property
+    def band(self) -> BandMask:
+        """The band the run's sparse layers applied (the schedule decides, as in the run)."""
+        schedule = SparsitySchedule(
+            self.run, first_times_fp=0.0, density=self.density, svg_sparsity=self.svg_sparsity
+        )
+        return schedule.band(self.geometry)
 
     @property
     def label(self) -> str:
         """Two lines: run, token grid and tiles; the band density and the run-wide kept pairs."""
         g = self.geometry
-        kept = f"band density {self.density:g} (sparse layers)"
+        kept = f"band density {self.band.density:.3g} (sparse layers)"
+        if self.svg_sparsity is not None:
+            kept += f", SVG sparsity {self.svg_sparsity:g}"
         if self.run_kept_fraction is not None:
             kept += f"; kept pairs, whole run {self.run_kept_fraction:.3f} (Table 3)"
         return (
@@ -74,7 +86,13 @@ def plan_choice(run: ReportRun) -> PlanChoice:
         block_sizes=BlockSizes(int(p["kernel.block_q"]), int(p["kernel.block_kv"])),
         variant=p.get("schedule.variant", "b3"),
         run_kept_fraction=run.metrics.get("schedule_kept_fraction"),
+        svg_sparsity=_optional_float(p.get("schedule.svg_sparsity")),
     )
+
+
+def _optional_float(value: str | None) -> float | None:
+    """An MLflow param that may be absent or logged as "None"."""
+    return None if value in (None, "None", "") else float(value)
 
 
 def _samples(tokens: int) -> np.ndarray:
@@ -88,7 +106,7 @@ def mask_images(choice: PlanChoice) -> dict[str, np.ndarray]:
     "spatial, temporal-major" (stripes), "temporal, temporal-major" (band).
     """
     geometry = choice.geometry
-    band = band_for_density(geometry, choice.density)
+    band = choice.band
     idx = _samples(geometry.tokens)
     perm = temporal_permutation(geometry).astype(np.int64)  # temporal position -> frame-major
     inverse = np.empty_like(perm)
@@ -124,7 +142,8 @@ def masks_figure(choice: PlanChoice, path: Path) -> Path:
         ax.set_title(f"{title}: {image.mean():.1%} of pairs kept", fontsize=10)
         ax.set_xlabel(f"key token ({every})", fontsize=8)
         ax.set_ylabel(f"query token ({every})", fontsize=8)
-    fig.suptitle(f"SVG masks, sink = frame 0\n{choice.label}", fontsize=10)
+    sinks = "sink: frame 0 (spatial), the temporal layout's first S tokens (temporal)"
+    fig.suptitle(f"SVG masks, {sinks}\n{choice.label}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
@@ -133,7 +152,7 @@ def masks_figure(choice: PlanChoice, path: Path) -> Path:
 
 def tile_classes_figure(choice: PlanChoice, path: Path) -> Path:
     """Tile classes of the B2 plan (exact mask) and of the run's plan (B3: tile-rounded mask)."""
-    band = band_for_density(choice.geometry, choice.density)
+    band = choice.band
     variants = ["b2", choice.variant] if choice.variant != "b2" else ["b1", "b2"]
     fig, axes = plt.subplots(1, len(variants), figsize=(4.5 * len(variants), 5.2))
     for ax, variant in zip(np.atleast_1d(axes), variants, strict=True):
