@@ -29,10 +29,11 @@ from evalharness.evidence import headline_row
 from evalharness.exit_codes import RunFailed
 from evalharness.refusal import PreflightRefusal
 from evalharness.run import GateFailed, run
-from evalharness.tracking import multihost
+from evalharness.tracking import multihost, redact_logs, redacted
 
 log = logging.getLogger("evalharness")
 register_configs()
+redact_logs()  # Hydra logs a multirun's overrides, logger.tracking_uri's password among them
 _failed_gates: list[str] = []
 _job_codes: list[int] = []
 # A setting that cannot work, found before any work: refused (exit 2), not a crash.
@@ -40,8 +41,9 @@ CONFIG_ERRORS = (ValueError, TypeError, KeyError, FileNotFoundError, OmegaConfBa
 
 
 def _end(code: int, message: str, multirun: bool) -> None:
-    """One ``error:`` line; in a multirun the sweep goes on and exits with the worst code."""
-    print(f"error: {message}", file=sys.stderr, flush=True)
+    """One ``error:`` line (a URI's password hidden); in a multirun the sweep goes on and exits
+    with the worst code."""
+    print(f"error: {redacted(message)}", file=sys.stderr, flush=True)
     if not multirun:
         sys.exit(code)
     _job_codes.append(code)
@@ -115,7 +117,7 @@ def cli(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     problem = check_overrides(args)
     if problem:
-        print(f"error: {problem}", file=sys.stderr)
+        print(f"error: {redacted(problem)}", file=sys.stderr)
         sys.exit(exit_codes.REFUSED)
     # Hydra's parser takes the overrides as one run of words: ``dry_run=true -m experiment=...``
     # would refuse the words after ``-m``. The flag means the same anywhere, so it goes first.

@@ -55,6 +55,8 @@ from evalharness.tracking import (
     flatten,
     make_tracker,
     multihost,
+    redacted,
+    redacted_values,
     run_tags,
 )
 from kernels.parallel.mesh import describe_mesh
@@ -181,9 +183,9 @@ def _end_badly(err: BaseException, cfg: EvalConfig, run_dir: Path) -> NoReturn:
         raise err
     if not isinstance(err, Exception):  # SystemExit and the like: not the run's failure
         raise err
-    line = f"{type(err).__name__}: {err}".splitlines()[0][:500]
+    line = redacted(f"{type(err).__name__}: {err}", cfg.logger.tracking_uri).splitlines()[0][:500]
     hint = io_hint(err, cfg)
-    details = "".join(traceback.format_exception(err))
+    details = redacted("".join(traceback.format_exception(err)), cfg.logger.tracking_uri)
     try:
         run_status.end_status(run_dir, run_status.FAILED, error=line, details=details)
         where = f"{run_dir} (status.json, error.log)"
@@ -209,7 +211,7 @@ def _open_run(cfg: EvalConfig, primary: bool = True) -> tuple[Path, Tracker]:
         scratch = tempfile.mkdtemp(prefix=f"evalharness-process{jax.process_index()}-")
         return Path(scratch), NullTracker()
     output_root = Path(cfg.output_root)
-    run_status.recover_stale_runs(output_root, tracking.mark_run_ended)
+    run_status.recover_stale_runs(output_root, tracking.stale_run_closer(cfg.logger.tracking_uri))
     run_dir = make_run_dir(
         output_root, f"{cfg.model.name}-{cfg.resolution.name}-{cfg.schedule.name}"
     )
@@ -226,7 +228,8 @@ def _open_run(cfg: EvalConfig, primary: bool = True) -> tuple[Path, Tracker]:
             output_root=output_root,
         )
     except BaseException as err:
-        run_status.end_status(run_dir, run_status.FAILED, error=f"{type(err).__name__}: {err}")
+        error = redacted(f"{type(err).__name__}: {err}", cfg.logger.tracking_uri)
+        run_status.end_status(run_dir, run_status.FAILED, error=error)
         raise
     run_status.write_status(
         run_dir, run_status.RUNNING, mlflow_run_id=tracker.run_id, tracking_uri=tracker.tracking_uri
@@ -236,7 +239,7 @@ def _open_run(cfg: EvalConfig, primary: bool = True) -> tuple[Path, Tracker]:
 
 def _record_start(comparison: Comparison) -> None:
     """``config.yaml``, then the config as params, the mesh, environment tags and the estimate."""
-    resolved = to_plain_dict(comparison.cfg)
+    resolved = redacted_values(to_plain_dict(comparison.cfg))  # logger.tracking_uri's password
     (comparison.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(resolved))
     tracker = comparison.tracker
     tracker.log_params(flatten(resolved))

@@ -21,6 +21,7 @@ from evalharness.tracking import (
     ensure_experiment,
     environment_tags,
     open_client,
+    redacted,
 )
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ class ParentRun:
         artifact_root: Path,
     ) -> None:
         self.client: MlflowClient = open_client(tracking_uri)
-        self.tracking_uri: str | None = tracking_uri
+        self.tracking_uri: str | None = redacted(tracking_uri)  # written down; the client connects
         experiment_id = ensure_experiment(self.client, experiment_name, artifact_root)
         if run_id is not None:
             self.client.update_run(run_id, status="RUNNING")
@@ -84,7 +85,7 @@ class ParentRun:
         from mlflow.entities import Metric, Param
 
         known = self.client.get_run(self.run_id).data.params
-        items = [Param(k, str(v)[:6000]) for k, v in params.items() if k not in known]
+        items = [Param(k, redacted(str(v))[:6000]) for k, v in params.items() if k not in known]
         for start in range(0, len(items), 100):
             self.client.log_batch(self.run_id, params=items[start : start + 100])
         rows = [Metric(k, float(v), 0, 0) for k, v in metrics.items() if v is not None]
@@ -92,10 +93,11 @@ class ParentRun:
             self.client.log_batch(self.run_id, metrics=rows)
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
-        """Sets tags (values cut to MLflow's limit)."""
+        """Sets tags (values cut to MLflow's limit, passwords hidden)."""
         from mlflow.entities import RunTag
 
-        self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items()])
+        items = [RunTag(k, redacted(str(v))[:5000]) for k, v in tags.items()]
+        self.client.log_batch(self.run_id, tags=items)
 
     def log_files(self, folder: Path) -> None:
         """Uploads the study folder's files, except Optuna's database (a live file)."""

@@ -51,6 +51,7 @@ from evalharness.search.trials import (
     run_trial,
     trial_config,
 )
+from evalharness.tracking import redacted, redacted_values
 from kernels.plans.block_sizes import BlockSizes
 from kernels.policy.schedule import SparsitySchedule
 from models.video_geometry import VideoGeometry
@@ -228,7 +229,8 @@ def run_search(cfg: DictConfig | dict) -> SearchResult:
     plan = make_plan(s.run_cfg, s.search, _finished(study), to_config(s.run_cfg).max_minutes)
     if not plan.within:
         raise PreflightRefusal(f"search {s.name}: {plan.refusal()}")
-    print("\n".join([f"search {s.name} (storage {url.split('?')[0]})", *plan.lines()]), flush=True)
+    shown = redacted(url.split("?")[0])
+    print("\n".join([f"search {s.name} (storage {shown})", *plan.lines()]), flush=True)
     enable_compile_cache(to_config(s.run_cfg).cache_dir)
     # The trials run the code imported now: hashing it now (once per process) keeps edits to
     # the working tree meanwhile out of every trial's dense-arm cache key.
@@ -265,12 +267,12 @@ def _record_start(
     named schedules queued on a fresh study, or interrupted trials queued again on a resume."""
     info = {
         "study_name": s.name,
-        "storage": url.split("?")[0] if "@" not in url else url.split("@")[-1],
+        "storage": redacted(url.split("?")[0]),
         "mlflow_parent_run_id": parent.run_id,
         "tracking_uri": parent.tracking_uri,
         "psnr_metric": s.psnr_label,
         "thresholds": s.limits,
-        "search": search_dict(s.search),
+        "search": redacted_values(search_dict(s.search)),  # an explicit storage's password
         "estimated_trial_minutes": plan.trial_minutes,
     }
     (s.folder / "search.json").write_text(json.dumps(info, indent=2, default=str) + "\n")

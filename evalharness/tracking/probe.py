@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from urllib.parse import urlsplit
 
-from evalharness.tracking.postgres import redacted
+from evalharness.tracking.redaction import redacted
 from evalharness.tracking.store import (
     TrackingUnavailable,
     bounded_http,
@@ -201,13 +200,13 @@ def _check_database(uri: str, shown: str) -> None:
         )
     except (ModuleNotFoundError, NoSuchModuleError) as err:
         raise TrackingUnavailable(
-            f"tracking database {shown}: no Python driver for it ({err}). Fix: for PostgreSQL "
+            f"tracking database {shown}: no Python driver for it ({redacted(str(err), uri)}). Fix: for PostgreSQL "
             "write postgresql+psycopg://... (psycopg 3, installed by `pip install -e "
             "'.[postgres]'`), or install the driver the URI names. Nothing was computed."
         ) from None
     except (ArgumentError, ValueError) as err:
         raise TrackingUnavailable(
-            f"tracking database URI {shown} is malformed ({err}). Fix: {fix_for(uri)}. "
+            f"tracking database URI {shown} is malformed ({redacted(str(err), uri)}). Fix: {fix_for(uri)}. "
             "Nothing was computed."
         ) from None
     try:
@@ -225,8 +224,5 @@ def _check_database(uri: str, shown: str) -> None:
 def _reason(err: BaseException, uri: str) -> str:
     """The error's first lines, without the URI's password and SQLAlchemy's help link."""
     text = str(getattr(err, "orig", None) or err).split("(Background on this error")[0]
-    password = urlsplit(uri).password
-    if password:
-        text = text.replace(password, "***")
-    text = " ".join(text.split())
+    text = " ".join(redacted(text, secret_of=uri).split())
     return f"{type(err).__name__}: {text[:500]}"
