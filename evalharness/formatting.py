@@ -1,13 +1,35 @@
-"""Numbers into table cells: one rule for reports, sweep summaries and the console."""
+"""Numbers into table cells: one rule for reports, sweep summaries and the console; and text
+from elsewhere (MLflow values, a prompt) into Markdown that shows it literally."""
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 # MLflow stores an infinite metric (identical videos have infinite PSNR) as the largest float.
 _MLFLOW_INF = 1e300
+# Markdown's inline and block markup (emphasis, code, links and images, raw HTML, tables,
+# headings, strikethrough, entities); a backslash before any of them shows the character itself.
+_MARKUP = re.compile(r"([\\`*\[\]<>|!#&~])")
+
+
+def markdown_text(value: Any) -> str:
+    """``value`` as Markdown that shows it literally, on one line: every line break (``\\n``,
+    ``\\r``, Unicode's) becomes a space and every markup character is escaped with a backslash, so
+    no value can start a heading, an image, a link, raw HTML or a table cell of its own.
+
+    Args:
+        value: any value; ``str(value)`` is what is shown.
+    """
+    return _MARKUP.sub(r"\\\1", " ".join(str(value).splitlines()))
+
+
+def markdown_code(value: Any) -> str:
+    """``value`` as an inline code span, on one line; its backticks, the one thing that could
+    end the span early, shown as ``'`` (nothing else is markup inside a code span)."""
+    return "`" + " ".join(str(value).splitlines()).replace("`", "'") + "`"
 
 
 def format_cell(value: Any, fmt: str = "{}") -> str:
@@ -36,19 +58,25 @@ def format_cell(value: Any, fmt: str = "{}") -> str:
 
 
 def markdown_table(
-    rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, str, str]]
+    rows: Sequence[Mapping[str, Any]],
+    columns: Sequence[tuple[str, str, str]],
+    *,
+    escape: bool = False,
 ) -> str:
     """Rows as a Markdown table.
 
     Args:
         rows: one mapping per table row.
         columns: ``(title, key, fmt)`` per column; ``fmt`` as in :func:`format_cell`.
+        escape: show every cell literally (:func:`markdown_text`): for cells holding values
+            read from elsewhere (MLflow tags and params, prompts), which may hold markup.
     """
+    shown = markdown_text if escape else str
     lines = [
         "| " + " | ".join(title for title, _, _ in columns) + " |",
         "|" + "|".join("---" for _ in columns) + "|",
     ]
     for row in rows:
-        cells = [format_cell(row.get(key), fmt) for _, key, fmt in columns]
+        cells = [shown(format_cell(row.get(key), fmt)) for _, key, fmt in columns]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from evalharness.formatting import markdown_text
 from reports import figures, mask_figures
 from reports.html_page import render_html
 from reports.search_section import search_section
@@ -20,6 +21,7 @@ from reports.seed_table import seed_section
 from reports.sources import Artifacts, ReportRun, of_kind
 from reports.table3 import harness_runs, table3
 from reports.tables import Table, table1, table2
+from reports.untrusted import untrusted_markdown
 from reports.verdict import verdict_section
 
 if TYPE_CHECKING:
@@ -121,13 +123,16 @@ def _appendix(runs: list[ReportRun], artifacts: Artifacts) -> list[str]:
             md = artifacts.path(run, f"{bench}.md")
             if md is None:
                 continue
+            where = (run.machine, run.tags.get("backend", "?"), run.versions)
+            machine, backend, versions = (markdown_text(text) for text in where)
             parts += [
-                f"### {bench} ({run.name})",
+                f"### {bench} ({markdown_text(run.name)})",
                 "",
-                f"*machine {run.machine}; backend {run.tags.get('backend', '?')}; {run.versions}*",
+                f"*machine {machine}; backend {backend}; {versions}*",
                 "",
             ]
-            body = ("\n" + md.read_text()).replace("\n### ", "\n#### ").replace("\n## ", "\n#### ")
+            body = "\n" + untrusted_markdown(md.read_text())
+            body = body.replace("\n### ", "\n#### ").replace("\n## ", "\n#### ")
             parts += [body.strip(), ""]
     return parts if len(parts) > 2 else []
 
@@ -136,12 +141,13 @@ def _header(runs: list[ReportRun], source: str) -> list[str]:
     kinds: dict[str, int] = {}
     for run in runs:
         kinds[run.kind] = kinds.get(run.kind, 0) + 1
-    counts = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
-    machines = sorted({r.machine for r in runs})
+    counts = markdown_text(", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
+    machines = sorted({markdown_text(r.machine) for r in runs})
     return [
         "# Sparse attention evaluation report",
         "",
-        f"*Built {time.strftime('%Y-%m-%d %H:%M:%S %Z')} from {source}: {counts}; machines: "
+        f"*Built {time.strftime('%Y-%m-%d %H:%M:%S %Z')} from {markdown_text(source)}: {counts}; "
+        "machines: "
         f"{'; '.join(machines)}.*",
         "",
     ]

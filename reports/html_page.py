@@ -2,9 +2,14 @@
 as plain HTML tables (readable without scripts), nothing fetched from anywhere.
 
 Only the Markdown the report writes is understood: ``#``/``##``/``###`` headings, pipe tables,
-image lines ``![caption](relative/path.png)``, ``- `` lists, paragraphs, ``*emphasis*`` lines,
-inline ``code`` and the ``<details>``/``<summary>`` lines that fold a table's further columns
-(passed through as HTML, as GitHub's Markdown does).
+image lines ``![caption](figures/name.png)``, ``- `` lists, paragraphs, ``*emphasis*`` lines,
+inline ``code``, backslash escapes (``\\*`` shows ``*``: how values from MLflow are written, see
+``evalharness.formatting.markdown_text``) and the ``<details>``/``<summary>`` lines that fold a
+table's further columns (passed through as HTML, as GitHub's Markdown does).
+
+An image is embedded only from the report's own ``figures/`` folder: any other path (absolute,
+``..``, a link, a file elsewhere) is refused and shown as text, never read, so no value that
+reaches the page can pull a file off the machine that builds it.
 
 Tables wrap rather than clip: headers and long text cells wrap, a number stays whole (a
 threshold beside it may go to the next line), so the report fits a 1,400 px page and MLflow's
@@ -18,8 +23,11 @@ import html
 import re
 from pathlib import Path
 
-_IMAGE = re.compile(r"^!\[(?P<alt>[^\]]*)\]\((?P<src>[^)]+)\)$")
-_CODE = re.compile(r"`([^`]+)`")
+_IMAGE = re.compile(r"^!\[(?P<alt>(?:\\.|[^\]\\])*)\]\((?P<src>[^)]+)\)$")
+# A backslash-escaped punctuation character, or an inline code span.
+_TOKEN = re.compile(r"\\(?P<char>[!-/:-@\[-`{-~])|`(?P<code>[^`]+)`")
+_PIPE = re.compile(r"(?<!\\)\|")  # a cell border: a pipe not escaped
+FIGURES = "figures"  # the only folder, under the page's own, images are embedded from
 _RAW = re.compile(r"^</?(details|summary)\b")
 # A cell that starts with a number (its unit sign, then perhaps "(min 25.00 ✓)" or an interval)
 # is right-aligned; a column of other cells is text, left-aligned.
@@ -54,15 +62,28 @@ def data_uri(path: Path) -> str:
 
 
 def _inline(text: str) -> str:
-    escaped = html.escape(text)
-    escaped = _CODE.sub(r"<code>\1</code>", escaped)
-    if escaped.startswith("*") and escaped.endswith("*") and len(escaped) > 1:
-        escaped = f"<em>{escaped[1:-1]}</em>"
-    return escaped
+    """One line's text as HTML: escapes shown as their character, code spans as ``<code>``, a
+    line wrapped in ``*`` as emphasis, everything else HTML-escaped."""
+    emphasis = len(text) > 1 and text.startswith("*") and text.endswith("*")
+    emphasis = emphasis and not text.endswith("\\*")
+    if emphasis:
+        text = text[1:-1]
+    out, end = [], 0
+    for match in _TOKEN.finditer(text):
+        out.append(html.escape(text[end : match.start()]))
+        code = match["code"]
+        out.append(f"<code>{html.escape(code)}</code>" if code else html.escape(match["char"]))
+        end = match.end()
+    out.append(html.escape(text[end:]))
+    joined = "".join(out)
+    return f"<em>{joined}</em>" if emphasis else joined
 
 
 def _cells(line: str) -> list[str]:
-    return [c.strip() for c in line.strip().strip("|").split("|")]
+    """A table row's cells, split at the pipes that are not escaped."""
+    row = line.strip().removeprefix("|")
+    row = row[:-1] if row.endswith("|") and not row.endswith("\\|") else row
+    return [c.strip() for c in _PIPE.split(row)]
 
 
 def _kind(cells: list[str]) -> str:
@@ -101,10 +122,37 @@ def _block(lines: list[str], base: Path) -> str:
         return f"<h{level}>{_inline(first[level:].strip())}</h{level}>"
     match = _IMAGE.match(first)
     if match:
-        src = data_uri(base / match["src"])
-        alt = html.escape(match["alt"])
-        return f'<figure><img src="{src}" alt="{alt}"><figcaption>{alt}</figcaption></figure>'
+        return _image(match["src"], match["alt"], base)
     return "<p>" + "<br>".join(_inline(line) for line in lines) + "</p>"
+
+
+def figure_file(src: str, base: Path) -> Path | None:
+    """The file an image line names when it is an image in ``base``'s figures folder (a
+    relative path, inside that folder once links and ``..`` are resolved, an image type), else
+    None."""
+    if "://" in src or src.startswith(("/", "\\")) or ":" in src.split("/")[0]:
+        return None
+    folder = (base / FIGURES).resolve()
+    path = (base / src).resolve()
+    if not path.is_relative_to(folder) or path.suffix.lower() not in _MIME:
+        return None
+    return path if path.is_file() else None
+
+
+def _image(src: str, alt: str, base: Path) -> str:
+    """A figure embedded as a data URI, or, for a path outside the figures folder, a line saying
+    it was refused (the file is never read)."""
+    path = figure_file(src, base)
+    if path is None:
+        return (
+            f'<p class="refused">image not embedded: {html.escape(src)} is not an image in the '
+            f"report's {FIGURES}/ folder</p>"
+        )
+    caption = _inline(alt)
+    return (
+        f'<figure><img src="{data_uri(path)}" alt="{html.escape(alt)}">'
+        f"<figcaption>{caption}</figcaption></figure>"
+    )
 
 
 def _raw(line: str) -> str:

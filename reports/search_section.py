@@ -10,8 +10,10 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+from evalharness.formatting import markdown_code, markdown_text
 from evalharness.tracking import RUN_KIND_TAG, SEARCH_KIND
 from reports.sources import Artifacts, ReportRun
+from reports.untrusted import untrusted_markdown
 
 MAX_SEARCHES = 3  # the newest; older ones stay in MLflow
 
@@ -42,31 +44,35 @@ def search_section(runs: Sequence[ReportRun], artifacts: Artifacts, figures: Pat
 def _one_search(run: ReportRun, artifacts: Artifacts, figures: Path) -> list[str]:
     """One search: its recommendation, its figure and its front table."""
     name = run.tags.get("search", run.name)
-    lines = [f"### {name}", ""]
+    lines = [f"### {markdown_text(name)}", ""]
     summary = artifacts.json(run, "summary.json") or {}
     best = summary.get("recommended")
     if best:
         knobs = " ".join(f"{k}={v}" for k, v in best.get("knobs", {}).items())
+        schedule = f"conf/schedule/{run.tags.get('recommended_schedule', '?')}.yaml"
         lines += [
-            f"Recommended: trial {best['trial']}, speedup {best['speedup']:.3f}x, "
-            f"{summary.get('psnr_metric', 'PSNR')} {best['psnr']:.2f} dB ({knobs}); its "
-            f"schedule file is the run's artifact `conf/schedule/"
-            f"{run.tags.get('recommended_schedule', '?')}.yaml`.",
+            f"Recommended: trial {markdown_text(best['trial'])}, speedup {best['speedup']:.3f}x, "
+            f"{markdown_text(summary.get('psnr_metric', 'PSNR'))} {best['psnr']:.2f} dB "
+            f"({markdown_text(knobs)}); its schedule file is the run's artifact "
+            f"{markdown_code(schedule)}.",
             "",
         ]
     else:
-        lines += [f"No trial of {summary.get('trials', '?')} met every threshold.", ""]
+        trials = markdown_text(summary.get("trials", "?"))
+        lines += [f"No trial of {trials} met every threshold.", ""]
     uncovered = summary.get("references_not_covered") or []
     if uncovered:
-        lines += [f"Named schedules the front does not dominate: {', '.join(uncovered)}.", ""]
+        names = markdown_text(", ".join(map(str, uncovered)))
+        lines += [f"Named schedules the front does not dominate: {names}.", ""]
     png = artifacts.path(run, "front.png")
     if png is not None:
         target = figures / f"search-{_safe(name)}.png"
         shutil.copyfile(png, target)
-        lines += [f"![Schedule search {name}: speed against quality](figures/{target.name})", ""]
+        caption = f"Schedule search {markdown_text(name)}: speed against quality"
+        lines += [f"![{caption}](figures/{target.name})", ""]
     table = artifacts.path(run, "front.md")
     if table is not None:
-        lines += [table.read_text().strip(), ""]
+        lines += [untrusted_markdown(table.read_text().strip()), ""]
     return lines
 
 

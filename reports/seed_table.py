@@ -188,7 +188,7 @@ def seed_section(runs: Sequence[ReportRun]) -> list[str]:
         "(speedup against the fastest dense control, median loop seconds); `seed / ours "
         "(difference)`.",
         "",
-        markdown_table(end_to_end_rows(runs), _END_TO_END),
+        markdown_table(end_to_end_rows(runs), _END_TO_END, escape=True),
         "",
     ]
     if not any(r["share"].split(" / ")[-1] != "-" for r in end_to_end_rows(runs)):
@@ -210,7 +210,7 @@ def seed_section(runs: Sequence[ReportRun]) -> list[str]:
             "One attention call at the seed's kernel shape (75,600 tokens, 10 heads x 128, "
             "bf16, 3,328 x 1,536 tiles, 38.87% of pairs):",
             "",
-            markdown_table([kernel], _KERNEL),
+            markdown_table([kernel], _KERNEL, escape=True),
             "",
         ]
     return lines

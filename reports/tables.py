@@ -19,7 +19,7 @@ from typing import Any
 from evalharness.bench import metric_name
 from evalharness.config import load_resolution
 from evalharness.estimates import SEED_ATTENTION_SHARE, SEED_SETUP, step_flops
-from evalharness.formatting import format_cell, markdown_table
+from evalharness.formatting import format_cell, markdown_table, markdown_text
 from models.config import get_transformer_config
 from reports.sources import Artifacts, ReportRun, of_kind
 
@@ -58,8 +58,8 @@ class Table:
     key_columns: int = 1
 
     def body(self) -> str:
-        """The Markdown table of the columns up front."""
-        return markdown_table(self.rows, self.columns)
+        """The Markdown table of the columns up front (every cell shown literally)."""
+        return markdown_table(self.rows, self.columns, escape=True)
 
     def markdown(self) -> str:
         """``## title``, the caption, the table and its details; a table without rows is one
@@ -74,7 +74,7 @@ class Table:
             parts += [
                 f"<details><summary>More columns: {names}</summary>",
                 "",
-                markdown_table(self.rows, [*keys, *self.details]),
+                markdown_table(self.rows, [*keys, *self.details], escape=True),
                 "",
                 "</details>",
                 "",
@@ -248,7 +248,7 @@ def _table2(run: ReportRun, artifacts: Artifacts) -> Table:
     for row in rows:
         row["range_ms"] = f"{ms.format(row['min_ms'])}-{ms.format(row['max_ms'])}"
         row.update(provenance(run))
-    p = run.params
+    p = {k: markdown_text(v) for k, v in run.params.items()}
     caption = (
         f"{p.get('tokens')} tokens ({p.get('frames')} x {p.get('height')} x {p.get('width')}), "
         f"{p.get('heads')} heads x {p.get('head_dim')}, {p.get('dtype')}, tiles "

@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from evalharness.formatting import format_cell
+from evalharness.formatting import format_cell, markdown_code, markdown_text
 from reports.sources import ReportRun
 from reports.tables import Table
 
@@ -189,7 +189,8 @@ VERDICT_COLUMNS = (
 def sentence(run: ReportRun) -> str:
     """One line on a schedule: how much faster, how far from dense, and the verdict."""
     m = run.metrics
-    name = f"`{run.tags.get('schedule', '?')}` at {run.tags.get('resolution', '?')}"
+    schedule, resolution = run.tags.get("schedule", "?"), run.tags.get("resolution", "?")
+    name = f"{markdown_code(schedule)} at {markdown_text(resolution)}"
     speed = f"{speedup_text(run)}x the speed of the fastest dense control"
     psnr = format_cell(gated_value(run, "psnr_db"), "{:.2f}")
     worst = format_cell(gated_value(run, "psnr_worst_frame_db"), "{:.2f}")

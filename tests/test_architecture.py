@@ -45,7 +45,7 @@ HARNESS_ROOMS: dict[str, set[str]] = {
     "admission": {"config", "estimates", "assembly", "formatting", "refusal", "exit_codes"},
     "arms": {"tracking"},
     "evidence": {"config", "assembly", "arms", "formatting"},
-    "gate": {"evidence", "tracking", "exit_codes"},
+    "gate": {"config", "evidence", "tracking", "exit_codes"},
     "comparison": {"config", "tracking", "assembly", "admission", "arms", "evidence"}
     | {"formatting", "exit_codes"},
     "bench": {

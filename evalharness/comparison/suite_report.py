@@ -18,7 +18,7 @@ from typing import Any
 
 from evalharness.config import EvalConfig
 from evalharness.evidence import CONFIDENCE, SUMMARIZED, gate_section, suite_metrics
-from evalharness.formatting import format_cell, markdown_table
+from evalharness.formatting import format_cell, markdown_table, markdown_text
 
 # Per-pair columns of ``pairs.csv`` and the report's pair table: (title, key, format).
 PAIR_COLUMNS = (
@@ -146,10 +146,11 @@ def write_suite_report(
     seeds = sorted({m["seed"] for m in per_pair})
     prompts = len({m["prompt"] for m in per_pair})
     lines = [
-        f"# {cfg.model.name} · {cfg.resolution.name} · schedule {cfg.schedule.name} · "
+        f"# {cfg.model.name} · {cfg.resolution.name} · schedule {markdown_text(cfg.schedule.name)} · "
         f"{len(per_pair)} pairs",
         "",
-        f"Suite: {prompts} prompts (`prompts={cfg.prompts or 'prompt'}`) × seeds {seeds} · "
+        f"Suite: {prompts} prompts (prompts={markdown_text(cfg.prompts or 'prompt')}) × seeds "
+        f"{seeds} · "
         f"{cfg.steps} steps ({cfg.sampler}) · guidance {cfg.guidance_scale} · dtype {cfg.dtype} · "
         f"{metrics.get('tokens', 0):,} tokens. Each pair's arms were timed side by side, "
         "round-robin, on loops compiled once for the whole suite.",
@@ -160,11 +161,8 @@ def write_suite_report(
         "",
         "## Pairs",
         "",
-        # A prompt may hold "|", which would split its Markdown cell.
-        markdown_table(
-            [{**m, "prompt": str(m["prompt"]).replace("|", "\\|")} for m in per_pair],
-            PAIR_COLUMNS,
-        ),
+        # A prompt is shown literally: its markup and line breaks escaped.
+        markdown_table(per_pair, PAIR_COLUMNS, escape=True),
         "",
         f"## Gate (on the {cfg.gate.on.value} across pairs)",
         "",

@@ -2,6 +2,7 @@
 the (prompt, seed) pairs a run compares. Imports nothing else of the harness.
 """
 
+from evalharness.config.limits import limit_problem
 from evalharness.config.overrides import check_overrides, multirun_first
 from evalharness.config.pairs import BUILT_IN_SUITES, Pair, load_prompts, run_pairs
 from evalharness.config.resolutions import (
@@ -63,6 +64,7 @@ __all__ = [
     "Resolution",
     "ResolutionConfig",
     "SamplerName",
+    "limit_problem",
     "load_prompts",
     "load_resolution",
     "register_configs",

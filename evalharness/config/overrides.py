@@ -83,9 +83,56 @@ def check_overrides(args: list[str]) -> str | None:
         key = arg.split("=", 1)[0]
         if key.startswith("hydra") or "/" in key or "@" in key:
             continue
-        problem = unknown_key(key)
+        problem = unknown_key(key) or value_problem(arg)
         if problem:
             return f"{problem} (in {arg!r}; nothing was run)"
+    return None
+
+
+def _leaf(path: str) -> tuple[type, str] | None:
+    """The dataclass and field a dotted path sets when it is a typed leaf (not a group, a
+    sub-config or a free-form mapping), else None."""
+    *parents, name = path.split(".")
+    node: type = EvalConfig
+    for part in parents:
+        child = _dataclass_of(_children(node).get(part))
+        if child is None:
+            return None
+        node = child
+    hint = _children(node).get(name)
+    if hint is None or _dataclass_of(hint) or _is_mapping(typing.get_origin(hint) or hint):
+        return None
+    return node, name
+
+
+def value_problem(arg: str) -> str | None:
+    """What Hydra would refuse in a ``key=value`` override's value, with the key named: a value
+    its override grammar cannot read (an unquoted ``<``), or one of the wrong type for the
+    setting (``gate.min_speedup=abc``); None when it reads and fits, or is not a typed leaf."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from evalharness.config.schemas import schema
+
+    key = arg.split("=", 1)[0]
+    try:
+        override = OverridesParser.create().parse_override(arg)
+    except HydraException as err:
+        reason = str(err).strip().splitlines()[0]
+        return (
+            f"the value of {key} cannot be read by Hydra's override grammar ({reason}); quote "
+            f"it: '{key}=\"...\"' (single quotes around it all for the shell)"
+        )
+    leaf = _leaf(key)
+    if leaf is None or override.is_sweep_override():
+        return None
+    node = schema(leaf[0])
+    try:
+        node[leaf[1]] = override.value()
+    except OmegaConfBaseException as err:
+        reason = str(err).strip().splitlines()[0]
+        return f"{key}={override.value()!r} is not a valid value for {key}: {reason}"
     return None
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from evalharness.config.validation import check_values
 from kernels.parallel import PLACEMENTS
 from kernels.policy import DENSE_EXECUTORS, POLICY_BACKENDS, SparsitySchedule
 from kernels.policy.negative_controls import NEGATIVE_CONTROLS
@@ -384,44 +385,6 @@ def to_config(cfg: EvalConfig | DictConfig | dict) -> EvalConfig:
         merged.steps = merged.resolution.default_steps
     check_values(merged)
     return OmegaConf.to_object(merged)
-
-
-def check_values(cfg: DictConfig) -> None:
-    """Refuses, before any work, the values no run can use (each message names the fix).
-
-    An empty prompt is refused rather than run: it is almost always a template or shell variable
-    that was not filled in (``prompt=$PROMPT``), and it would compare unconditional videos.
-    """
-    problems = []
-    if cfg.steps < 1 or cfg.warm_runs < 1:
-        problems.append(f"steps={cfg.steps} and warm_runs={cfg.warm_runs} must both be >= 1")
-    if cfg.guidance_scale < 0:
-        problems.append(
-            f"guidance_scale={cfg.guidance_scale} is negative; use a scale >= 0 (Wan's default "
-            "is 5.0; 1.0 turns classifier-free guidance off)"
-        )
-    seeds = [cfg.seed] + list(cfg.seeds or [])
-    bad = [s for s in seeds if not 0 <= s < 2**32]
-    if bad:
-        problems.append(
-            f"seed {bad[0]} is outside 0 .. 2**32 - 1; a run's seed is fixed so that the dense "
-            "and sparse arms share their noise (for several, seeds=[0,1,2])"
-        )
-    if cfg.prompts is None and not cfg.prompt.strip():
-        problems.append(
-            "prompt is empty (an unset variable in prompt=$PROMPT?); give a prompt, or "
-            "prompts=<suite or file> for several"
-        )
-    if cfg.max_minutes <= 0:
-        problems.append(f"max_minutes={cfg.max_minutes} must be > 0")
-    if cfg.fps < 1 or not 0 <= cfg.crf <= 51:
-        problems.append(f"fps={cfg.fps} must be >= 1 and crf={cfg.crf} within 0 .. 51 (x264)")
-    for name in ("block_q", "block_kv", "block_kv_compute", "vmem_limit_bytes"):
-        value = cfg.kernel[name]
-        if value is not None and value < 1:
-            problems.append(f"kernel.{name}={value} must be positive, or null for the default")
-    if problems:
-        raise ValueError("; ".join(problems))
 
 
 def to_plain_dict(cfg: EvalConfig) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from evalharness.config import EvalConfig  # noqa: E402
 from evalharness.evidence.dense_cache import arm_meta  # noqa: E402
 from evalharness.evidence.quality import CodecNoise, FFmpegPSNR, FrameQuality, VideoQuality  # noqa: E402
 from evalharness.evidence.video import encode_lossless, encode_mp4, lossless_path, side_by_side  # noqa: E402
-from evalharness.formatting import format_cell, markdown_table  # noqa: E402
+from evalharness.formatting import format_cell, markdown_table, markdown_text  # noqa: E402
 
 # Name patterns of the video files (viewable mp4s, lossless mkvs), which
 # ``logger.log_videos=false`` keeps out of MLflow.
@@ -304,9 +304,9 @@ def write_report(
         The report's path.
     """
     lines = [
-        f"# {cfg.model.name} · {cfg.resolution.name} · schedule {cfg.schedule.name}",
+        f"# {cfg.model.name} · {cfg.resolution.name} · schedule {markdown_text(cfg.schedule.name)}",
         "",
-        f"Prompt: “{cfg.prompt}” · seed {cfg.seed} · {cfg.steps} steps ({cfg.sampler}) · "
+        f"Prompt: “{markdown_text(cfg.prompt)}” · seed {cfg.seed} · {cfg.steps} steps ({cfg.sampler}) · "
         f"guidance {cfg.guidance_scale} · dtype {cfg.dtype} · {metrics.get('tokens', 0):,} tokens",
         "",
         *_report_table(metrics),

@@ -1,8 +1,11 @@
 """``python -m evalharness.gate``: the gate over runs already in MLflow, without rerunning.
 
 ``python -m evalharness.gate --experiment evalharness --min-psnr-db 40 --min-speedup 1.1`` checks the
-latest finished run of an experiment (or ``--run-id``); ``--min-worst-frame-psnr-db`` adds a
-threshold on the worst frame, ``--on`` picks the statistic a prompt suite's thresholds read.
+latest finished harness run of an experiment (tag ``run_kind=harness``: reports, searches and
+benchmarks logged there never count), or ``--run-id``, which must name a finished harness run;
+``--min-worst-frame-psnr-db`` adds a threshold on the worst frame, ``--on`` picks the statistic a
+prompt suite's thresholds read. Exit 0 passed, 1 a threshold missed, 2 nothing to judge (a bad
+flag, an unusable store, no such run, or a run that is not a finished harness run).
 """
 
 from __future__ import annotations
@@ -13,33 +16,94 @@ from pathlib import Path
 from typing import Any
 
 from evalharness import exit_codes
+from evalharness.config import limit_problem
 from evalharness.gate.verdict import (
     PSNR_METRIC,
     SPEEDUP_METRIC,
     WORST_FRAME_PSNR_METRIC,
     check_gate,
 )
+from evalharness.tracking import (
+    RUN_KIND_TAG,
+    TrackingUnavailable,
+    check_tracking,
+    default_tracking_uri,
+    open_client,
+    redacted,
+)
+
+HARNESS_KIND = "harness"  # the ``run_kind`` tag of a ``python -m evalharness`` run
+THRESHOLD_FLAGS = ("min_psnr_db", "min_worst_frame_psnr_db", "min_speedup")
 
 
-def _the_run(client, run_id: str | None, experiment: str | None, finished_runs) -> Any:
-    """The run to judge.
+class NothingToJudge(LookupError):
+    """No run the gate may judge: the message says which and why."""
+
+
+def _judgeable(run: Any) -> Any:
+    """``run`` when it is a finished harness run.
 
     Raises:
-        LookupError: no such run, experiment, or finished run in it.
+        NothingToJudge: it did not finish, or it is not a harness run.
+    """
+    label = f"run {run.info.run_id} ({run.info.run_name})"
+    if run.info.status != "FINISHED":
+        raise NothingToJudge(
+            f"{label} is {run.info.status}, not FINISHED: its metrics may be partial, so the "
+            "gate judges finished runs only; rerun it, or give the id of a finished run"
+        )
+    kind = run.data.tags.get(RUN_KIND_TAG)
+    if kind != HARNESS_KIND:
+        raise NothingToJudge(
+            f"{label} is a {kind or 'untagged'} run (tag {RUN_KIND_TAG}={kind or 'unset'}), not "
+            f"a harness run ({RUN_KIND_TAG}={HARNESS_KIND}): give the id of a "
+            "`python -m evalharness` run"
+        )
+    return run
+
+
+def _latest_harness_run(client, experiment: str) -> Any:
+    """The newest finished top-level harness run of ``experiment``.
+
+    Raises:
+        NothingToJudge: no such experiment, or no finished harness run in it.
+    """
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        raise NothingToJudge(f"no MLflow experiment named {experiment!r}")
+    runs = client.search_runs(
+        [found.experiment_id],
+        filter_string=(
+            f"attributes.status = 'FINISHED' and tags.{RUN_KIND_TAG} = '{HARNESS_KIND}'"
+        ),
+        order_by=["attributes.start_time DESC"],
+        max_results=100,
+    )
+    top = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]  # not a suite's pairs
+    if not top:
+        raise NothingToJudge(
+            f"experiment {experiment!r} has no finished harness run (tag "
+            f"{RUN_KIND_TAG}={HARNESS_KIND}): run `python -m evalharness` first"
+        )
+    return top[0]
+
+
+def _the_run(client, run_id: str | None, experiment: str | None) -> Any:
+    """The run to judge: ``run_id`` if it is a finished harness run, else the experiment's latest.
+
+    Raises:
+        NothingToJudge: no such run or experiment, or nothing the gate may judge there.
     """
     from mlflow.exceptions import MlflowException
 
-    if run_id:
-        try:
-            return client.get_run(run_id)
-        except MlflowException as err:
-            raise LookupError(
-                f"run {run_id!r} cannot be read: {str(err).splitlines()[0]}"
-            ) from None
-    runs = finished_runs(client, experiment, 1)
-    if not runs:
-        raise LookupError(f"experiment {experiment!r} has no finished run")
-    return runs[0]
+    try:
+        if not run_id:
+            return _latest_harness_run(client, experiment)
+        run = client.get_run(run_id)
+    except MlflowException as err:
+        what = f"run {run_id!r}" if run_id else f"experiment {experiment!r}"
+        raise NothingToJudge(f"{what} cannot be read: {str(err).splitlines()[0]}") from None
+    return _judgeable(run)
 
 
 def _missing_sqlite_store(uri: str) -> Path | None:
@@ -51,15 +115,13 @@ def _missing_sqlite_store(uri: str) -> Path | None:
     return None if path.exists() else path
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command-line gate over existing MLflow runs; returns the exit code (0 passed, 1 a
-    threshold missed, 2 nothing to judge: ``evalharness.exit_codes``)."""
-    from evalharness.tracking import default_tracking_uri, finished_runs, open_client
-
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m evalharness.gate", description=__doc__)
     which = parser.add_mutually_exclusive_group(required=True)
-    which.add_argument("--run-id", help="MLflow run id to check")
-    which.add_argument("--experiment", help="check the latest finished run of this experiment")
+    which.add_argument("--run-id", help="MLflow run id of a finished harness run to check")
+    which.add_argument(
+        "--experiment", help="check the latest finished harness run of this experiment"
+    )
     parser.add_argument("--tracking-uri", help="default: sqlite database under --output-root")
     parser.add_argument("--output-root", default="outputs")
     parser.add_argument("--min-psnr-db", type=float, help=f"threshold on {PSNR_METRIC}")
@@ -73,39 +135,68 @@ def main(argv: list[str] | None = None) -> int:
         default="mean",
         help="statistic across a prompt suite's pairs each threshold reads (default: mean)",
     )
-    args = parser.parse_args(argv)
-    thresholds = (args.min_psnr_db, args.min_worst_frame_psnr_db, args.min_speedup)
-    if all(t is None for t in thresholds):
-        parser.error(
-            "give at least one of --min-psnr-db, --min-worst-frame-psnr-db and --min-speedup"
-        )
+    return parser
+
+
+def _threshold_problem(args: argparse.Namespace) -> str | None:
+    """The first threshold flag that is not a finite number >= 0, named as typed."""
+    for name in THRESHOLD_FLAGS:
+        problem = limit_problem("--" + name.replace("_", "-"), getattr(args, name))
+        if problem:
+            return problem
+    return None
+
+
+def _store(args: argparse.Namespace) -> str:
+    """The tracking URI to read, checked to hold an MLflow store.
+
+    Raises:
+        NothingToJudge: the store is missing (opening it would create an empty one, and its
+            folder) or cannot be used (a file that is not an MLflow database, a server that
+            does not answer).
+    """
     default_store = Path(args.output_root).resolve() / "mlflow.db"
     if args.tracking_uri:
         missing = _missing_sqlite_store(args.tracking_uri)
     else:
         missing = None if default_store.exists() else default_store
     if missing is not None:
-        # Opening it would create an empty store (and its folder) and then find no run.
-        print(
-            f"error: gate: no tracking store at {missing}: give the run's --output-root or "
-            "--tracking-uri (the run prints both)",
-            file=sys.stderr,
+        raise NothingToJudge(
+            f"no tracking store at {missing}: give the run's --output-root or --tracking-uri "
+            "(the run prints both)"
         )
-        return exit_codes.REFUSED
     uri = args.tracking_uri or default_tracking_uri(args.output_root)
     try:
-        run = _the_run(open_client(uri), args.run_id, args.experiment, finished_runs)
-    except LookupError as err:
-        # Nothing to judge is not a failed gate: exit 2, so CI tells a typo from a regression.
-        print(f"error: gate: {err} (tracking store {uri})", file=sys.stderr)
+        check_tracking("mlflow", uri, args.experiment or "of the run")
+    except TrackingUnavailable as refusal:
+        raise NothingToJudge(str(refusal)) from None
+    return uri
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line gate over existing MLflow runs; returns the exit code (0 passed, 1 a
+    threshold missed, 2 nothing to judge: ``evalharness.exit_codes``)."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if all(getattr(args, name) is None for name in THRESHOLD_FLAGS):
+        parser.error(
+            "give at least one of --min-psnr-db, --min-worst-frame-psnr-db and --min-speedup"
+        )
+    problem = _threshold_problem(args)
+    if problem:
+        print(f"error: gate: {problem}", file=sys.stderr)
         return exit_codes.REFUSED
-    result = check_gate(
-        run.data.metrics,
-        min_psnr_db=args.min_psnr_db,
-        min_speedup=args.min_speedup,
-        min_worst_frame_psnr_db=args.min_worst_frame_psnr_db,
-        on=args.on,
-    )
+    uri = None
+    try:
+        uri = _store(args)
+        run = _the_run(open_client(uri), args.run_id, args.experiment)
+    except NothingToJudge as err:
+        # Nothing to judge is not a failed gate: exit 2, so CI tells a typo from a regression.
+        where = f" (tracking store {redacted(uri)})" if uri else ""
+        print(f"error: gate: {err}{where}", file=sys.stderr)
+        return exit_codes.REFUSED
+    thresholds = {name: getattr(args, name) for name in THRESHOLD_FLAGS}
+    result = check_gate(run.data.metrics, **thresholds, on=args.on)
     label = f"run {run.info.run_id} ({run.info.run_name})"
     if result.passed:
         print(f"gate passed for {label}")

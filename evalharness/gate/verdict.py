@@ -74,7 +74,8 @@ def check_gate(
 
     Returns:
         The result; each failure names the metric, its value and the threshold. A missing or NaN
-        metric fails its threshold; inf (identical frames) passes.
+        metric fails its threshold, and so does every metric against a NaN or infinite
+        threshold; an infinite metric (identical frames) passes a finite one.
     """
     statistic_name(PSNR_METRIC, on)  # refuses an unknown statistic before anything is read
     failures = []
@@ -101,7 +102,9 @@ def check_gate(
             failures.append(f"{label} is missing from the run's metrics (threshold {threshold})")
             continue
         value = float(metrics[name])
-        if math.isnan(value) or value < threshold:
+        if not math.isfinite(threshold):  # NaN compares false: it would pass every value
+            failures.append(f"{label}: the threshold {threshold} is not a finite number")
+        elif not value >= threshold:  # a NaN value is never at or above a threshold
             failures.append(f"{label} = {value:.4g} is below the threshold {threshold:.4g}")
     gated = any(t is not None for t in (min_psnr_db, min_worst_frame_psnr_db, min_speedup))
     return GateResult(not failures, tuple(failures), gated)

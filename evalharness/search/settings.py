@@ -18,7 +18,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from evalharness.config import GateOn
+from evalharness.config import GateOn, limit_problem
 from kernels.policy import SparsitySchedule
 from kernels.policy.schedule import SPARSE_VARIANTS
 
@@ -127,11 +127,9 @@ def check_search(search: SearchConfig) -> None:
     problems = []
     if search.trials < 1:
         problems.append(f"search.trials={search.trials} must be >= 1")
-    if search.time_budget_minutes is not None and search.time_budget_minutes <= 0:
-        problems.append(
-            f"search.time_budget_minutes={search.time_budget_minutes} must be > 0, or null "
-            "for no time budget"
-        )
+    budget = limit_problem("search.time_budget_minutes", search.time_budget_minutes, positive=True)
+    if budget:
+        problems.append(f"{budget}, or null for no time budget")
     limits = {"density": (0.0, 1.0, True), "first_times_fp": (0.0, 1.0, False)}
     limits["first_layers_fp"] = (0.0, 1.0, False)
     for name, (lowest, highest, open_low) in limits.items():
@@ -165,6 +163,10 @@ def _range_problems(
 ) -> list[str]:
     """What is wrong with one knob's range (empty when nothing is)."""
     key = f"search.{name}"
+    bounds = (("low", knob.low, False), ("high", knob.high, False), ("step", knob.step, True))
+    not_finite = [limit_problem(f"{key}.{b}", v, positive=p) for b, v, p in bounds]
+    if any(not_finite):
+        return [p for p in not_finite if p]
     where = f"({lowest:g}, {highest:g}]" if open_low else f"[{lowest:g}, {highest:g}]"
     below = knob.low <= lowest if open_low else knob.low < lowest
     if below or knob.high > highest or knob.low > knob.high:

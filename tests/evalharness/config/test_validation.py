@@ -43,12 +43,21 @@ def test_a_leaf_has_no_fields():
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("guidance_scale=-3", "guidance_scale=-3.0 is negative"),
+        ("guidance_scale=-3", "guidance_scale=-3.0 must be a finite number >= 0"),
+        ("guidance_scale=nan", "guidance_scale=nan must be a finite number >= 0"),
         ("seed=-1", "seed -1 is outside 0 .. 2**32 - 1"),
         ("seeds=[0,-2]", "seed -2 is outside"),
         ("prompt=", "prompt is empty"),
         ("prompt='   '", "prompt is empty"),
-        ("max_minutes=0", "max_minutes=0.0 must be > 0"),
+        ("max_minutes=0", "max_minutes=0 must be > 0"),
+        ("max_minutes=nan", "max_minutes=nan is not a number"),
+        ("max_minutes=inf", "max_minutes=inf is infinite"),
+        ("gate.min_psnr_db=nan", "gate.min_psnr_db=nan is not a number"),
+        ("gate.min_worst_frame_psnr_db=-inf", "gate.min_worst_frame_psnr_db=-inf is infinite"),
+        ("gate.min_speedup=-1", "gate.min_speedup=-1 is negative; give a finite number >= 0"),
+        ("gate.min_speedup=nan", "gate.min_speedup=nan is not a number"),
+        ("schedule.name=a/b", "schedule.name='a/b' cannot name a folder"),
+        ("schedule.name=..", "schedule.name='..' cannot name a folder"),
         ("crf=60", "crf=60 within 0 .. 51"),
         ("kernel.block_q=0", "kernel.block_q=0 must be positive"),
         ("warm_runs=0", "warm_runs=0 must both be >= 1"),
@@ -67,3 +76,37 @@ def test_an_empty_prompt_is_fine_with_a_prompt_suite(tmp_path):
 def test_cache_dir_follows_output_root_unless_set(tmp_path):
     cfg = to_config(small_config(tmp_path, "output_root=/data/runs", "~cache_dir"))
     assert cfg.cache_dir == "/data/runs/cache"
+
+
+@pytest.mark.parametrize(
+    ("arg", "message"),
+    [
+        (
+            "gate.min_speedup=abc",
+            "gate.min_speedup='abc' is not a valid value for gate.min_speedup",
+        ),
+        ("max_minutes=ten", "max_minutes='ten' is not a valid value for max_minutes"),
+        ("schedule.density=x", "schedule.density='x' is not a valid value for schedule.density"),
+        ("kernel.backend=cuda", "expected one of [auto, xla"),
+        ("prompt=a<b", "the value of prompt cannot be read by Hydra's override grammar"),
+        ("prompt=a>b", "the value of prompt cannot be read"),
+    ],
+)
+def test_a_value_hydra_cannot_read_or_convert_names_its_key(arg, message):
+    problem = check_overrides([arg])
+    assert problem is not None and message in problem and repr(arg) in problem
+
+
+@pytest.mark.parametrize(
+    "arg",
+    [
+        "gate.min_speedup=1.5",
+        "prompt='a<b'",
+        "schedule.density=0.1,0.2",
+        "cache_dir=${output_root}/c",
+        "seeds=[0,1]",
+        "steps=null",
+    ],
+)
+def test_values_hydra_reads_pass_the_value_check(arg):
+    assert check_overrides([arg]) is None

@@ -75,6 +75,11 @@ def test_gate_without_thresholds_passes_and_missing_metric_fails():
 
 def test_gate_nan_fails_and_identical_frames_pass():
     assert not check_gate({"speedup": float("nan")}, min_psnr_db=None, min_speedup=1).passed
+    nan = float("nan")
+    no_threshold = check_gate({"psnr_db": 16.2, "speedup": 2.0}, min_psnr_db=nan, min_speedup=nan)
+    assert not no_threshold.passed and len(no_threshold.failures) == 2
+    assert "not a finite number" in no_threshold.failures[0]
+    assert not check_gate({"psnr_db": 99.0}, min_psnr_db=math.inf, min_speedup=None).passed
     exact = {"psnr_db": math.inf, "psnr_worst_frame_db": math.inf}
     assert check_gate(exact, min_psnr_db=60, min_speedup=None, min_worst_frame_psnr_db=60).passed
 
@@ -83,6 +88,7 @@ def test_gate_cli_on_stored_runs(tmp_path, capsys):
     uri = default_tracking_uri(tmp_path)
     for speedup in (0.8, 1.6):  # the latest finished run is the one checked
         tracker = MlflowTracker(uri, "ci", f"run-{speedup}")
+        tracker.set_tags({"run_kind": "harness"})
         tracker.log_metrics(
             {
                 "speedup": speedup,

@@ -49,6 +49,10 @@ def test_the_search_config_is_a_run_config_plus_search():
         ("search.variant=[b9]", "search.variant"),
         ("search.trials=0", "search.trials=0 must be >= 1"),
         ("search.study_name=a/b", "plain name"),
+        ("search.density.step=nan", "search.density.step=nan is not a number"),
+        ("search.density.high=inf", "search.density.high=inf is infinite"),
+        ("search.time_budget_minutes=nan", "search.time_budget_minutes=nan is not a number"),
+        ("search.time_budget_minutes=-1", "search.time_budget_minutes=-1 is negative"),
     ],
 )
 def test_bad_bounds_are_refused_with_the_key(override, message):
