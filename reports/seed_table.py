@@ -26,7 +26,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from evalharness.bench import metric_name
-from evalharness.config import load_resolution
+from evalharness.config import CONF_DIR, load_resolution
 from evalharness.estimates import (
     SEED_ATTENTION_SHARE,
     SEED_DENSE_LOOP_S,
@@ -39,7 +39,7 @@ from reports.sources import ReportRun, of_kind
 
 SEED_MODEL = "wan2.1-t2v-14b"
 RESOLUTIONS = tuple(SEED_SPEEDUP)
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "conf" / "experiment"
+EXPERIMENTS = CONF_DIR / "experiment"
 # Keys of an experiment file that say where to plan or how long to allow, not what is measured.
 _NOT_SETTINGS = ("max_minutes", "target")
 DENSE_VARIANTS = ("splash", "b0")  # the seed's dense call is splash; our B0 stands in without it

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_dir
 
+from evalharness import config
 from evalharness.admission import EXPORT_PLATFORMS, checkpoint_optional, size_run
 from evalharness.assembly import platform_choices
 from evalharness.config import register_configs, to_config
@@ -24,7 +24,7 @@ from evalharness.estimates import GIB, get_target
 from evalharness.formatting import markdown_table
 from models.config import get_transformer_config
 
-CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
+CONF_DIR = str(config.CONF_DIR)  # the string initialize_config_dir takes
 MODELS = ("wan2.1-t2v-1.3b", "wan2.1-t2v-14b")
 RESOLUTIONS = ("720p", "1080p", "1440p")
 TARGETS = ("tpu-v6e-1", "tpu-v6e-8", "h200")

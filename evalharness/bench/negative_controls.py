@@ -30,7 +30,6 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -46,7 +45,7 @@ from evalharness.assembly import (
     transformer_config_for,
 )
 from evalharness.bench.machine import machine_info
-from evalharness.config import EvalConfig, NegativeControl, register_configs, to_config
+from evalharness.config import CONF_DIR, EvalConfig, NegativeControl, register_configs, to_config
 from evalharness.evidence import frame_quality
 from evalharness.formatting import markdown_table
 from evalharness.gate import check_gate
@@ -56,7 +55,7 @@ from models.samplers import default_flow_shift, make_sampler
 from models.video_geometry import VideoGeometry
 
 # The repository's Hydra config folder (parents: bench, evalharness, then the repository root).
-_CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
+_CONF_DIR = str(CONF_DIR)
 DEFAULT_MIN_PSNR_DB = 25.0  # the CI gate's threshold (.ci/run)
 ROW_NAMES = {"none": "correct"}
 COLUMNS = (

@@ -45,7 +45,7 @@ from evalharness.bench.mlflow_record import (
     parse_bench_args,
     tracking_requested,
 )
-from evalharness.config import load_resolution, token_geometry
+from evalharness.config import CONF_DIR, load_resolution, token_geometry
 from evalharness.formatting import markdown_table
 from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes
@@ -62,7 +62,7 @@ SCHEDULE_NAMES = ("dense", "conservative", "balanced", "aggressive")
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 PLAIN = "model default (jnp dense)"
 # parents: bench, evalharness, then the repository root.
-_DEFAULT_SCHEDULE_DIR = Path(__file__).resolve().parents[2] / "conf" / "schedule"
+_DEFAULT_SCHEDULE_DIR = CONF_DIR / "schedule"
 COLUMNS = (
     ("schedule", "schedule", "{}"),
     ("kept fraction", "kept_fraction", "{:.4f}"),

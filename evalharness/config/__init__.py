@@ -2,6 +2,7 @@
 the (prompt, seed) pairs a run compares. Imports nothing else of the harness.
 """
 
+from evalharness.config.conf_dir import CONF_DIR
 from evalharness.config.limits import limit_problem
 from evalharness.config.overrides import check_overrides, multirun_first
 from evalharness.config.pairs import BUILT_IN_SUITES, Pair, load_prompts, run_pairs
@@ -39,6 +40,7 @@ from evalharness.config.schemas import (
 )
 
 __all__ = [
+    "CONF_DIR",
     "check_overrides",
     "multirun_first",
     "BUILT_IN_SUITES",

@@ -12,12 +12,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import typing
-from pathlib import Path
 from typing import Any
 
+from evalharness.config.conf_dir import CONF_DIR
 from evalharness.config.schemas import EvalConfig
-
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 
 def _dataclass_of(hint: Any) -> type | None:

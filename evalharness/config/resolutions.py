@@ -13,11 +13,12 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from evalharness.config.conf_dir import CONF_DIR
 from evalharness.config.schemas import ResolutionConfig
 from kernels.masks.geometry import TokenGeometry
 from models.video_geometry import VideoGeometry
 
-RESOLUTION_DIR = Path(__file__).resolve().parents[2] / "conf" / "resolution"
+RESOLUTION_DIR = CONF_DIR / "resolution"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
+from evalharness.config import CONF_DIR
 from evalharness.search.front import KNOBS
 from evalharness.search.settings import SearchConfig, within_bounds
 from kernels.policy import SparsitySchedule
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REFERENCE_ATTR = "reference"
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 
 def suggest(trial: optuna.Trial, search: SearchConfig) -> dict[str, Any]:
