@@ -19,7 +19,6 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
-from omegaconf.errors import OmegaConfBaseException
 
 from evalharness import exit_codes
 from evalharness.admission import plan_dry_run
@@ -27,7 +26,7 @@ from evalharness.comparison import SWEEP_JOB_TAG, append_summary, failed_jobs, t
 from evalharness.config import check_overrides, multirun_first, register_configs
 from evalharness.evidence import headline_row
 from evalharness.exit_codes import RunFailed
-from evalharness.refusal import PreflightRefusal
+from evalharness.refusal import CONFIG_ERRORS, PreflightRefusal
 from evalharness.run import GateFailed, run
 from evalharness.tracking import multihost, redact_logs, redacted
 
@@ -36,8 +35,6 @@ register_configs()
 redact_logs()  # Hydra logs a multirun's overrides, logger.tracking_uri's password among them
 _failed_gates: list[str] = []
 _job_codes: list[int] = []
-# A setting that cannot work, found before any work: refused (exit 2), not a crash.
-CONFIG_ERRORS = (ValueError, TypeError, KeyError, FileNotFoundError, OmegaConfBaseException)
 
 
 def _end(code: int, message: str, multirun: bool) -> None:
@@ -69,7 +66,7 @@ def _run_job(cfg: DictConfig, multirun: bool) -> dict[str, Any] | None:
     return None
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
     """Runs one comparison; in a multirun, records its row for the sweep table."""
     hydra_cfg = HydraConfig.get()

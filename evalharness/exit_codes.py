@@ -15,7 +15,8 @@ It lives below every room of the harness so that each command can use it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 OK = 0
 GATE_FAILED = 1
@@ -68,6 +69,35 @@ def raise_pending() -> None:
 def clear_pending() -> None:
     """The signal has ended the run: nothing is left to raise."""
     _pending.clear()
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Holds SIGINT and SIGTERM for the block, then delivers them to the handlers in place.
+
+    For bookkeeping that must not stop half-way (a trial created in a study and remembered, a
+    tracking run created and its id kept): a signal that arrives inside the block ends the
+    command right after it, with its usual exception and exit code. Outside the main thread
+    (where Python runs no signal handler) the block runs as it is.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    wanted = (signal.SIGINT, signal.SIGTERM)
+    previous = {
+        sig: signal.signal(sig, lambda signum, frame: held.append(signum)) for sig in wanted
+    }
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        if held:
+            signal.raise_signal(held[0])
 
 
 def run_hydra_entry(main: Callable[[], object], interrupted: str) -> None:

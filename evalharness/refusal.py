@@ -8,6 +8,16 @@ traceback. It lives below every room of the harness so that each can raise it.
 
 from __future__ import annotations
 
+from omegaconf.errors import OmegaConfBaseException
+
 
 class PreflightRefusal(RuntimeError):
     """The run would take too long or not fit; the message says the numbers and the overrides."""
+
+
+# What a setting that cannot work raises before any work, refused with exit 2: ``ValueError``
+# (every check's refusal names the setting and the fix), a missing file (a checkpoint, a prompt
+# file) and OmegaConf's own errors (a value of the wrong type, an unknown key; some of those are
+# also a ``KeyError`` or ``TypeError``). A bare ``KeyError`` or ``TypeError`` is a bug in the
+# code, not a setting: it fails the command (exit 4).
+CONFIG_ERRORS: tuple[type[Exception], ...] = (ValueError, FileNotFoundError, OmegaConfBaseException)

@@ -16,11 +16,10 @@ import sys
 
 import hydra
 from omegaconf import DictConfig
-from omegaconf.errors import OmegaConfBaseException
 
 from evalharness import exit_codes
 from evalharness.config import check_overrides, register_configs
-from evalharness.refusal import PreflightRefusal
+from evalharness.refusal import CONFIG_ERRORS, PreflightRefusal
 from evalharness.search.settings import register_search_configs, unknown_search_key
 from evalharness.search.study_run import dry_run_search, run_search
 from evalharness.search.summary import answer_lines
@@ -28,7 +27,6 @@ from evalharness.search.summary import answer_lines
 log = logging.getLogger("evalharness.search")
 register_configs()
 register_search_configs()
-CONFIG_ERRORS = (ValueError, TypeError, KeyError, FileNotFoundError, OmegaConfBaseException)
 
 
 _endings: list[tuple[int, str]] = []  # (code, message), exited with after Hydra returns
@@ -40,7 +38,7 @@ def _end(code: int, message: str) -> None:
     _endings.append((code, message))
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="search")
+@hydra.main(version_base="1.3", config_path="../../conf", config_name="search")
 def main(cfg: DictConfig) -> None:
     """Plans (``dry_run=true``) or runs the search; every ending becomes its exit code."""
     try:
@@ -56,6 +54,10 @@ def main(cfg: DictConfig) -> None:
         return
     except CONFIG_ERRORS as err:
         _end(exit_codes.REFUSED, f"{err} (nothing was run)")
+        return
+    except Exception:  # noqa: BLE001 - a bug: keep its traceback, and still one meaning for 4
+        log.exception("the search failed")
+        _end(exit_codes.FAILED, "the search failed (traceback above; the study keeps its trials)")
         return
     print("\n".join(answer_lines(result.answer, result.psnr_label, result.schedule_name)))
     print(result.message, flush=True)

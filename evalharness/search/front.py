@@ -17,6 +17,8 @@ from evalharness.formatting import markdown_table
 from evalharness.search.objectives import Reading
 
 KNOBS = ("density", "first_times_fp", "first_layers_fp", "routing_samples", "variant")
+# The speedup a recommended schedule must exceed: at or below it, dense attention is as fast.
+DENSE_SPEEDUP = 1.0
 
 
 @dataclass(frozen=True)
@@ -85,12 +87,27 @@ def feasible_front(points: Sequence[TrialPoint]) -> list[TrialPoint]:
 
 
 def recommend(points: Sequence[TrialPoint]) -> TrialPoint | None:
-    """The fastest trial that meets every threshold (ties: the higher PSNR, then the earlier
-    trial); None when none does."""
+    """The fastest trial that meets every threshold and is faster than dense (ties: the higher
+    PSNR, then the earlier trial); None when none is."""
+    faster = [p for p in points if p.feasible and p.speedup > DENSE_SPEEDUP]
+    if not faster:
+        return None
+    return max(faster, key=lambda p: (p.speedup, p.psnr, -p.number))
+
+
+def no_recommendation_message(points: Sequence[TrialPoint]) -> str:
+    """Why nothing is recommended: the trials that met every threshold were all no faster than
+    dense (the fastest of them named), or no trial met them (:func:`unmet_message`)."""
     feasible = [p for p in points if p.feasible and not math.isnan(p.speedup)]
     if not feasible:
-        return None
-    return max(feasible, key=lambda p: (p.speedup, p.psnr, -p.number))
+        return f"no trial of {len(points)} met every threshold; " + unmet_message(points)
+    fastest = max(feasible, key=lambda p: (p.speedup, p.psnr, -p.number))
+    return (
+        f"{len(feasible)} trial(s) of {len(points)} met every threshold, but none is faster than "
+        f"dense (speedup <= {DENSE_SPEEDUP:g}; the fastest, trial {fastest.number}, "
+        f"{fastest.speedup:.3f}x with {knob_text(fastest.knobs)}), so no schedule is recommended; "
+        "widen the search towards lower densities or relax a threshold"
+    )
 
 
 def best_reached(points: Sequence[TrialPoint]) -> dict[str, tuple[float, float]]:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from evalharness.exit_codes import signals_deferred
 from evalharness.tracking import (
     RUN_KIND_TAG,
     SEARCH_KIND,
@@ -36,6 +37,9 @@ class NoParent:
     run_id: str | None = None
     tracking_uri: str | None = None
 
+    def start(self, run_name: str, run_id: str | None) -> None:
+        """Nothing to open."""
+
     def log(self, params: Mapping[str, Any], metrics: Mapping[str, float]) -> None:
         """Ignores them."""
 
@@ -50,35 +54,40 @@ class NoParent:
 
 
 class ParentRun:
-    """The parent run in an MLflow experiment, new or reopened.
+    """The parent run in an MLflow experiment, new or reopened by :meth:`start`.
 
     Args:
         tracking_uri: the tracking store (the run's ``logger.tracking_uri``, or the default
             sqlite database under ``output_root``).
         experiment_name: the run's experiment (the trials' runs go to the same one).
-        run_name: the display name of a new parent (the study's name).
-        run_id: a parent to reopen (a resumed study), or None for a new one.
         artifact_root: artifact folder of a newly created experiment on a local store.
     """
 
-    def __init__(
-        self,
-        tracking_uri: str,
-        experiment_name: str,
-        run_name: str,
-        run_id: str | None,
-        artifact_root: Path,
-    ) -> None:
+    def __init__(self, tracking_uri: str, experiment_name: str, artifact_root: Path) -> None:
         self.client: MlflowClient = open_client(tracking_uri)
         self.tracking_uri: str | None = redacted(tracking_uri)  # written down; the client connects
-        experiment_id = ensure_experiment(self.client, experiment_name, artifact_root)
-        if run_id is not None:
-            self.client.update_run(run_id, status="RUNNING")
-            self.run_id: str | None = run_id
-            return
-        run = self.client.create_run(experiment_id, run_name=run_name)
-        self.run_id = run.info.run_id
-        self.set_tags({**environment_tags(), RUN_KIND_TAG: SEARCH_KIND})
+        self.experiment_id = ensure_experiment(self.client, experiment_name, artifact_root)
+        self.run_id: str | None = None
+
+    def start(self, run_name: str, run_id: str | None) -> None:
+        """Creates the parent, or reopens ``run_id`` (a resumed study), and keeps its id.
+
+        Ctrl-C and SIGTERM wait until the id is kept, so that whoever closes the parent on an
+        interruption finds it: a parent is never left RUNNING.
+
+        Args:
+            run_name: the display name of a new parent (the study's name).
+            run_id: a parent to reopen, or None for a new one.
+        """
+        tags = {k: redacted(str(v))[:5000] for k, v in environment_tags().items()}
+        tags[RUN_KIND_TAG] = SEARCH_KIND
+        with signals_deferred():
+            if run_id is not None:
+                self.client.update_run(run_id, status="RUNNING")
+                self.run_id = run_id
+                return
+            run = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags)
+            self.run_id = run.info.run_id
 
     def log(self, params: Mapping[str, Any], metrics: Mapping[str, float]) -> None:
         """Logs params (only those not logged yet: MLflow refuses to change one) and metrics."""
@@ -116,15 +125,10 @@ class ParentRun:
 
 
 def open_parent(
-    kind: str,
-    tracking_uri: str | None,
-    experiment_name: str,
-    output_root: Path,
-    run_name: str,
-    run_id: str | None,
+    kind: str, tracking_uri: str | None, experiment_name: str, output_root: Path
 ) -> ParentRun | NoParent:
-    """The parent run the logger names (``mlflow`` or ``none``)."""
+    """The parent run the logger names (``mlflow`` or ``none``), connected, not yet started."""
     if kind == "none":
         return NoParent()
     uri = tracking_uri or default_tracking_uri(output_root)
-    return ParentRun(uri, experiment_name, run_name, run_id, output_root / "mlartifacts")
+    return ParentRun(uri, experiment_name, output_root / "mlartifacts")

@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig
 
 from evalharness import exit_codes
-from evalharness.assembly import platform_choices
-from evalharness.config import EvalConfig, to_config, token_geometry
+from evalharness.config import to_config
 from evalharness.evidence import code_version
-from evalharness.exit_codes import Terminated
+from evalharness.exit_codes import Terminated, signals_deferred
 from evalharness.refusal import PreflightRefusal
 from evalharness.search import storage
-from evalharness.search.front import unmet_message
+from evalharness.search.density_floor import check_density_floor
+from evalharness.search.front import no_recommendation_message
 from evalharness.search.objectives import PSNR, objective_values, readings, thresholds
 from evalharness.search.parent import NoParent, ParentRun, open_parent
 from evalharness.search.plan import SearchPlan, make_plan
@@ -52,9 +52,6 @@ from evalharness.search.trials import (
     trial_config,
 )
 from evalharness.tracking import redacted, redacted_values
-from kernels.plans.block_sizes import BlockSizes
-from kernels.policy.schedule import SparsitySchedule
-from models.video_geometry import VideoGeometry
 
 if TYPE_CHECKING:
     import optuna
@@ -101,6 +98,7 @@ class Search:
         codes: each trial's exit code in this invocation.
         stopped: why the search stopped before ``search.trials`` (its revised time over
             ``max_minutes``), None when it did not.
+        current: the trial asked and not yet told (None between trials).
     """
 
     search: SearchConfig
@@ -111,6 +109,7 @@ class Search:
     limits: dict[str, float]
     codes: list[int] = field(default_factory=list)
     stopped: str | None = None
+    current: optuna.Trial | None = None
 
     @property
     def psnr_label(self) -> str:
@@ -138,42 +137,6 @@ def prepare(cfg: DictConfig | dict) -> Search:
     limits = thresholds(base.gate)
     folder = storage.searches_root(base.output_root) / name
     return Search(search, run_cfg, name, folder, statistic, limits)
-
-
-def check_density_floor(search: SearchConfig, base: EvalConfig) -> None:
-    """Refuses a density range whose low end this run's geometry cannot run: a band narrower
-    than one tile is refused by every trial that draws it (each would end the search with code 2
-    for a point the search itself chose).
-
-    Raises:
-        ValueError: ``search.density.low`` too small; the message names the smallest grid value
-            the geometry and tiles allow, or says that none does.
-    """
-    resolved = platform_choices.resolve(base)
-    video = VideoGeometry(base.resolution.frames, base.resolution.height, base.resolution.width)
-    geometry = token_geometry(video)
-    tiles = BlockSizes(resolved.kernel.block_q, resolved.kernel.block_kv)
-    knob = search.density
-    steps = round((knob.high - knob.low) / knob.step) if knob.step else 0
-    first_error = None
-    for i in range(steps + 1):
-        density = round(knob.low + i * knob.step, 6)
-        try:
-            probe = SparsitySchedule("density-floor", first_times_fp=0.0, density=density)
-            probe.validate(geometry, tiles)
-        except ValueError as err:
-            first_error = first_error or err
-            continue
-        if first_error is not None:
-            raise ValueError(
-                f"search.density.low={knob.low:g}: {first_error}. The smallest density on the "
-                f"search's grid this run allows is {density:g}: set search.density.low={density:g}"
-            )
-        return
-    raise ValueError(
-        f"search.density={knob.low:g}..{knob.high:g}: no value on its grid can run here "
-        f"({first_error}); raise search.density.high or use smaller kernel tiles"
-    )
 
 
 def dry_run_search(cfg: DictConfig | dict) -> tuple[int, str]:
@@ -236,27 +199,19 @@ def run_search(cfg: DictConfig | dict) -> SearchResult:
     # the working tree meanwhile out of every trial's dense-arm cache key.
     code_version()
     output_root = Path(to_config(s.run_cfg).output_root)
-    parent = open_parent(
-        logger.kind,
-        logger.tracking_uri,
-        logger.experiment_name,
-        output_root,
-        s.name,
-        study.user_attrs.get(PARENT_ATTR),
-    )
-    if parent.run_id is not None:
-        study.set_user_attr(PARENT_ATTR, parent.run_id)
-    _record_start(s, study, parent, plan, url)
+    parent = open_parent(logger.kind, logger.tracking_uri, logger.experiment_name, output_root)
     try:
+        parent.start(s.name, study.user_attrs.get(PARENT_ATTR))
+        if parent.run_id is not None:
+            study.set_user_attr(PARENT_ATTR, parent.run_id)
+        _record_start(s, study, parent, plan, url)
         _trials(s, study, parent, plan, time.perf_counter())
+        answer = _answer(s, study, parent)
+        with signals_deferred():
+            parent.finish("FINISHED")
     except BaseException as err:
-        _answer(s, study, parent)
-        interrupted = isinstance(err, KeyboardInterrupt | Terminated)
-        parent.set_tags({"error": f"{type(err).__name__}: {err}"[:5000]})
-        parent.finish("KILLED" if interrupted else "FAILED")
+        _close_on_error(s, study, parent, err)
         raise
-    answer = _answer(s, study, parent)
-    parent.finish("FINISHED")
     return _verdict(s, answer)
 
 
@@ -306,8 +261,6 @@ def _trials(
     """Asks, runs and tells trials until the study holds ``search.trials``, the time budget
     has passed, or the rest, revised from what the trials took, would end past
     ``max_minutes`` (then ``s.stopped`` says so; the finished trials are kept)."""
-    import optuna
-
     budget_s = None if plan.budget_minutes is None else plan.budget_minutes * 60
     took: list[float] = []
     paced: list[tuple[float, float]] = []  # (took, estimated) of the trials that measured
@@ -317,25 +270,8 @@ def _trials(
                 f"search {s.name}: time budget of {plan.budget_minutes:g} min reached", flush=True
             )
             return
-        trial = study.ask()
-        knobs = suggest(trial, s.search)
-        reference = trial.user_attrs.get(REFERENCE_ATTR)
-        name = reference or f"{s.name}-t{trial.number}"
-        tags = {SEARCH_TAG: s.name, TRIAL_TAG: str(trial.number)}
-        if parent.run_id is not None:
-            tags[PARENT_TAG] = parent.run_id
-        print(f"search {s.name}: trial {trial.number} ({name}): {knobs}", flush=True)
         began = time.perf_counter()
-        try:
-            cfg = trial_config(s.run_cfg, name, knobs, tags, routing_stats=s.search.routing_stats)
-            outcome = run_trial(cfg)
-        except BaseException:
-            trial.set_user_attr(INTERRUPTED_ATTR, True)
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            raise
-        s.codes.append(outcome.code)
-        trial.set_user_attr("wall_s", time.perf_counter() - began)
-        _tell(s, study, trial, outcome)
+        trial, outcome = _one_trial(s, study, parent)
         _answer(s, study, parent)
         estimated = plan.estimate_of(len(took))
         took.append((time.perf_counter() - began) / 60)
@@ -359,6 +295,64 @@ def _trials(
             )
             print(f"search {s.name}: {s.stopped}", flush=True)
             return
+
+
+def _one_trial(
+    s: Search, study: optuna.Study, parent: ParentRun | NoParent
+) -> tuple[optuna.Trial, TrialOutcome]:
+    """Asks for a trial, runs it and tells the study how it ended.
+
+    From ``ask()`` until it is told, the trial is ``s.current``: Ctrl-C and SIGTERM wait while it
+    is asked and while it is told, so that an interruption anywhere finds it there and fails it
+    (:func:`_close_on_error`) instead of leaving it RUNNING in the study.
+    """
+    with signals_deferred():
+        s.current = study.ask()
+    trial = s.current
+    knobs = suggest(trial, s.search)
+    name = trial.user_attrs.get(REFERENCE_ATTR) or f"{s.name}-t{trial.number}"
+    tags = {SEARCH_TAG: s.name, TRIAL_TAG: str(trial.number)}
+    if parent.run_id is not None:
+        tags[PARENT_TAG] = parent.run_id
+    print(f"search {s.name}: trial {trial.number} ({name}): {knobs}", flush=True)
+    began = time.perf_counter()
+    cfg = trial_config(s.run_cfg, name, knobs, tags, routing_stats=s.search.routing_stats)
+    outcome = run_trial(cfg)
+    s.codes.append(outcome.code)
+    trial.set_user_attr("wall_s", time.perf_counter() - began)
+    with signals_deferred():
+        _tell(s, study, trial, outcome)
+        s.current = None
+    return trial, outcome
+
+
+def _close_on_error(
+    s: Search, study: optuna.Study, parent: ParentRun | NoParent, err: BaseException
+) -> None:
+    """The search ends on ``err`` (Ctrl-C, SIGTERM, a bug): the trial in flight is failed in
+    the study (marked interrupted on a signal, so that a resume runs it again), the answer's
+    files are rewritten from the finished trials, and the parent run is closed KILLED (FAILED
+    on an error); neither is left RUNNING."""
+    import optuna
+
+    interrupted = isinstance(err, KeyboardInterrupt | Terminated)
+    try:
+        with signals_deferred():
+            trial = s.current
+            running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+            if trial is not None and trial.number in {t.number for t in running}:
+                why = f"{type(err).__name__}: {err}"[:5000]
+                trial.set_user_attr(ERROR_ATTR, why)
+                if interrupted:
+                    trial.set_user_attr(INTERRUPTED_ATTR, True)
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            s.current = None
+        _answer(s, study, parent)
+    finally:
+        if parent.run_id is not None:  # None: no tracking, or the parent was never created
+            with signals_deferred():
+                parent.set_tags({"error": f"{type(err).__name__}: {err}"[:5000]})
+                parent.finish("KILLED" if interrupted else "FAILED")
 
 
 def _tell(s: Search, study: optuna.Study, trial: optuna.Trial, outcome: TrialOutcome) -> None:
@@ -426,10 +420,7 @@ def _verdict(s: Search, answer: Answer) -> SearchResult:
         if not answer.points:
             message = f"search {s.name}: no trial measured anything (see each trial's error)"
         else:
-            message = (
-                f"search {s.name}: no trial of {len(answer.points)} met every threshold; "
-                + unmet_message(answer.points)
-            )
+            message = f"search {s.name}: " + no_recommendation_message(answer.points)
         code = exit_codes.GATE_FAILED
     else:
         best = answer.recommended

@@ -45,7 +45,8 @@ class Answer:
 
     Attributes:
         points: every finished trial.
-        recommended: the fastest trial meeting every threshold (None: none does).
+        recommended: the fastest trial meeting every threshold, if faster than dense (None:
+            none is).
         schedule_path: its written ``conf/schedule/<name>.yaml`` (None: none).
         figure: ``front.png`` (None: nothing to draw).
     """
@@ -120,7 +121,7 @@ def write_answer(
     if best is not None:
         comment = (
             f"Found by python -m evalharness.search: trial {best.number} of {len(points)}, the "
-            f"fastest that met every threshold ({_limits_text(limits)}).\n"
+            f"fastest that met every threshold ({_limits_text(limits)}) and beat dense.\n"
             f"Measured: speedup {best.speedup:.3f}x, {psnr_label} {best.psnr:.2f} dB; "
             f"{provenance}."
         )

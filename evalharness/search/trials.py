@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from evalharness import exit_codes
 from evalharness.exit_codes import RunFailed
-from evalharness.refusal import PreflightRefusal
+from evalharness.refusal import CONFIG_ERRORS, PreflightRefusal
 from evalharness.run import GateFailed, run
 
 log = logging.getLogger(__name__)
@@ -33,8 +33,6 @@ log = logging.getLogger(__name__)
 PARENT_TAG = "mlflow.parentRunId"
 SEARCH_TAG = "search"
 TRIAL_TAG = "search_trial"
-# A setting no run can use, found before any work (as ``python -m evalharness`` refuses them).
-CONFIG_ERRORS = (ValueError, TypeError, KeyError, FileNotFoundError)
 
 
 @dataclass(frozen=True)
@@ -92,6 +90,10 @@ def _plain(value: Any) -> Any:
 def run_trial(cfg: DictConfig) -> TrialOutcome:
     """Runs one trial; Ctrl-C and SIGTERM go on up (the run has marked itself killed).
 
+    A setting the run refuses is a refused trial (2); any other error is a failed one (4): a
+    bug raised before the run's folder existed (a bare ``KeyError`` or ``TypeError`` among
+    them) is logged with its traceback, and the search goes on.
+
     Args:
         cfg: the trial's config (:func:`trial_config`).
     """
@@ -105,6 +107,9 @@ def run_trial(cfg: DictConfig) -> TrialOutcome:
         return TrialOutcome(exit_codes.FAILED, None, str(failure))
     except CONFIG_ERRORS as err:
         return TrialOutcome(exit_codes.REFUSED, None, f"{type(err).__name__}: {err}")
+    except Exception as err:  # noqa: BLE001 - a bug: the trial failed, the search goes on
+        log.exception("the trial's run failed before its folder was created")
+        return TrialOutcome(exit_codes.FAILED, None, f"{type(err).__name__}: {err} (a bug)")
 
 
 def enable_compile_cache(cache_dir: str | Path) -> Path:

@@ -9,48 +9,13 @@ from pathlib import Path
 
 import optuna
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from mlflow.tracking import MlflowClient
 
-from evalharness.config import register_configs
 from evalharness.run import run
-from evalharness.search import register_search_configs, run_search, study_run
-from tests.helpers.harness_config import CONF_DIR, SMALL
+from evalharness.search import run_search, study_run
+from tests.helpers.search_config import SEARCH, compose_cfg
 
 pytestmark = pytest.mark.slow
-
-# The small config's routing samples (8) and a grid of 2 x 2 x 1 points (first_layers_fp fixed).
-SEARCH = [
-    "search.routing_samples=[8]",
-    "search.variant=[b3]",
-    "search.reference=[]",
-    "search.density.low=0.3",
-    "search.density.high=0.5",
-    "search.density.step=0.2",
-    "search.first_times_fp.low=0.0",
-    "search.first_times_fp.high=0.5",
-    "search.first_times_fp.step=0.5",
-    "search.first_layers_fp.high=0.0",
-    "progress=off",
-]
-
-
-def compose_cfg(tmp_path: Path, *overrides: str, name: str = "search"):
-    register_configs()
-    register_search_configs()
-    GlobalHydra.instance().clear()
-    small = [o for o in SMALL if not o.startswith("schedule.")]
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        return compose(
-            name,
-            overrides=[
-                *small,
-                f"output_root={tmp_path / 'outputs'}",
-                f"cache_dir={tmp_path / 'cache'}",
-                *overrides,
-            ],
-        )
 
 
 def test_interrupted_search_resumes_and_its_schedule_passes_as_a_run(tmp_path, monkeypatch):

@@ -1,6 +1,7 @@
 """How the command line turns each way a run ends into its exit code (``evalharness.exit_codes``)."""
 
 import pytest
+from omegaconf.errors import ConfigKeyError, ValidationError
 
 import evalharness.__main__ as cli_module
 from evalharness import exit_codes
@@ -24,6 +25,12 @@ def _raising(error):
         (FileNotFoundError("no checkpoint"), exit_codes.REFUSED),
         (RunFailed("the run failed while running: OSError", "/runs/x"), exit_codes.FAILED),
         (RuntimeError("a bug before the folder"), exit_codes.FAILED),
+        # A bare KeyError or TypeError is a bug in the code, not a setting; OmegaConf's own
+        # errors (a wrong type, an unknown key) are settings, whatever else they subclass.
+        (KeyError("psnr_db"), exit_codes.FAILED),
+        (TypeError("unsupported operand type(s)"), exit_codes.FAILED),
+        (ValidationError("Value 'abc' of type 'str' could not be converted"), exit_codes.REFUSED),
+        (ConfigKeyError("Key 'warm_run' is not in struct"), exit_codes.REFUSED),
     ],
 )
 def test_each_ending_has_one_code_and_one_error_line(monkeypatch, capsys, error, code):

@@ -20,6 +20,7 @@ from evalharness.search import (
     uncovered_references,
     unmet_message,
 )
+from evalharness.search.front import no_recommendation_message
 from evalharness.search.objectives import UNMET
 
 KNOBS = {"density": 0.3, "first_times_fp": 0.1, "first_layers_fp": 0.0}
@@ -79,3 +80,12 @@ def test_references_are_covered_when_the_front_dominates_or_equals_them():
     assert uncovered_references([ref]) == []  # a front point equal to it counts
     lone = TrialPoint(2, KNOBS, 1.0, 50.0, (), "conservative")
     assert uncovered_references([lone, point(1, 1.2, 31)]) == []  # conservative is on the front
+
+
+def test_nothing_slower_than_dense_is_recommended():
+    slow = [point(0, 0.95, 40), point(1, 1.0, 41)]  # both meet 30 dB; neither beats dense
+    assert recommend(slow) is None
+    message = no_recommendation_message(slow)
+    assert "none is faster than dense" in message and "trial 1, 1.000x" in message
+    assert recommend([*slow, point(2, 1.01, 35)]).number == 2
+    assert "never met" in no_recommendation_message([point(0, 1.5, 20)])
