@@ -66,7 +66,7 @@ def _run_job(cfg: DictConfig, multirun: bool) -> dict[str, Any] | None:
     return None
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
     """Runs one comparison; in a multirun, records its row for the sweep table."""
     hydra_cfg = HydraConfig.get()

@@ -38,7 +38,7 @@ def _end(code: int, message: str) -> None:
     _endings.append((code, message))
 
 
-@hydra.main(version_base="1.3", config_path="../../conf", config_name="search")
+@hydra.main(version_base="1.3", config_path="../conf", config_name="search")
 def main(cfg: DictConfig) -> None:
     """Plans (``dry_run=true``) or runs the search; every ending becomes its exit code."""
     try:
