@@ -227,10 +227,8 @@ def _open_run(cfg: EvalConfig, primary: bool = True) -> tuple[Path, Tracker]:
             run_name=run_dir.name.split("-", 2)[-1],
             output_root=output_root,
         )
-    except BaseException as err:
-        error = redacted(f"{type(err).__name__}: {err}", cfg.logger.tracking_uri)
-        run_status.end_status(run_dir, run_status.FAILED, error=error)
-        raise
+    except BaseException as err:  # the folder exists: it says how the run ended, and so do we
+        _end_badly(err, cfg, run_dir)
     run_status.write_status(
         run_dir, run_status.RUNNING, mlflow_run_id=tracker.run_id, tracking_uri=tracker.tracking_uri
     )
@@ -310,6 +308,8 @@ def _compare(comparison: Comparison, pairs: list[Pair]) -> tuple[dict, list[dict
     """
     _build_model(comparison)
     inputs = _encode_prompts(comparison, pairs)
+    for pair in pairs:  # a damaged dense-cache entry is set aside now, before anything compiles
+        comparison.cache.check(comparison.dense_key(pair))
     cached = _reused_dense_arms(comparison, pairs)
     comparison.progress.phase("compile arms")
     compiled = _prepare_arms(comparison, inputs[0], dense=cached is None)

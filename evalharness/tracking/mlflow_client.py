@@ -22,7 +22,7 @@ import numpy as np
 
 from evalharness.exit_codes import Terminated
 from evalharness.tracking.redaction import redacted
-from evalharness.tracking.store import open_client
+from evalharness.tracking.store import default_store_uri, open_client
 from evalharness.tracking.ui_view import (
     HEADLINE_VIEW,
     RUN_KIND_TAG,
@@ -143,10 +143,11 @@ def run_tags(cfg: Any) -> dict[str, str]:
 
 
 def default_tracking_uri(output_root: str | Path) -> str:
-    """Local sqlite database under the output folder (MLflow's own recommended local store)."""
-    db = Path(output_root).resolve() / "mlflow.db"
-    db.parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{db}"
+    """Local sqlite database under the output folder (MLflow's own recommended local store),
+    its folder created."""
+    uri = default_store_uri(output_root)
+    Path(output_root).resolve().mkdir(parents=True, exist_ok=True)
+    return uri
 
 
 def ensure_experiment(

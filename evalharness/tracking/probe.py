@@ -25,6 +25,7 @@ from evalharness.tracking.redaction import redacted
 from evalharness.tracking.store import (
     TrackingUnavailable,
     bounded_http,
+    default_store_uri,
     open_client,
     sqlite_file,
     store_kind,
@@ -81,9 +82,9 @@ def check_tracking(
 
     A new store is created here, under the lock that keeps runs starting together from creating
     it twice (:func:`~evalharness.tracking.store.open_client`). The default store
-    (``tracking_uri`` None: a sqlite file under ``output_root``) is created with the run, so a
-    refused run leaves no file behind; given ``output_root``, its folder is checked to be
-    writable, without creating anything.
+    (``tracking_uri`` None: a sqlite file under ``output_root``) is checked as if it were given:
+    an existing file is opened and searched like any store; a missing one is created with the
+    run, so a refused run leaves no file behind, and only its folder is checked to be writable.
 
     Args:
         kind: ``logger.kind``; only ``mlflow`` is checked.
@@ -98,11 +99,15 @@ def check_tracking(
     """
     if kind != "mlflow":
         return
+    shown = redacted(tracking_uri or "")
     if not tracking_uri:
-        if output_root is not None:
-            _check_default_store(Path(output_root))
-        return
-    shown = redacted(tracking_uri)
+        if output_root is None:
+            return
+        tracking_uri = default_store_uri(output_root)
+        if not sqlite_file(tracking_uri).exists():
+            _check_default_store(sqlite_file(tracking_uri))
+            return
+        shown = f"{tracking_uri} (the default store, under output_root)"
     store = store_kind(tracking_uri)
     db = sqlite_file(tracking_uri)
     if db is not None:
@@ -145,10 +150,9 @@ def _check_sqlite_path(db: Path, shown: str) -> None:
         )
 
 
-def _check_default_store(output_root: Path) -> None:
-    """The default sqlite store's folder (``output_root``) can be created and written; nothing
-    is created here."""
-    db = output_root.resolve() / "mlflow.db"
+def _check_default_store(db: Path) -> None:
+    """The default sqlite store ``db``'s folder (``output_root``) can be created and written;
+    nothing is created here."""
     folder = _nearest_existing(db.parent)
     problem = _unwritable(db, folder)
     if problem:

@@ -91,6 +91,12 @@ def sqlite_file(uri: str) -> Path | None:
     return Path(database)
 
 
+def default_store_uri(output_root: str | Path) -> str:
+    """The default store: the sqlite database ``mlflow.db`` under ``output_root`` (MLflow's own
+    recommended local store). Nothing is created here."""
+    return f"sqlite:///{Path(output_root).resolve() / 'mlflow.db'}"
+
+
 def lock_path(uri: str) -> Path | None:
     """The file :func:`creation_lock` locks for ``uri``; None for a store the client does not
     create (an MLflow server creates its own schema; a file store needs no lock)."""

@@ -1,11 +1,14 @@
 """Faults: interrupted and failed runs are marked in MLflow, bad checkpoints stop before work."""
 
+import json
+
 import jax.numpy as jnp
 import pytest
 from flax import nnx
 from mlflow.tracking import MlflowClient
 
 from evalharness.arms.arm import NonFiniteLatents, prepare_arm
+from evalharness.exit_codes import RunFailed
 from evalharness.run import make_run_dir, run
 from evalharness.tracking.mlflow_client import default_tracking_uri
 from models.checkpoint import CheckpointError
@@ -34,6 +37,23 @@ def test_ctrl_c_marks_the_run_killed(tmp_path, monkeypatch):
     latest = _latest(tmp_path)
     assert latest.info.status == "KILLED"
     assert "interrupted" in latest.data.tags["error"]
+
+
+def test_a_tracker_that_fails_to_open_ends_the_run_naming_its_folder(tmp_path, monkeypatch):
+    import evalharness.run as run_module
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the store went away")
+
+    monkeypatch.setattr(run_module, "make_tracker", broken)
+    with pytest.raises(RunFailed) as failure:
+        run(small_config(tmp_path))
+    (folder,) = (tmp_path / "outputs" / "runs").iterdir()
+    assert failure.value.run_dir == str(folder)
+    assert f"its folder: {folder} (status.json, error.log)" in str(failure.value)
+    status = json.loads((folder / "status.json").read_text())
+    assert status["status"] == "failed" and "the store went away" in status["error"]
+    assert "RuntimeError: the store went away" in (folder / "error.log").read_text()
 
 
 def test_simultaneous_runs_get_distinct_folders(tmp_path):

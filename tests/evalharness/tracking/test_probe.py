@@ -104,6 +104,33 @@ def test_sqlite_file_that_is_no_database_gets_the_sqlite_fix(tmp_path):
     assert SERVER_ADVICE not in message
 
 
+def test_a_garbage_default_store_is_refused_like_the_same_file_given(tmp_path):
+    db = tmp_path / "outputs" / "mlflow.db"
+    db.parent.mkdir()
+    db.write_bytes(bytes(range(256)) * 16)  # random-looking bytes, no sqlite header
+    default = _refusal(None, output_root=tmp_path / "outputs")
+    given = _refusal(f"sqlite:///{db}")
+    assert default == given.replace(
+        f"sqlite:///{db}", f"sqlite:///{db} (the default store, under output_root)"
+    )
+    assert "file is not a database" in default and f"check that {db} is" in default
+    assert db.read_bytes() == bytes(range(256)) * 16  # refused, not touched
+
+
+def test_an_existing_default_store_is_opened_and_a_missing_one_is_not_created(
+    tmp_path, monkeypatch
+):
+    opened = []
+    real_open = probe.open_client
+    monkeypatch.setattr(probe, "open_client", lambda uri: opened.append(uri) or real_open(uri))
+    check_tracking("mlflow", None, "exp", output_root=tmp_path / "outputs")
+    assert not (tmp_path / "outputs").exists() and opened == []
+    uri = f"sqlite:///{tmp_path}/outputs/mlflow.db"
+    check_tracking("mlflow", uri, "exp")  # a real store
+    check_tracking("mlflow", None, "exp", output_root=tmp_path / "outputs")
+    assert opened == [uri, uri]
+
+
 def test_server_that_does_not_answer_gets_host_port_and_credentials():
     message = _refusal(f"http://127.0.0.1:{free_port()}")
     assert SERVER_ADVICE in message and "sqlite" not in message
