@@ -35,12 +35,11 @@ def sequence_devices(cfg: EvalConfig) -> int:
     return cfg.parallel.sequence or len(jax.devices())
 
 
-def nominal_kept_fraction(cfg: EvalConfig, layers: int) -> float:
-    """The schedule's kept fraction with the nominal density (no mask built): for preflight."""
-    schedule = cfg.schedule
-    return schedule.kept_fraction_at(
-        cfg.steps, layers, schedule.target_density(token_geometry(cfg))
-    )
+def nominal_kept_fraction(cfg: EvalConfig, video: VideoGeometry, layers: int) -> float:
+    """The schedule's kept fraction with the band's target density (no tile plan built): for
+    preflight."""
+    density = cfg.schedule.target_density(token_geometry(video))
+    return cfg.schedule.kept_fraction_at(cfg.steps, layers, density)
 
 
 @dataclass

@@ -151,7 +151,9 @@ def _schedule_arm(setup: _Setup, schedule: SparsitySchedule, args: argparse.Name
         "dense_steps": policy.dense_steps,
         "dense_layers": policy.dense_layers,
         "routing_flops_fraction": (
-            routing_flops_fraction(geometry, schedule.density, schedule.routing_samples)
+            routing_flops_fraction(
+                geometry, schedule.target_density(geometry), schedule.routing_samples
+            )
             if schedule.sparse
             else 0.0
         ),
@@ -226,7 +228,7 @@ def run(args: argparse.Namespace) -> dict:
         "block_sizes": [setup.tiles.block_q, setup.tiles.block_kv],
         "backend": args.backend,
         "routing_flops_fraction_720p": {
-            s.name: routing_flops_fraction(hd720, s.density, s.routing_samples)
+            s.name: routing_flops_fraction(hd720, s.target_density(hd720), s.routing_samples)
             for s in schedules
             if s.sparse
         },
