@@ -6,7 +6,14 @@ server. On a machine without TPU chips every process must therefore start with
 ``JAX_PLATFORMS`` naming only the platforms it has (``cpu``, or ``cuda,cpu`` beside an NVIDIA GPU)
 and ``TPU_SKIP_MDS_QUERY=1``; compiling for a TPU topology still works then
 (``jax.experimental.topologies``), and ``ALLOW_MULTIPLE_LIBTPU_LOAD=1`` lets several such
-processes load libtpu at once. On a TPU host nothing is set: JAX must find its chips.
+processes load libtpu at once. libtpu's start-up also describes the host's own slice from
+``TPU_ACCELERATOR_TYPE`` and ``TPU_WORKER_HOSTNAMES`` (a Cloud TPU VM's metadata gives both);
+without them it prints "Failed to find host bounds", "Logging before InitGoogle" and an
+"unexpected worker hostname" trace to stderr. A compile-only process has no slice of its own: the
+topology it compiles for is given explicitly (``jax.experimental.topologies``), and its devices
+and compiled programs are the same whatever these say (checked for ``v6e:1x1`` and ``v6e:2x4``),
+so they are set to one chip on this host (:data:`COMPILE_ONLY_HOST`). On a TPU host nothing is
+set: JAX must find its chips.
 
 ``import evalharness`` applies this (:func:`guard_libtpu`), so every command of the harness, its
 benchmarks and the reports start guarded; tests do the same in ``tests/conftest.py``. A value the
@@ -27,6 +34,9 @@ GOOGLE_PCI_VENDOR = "0x1ae0"
 TPU_PCI_DEVICE_IDS = frozenset(
     {"0x0027", "0x0056", "0x005e", "0x0062", "0x0063", "0x006f", "0x0076"}
 )
+# What libtpu's start-up reads to describe this host's slice, for a compile-only process: one
+# chip, this host (values it accepts without a warning; they do not change the programs).
+COMPILE_ONLY_HOST = {"TPU_ACCELERATOR_TYPE": "v6e-1", "TPU_WORKER_HOSTNAMES": "localhost"}
 _NVIDIA_DEVICE_FILES = ("/dev/nvidia0", "/dev/nvidiactl", "/dev/dxg")
 _PCI_DEVICES = Path("/sys/bus/pci/devices")
 
@@ -97,6 +107,7 @@ def guard_settings(
         # Compile-only processes share no chip: two dry runs at once must not fight over
         # libtpu's single-process lock file (/tmp/libtpu_lockfile).
         wanted["ALLOW_MULTIPLE_LIBTPU_LOAD"] = "1"
+        wanted.update(COMPILE_ONLY_HOST)
     return {name: value for name, value in wanted.items() if name not in environ}
 
 

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from evalharness.admission.heartbeat import heartbeat
 from evalharness.admission.mosaic_fix import fitting_setting, mosaic_vmem_refusal
 from evalharness.admission.step_compile import (
     StepProgram,
@@ -166,7 +167,8 @@ def _compile_forward(
         arm: dataclasses.replace(spec, attend=attends[arm]) for arm, spec in executors.items()
     }
     try:
-        return estimate(executors=compiled_arms, compile_device=compiler.device)
+        with heartbeat(f"a 2-layer forward of every arm for {described}"):
+            return estimate(executors=compiled_arms, compile_device=compiler.device)
     except ArmCompileError as refusal:
         problems.append(
             f"compile for {described}: the {refusal.executor} attention does not compile "
@@ -197,7 +199,11 @@ def _compile_steps(
     for arm, spec in executors.items():
         reuse = not spec.routed and spec.name in by_executor
         try:
-            steps[arm] = by_executor[spec.name] if reuse else step(compiler, attends[arm])
+            if reuse:
+                steps[arm] = by_executor[spec.name]
+            else:
+                with heartbeat(f"the {arm} arm's denoising loop for {described}"):
+                    steps[arm] = step(compiler, attends[arm])
         except Exception as error:  # noqa: BLE001 - Mosaic's or XLA's refusal, named with its arm
             if "cudnn not found" in str(error).lower():
                 raise TpuCompilerUnavailable(

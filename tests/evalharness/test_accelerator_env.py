@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from evalharness.accelerator_env import (
+    COMPILE_ONLY_HOST,
     GOOGLE_PCI_VENDOR,
     guard_settings,
     nvidia_gpu_visible,
@@ -15,7 +16,7 @@ from evalharness.accelerator_env import (
 )
 from tests.helpers.paths import REPO_ROOT
 
-SHARED = {"ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
+SHARED = {"ALLOW_MULTIPLE_LIBTPU_LOAD": "1", **COMPILE_ONLY_HOST}
 
 
 def _pci(tmp_path, devices):
@@ -102,3 +103,29 @@ def test_with_the_cuda_plugin_and_no_gpu_jax_stays_on_the_cpu():
         tpu_chips=0, libtpu=False, nvidia_gpu=True, environ={}, cuda_plugin=True
     )
     assert "JAX_PLATFORMS" not in beside_a_gpu
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(tpu_chips_attached() > 0, reason="a TPU host: the guard rightly sets nothing")
+def test_a_compile_only_libtpu_process_starts_without_libtpu_noise():
+    # The real libtpu: describing both topologies after `import evalharness` prints nothing of
+    # libtpu's start-up (host bounds, InitGoogle, the worker-hostname trace) on stderr.
+    pytest.importorskip("libtpu")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TPU_", "JAX_PLATFORMS"))}
+    code = (
+        "import evalharness; from evalharness.estimates import topology_compiler; "
+        "print(topology_compiler('v6e:2x4').chips, topology_compiler('v6e:1x1').chips)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=REPO_ROOT,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["8", "1"]
+    for noise in ("host bounds", "InitGoogle", "TPU_WORKER_HOSTNAMES", "E0000"):
+        assert noise not in out.stderr, out.stderr[-2000:]
