@@ -51,7 +51,7 @@ from evalharness.search.trials import (
     run_trial,
     trial_config,
 )
-from evalharness.tracking import redacted, redacted_values
+from evalharness.tracking import check_tracking, redacted, redacted_values
 
 if TYPE_CHECKING:
     import optuna
@@ -185,8 +185,9 @@ def run_search(cfg: DictConfig | dict) -> SearchResult:
         KeyboardInterrupt, Terminated: interrupted; the study keeps its finished trials.
     """
     s = prepare(cfg)
+    logger, output_root = _logger(s), Path(to_config(s.run_cfg).output_root)
+    check_tracking(logger.kind, logger.tracking_uri, logger.experiment_name, output_root)
     s.folder.mkdir(parents=True, exist_ok=True)
-    logger = _logger(s)
     url = storage.storage_url(s.search.storage, logger.tracking_uri, s.folder)
     study = storage.open_study(s.name, url, make_sampler(s.search), resume=s.search.resume)
     plan = make_plan(s.run_cfg, s.search, _finished(study), to_config(s.run_cfg).max_minutes)
@@ -198,7 +199,6 @@ def run_search(cfg: DictConfig | dict) -> SearchResult:
     # The trials run the code imported now: hashing it now (once per process) keeps edits to
     # the working tree meanwhile out of every trial's dense-arm cache key.
     code_version()
-    output_root = Path(to_config(s.run_cfg).output_root)
     parent = open_parent(logger.kind, logger.tracking_uri, logger.experiment_name, output_root)
     try:
         parent.start(s.name, study.user_attrs.get(PARENT_ATTR))

@@ -29,7 +29,7 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from evalharness.tracking.store import TrackingUnavailable
@@ -246,21 +246,20 @@ def check_admin(url: str, admin: Credentials, source: Path) -> None:
             the admin its user database holds) or the user is not an admin.
     """
     from mlflow.exceptions import MlflowException
-    from mlflow.server import get_app_client
 
     from evalharness.tracking.store import bounded_http
 
     try:
         with signed_in(admin), bounded_http(1, 10):
-            user = get_app_client(AUTH_APP, tracking_uri=url).get_user(admin.username)
+            user = _auth_client(url).get_user(admin.username)
     except MlflowException as err:
         raise RuntimeError(
-            f"the server at {url} refused the admin credentials in {source} ({err.error_code}): "
+            f"the server at {_shown(url)} refused the admin credentials in {source} ({err.error_code}): "
             "the user database keeps the admin password of its first start; put that "
             "password back in the file, or start on a fresh --folder"
         ) from None
     if not user.is_admin:
-        raise RuntimeError(f"user {admin.username!r} in {source} is not an admin on {url}")
+        raise RuntimeError(f"user {admin.username!r} in {source} is not an admin on {_shown(url)}")
 
 
 def add_user(url: str, admin: Credentials, source: Path, user: Credentials) -> None:
@@ -272,21 +271,41 @@ def add_user(url: str, admin: Credentials, source: Path, user: Credentials) -> N
             (the admin credentials from ``source`` refused, not an admin, unreachable).
     """
     from mlflow.exceptions import MlflowException
-    from mlflow.server import get_app_client
 
     from evalharness.tracking.store import bounded_http
 
     check_password(user.password, f"the password for {user.username!r}")
     try:
         with signed_in(admin), bounded_http(1, 10):
-            get_app_client(AUTH_APP, tracking_uri=url).create_user(user.username, user.password)
+            _auth_client(url).create_user(user.username, user.password)
     except MlflowException as err:
         raise ValueError(_add_user_problem(err, url, admin, source, user.username)) from None
+
+
+def _shown(url: str) -> str:
+    """``url`` as messages show it (a password in it hidden)."""
+    from evalharness.tracking.postgres import redacted
+
+    return redacted(url)
+
+
+def _auth_client(url: str) -> Any:
+    """MLflow's client of the basic-auth app's REST API (``AuthServiceClient``)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        # Importing MLflow's server package warns about Starlette's WSGI middleware, which a
+        # client never uses.
+        warnings.simplefilter("ignore", UserWarning)
+        from mlflow.server import get_app_client
+
+        return get_app_client(AUTH_APP, tracking_uri=url)
 
 
 def _add_user_problem(err, url: str, admin: Credentials, source: Path, username: str) -> str:
     """Why the server did not add ``username``, with the fix."""
     code = getattr(err, "error_code", "")
+    url = _shown(url)
     if code == "UNAUTHENTICATED":
         return (
             f"the server at {url} refused the admin credentials in {source} (401): give the "
@@ -332,7 +351,7 @@ def login_refusal(err: BaseException, shown: str, experiment_name: str) -> Track
             f"it asks for a login and {USERNAME_VAR} and {PASSWORD_VAR} are not both set (401):"
         )
     return TrackingUnavailable(
-        f"MLflow tracking server {shown} cannot be used for experiment {experiment_name!r}: "
+        f"MLflow tracking store {shown} cannot be used for experiment {experiment_name!r}: "
         f"{problem} set {USERNAME_VAR} and {PASSWORD_VAR} to an account on that server (its "
         "admin adds one with `python -m evalharness.tracking.server add-user NAME`), or run "
         "with logger=none. Nothing was computed."

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from evalharness.tracking.auth import login_refusal, login_refused
 from evalharness.tracking.redaction import redacted
 from evalharness.tracking.store import (
     TrackingUnavailable,
@@ -121,6 +122,8 @@ def check_tracking(
     except TrackingUnavailable:
         raise
     except Exception as err:  # noqa: BLE001 - every store raises its own kind; all are refusals
+        if login_refused(err):  # a server with authentication: name MLflow's variables
+            raise login_refusal(err, shown, experiment_name) from None
         is_database = store in ("sqlite", "postgresql", "database")
         what = "tracking database" if is_database else "MLflow tracking store"
         raise TrackingUnavailable(

@@ -62,17 +62,22 @@ class TeamServer:
         database_uri: the backend store's SQLAlchemy URI, from the printed (redacted) one and the
             password file.
         artifacts: the server's artifact store (a folder only the server writes).
+        folder: the command's ``--folder`` (its logs, the admin credentials with ``--auth``).
+        banner: every line the command printed on starting.
     """
 
     uri: str
     database_uri: str
     artifacts: Path
+    folder: Path
+    banner: str
 
 
 @contextmanager
-def team_server() -> Iterator[TeamServer]:
-    """``python -m evalharness.tracking.server`` in a fresh folder; yields what it printed, then
-    stops it with Ctrl-C (SIGINT) and checks it stopped both servers cleanly.
+def team_server(*options: str) -> Iterator[TeamServer]:
+    """``python -m evalharness.tracking.server`` in a fresh folder (with ``options``, e.g.
+    ``--auth``); yields what it printed, then stops it with Ctrl-C (SIGINT) and checks it
+    stopped both servers cleanly.
 
     The folder is made under the system temporary folder and opened to other users (0755):
     started by root, PostgreSQL runs as the ``postgres`` user, who cannot enter pytest's
@@ -86,10 +91,15 @@ def team_server() -> Iterator[TeamServer]:
     folder.chmod(0o755)
     command = [sys.executable, "-m", "evalharness.tracking.server", "--folder", str(folder)]
     proc = subprocess.Popen(
-        [*command, "--workers", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [*command, "--workers", "1", *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
-        banner = [proc.stdout.readline() for _ in range(6)]  # bounded by its own start timeouts
+        banner = []  # up to its last line; bounded by the command's own start timeouts
+        while not banner or banner[-1] and not banner[-1].startswith("Ctrl-C"):
+            banner.append(proc.stdout.readline())
         printed = dict(line.strip().split(": ", 1) for line in banner if ": " in line)
         if "MLflow tracking server" not in printed:
             raise RuntimeError(
@@ -97,7 +107,8 @@ def team_server() -> Iterator[TeamServer]:
             )
         password = (folder / "postgres.password").read_text().strip()
         database_uri = printed["runs"].split(" ")[0].replace(":***@", f":{password}@")
-        yield TeamServer(printed["MLflow tracking server"], database_uri, folder / "artifacts")
+        uri = printed["MLflow tracking server"]
+        yield TeamServer(uri, database_uri, folder / "artifacts", folder, "".join(banner))
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0 and "stopped" in out, f"Ctrl-C: exit {proc.returncode}, {err}"
