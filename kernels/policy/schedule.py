@@ -123,12 +123,12 @@ class SparsitySchedule:
 
         Reads the plain dict of a ``conf/schedule`` file without Hydra; keys other than the
         dataclass fields (e.g. Hydra's ``defaults``) are ignored. Unlike the structured config,
-        it requires the four knobs below: a schedule file states them rather than relying on
+        it requires the knobs below: a schedule file states them rather than relying on
         defaults.
 
         Args:
             values: mapping or attribute object with at least ``name``, ``first_times_fp``,
-                ``first_layers_fp`` and ``density``.
+                ``first_layers_fp`` and ``density`` (or ``svg_sparsity``).
 
         Returns:
             The validated schedule.
@@ -138,13 +138,13 @@ class SparsitySchedule:
             given = {n: values[n] for n in names if n in values}
         else:
             given = {n: getattr(values, n) for n in names if hasattr(values, n)}
-        missing = [
-            n for n in ("name", "first_times_fp", "first_layers_fp", "density") if n not in given
-        ]
+        missing = [n for n in ("name", "first_times_fp", "first_layers_fp") if n not in given]
+        if "density" not in given and given.get("svg_sparsity") is None:
+            missing.append("density (or svg_sparsity)")
         if missing:
             raise ValueError(f"schedule is missing {missing}; expected fields {names}")
         for n in ("first_times_fp", "first_layers_fp", "density"):
-            if isinstance(given[n], int) and not isinstance(given[n], bool):
+            if n in given and isinstance(given[n], int) and not isinstance(given[n], bool):
                 given[n] = float(given[n])
         return cls(**given)
 

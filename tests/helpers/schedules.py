@@ -7,7 +7,7 @@ import yaml
 from kernels.policy.schedule import SparsitySchedule
 from tests.helpers.paths import SCHEDULE_DIR
 
-SCHEDULE_NAMES = ("dense", "conservative", "balanced", "aggressive")
+SCHEDULE_NAMES = ("dense", "conservative", "balanced", "aggressive", "svg_720p")
 
 
 def load_schedule(name: str) -> SparsitySchedule:

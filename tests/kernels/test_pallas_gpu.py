@@ -79,8 +79,8 @@ def test_strided_temporal_mask_in_kernel_with_runs_and_table_codes(max_breaks, m
     plan = build_plan(mask, BlockSizes(16, 16), "b2")
     visits = plan_gpu_visits(plan, "b2", max_breaks)
     codes = [c for c in (visits.full, visits.masked) if c is not None]
-    if max_breaks:
-        assert {c.kind for c in codes} == {RUNS} and max(c.breaks for c in codes) > 0
+    if max_breaks:  # the masked list decodes from runs that break inside a row
+        assert max(c.breaks for c in codes if c.kind == RUNS) > 0
     else:
         assert TABLE in {c.kind for c in codes}
     monkeypatch.setattr(

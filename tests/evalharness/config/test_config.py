@@ -91,6 +91,7 @@ def _expected_params(tmp_path) -> dict:
         "schedule.variant": "b3",
         "schedule.routing_samples": 64,
         "schedule.sparse": True,
+        "schedule.svg_sparsity": None,
         "kernel.backend": "xla",
         "kernel.block_q": 128,
         "kernel.block_kv": 128,
@@ -238,6 +239,13 @@ def test_schedule_fields_can_be_overridden_and_are_validated(tmp_path):
     assert cfg.schedule.density == 0.4 and cfg.schedule.variant is SparseVariant.b2
     with pytest.raises(ValueError, match="density"):
         to_config(small_config(tmp_path, "schedule.density=1.5"))
+
+
+def test_svg_sparsity_can_be_set_on_any_schedule(tmp_path):
+    cfg = to_config(small_config(tmp_path, "schedule.svg_sparsity=0.25"))
+    assert cfg.schedule.name == "balanced" and cfg.schedule.svg_sparsity == 0.25
+    with pytest.raises(ValueError, match="svg_sparsity"):
+        to_config(small_config(tmp_path, "schedule.svg_sparsity=1.0"))
 
 
 def test_schedule_defaults_fill_what_a_schedule_leaves_out():
