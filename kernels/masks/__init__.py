@@ -5,9 +5,11 @@ from kernels.masks.band import (
     PaddingMask,
     StridedTemporalMask,
     band_for_density,
+    band_for_svg_sparsity,
     band_kept_pairs,
     spatial_mask,
     strided_temporal_mask,
+    svg_half_width,
     temporal_mask,
 )
 from kernels.masks.geometry import TokenGeometry
@@ -40,6 +42,7 @@ __all__ = [
     "TilePlanLike",
     "TokenGeometry",
     "band_for_density",
+    "band_for_svg_sparsity",
     "band_kept_pairs",
     "band_tile_counts",
     "from_head_layouts",
@@ -47,6 +50,7 @@ __all__ = [
     "padding_tiles",
     "spatial_mask",
     "strided_temporal_mask",
+    "svg_half_width",
     "temporal_mask",
     "temporal_permutation",
     "temporal_position",
