@@ -184,7 +184,7 @@ def vae_decode_memory(
     param_dtype=jnp.float32,
     host_cpu: bool = False,
 ) -> MemoryEstimate:
-    """Memory of one whole decode (``models.vae._decode_raw``: all frames of one tile).
+    """Memory of one whole decode (``models.vae.decode_unclipped``: all frames of one tile).
 
     The chunk loop is a ``lax.scan`` whose cache carry is updated in place, so ``state`` is one set
     of caches; activations and workspace are one chunk's (:func:`vae_chunk_memory`); the output is

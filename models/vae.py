@@ -179,8 +179,9 @@ def unnormalize_latents(config: WanVAEConfig, latents: jax.Array) -> jax.Array:
     return latents.astype(jnp.float32) * std + mean
 
 
-def _decode_raw(vae: WanVAE, z: jax.Array) -> jax.Array:
-    """Decodes VAE-space latents without clipping (compiled once per latent shape).
+def decode_unclipped(vae: WanVAE, z: jax.Array) -> jax.Array:
+    """Decodes VAE-space latents without clipping (compiled once per latent shape; differentiable,
+    so training backpropagates through it).
 
     The weights go in as a split state and only the video comes out (``nnx.jit`` would also return
     a copy of every weight).
@@ -245,7 +246,7 @@ def decode_latents(
         or z.shape[3] > tiling.tile_sample_min_width // s
     ):
         return np.clip(_decode_tiled(vae, z, tiling), -1.0, 1.0)
-    return jnp.clip(_decode_raw(vae, z), -1.0, 1.0)
+    return jnp.clip(decode_unclipped(vae, z), -1.0, 1.0)
 
 
 def _blend_weights(extent: int) -> np.ndarray:
@@ -254,9 +255,9 @@ def _blend_weights(extent: int) -> np.ndarray:
 
 
 def _decode_tiled(vae: WanVAE, z: jax.Array, tiling: TilingConfig) -> np.ndarray:
-    """Tiled decode: each tile through :func:`_decode_raw`, moved to the host, then blended."""
+    """Tiled decode: each tile through :func:`decode_unclipped`, moved to the host, then blended."""
     return decode_in_tiles(
-        lambda tile: np.array(_decode_raw(vae, tile)),  # a writable host copy
+        lambda tile: np.array(decode_unclipped(vae, tile)),  # a writable host copy
         z,
         tiling,
         vae.config.scale_factor_spatial,

@@ -1,0 +1,1 @@
+"""Training the tiny Wan on moving-shapes clips: ``python -m models.training`` (see ``__main__``)."""

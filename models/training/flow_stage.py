@@ -1,0 +1,159 @@
+"""Stage 2: the text encoder and transformer trained with Wan's flow-matching objective.
+
+A fixed pool of full-size training clips is encoded once by the trained VAE (its posterior mean,
+normalised by the config's latent statistics: what the denoising loop produces and the harness
+decodes). Each step draws clips from the pool, a timestep ``u ~ U(0, 1)`` shifted as Wan's
+sampler shifts its schedule (``σ = shift·u / (1 + (shift - 1)·u)``), noise ``ε``, and trains the
+transformer at ``x_σ = (1 - σ)·x₀ + σ·ε``, timestep ``1000·σ``, to predict the velocity
+``ε - x₀`` (diffusers' FlowMatch convention, the one ``models.euler`` / ``models.unipc`` integrate).
+With probability ``prompt_dropout`` a prompt is replaced by an unconditional one (the empty prompt
+or the harness's default negative prompt), so classifier-free guidance has an unconditional
+branch. The tiny UMT5 starts from its seeded random weights and trains with the transformer; its
+context is zeroed past each prompt's length, exactly as ``models.prompt_encoder`` computes it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from models.shapes_data import make_clip
+from models.text_encoder import UMT5Encoder
+from models.tiny_components import TINY_UMT5_CONFIG
+from models.tokenizer import ByteTokenizer, tokenize_batch
+from models.training.loop import run_steps
+from models.training.settings import UNCONDITIONAL_PROMPTS, TrainSettings
+from models.training.tracking import MetricLogger
+from models.training.vae_stage import to_unit
+from models.transformer import WanTransformer
+from models.vae_encoder import WanAutoencoder, normalise
+
+STAGE = "transformer"
+
+
+class TextToVideo(nnx.Module):
+    """The two trained parts of the generator: the UMT5 text encoder and the Wan transformer."""
+
+    def __init__(self, settings: TrainSettings, *, rngs: nnx.Rngs):
+        self.text_encoder = UMT5Encoder(TINY_UMT5_CONFIG, rngs=rngs)
+        self.transformer = WanTransformer(settings.transformer_config(), rngs=rngs)
+
+    def context(self, input_ids: jax.Array, attention_mask: jax.Array) -> jax.Array:
+        """``[B, L, d_model]`` text context, zero past each prompt's length."""
+        hidden = self.text_encoder(input_ids, attention_mask).astype(jnp.float32)
+        return hidden * attention_mask[..., None]
+
+
+@nnx.jit
+def _encode_pool_clip(autoencoder: WanAutoencoder, video: jax.Array) -> jax.Array:
+    return normalise(autoencoder.config, autoencoder.moments(video)[0])
+
+
+def latent_pool(
+    autoencoder: WanAutoencoder, settings: TrainSettings, run_dir: Path
+) -> tuple[np.ndarray, list[str]]:
+    """The encoded training clips ``[N, C, F, h, w]`` (float16 on disk) and their prompts.
+
+    Written to ``latents.npy`` / ``prompts.json`` in the run folder once, then read back.
+    """
+    path, prompts_path = Path(run_dir) / "latents.npy", Path(run_dir) / "prompts.json"
+    if path.is_file() and prompts_path.is_file():
+        return np.load(path), json.loads(prompts_path.read_text())
+    latents, prompts = [], []
+    for i in range(settings.latent_clips):
+        spec, frames = make_clip(
+            i, "train", settings.frames, settings.height, settings.width, settings.two_shape_prob
+        )
+        z = _encode_pool_clip(autoencoder, jnp.asarray(to_unit(frames))[None])
+        latents.append(np.asarray(z[0], np.float16))
+        prompts.append(spec.prompt)
+    pool = np.stack(latents)
+    partial = path.with_name("latents.partial.npy")
+    np.save(partial, pool)
+    prompts_path.write_text(json.dumps(prompts))
+    partial.replace(path)
+    return pool, prompts
+
+
+def shifted_sigma(u: np.ndarray, shift: float) -> np.ndarray:
+    """Wan's shifted noise level ``shift·u / (1 + (shift - 1)·u)`` for ``u`` in [0, 1]."""
+    return shift * u / (1.0 + (shift - 1.0) * u)
+
+
+def flow_batch(
+    settings: TrainSettings, step: int, pool: np.ndarray, prompts: list[str]
+) -> dict[str, np.ndarray]:
+    """Step ``step``'s clips, prompts (some dropped), noise and noise levels (deterministic)."""
+    rng = np.random.default_rng([settings.seed, 2, step])
+    index = rng.integers(0, len(pool), settings.transformer_batch)
+    texts = [
+        UNCONDITIONAL_PROMPTS[int(rng.integers(len(UNCONDITIONAL_PROMPTS)))]
+        if rng.random() < settings.prompt_dropout
+        else prompts[i]
+        for i in index
+    ]
+    tokens = tokenize_batch(ByteTokenizer(), texts, settings.text_len)
+    x0 = pool[index].astype(np.float32)
+    sigma = shifted_sigma(rng.random(len(index)), settings.flow_shift).astype(np.float32)
+    return {
+        "x0": x0,
+        "noise": rng.standard_normal(x0.shape, dtype=np.float32),
+        "sigma": sigma,
+        "input_ids": tokens.input_ids,
+        "attention_mask": tokens.attention_mask,
+    }
+
+
+def flow_loss(model: TextToVideo, batch: dict[str, jax.Array]) -> jax.Array:
+    """Mean squared error of the predicted velocity against ``noise - x0``."""
+    x0, noise, sigma = batch["x0"], batch["noise"], batch["sigma"]
+    s = sigma[:, None, None, None, None]
+    noisy = (1.0 - s) * x0 + s * noise
+    context = model.context(batch["input_ids"], batch["attention_mask"])
+    velocity = model.transformer(noisy, sigma * 1000.0, context).astype(jnp.float32)
+    return jnp.mean((velocity - (noise - x0)) ** 2)
+
+
+@nnx.jit
+def _train_step(model: TextToVideo, optimizer: nnx.Optimizer, batch: dict) -> jax.Array:
+    loss, grads = nnx.value_and_grad(flow_loss)(model, batch)
+    optimizer.update(model, grads)
+    return loss
+
+
+def train_flow(
+    settings: TrainSettings,
+    run_dir: Path,
+    logger: MetricLogger,
+    pool: np.ndarray,
+    prompts: list[str],
+    *,
+    progress: bool = True,
+) -> TextToVideo:
+    """Trains (or resumes, or reloads when done) the text encoder and transformer on ``pool``."""
+    model = TextToVideo(settings, rngs=nnx.Rngs(settings.seed))
+    schedule = optax.warmup_cosine_decay_schedule(
+        0.0,
+        settings.transformer_lr,
+        settings.warmup_steps,
+        settings.transformer_steps,
+        settings.transformer_lr * 0.05,
+    )
+    tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=0.01))
+    optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
+
+    def step(i: int) -> dict[str, float]:
+        batch = {k: jnp.asarray(v) for k, v in flow_batch(settings, i, pool, prompts).items()}
+        return {"flow_loss": float(_train_step(model, optimizer, batch))}
+
+    run_steps(
+        STAGE, settings.transformer_steps, step, run_dir, settings.checkpoint_every, logger,
+        (model, optimizer), progress=progress,
+    )  # fmt: skip
+    return model

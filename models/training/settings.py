@@ -1,0 +1,183 @@
+"""Every setting of a training run, as one frozen dataclass with named presets.
+
+``full`` is the shipped model's plan (about 90 minutes on a quiet 2-core CPU; see
+``docs/models.md``); ``smoke`` trains a few steps of a much smaller model for tests. A run's
+settings are written beside its checkpoints and its exported weights, and a resumed run must
+have the same ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from models.config import WanTransformerConfig, get_transformer_config
+from models.tiny_components import TINY_UMT5_CONFIG, TINY_VAE_CONFIG
+from models.vae import WanVAEConfig
+
+# The harness's default negative prompt (evalharness' config) beside the empty prompt: the
+# unconditional branch of classifier-free guidance sees either, so both are trained as "no prompt".
+UNCONDITIONAL_PROMPTS = ("", "blurry, low quality, static, distorted")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSettings:
+    """One training run.
+
+    Attributes:
+        seed: decides the initial weights, every clip, every noise draw and every dropout.
+        frames, height, width: the video size the transformer trains at (the CPU preset's,
+            ``conf/resolution/cpu.yaml``).
+        vae_steps, vae_batch, vae_lr: the autoencoder's optimisation.
+        vae_crop_frames, vae_crop_size: the autoencoder trains on crops (it is convolutional).
+        vae_kl_weight: weight of the KL term against the squared error.
+        vae_stat_clips: full-size clips whose latents set ``latents_mean`` / ``latents_std``.
+        latent_clips: full-size training clips encoded once for the transformer.
+        transformer_steps, transformer_batch, transformer_lr: the flow-matching optimisation.
+        warmup_steps: linear learning-rate warm-up of both stages.
+        flow_shift: the flow shift of the timestep distribution (Wan's 3.0 at 480p and below).
+        prompt_dropout: chance that a training prompt is replaced by an unconditional one.
+        two_shape_prob: chance of a second object in a training clip.
+        num_layers, num_heads, head_dim, ffn_dim, text_len: the transformer's size (the tiny
+            preset's by default); ``text_dim`` is the tiny UMT5's width.
+        vae_base_dim: the VAE's base channel count (the tiny preset's 8 by default).
+        checkpoint_every: steps between resumable checkpoints.
+    """
+
+    seed: int = 0
+    frames: int = 33
+    height: int = 192
+    width: int = 320
+    vae_steps: int = 1500
+    vae_batch: int = 4
+    vae_lr: float = 2e-3
+    vae_crop_frames: int = 9
+    vae_crop_size: int = 64
+    vae_kl_weight: float = 1e-6
+    vae_stat_clips: int = 16
+    latent_clips: int = 512
+    transformer_steps: int = 1600
+    transformer_batch: int = 1
+    transformer_lr: float = 5e-4
+    warmup_steps: int = 50
+    flow_shift: float = 3.0
+    prompt_dropout: float = 0.1
+    two_shape_prob: float = 0.25
+    num_layers: int = 2
+    num_heads: int = 4
+    head_dim: int = 64
+    ffn_dim: int = 512
+    text_len: int = 128
+    vae_base_dim: int = 8
+    checkpoint_every: int = 100
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(f.default, float):
+                if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                    raise ValueError(f"{f.name}={value!r}: must be a number >= 0")
+                continue
+            low = 0 if f.name in ("seed", "warmup_steps") else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{f.name}={value!r}: must be an integer >= {low}")
+        if (self.frames - 1) % 4 or self.height % 16 or self.width % 16:
+            raise ValueError(
+                f"video {self.frames}x{self.height}x{self.width}: frames must be 4k+1 and "
+                "height/width multiples of 16 (e.g. 33x192x320)"
+            )
+        if (self.vae_crop_frames - 1) % 4 or self.vae_crop_size % 16:
+            raise ValueError(
+                f"vae crop {self.vae_crop_frames} frames of {self.vae_crop_size} px: frames must "
+                "be 4k+1 and the size a multiple of 16 (e.g. 9 and 64)"
+            )
+        if self.vae_crop_size > min(self.height, self.width):
+            raise ValueError(
+                f"vae_crop_size={self.vae_crop_size} exceeds the frame's short side "
+                f"{min(self.height, self.width)}"
+            )
+        if self.vae_lr <= 0 or self.transformer_lr <= 0 or self.flow_shift <= 0:
+            raise ValueError(
+                f"vae_lr={self.vae_lr}, transformer_lr={self.transformer_lr}, flow_shift="
+                f"{self.flow_shift}: each must be > 0"
+            )
+        if not 0 <= self.prompt_dropout < 1 or not 0 <= self.two_shape_prob <= 1:
+            raise ValueError(
+                f"prompt_dropout={self.prompt_dropout} must be in [0, 1) and two_shape_prob="
+                f"{self.two_shape_prob} in [0, 1]"
+            )
+
+    def transformer_config(self) -> WanTransformerConfig:
+        """The transformer's architecture: the tiny preset's, resized by these settings."""
+        return dataclasses.replace(
+            get_transformer_config("tiny"),
+            num_layers=self.num_layers,
+            num_attention_heads=self.num_heads,
+            attention_head_dim=self.head_dim,
+            ffn_dim=self.ffn_dim,
+            text_dim=TINY_UMT5_CONFIG.d_model,
+            text_len=self.text_len,
+        )
+
+    def vae_config(self) -> WanVAEConfig:
+        """The VAE's architecture (its latent statistics are set after it is trained)."""
+        z = TINY_VAE_CONFIG.z_dim
+        return dataclasses.replace(
+            TINY_VAE_CONFIG,
+            base_dim=self.vae_base_dim,
+            latents_mean=(0.0,) * z,
+            latents_std=(1.0,) * z,
+        )
+
+    def to_json(self) -> str:
+        """The settings as JSON (field order)."""
+        return json.dumps(dataclasses.asdict(self), indent=2)
+
+
+PRESETS: dict[str, TrainSettings] = {
+    "full": TrainSettings(),
+    # Seconds on a CPU: a small video, a one-block transformer, a few steps of each stage.
+    "smoke": TrainSettings(
+        frames=5,
+        height=32,
+        width=48,
+        vae_steps=12,
+        vae_batch=2,
+        vae_crop_frames=5,
+        vae_crop_size=32,
+        vae_stat_clips=2,
+        latent_clips=4,
+        transformer_steps=12,
+        transformer_lr=2e-3,
+        warmup_steps=0,
+        num_layers=1,
+        num_heads=2,
+        head_dim=16,
+        ffn_dim=32,
+        text_len=64,
+        vae_base_dim=4,
+        checkpoint_every=6,
+    ),
+}
+
+
+def preset(name: str, **overrides: Any) -> TrainSettings:
+    """The preset ``name`` with some fields replaced.
+
+    Raises:
+        ValueError: an unknown preset or field (the known ones are listed).
+    """
+    if name not in PRESETS:
+        raise ValueError(f"unknown training preset {name!r}; known: {', '.join(PRESETS)}")
+    fields = {f.name for f in dataclasses.fields(TrainSettings)}
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+        raise ValueError(f"unknown training settings {unknown}; known: {', '.join(sorted(fields))}")
+    return dataclasses.replace(PRESETS[name], **overrides)
+
+
+def read_settings(path: Path) -> TrainSettings:
+    """Settings written by :meth:`TrainSettings.to_json`."""
+    return TrainSettings(**json.loads(Path(path).read_text()))

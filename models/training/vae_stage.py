@@ -1,0 +1,148 @@
+"""Stage 1: the Wan VAE trained as an autoencoder on crops of moving-shapes clips.
+
+Each step renders clips (``models.shapes_data``), cuts random crops of ``vae_crop_frames`` frames
+and ``vae_crop_size`` pixels (most centred on an object, so few crops are plain background), and
+minimises the squared error of the reconstruction plus a small KL term (the encoder's sample is
+``mean + σ·ε``, so the decoder learns to tolerate latents a little off the encoder's mean, as a
+diffusion model's are). The VAE is convolutional, so crops train it for full frames. Afterwards
+the latents of full-size clips set the config's per-channel ``latents_mean`` / ``latents_std``,
+which normalise what the transformer sees, as Wan's published statistics do.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from models.shapes_data import draw_clip, make_clip, object_tracks, render_clip
+from models.training.loop import run_steps
+from models.training.settings import TrainSettings
+from models.training.tracking import MetricLogger
+from models.vae_encoder import WanAutoencoder, with_latent_statistics
+
+STAGE = "vae"
+
+
+def to_unit(frames: np.ndarray) -> np.ndarray:
+    """uint8 frames → float32 in [-1, 1] (the inverse of ``models.frames.video_to_uint8``)."""
+    return frames.astype(np.float32) / 127.5 - 1.0
+
+
+def _crop(settings: TrainSettings, rng: np.random.Generator, seed: int) -> np.ndarray:
+    """One crop ``[T, S, S, 3]`` of a freshly rendered training clip."""
+    f, h, w = settings.frames, settings.height, settings.width
+    tc, size = settings.vae_crop_frames, settings.vae_crop_size
+    spec, layout_seed = draw_clip(seed, "train", settings.two_shape_prob)
+    frames = render_clip(spec, f, h, w, layout_seed)
+    t0 = int(rng.integers(0, f - tc + 1))
+    if rng.random() < 0.75:  # centred on an object at the crop's middle frame, with jitter
+        centres, _ = object_tracks(spec, f, h, w, layout_seed)[0]
+        cx, cy = centres[t0 + tc // 2] + rng.normal(0, size / 4, 2)
+    else:
+        cx, cy = rng.uniform(0, w), rng.uniform(0, h)
+    y0 = int(np.clip(cy - size / 2, 0, h - size))
+    x0 = int(np.clip(cx - size / 2, 0, w - size))
+    return frames[t0 : t0 + tc, y0 : y0 + size, x0 : x0 + size]
+
+
+def crop_batch(settings: TrainSettings, step: int) -> np.ndarray:
+    """The crops of step ``step``: float32 ``[B, T, S, S, 3]`` in [-1, 1] (deterministic)."""
+    rng = np.random.default_rng([settings.seed, 1, step])
+    crops = [_crop(settings, rng, int(rng.integers(2**31))) for _ in range(settings.vae_batch)]
+    return to_unit(np.stack(crops))
+
+
+def _loss(model: WanAutoencoder, video: jax.Array, eps_key: jax.Array, kl_weight: float):
+    mean, logvar = model.moments(video)
+    z = mean + jnp.exp(0.5 * logvar) * jax.random.normal(eps_key, mean.shape)
+    recon = model.decode(z)
+    mse = jnp.mean((recon - video) ** 2)
+    kl = 0.5 * jnp.mean(mean**2 + jnp.exp(logvar) - 1.0 - logvar)
+    return mse + kl_weight * kl, (mse, kl)
+
+
+@nnx.jit(static_argnums=4)
+def _train_step(model, optimizer, video, eps_key, kl_weight):
+    grad_fn = nnx.value_and_grad(_loss, has_aux=True)
+    (loss, (mse, kl)), grads = grad_fn(model, video, eps_key, kl_weight)
+    optimizer.update(model, grads)
+    return loss, mse, kl
+
+
+def psnr_db(a: np.ndarray, b: np.ndarray) -> float:
+    """PSNR of two uint8 videos in dB."""
+    mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
+    return float("inf") if mse == 0 else float(10 * np.log10(255.0**2 / mse))
+
+
+@nnx.jit
+def _encode_mean(model: WanAutoencoder, video: jax.Array) -> jax.Array:
+    return model.moments(video)[0]
+
+
+@nnx.jit
+def _reconstruct(model: WanAutoencoder, video: jax.Array) -> jax.Array:
+    return jnp.clip(model.decode(model.moments(video)[0]), -1.0, 1.0)
+
+
+def reconstruction_psnr(model: WanAutoencoder, settings: TrainSettings, clips: int) -> float:
+    """Mean PSNR (dB) of full-size held-out clips through the autoencoder (encoder mean)."""
+    from models.frames import video_to_uint8
+
+    values = []
+    for i in range(clips):
+        _, frames = make_clip(i, "heldout", settings.frames, settings.height, settings.width)
+        recon = _reconstruct(model, jnp.asarray(to_unit(frames))[None])
+        values.append(psnr_db(video_to_uint8(np.asarray(recon[0])), frames))
+    return float(np.mean(values))
+
+
+def latent_statistics(
+    model: WanAutoencoder, settings: TrainSettings
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel mean and standard deviation of full-size training clips' latents."""
+    latents = []
+    for i in range(settings.vae_stat_clips):
+        _, frames = make_clip(10**6 + i, "train", settings.frames, settings.height, settings.width)
+        latents.append(np.asarray(_encode_mean(model, jnp.asarray(to_unit(frames))[None])))
+    z = np.concatenate(latents).reshape(-1, model.config.z_dim)
+    return z.mean(axis=0), np.maximum(z.std(axis=0), 1e-3)
+
+
+def train_vae(
+    settings: TrainSettings, run_dir: Path, logger: MetricLogger, *, progress: bool = True
+) -> WanAutoencoder:
+    """Trains (or resumes, or reloads when done) the autoencoder; returns it with its latent
+    statistics set."""
+    model = WanAutoencoder(settings.vae_config(), rngs=nnx.Rngs(settings.seed))
+    schedule = optax.warmup_cosine_decay_schedule(
+        0.0, settings.vae_lr, settings.warmup_steps, settings.vae_steps, settings.vae_lr * 0.05
+    )
+    tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=0.0))
+    optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
+    key = jax.random.key(settings.seed)
+
+    def step(i: int) -> dict[str, float]:
+        video = jnp.asarray(crop_batch(settings, i))
+        loss, mse, kl = _train_step(
+            model, optimizer, video, jax.random.fold_in(key, i), settings.vae_kl_weight
+        )
+        mse = float(mse)
+        return {"vae_loss": float(loss), "vae_mse": mse, "vae_kl": float(kl),
+                "vae_crop_psnr_db": float(10 * np.log10(4.0 / max(mse, 1e-12)))}  # fmt: skip
+
+    run_steps(
+        STAGE, settings.vae_steps, step, run_dir, settings.checkpoint_every, logger,
+        (model, optimizer), progress=progress,
+    )  # fmt: skip
+    mean, std = latent_statistics(model, settings)
+    model = with_latent_statistics(model, tuple(mean), tuple(std))
+    logger.log_metrics(
+        {"vae_heldout_psnr_db": reconstruction_psnr(model, settings, 2)}, settings.vae_steps
+    )
+    return model
