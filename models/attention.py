@@ -24,11 +24,17 @@ class AttendFn(Protocol):
     The one contract every attention function follows, dense or sparse (``kernels.policy`` builds
     them): q, k, v and the output are [batch, tokens, heads, head_dim] in frame-major token order,
     q unscaled; ``step`` is the denoising step (a traced int32 scalar inside the loop) and ``layer``
-    the block index (a Python int).
+    the block index (a Python int in an unrolled model, a traced int32 scalar in a scanned one).
     """
 
     def __call__(
-        self, q: jax.Array, k: jax.Array, v: jax.Array, *, step: jax.Array | int, layer: int
+        self,
+        q: jax.Array,
+        k: jax.Array,
+        v: jax.Array,
+        *,
+        step: jax.Array | int,
+        layer: int | jax.Array,
     ) -> jax.Array: ...
 
 
@@ -38,7 +44,7 @@ def dense_attention(
     v: jax.Array,
     *,
     step: jax.Array | int | None = None,
-    layer: int | None = None,
+    layer: int | jax.Array | None = None,
 ) -> jax.Array:
     """Plain softmax(q k^T / sqrt(D)) v with float32 scores and softmax; the reference oracle.
 
@@ -76,7 +82,7 @@ def cross_attention(
     v: jax.Array,
     *,
     step: jax.Array | int | None = None,
-    layer: int | None = None,
+    layer: int | jax.Array | None = None,
     max_score_bytes: int = CROSS_ATTENTION_SCORE_BYTES,
 ) -> jax.Array:
     """:func:`dense_attention` over a short key sequence (the text), a group of heads at a time
@@ -159,7 +165,7 @@ class WanAttention(nnx.Module):
         rope: tuple[jax.Array, jax.Array] | None = None,
         attend: AttendFn = dense_attention,
         step: jax.Array | int = 0,
-        layer: int = 0,
+        layer: int | jax.Array = 0,
     ) -> jax.Array:
         """Attends from ``x`` to ``context`` (cross-attention) or to itself (self-attention).
 
@@ -186,8 +192,9 @@ class WanAttention(nnx.Module):
             k = apply_rope(k, *rope)
         out = attend(q, k, v, step=step, layer=layer)
         if out.shape != q.shape:
+            where = f"at layer {layer}" if isinstance(layer, int) else "in the scanned blocks"
             raise ValueError(
-                f"attend returned shape {out.shape} at layer {layer}; it must return q's shape "
+                f"attend returned shape {out.shape} {where}; it must return q's shape "
                 f"{q.shape} [B, N, H, D]"
             )
         return self.to_out(out.reshape(*x.shape[:2], -1).astype(self.dtype))

@@ -17,6 +17,7 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
 from safetensors import safe_open
 
 from models.config import (
@@ -108,6 +109,39 @@ def diffusers_key_map(config: WanTransformerConfig) -> dict[str, tuple[Path_, Ca
     linear("proj_out", ("proj_out",))
     table["scale_shift_table"] = (("scale_shift_table",), _identity)
     return table
+
+
+def stacked_path(path: Path_) -> tuple[Path_, int | None]:
+    """A block parameter's path in the scanned model, and its layer in the stack.
+
+    Args:
+        path: the unrolled model's path, e.g. ``("blocks", 3, "ffn", "proj_in", "kernel")``.
+
+    Returns:
+        ``(("blocks", "ffn", "proj_in", "kernel"), 3)``; a path outside the blocks unchanged,
+        with None.
+    """
+    if path[0] == "blocks":
+        return (path[0], *path[2:]), int(path[1])
+    return path, None
+
+
+def _place(value: jax.Array, sharding: jax.sharding.Sharding | None) -> jax.Array:
+    return value if sharding is None else jax.device_put(value, sharding)
+
+
+def _layer_sharding(stacked: jax.sharding.Sharding | None) -> jax.sharding.Sharding | None:
+    """One layer's placement within a stacked parameter's (its leading axis is never split)."""
+    if isinstance(stacked, NamedSharding):
+        return NamedSharding(stacked.mesh, PartitionSpec(*tuple(stacked.spec)[1:]))
+    return stacked
+
+
+def _stack(pieces: dict[int, jax.Array], sharding: jax.sharding.Sharding | None) -> jax.Array:
+    """The layers of one parameter stacked in order, on the stacked parameter's devices."""
+    ordered = [pieces[i] for i in range(len(pieces))]
+    pieces.clear()  # drop the per-layer arrays as soon as the stack holds them
+    return jax.jit(lambda *xs: jnp.stack(xs), out_shardings=sharding)(*ordered)
 
 
 def _listing(keys: set[str] | list[str]) -> str:
@@ -212,6 +246,7 @@ def load_transformer(
     dtype: jnp.dtype = jnp.float32,
     on_config_mismatch: Literal["raise", "warn"] = "raise",
     shardings: Callable[[WanTransformer], nnx.State] | None = None,
+    scan_layers: bool = False,
 ) -> WanTransformer:
     """Loads a diffusers ``WanTransformer3DModel`` folder into a ``WanTransformer``.
 
@@ -226,6 +261,9 @@ def load_transformer(
             ``functools.partial(models.sharding.param_shardings, mesh=mesh, rule="fsdp")``).
             Each tensor is placed on its devices as it is read, so no device ever holds the
             whole model unsharded (14B on 8 devices). None keeps the default device.
+        scan_layers: build the scanned form: each block parameter's per-layer tensors are
+            stacked along a leading layer axis (placed layer by layer as read, then stacked on
+            their devices once the last layer is in).
 
     Returns:
         The fully loaded model.
@@ -239,9 +277,15 @@ def load_transformer(
     _check_folder(folder)
     cfg = _resolve_config(folder, config, on_config_mismatch)
     key_map = diffusers_key_map(cfg)
+    # key -> layer index within a stacked parameter (scanned model), None for unstacked ones.
+    layer_of: dict[str, int | None] = dict.fromkeys(key_map)
+    if scan_layers:
+        for key, (path, transform) in list(key_map.items()):
+            path, layer_of[key] = stacked_path(path)
+            key_map[key] = (path, transform)
 
     graphdef, abstract_state = nnx.split(
-        abstract_transformer(cfg, param_dtype=param_dtype, dtype=dtype)
+        abstract_transformer(cfg, param_dtype=param_dtype, dtype=dtype, scan_layers=scan_layers)
     )
     abstract = dict(nnx.to_flat_state(abstract_state))
     unmapped = set(abstract) - {path for path, _ in key_map.values()}
@@ -268,7 +312,8 @@ def load_transformer(
                     continue
                 path, transform = key_map[key]
                 target = abstract[path].get_value()
-                expected = _TORCH_SHAPE[transform](target.shape)
+                layer_shape = target.shape if layer_of[key] is None else target.shape[1:]
+                expected = _TORCH_SHAPE[transform](layer_shape)
                 found_slice = f.get_slice(key)
                 found_shape = tuple(found_slice.get_shape())
                 if found_shape != expected:
@@ -301,6 +346,7 @@ def load_transformer(
 
     # Pass 2: stream tensor by tensor, converting layout and dtype as each is read.
     values: dict[Path_, jax.Array] = {}
+    layers: dict[Path_, dict[int, jax.Array]] = {}  # a stacked parameter's layers read so far
     for name in shards:
         with safe_open(folder / name, framework="flax") as f:
             for key in f.keys():
@@ -309,9 +355,14 @@ def load_transformer(
                 path, transform = key_map[key]
                 target = abstract[path].get_value()
                 value = transform(f.get_tensor(key)).astype(target.dtype)
-                if path in placement:
-                    value = jax.device_put(value, placement[path])
-                values[path] = value
+                layer = layer_of[key]
+                if layer is None:
+                    values[path] = _place(value, placement.get(path))
+                    continue
+                pieces = layers.setdefault(path, {})
+                pieces[layer] = _place(value, _layer_sharding(placement.get(path)))
+                if len(pieces) == target.shape[0]:
+                    values[path] = _stack(layers.pop(path), placement.get(path))
 
     state = nnx.from_flat_state(
         [(path, var.replace(values[path])) for path, var in abstract.items()]

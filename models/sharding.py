@@ -10,6 +10,10 @@ Rules (``PARAM_RULES``):
   per step), trading that traffic for holding about 1 / P of the model: 14B in bfloat16 becomes
   about 3.5 GB per device on 8 devices (``param_bytes_per_device``).
 
+A scanned model (``WanTransformer(scan_layers=True)``) stacks its blocks' parameters along a
+leading layer axis; that axis is never split, and each layer's slice is placed as the unrolled
+model places that layer's parameter, so both forms hold the same bytes on every device.
+
 The functions take a ``jax.sharding.Mesh`` and an axis name, so this module depends on nothing
 outside ``models`` (the mesh comes from ``kernels.parallel.mesh.make_mesh``).
 """
@@ -69,11 +73,16 @@ def param_shardings(
     """
     _check(mesh, rule, axis)
     devices = int(mesh.shape[axis])
-    state = nnx.state(model)
-    return jax.tree.map(
-        lambda x: NamedSharding(mesh, _spec(tuple(x.shape), devices, rule, axis, min_size)),
-        state,
-    )
+    stacked = getattr(model, "scan_layers", False)
+
+    def sharding(path: tuple[Any, ...], x: Any) -> NamedSharding:
+        shape = tuple(x.shape)
+        if stacked and getattr(path[0], "key", None) == "blocks":
+            # A scanned model's block parameter [layers, ...]: each layer split as unrolled.
+            return NamedSharding(mesh, P(None, *_spec(shape[1:], devices, rule, axis, min_size)))
+        return NamedSharding(mesh, _spec(shape, devices, rule, axis, min_size))
+
+    return jax.tree_util.tree_map_with_path(sharding, nnx.state(model))
 
 
 def place_params(

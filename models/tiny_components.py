@@ -23,7 +23,7 @@ from models.planted_heads import PLANTED_VERSION, plant_heads
 from models.prompt_encoder import PromptEncoder
 from models.text_encoder import UMT5Config, UMT5Encoder
 from models.tokenizer import ByteTokenizer
-from models.transformer import WanTransformer
+from models.transformer import WanTransformer, to_scanned
 from models.vae import WanVAE, WanVAEConfig
 
 # Distinct per-channel latent statistics (not the real Wan ones) keep the un-normalisation
@@ -53,7 +53,12 @@ TINY_UMT5_CONFIG = UMT5Config(
 
 
 def tiny_transformer(
-    name: str = "tiny", seed: int = 0, *, param_dtype=jnp.float32, dtype=jnp.float32
+    name: str = "tiny",
+    seed: int = 0,
+    *,
+    param_dtype=jnp.float32,
+    dtype=jnp.float32,
+    scan_layers: bool = False,
 ) -> WanTransformer:
     """The tiny Wan transformer (2 blocks, 4 heads x 64) with seeded weights.
 
@@ -63,6 +68,7 @@ def tiny_transformer(
         seed: weight seed.
         param_dtype: weights dtype.
         dtype: compute dtype.
+        scan_layers: the scanned form (the same weights, heads planted first).
     """
     if name not in SEEDED_PRESETS:
         raise ValueError(f"name={name!r}; the seeded presets are {SEEDED_PRESETS}")
@@ -73,7 +79,7 @@ def tiny_transformer(
     )()
     if name == "tiny":
         plant_heads(model)
-    return model
+    return to_scanned(model) if scan_layers else model
 
 
 def tiny_identity(name: str, seed: int) -> str:

@@ -1,9 +1,13 @@
 """Flax NNX port of diffusers' ``WanTransformer3DModel`` (Wan 2.1 text-to-video).
 
-Self-attention is injected (``attend``, see models/attention.py); blocks are a Python loop so each
-call to ``attend`` sees its block index as a Python int. Numerics follow the reference: norms,
-modulation, residual updates with gates, RoPE and softmax statistics run in float32 while matmuls
-run in ``dtype``.
+Self-attention is injected (``attend``, see models/attention.py). The blocks run either unrolled
+(a Python loop: each call to ``attend`` sees its block index as a Python int, and the compiled
+program holds one copy of the block per layer) or scanned (``scan_layers=True``: the blocks'
+parameters are stacked along a leading layer axis and one ``jax.lax.scan`` runs them, so the
+program holds the block once and its compile time does not grow with depth; ``attend`` then sees
+a traced int32 layer index). Both hold the same weights, drawn in the same order, and give the
+same outputs. Numerics follow the reference: norms, modulation, residual updates with gates, RoPE
+and softmax statistics run in float32 while matmuls run in ``dtype``.
 """
 
 from __future__ import annotations
@@ -61,7 +65,7 @@ class WanTransformerBlock(nnx.Module):
         *,
         attend: AttendFn,
         step: jax.Array,
-        layer: int,
+        layer: int | jax.Array,
     ) -> jax.Array:
         """Applies one block.
 
@@ -72,7 +76,7 @@ class WanTransformerBlock(nnx.Module):
             rope: (cos, sin) [N, head_dim // 2].
             attend: self-attention function.
             step: denoising step for ``attend``.
-            layer: this block's index for ``attend``.
+            layer: this block's index for ``attend`` (a traced int32 scalar when scanned).
 
         Returns:
             [B, N, dim] in x.dtype.
@@ -101,6 +105,9 @@ class WanTransformer(nnx.Module):
         param_dtype: dtype of parameters (float32 islands excepted: time embedder, norms,
             scale-shift tables).
         dtype: compute dtype of matmuls and activations.
+        scan_layers: run the blocks as one scanned layer over stacked parameters (``blocks`` is
+            then one ``WanTransformerBlock`` whose parameters have a leading ``num_layers``
+            axis); False keeps ``blocks`` a list of blocks run by a Python loop.
     """
 
     def __init__(
@@ -110,16 +117,19 @@ class WanTransformer(nnx.Module):
         rngs: nnx.Rngs,
         param_dtype: jnp.dtype = jnp.float32,
         dtype: jnp.dtype = jnp.float32,
+        scan_layers: bool = False,
     ) -> None:
         self.config = config
         self.dtype = dtype
+        self.scan_layers = scan_layers
         dim = config.dim
         kw = {"dtype": dtype, "param_dtype": param_dtype, "rngs": rngs}
         self.patch_embedding = PatchEmbed(config.in_channels, dim, config.patch_size, **kw)
         self.condition_embedder = TimeTextEmbedding(dim, config.freq_dim, config.text_dim, **kw)
-        self.blocks = nnx.List(
-            [WanTransformerBlock(config, **kw) for _ in range(config.num_layers)]
-        )
+        # The scanned model draws the same blocks in the same order, then stacks them, so both
+        # forms of a seeded model hold the same weights.
+        blocks = [WanTransformerBlock(config, **kw) for _ in range(config.num_layers)]
+        self.blocks = stack_blocks(blocks) if scan_layers else nnx.List(blocks)
         self.norm_out = Float32LayerNorm(dim, eps=config.eps, affine=False)
         # The output projection accumulates and adds its bias in float32 and rounds once, as
         # torch's bfloat16 Linear does (its [B, N, 64] float32 product is small).
@@ -194,9 +204,8 @@ class WanTransformer(nnx.Module):
         shard_tokens = getattr(attend, "shard_tokens", None) or (lambda t: t)
         x = shard_tokens(self.patch_embedding(latents))  # [B, N, dim]
         temb, modulation, text = self.condition_embedder(timestep, context)
-        for layer, block in enumerate(self.blocks):
-            x = block(x, text, modulation, rope, attend=attend, step=step, layer=layer)
-            x = shard_tokens(x)
+        run_blocks = self._scanned_blocks if self.scan_layers else self._unrolled_blocks
+        x = run_blocks(x, text, modulation, rope, attend, step, shard_tokens)
 
         shift_scale = self.scale_shift_table[...] + temb[:, None, :].astype(jnp.float32)
         shift, scale = shift_scale[:, 0:1], shift_scale[:, 1:2]
@@ -207,6 +216,58 @@ class WanTransformer(nnx.Module):
         x = x.reshape(b, *grid, pt, ph, pw, cfg.out_channels)
         x = x.transpose(0, 7, 1, 4, 2, 5, 3, 6)
         return x.reshape(b, cfg.out_channels, f, h, w)
+
+    def _unrolled_blocks(self, x, text, modulation, rope, attend, step, shard_tokens) -> jax.Array:
+        """The blocks one after another; ``attend`` sees each block's index as a Python int."""
+        for layer, block in enumerate(self.blocks):
+            x = block(x, text, modulation, rope, attend=attend, step=step, layer=layer)
+            x = shard_tokens(x)
+        return x
+
+    def _scanned_blocks(self, x, text, modulation, rope, attend, step, shard_tokens) -> jax.Array:
+        """One ``lax.scan`` over the stacked blocks; ``attend`` sees a traced int32 index."""
+        graphdef, stacked = nnx.split(self.blocks)
+
+        def body(x: jax.Array, layer_and_state: tuple[jax.Array, nnx.State]):
+            layer, state = layer_and_state
+            block = nnx.merge(graphdef, state)
+            x = block(x, text, modulation, rope, attend=attend, step=step, layer=layer)
+            return shard_tokens(x), None
+
+        layers = jnp.arange(self.config.num_layers, dtype=jnp.int32)
+        x, _ = jax.lax.scan(body, x, (layers, stacked))
+        return x
+
+
+def stack_blocks(blocks: list[WanTransformerBlock]) -> WanTransformerBlock:
+    """One block whose every parameter is the given blocks' stacked along a new leading axis.
+
+    Args:
+        blocks: blocks of one architecture (concrete or abstract parameters).
+
+    Returns:
+        A ``WanTransformerBlock`` whose parameters are [len(blocks), ...]; layer i's are
+        ``[i]`` of each.
+    """
+    graphdef, first = nnx.split(blocks[0])
+    states = [first, *(nnx.split(block)[1] for block in blocks[1:])]
+    return nnx.merge(graphdef, jax.tree.map(lambda *xs: jnp.stack(xs), *states))
+
+
+def to_scanned(model: WanTransformer) -> WanTransformer:
+    """Turns an unrolled model into the scanned form in place (its blocks stacked), e.g. after
+    editing blocks one by one; a scanned model is returned unchanged.
+
+    Args:
+        model: a ``WanTransformer``.
+
+    Returns:
+        ``model`` (same object), ``scan_layers`` True.
+    """
+    if not model.scan_layers:
+        model.blocks = stack_blocks(list(model.blocks))
+        model.scan_layers = True
+    return model
 
 
 class _ConstantKey:
@@ -230,6 +291,7 @@ def abstract_transformer(
     *,
     param_dtype: jnp.dtype = jnp.float32,
     dtype: jnp.dtype = jnp.float32,
+    scan_layers: bool = False,
 ) -> WanTransformer:
     """Builds ``WanTransformer`` with ``jax.ShapeDtypeStruct`` parameters; allocates no weights.
 
@@ -240,7 +302,14 @@ def abstract_transformer(
         config: model configuration.
         param_dtype: parameter dtype.
         dtype: compute dtype.
+        scan_layers: build the scanned form (stacked block parameters).
     """
     return nnx.eval_shape(
-        lambda: WanTransformer(config, rngs=_ConstantKey(), param_dtype=param_dtype, dtype=dtype)  # type: ignore[arg-type]
+        lambda: WanTransformer(
+            config,
+            rngs=_ConstantKey(),  # type: ignore[arg-type]
+            param_dtype=param_dtype,
+            dtype=dtype,
+            scan_layers=scan_layers,
+        )
     )

@@ -108,7 +108,9 @@ def compile_run_step(
         raise ValueError(f"{devices} chips asked of a topology of {len(chips)}")
     compute = dtype_of(cfg.dtype.value)
     params = dtype_of(cfg.model.param_dtype.value)
-    model = abstract_transformer(tcfg, param_dtype=params, dtype=compute)
+    model = abstract_transformer(
+        tcfg, param_dtype=params, dtype=compute, scan_layers=cfg.model.scan_layers
+    )
     if devices > 1:
         mesh = Mesh(np.asarray(chips[:devices]), (SEQ_AXIS,))
         rule = "replicated" if cfg.model.name in SEEDED_PRESETS else "fsdp"

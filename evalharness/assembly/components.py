@@ -17,6 +17,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from evalharness.assembly.checkpoint_source import fetch_checkpoint, transformer_folder
+from evalharness.assembly.platform_choices import host_platform, scan_layers_for
 from evalharness.config import DType, ModelConfig
 from models.checkpoint import WanCheckpoint, checkpoint_prompt_encoder, checkpoint_vae
 from models.config import (
@@ -216,7 +217,13 @@ def _tiny_components(
     replicated on the mesh if there is one."""
     param_dtype, compute = dtypes
     cfg = get_transformer_config(model.name)
-    transformer = tiny_transformer(model.name, model.seed, param_dtype=param_dtype, dtype=compute)
+    transformer = tiny_transformer(
+        model.name,
+        model.seed,
+        param_dtype=param_dtype,
+        dtype=compute,
+        scan_layers=scan_layers_for(model.scan_layers, host_platform()),
+    )
     if mesh is not None:
         place_params(transformer, mesh, "replicated")
     return Components(
@@ -249,6 +256,7 @@ def _checkpoint_components(
         param_dtype=param_dtype,
         dtype=compute,
         shardings=shardings,
+        scan_layers=scan_layers_for(model.scan_layers, host_platform()),
     )
     encoder = checkpoint_prompt_encoder(
         checkpoint, max_length=cfg.text_len, cache_dir=prompts_cache, param_dtype=param_dtype

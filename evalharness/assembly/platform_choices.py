@@ -97,6 +97,25 @@ def compute_dtype_for(dtype: ComputeDType | str, model_name: str, platform: str)
     return ComputeDType.bfloat16
 
 
+# ``model.scan_layers=auto`` per platform (measurements in docs/memory-and-dry-runs.md): scanned
+# on a TPU and a GPU, where the unrolled 40-block loop's compile dominates a dry run and a run's
+# start; unrolled on a CPU, whose runs use small models (compile seconds either way).
+_AUTO_SCAN_LAYERS = {"tpu": True, "gpu": True, "cpu": False}
+
+
+def scan_layers_for(setting: str | bool, platform: str) -> bool:
+    """Whether the transformer's blocks run scanned (``model.scan_layers``) on ``platform``.
+
+    Args:
+        setting: true, false or "auto".
+        platform: ``tpu``, ``gpu`` or ``cpu``.
+    """
+    if isinstance(setting, bool):
+        return setting
+    _check_platform(platform)
+    return _AUTO_SCAN_LAYERS[platform]
+
+
 def resolve_kernel(kernel: KernelConfig, platform: str, tokens: int) -> KernelConfig:
     """The kernel config with every ``auto``/None replaced by the platform's choice.
 
@@ -143,7 +162,8 @@ def resolve_kernel(kernel: KernelConfig, platform: str, tokens: int) -> KernelCo
 
 
 def resolve(cfg: EvalConfig, platform: str | None = None, tokens: int | None = None) -> EvalConfig:
-    """The run's config with its kernel and compute dtype made concrete for ``platform``.
+    """The run's config with its kernel, compute dtype and ``model.scan_layers`` made concrete
+    for ``platform``.
 
     Args:
         cfg: a validated config (``evalharness.config.to_config``).
@@ -160,7 +180,9 @@ def resolve(cfg: EvalConfig, platform: str | None = None, tokens: int | None = N
     kernel = resolve_kernel(cfg.kernel, platform, tokens)
     dtype = compute_dtype_for(cfg.dtype, cfg.model.name, platform)
     _check_cudnn_dtype(kernel, dtype)
-    return dataclasses.replace(cfg, kernel=kernel, dtype=dtype)
+    scan = scan_layers_for(cfg.model.scan_layers, platform)
+    model = dataclasses.replace(cfg.model, scan_layers=scan)
+    return dataclasses.replace(cfg, kernel=kernel, dtype=dtype, model=model)
 
 
 # Dense executors that exist on one platform only; compiling them elsewhere fails deep inside XLA.

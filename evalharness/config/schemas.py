@@ -148,6 +148,9 @@ class ModelConfig:
             with the commit it resolved to, which the config, MLflow and the cache key record.
         param_dtype: dtype of the weights.
         seed: seed of the random weights of the ``tiny`` preset.
+        scan_layers: ``true`` runs the transformer's blocks as one scanned layer over stacked
+            weights (compile time independent of depth), ``false`` as an unrolled loop, ``auto``
+            per platform (``evalharness.assembly.platform_choices.scan_layers_for``).
     """
 
     name: str = "tiny"
@@ -155,6 +158,16 @@ class ModelConfig:
     revision: str | None = None
     param_dtype: DType = DType.float32
     seed: int = 0
+    scan_layers: str | bool = "auto"
+
+    def __post_init__(self) -> None:
+        """Refuses a ``scan_layers`` other than true, false or auto (a quoted "true" or "false"
+        counts as the bool)."""
+        self.scan_layers = {"true": True, "false": False}.get(self.scan_layers, self.scan_layers)
+        if not isinstance(self.scan_layers, bool) and self.scan_layers != "auto":
+            raise ValueError(
+                f"model.scan_layers={self.scan_layers!r}: expected true, false or auto"
+            )
 
 
 @dataclass

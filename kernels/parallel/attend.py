@@ -172,7 +172,13 @@ class SequenceParallelAttend:
             )
 
     def __call__(
-        self, q: jax.Array, k: jax.Array, v: jax.Array, *, step: jax.Array | int, layer: int
+        self,
+        q: jax.Array,
+        k: jax.Array,
+        v: jax.Array,
+        *,
+        step: jax.Array | int,
+        layer: int | jax.Array,
     ) -> jax.Array:
         """Self-attention of block ``layer`` at step ``step`` (the model contract).
 
@@ -181,7 +187,7 @@ class SequenceParallelAttend:
             k: [batch, tokens, heads, head_dim].
             v: [batch, tokens, heads, head_dim].
             step: denoising step (traced int32 scalar inside the loop).
-            layer: block index (Python int).
+            layer: block index (a Python int; a traced int32 scalar in a scanned model).
 
         Returns:
             [batch, tokens, heads, head_dim], sharded along tokens, in q's dtype.
@@ -191,29 +197,27 @@ class SequenceParallelAttend:
         policy = self.policy
         if policy is None or not policy.schedule.sparse:
             return self.dense_attention(q, k, v, step=step, layer=layer)
-        if (
-            isinstance(layer, bool)
-            or not isinstance(layer, int)
-            or not 0 <= layer < policy.num_layers
-        ):
-            raise ValueError(f"layer={layer!r}: expected a Python int in [0, {policy.num_layers})")
-        if not policy.is_sparse_layer(layer):
-            return self.dense_attention(q, k, v, step=step, layer=layer)
-        sparse = functools.partial(self._routed, step=step, layer=layer)
-        if policy.dense_steps == 0:
-            return sparse(q, k, v)
+        policy.check_layer(layer)
+        dense_cell = policy.dense_cell(step, layer)
         dense = functools.partial(self.dense_attention, step=step, layer=layer)
-        return lax.cond(step < policy.dense_steps, dense, sparse, q, k, v)
+        if dense_cell is True:
+            return dense(q, k, v)
+        sparse = functools.partial(self._routed, step=step, layer=layer)
+        if dense_cell is False:
+            return sparse(q, k, v)
+        return lax.cond(dense_cell, dense, sparse, q, k, v)
 
     def dense_attention(
-        self, q: jax.Array, k: jax.Array, v: jax.Array, *, step: jax.Array, layer: int
+        self, q: jax.Array, k: jax.Array, v: jax.Array, *, step: jax.Array, layer: int | jax.Array
     ) -> jax.Array:
         """The dense executor between the two exchanges. Shapes as ``__call__``."""
         heads = q.shape[2]
+        # A Python int stays one inside the body; a traced index is not closed over (an argument).
+        static = layer if isinstance(layer, int) else None
 
-        def body(q, k, v, step):
+        def body(q, k, v, step, layer):
             qh, kh, vh = (sequence_to_heads(x, SEQ_AXIS, self.devices) for x in (q, k, v))
-            out = self.inner(qh, kh, vh, step=step, layer=layer)
+            out = self.inner(qh, kh, vh, step=step, layer=layer if static is None else static)
             return heads_to_sequence(out, SEQ_AXIS, heads)
 
         # check_vma off: executors (Pallas calls, scans over static plans) do not all declare
@@ -221,13 +225,15 @@ class SequenceParallelAttend:
         run = jax.shard_map(
             body,
             mesh=self.mesh,
-            in_specs=(_TOKENS, _TOKENS, _TOKENS, P()),
+            in_specs=(_TOKENS, _TOKENS, _TOKENS, P(), P()),
             out_specs=_TOKENS,
             check_vma=False,
         )
-        return run(q, k, v, jnp.asarray(step, jnp.int32))
+        return run(q, k, v, jnp.asarray(step, jnp.int32), jnp.asarray(layer, jnp.int32))
 
-    def route(self, q: jax.Array, k: jax.Array, v: jax.Array, *, step, layer: int) -> Routing:
+    def route(
+        self, q: jax.Array, k: jax.Array, v: jax.Array, *, step, layer: int | jax.Array
+    ) -> Routing:
         """Routing on the sequence-sharded q/k/v, before any exchange.
 
         Args:
@@ -235,7 +241,7 @@ class SequenceParallelAttend:
             k: [batch, tokens, heads, head_dim].
             v: [batch, tokens, heads, head_dim].
             step: denoising step.
-            layer: block index.
+            layer: block index (a Python int or a traced int32 scalar).
 
         Returns:
             ``Routing`` ([batch, heads] flags and errors), replicated on the mesh.
@@ -243,7 +249,7 @@ class SequenceParallelAttend:
         policy = self._sparse_policy()
         geometry = policy.geometry
 
-        def body(q, k, v, step):
+        def body(q, k, v, step, layer):
             if policy.routing_mode == "oracle":
                 rows = jnp.arange(geometry.tokens, dtype=jnp.int32)
             else:
@@ -254,10 +260,10 @@ class SequenceParallelAttend:
         run = jax.shard_map(
             body,
             mesh=self.mesh,
-            in_specs=(_TOKENS, _TOKENS, _TOKENS, P()),
+            in_specs=(_TOKENS, _TOKENS, _TOKENS, P(), P()),
             out_specs=Routing(P(), P(), P()),
         )
-        return run(q, k, v, jnp.asarray(step, jnp.int32))
+        return run(q, k, v, jnp.asarray(step, jnp.int32), jnp.asarray(layer, jnp.int32))
 
     def sparse_attention(
         self, q: jax.Array, k: jax.Array, v: jax.Array, temporal: jax.Array
@@ -317,18 +323,19 @@ class SequenceParallelAttend:
             raise ValueError("this attend has no sparse policy; build it with a sparse schedule")
         return self.policy
 
-    def _routed(self, q, k, v, *, step: jax.Array, layer: int) -> jax.Array:
+    def _routed(self, q, k, v, *, step: jax.Array, layer: int | jax.Array) -> jax.Array:
         routing = self.route(q, k, v, step=step, layer=layer)
         temporal = self.policy.layout_flags(routing.temporal)  # a negative control's override
         recorder = self.policy.recorder
         if recorder is not None:
             jax.debug.callback(
-                functools.partial(recorder.record, layer=layer),
+                recorder.record,
                 step,
                 temporal,
                 routing.spatial_error,
                 routing.temporal_error,
                 self.policy.batch_offset,
+                layer=layer,
             )
         return self.sparse_attention(q, k, v, temporal)
 

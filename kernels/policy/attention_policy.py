@@ -1,14 +1,16 @@
 """The attention policy: a schedule plus routing turned into the model's ``attend`` function.
 
 Contract (docs/architecture.md): ``attend(q, k, v, *, step, layer) -> out``, q/k/v/out
-[batch, tokens, heads, head_dim] frame-major, ``step`` a traced int32 scalar, ``layer`` a Python int.
+[batch, tokens, heads, head_dim] frame-major, ``step`` a traced int32 scalar, ``layer`` a Python int
+(an unrolled model) or a traced int32 scalar (a scanned model).
 
 Per call:
 - non-sparse schedule: exactly the dense executor (no cond, so the output is bit-identical to a
   model run with that executor);
 - a dense leading layer (static ``layer``): the dense executor;
-- otherwise ``lax.cond(step < dense_steps, dense, sparse)``: only the taken branch runs, and the
-  predicate is data, so the denoising loop compiles once for every step;
+- otherwise ``lax.cond(step < dense_steps, dense, sparse)`` (with a traced ``layer``, also dense
+  when ``layer < dense_layers``): only the taken branch runs, and the predicate is data, so the
+  denoising loop compiles once for every step, and a scanned model once for every layer;
 - sparse: route heads (``kernels.policy.routing``), move each temporal head's tokens into the temporal
   layout by a per-(batch, head) select between the frame-major and the permuted copy (shapes never
   depend on the flags), run the band executor (one mask and one tile plan serve both layouts: the
@@ -28,6 +30,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from kernels.executors.dispatch import attention
 from kernels.masks.geometry import TokenGeometry
@@ -283,8 +286,54 @@ class AttentionPolicy:
             and self.dense_steps < self.num_steps
         )
 
+    def check_layer(self, layer: int | jax.Array) -> None:
+        """Raises ValueError unless ``layer`` is a Python int in [0, num_layers) or an integer
+        scalar array (a scanned model's traced layer index)."""
+        if isinstance(layer, jax.Array | np.ndarray):
+            if layer.ndim == 0 and jnp.issubdtype(layer.dtype, jnp.integer):
+                return
+        elif not isinstance(layer, bool) and isinstance(layer, int):
+            if 0 <= layer < self.num_layers:
+                return
+        raise ValueError(
+            f"layer={layer!r}: expected a Python int in [0, {self.num_layers}) or an integer "
+            "scalar (a scanned model's layer index)"
+        )
+
+    def dense_cell(self, step: jax.Array, layer: int | jax.Array) -> bool | jax.Array:
+        """Whether block ``layer`` at ``step`` runs the dense executor.
+
+        What is known when tracing is decided then: a non-sparse schedule, a run of dense steps
+        only, a leading dense layer given as a Python int. What depends on data (the step; a
+        scanned model's traced layer) is a traced predicate for ``lax.cond``.
+
+        Args:
+            step: denoising step (int32 scalar).
+            layer: block index, a Python int (unrolled model) or a traced int32 scalar (scanned).
+
+        Returns:
+            True (dense), False (sparse) or a traced bool scalar.
+        """
+        static_layer = isinstance(layer, int)
+        if static_layer and not self.is_sparse_layer(layer):
+            return True
+        if not self.schedule.sparse or self.dense_steps >= self.num_steps:
+            return True
+        predicate: bool | jax.Array = False
+        if self.dense_steps > 0:
+            predicate = jnp.asarray(step, jnp.int32) < self.dense_steps
+        if not static_layer and self.dense_layers > 0:
+            predicate = jnp.logical_or(predicate, layer < self.dense_layers)
+        return predicate
+
     def __call__(
-        self, q: jax.Array, k: jax.Array, v: jax.Array, *, step: jax.Array | int, layer: int
+        self,
+        q: jax.Array,
+        k: jax.Array,
+        v: jax.Array,
+        *,
+        step: jax.Array | int,
+        layer: int | jax.Array,
     ) -> jax.Array:
         """Self-attention of block ``layer`` at denoising step ``step``.
 
@@ -293,7 +342,7 @@ class AttentionPolicy:
             k: [batch, tokens, heads, head_dim].
             v: [batch, tokens, heads, head_dim].
             step: denoising step (traced int32 scalar inside the loop).
-            layer: block index (Python int).
+            layer: block index (a Python int; a traced int32 scalar in a scanned model).
 
         Returns:
             [batch, tokens, heads, head_dim] in q's dtype.
@@ -305,25 +354,21 @@ class AttentionPolicy:
                 f"q has shape {q.shape}; expected [batch, {self.geometry.tokens}, heads, "
                 f"head_dim] for {self.geometry}"
             )
-        if (
-            isinstance(layer, bool)
-            or not isinstance(layer, int)
-            or not 0 <= layer < self.num_layers
-        ):
-            raise ValueError(f"layer={layer!r}: expected a Python int in [0, {self.num_layers})")
-        if not self.is_sparse_layer(layer):
-            return self.dense_attend(q, k, v, step=step, layer=layer)
+        self.check_layer(layer)
         step = jnp.asarray(step, jnp.int32)
+        dense_cell = self.dense_cell(step, layer)
+        if dense_cell is True:
+            return self.dense_attend(q, k, v, step=step, layer=layer)
         sparse = functools.partial(self.sparse_branch, step=step, layer=layer)
-        if self.dense_steps == 0:
+        if dense_cell is False:
             return sparse(q, k, v)
 
         def dense(q, k, v):
             return self.dense_attend(q, k, v, step=step, layer=layer)
 
-        return jax.lax.cond(step < self.dense_steps, dense, sparse, q, k, v)
+        return jax.lax.cond(dense_cell, dense, sparse, q, k, v)
 
-    def sparse_branch(self, q, k, v, *, step: jax.Array, layer: int) -> jax.Array:
+    def sparse_branch(self, q, k, v, *, step: jax.Array, layer: int | jax.Array) -> jax.Array:
         """The sparse side of ``__call__`` alone: route heads, then ``sparse_attention``.
 
         ``__call__`` takes it for sparse (step, layer) cells; a dry run lowers it by itself when
@@ -336,7 +381,7 @@ class AttentionPolicy:
             k: [batch, tokens, heads, head_dim].
             v: [batch, tokens, heads, head_dim].
             step: denoising step (traced int32 scalar; it seeds the routing sample).
-            layer: block index (Python int).
+            layer: block index (a Python int, or a scanned model's traced int32 scalar).
 
         Returns:
             [batch, tokens, heads, head_dim], frame-major.
@@ -356,12 +401,13 @@ class AttentionPolicy:
         temporal = self.layout_flags(routing.temporal)
         if self.recorder is not None:
             jax.debug.callback(
-                functools.partial(self.recorder.record, layer=layer),
+                self.recorder.record,
                 step,
                 temporal,
                 routing.spatial_error,
                 routing.temporal_error,
                 self.batch_offset,
+                layer=layer,
             )
         return self.sparse_attention(q, k, v, temporal)
 

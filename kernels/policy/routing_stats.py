@@ -93,7 +93,7 @@ class RoutingRecorder:
         temporal_error: np.ndarray,
         batch_offset: np.ndarray | int = 0,
         *,
-        layer: int,
+        layer: np.ndarray | int,
     ) -> None:
         """Stores one (step, layer)'s routing (called on the host by ``jax.debug.callback``).
 
@@ -105,9 +105,10 @@ class RoutingRecorder:
             batch_offset: int scalar, index of this call's first sample in the step's batch
                 (the unconditional pass of separate guidance passes records after the
                 conditional one).
-            layer: block index.
+            layer: block index (an int scalar array from a scanned model's traced index).
         """
         s = int(np.asarray(step))
+        layer = int(np.asarray(layer))
         flags = np.asarray(temporal)
         first = int(np.asarray(batch_offset))
         rows = slice(first, first + flags.shape[0])
