@@ -19,6 +19,7 @@ still appears in training. Evaluation prompts are single-object held-out combina
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 from typing import Literal
@@ -119,8 +120,17 @@ def is_held_out(obj: MovingShape, background: str) -> bool:
     return int.from_bytes(hashlib.sha256(key).digest()[:8], "big") % HELD_OUT_MODULUS == 0
 
 
-def _all_objects() -> list[MovingShape]:
-    return [MovingShape(*combo) for combo in itertools.product(SHAPES, COLOURS, DIRECTIONS, SPEEDS)]
+@functools.cache
+def _all_objects() -> tuple[MovingShape, ...]:
+    return tuple(
+        MovingShape(*combo) for combo in itertools.product(SHAPES, COLOURS, DIRECTIONS, SPEEDS)
+    )
+
+
+@functools.cache
+def _training_objects(background: str) -> tuple[MovingShape, ...]:
+    """The objects whose combination with ``background`` is not held out."""
+    return tuple(o for o in _all_objects() if not is_held_out(o, background))
 
 
 def held_out_specs() -> list[ClipSpec]:
@@ -148,7 +158,7 @@ def sample_spec(rng: np.random.Generator, split: Split, two_shape_prob: float = 
     if split != "train":
         raise ValueError(f"split={split!r}; use 'train' or 'heldout'")
     background = list(BACKGROUNDS)[int(rng.integers(len(BACKGROUNDS)))]
-    allowed = [o for o in _all_objects() if not is_held_out(o, background)]
+    allowed = _training_objects(background)
     first = allowed[int(rng.integers(len(allowed)))]
     if rng.random() >= two_shape_prob:
         return ClipSpec((first,), background)
