@@ -99,15 +99,20 @@ def test_band_lists_cost_a_few_columns_per_query_tile():
         assert code.code.shape == (group.q_tiles.size, 2 + 2 * code.breaks)
 
 
-@pytest.mark.parametrize(("variant", "max_groups"), [("b1", 1), ("b2", 8), ("b3", 1)])
-def test_executor_decodes_codes_in_graph(variant, max_groups):
-    # Runs with breaks and padding (b1), plain tables (b2), both kinds and padding (b3).
-    geometry = TokenGeometry(4, 3, 5)  # 60 tokens
+@pytest.mark.parametrize(
+    ("variant", "max_groups", "grid", "kinds", "padded"),
+    [
+        ("b1", 1, (4, 3, 5), {RUNS}, True),  # runs with breaks, padded rows
+        ("b2", 8, (3, 4, 5), {TABLE}, False),  # plain tables
+        ("b3", 1, (5, 3, 4), {RUNS, TABLE}, True),  # both kinds, padded rows
+    ],
+)
+def test_executor_decodes_codes_in_graph(variant, max_groups, grid, kinds, padded):
+    geometry = TokenGeometry(*grid)  # 60 tokens
     plan = build_plan(strided_temporal_mask(geometry, 0.3), BlockSizes(8, 8), variant, None)
     groups = visit_groups(plan, max_groups).groups
     codes = [c for g in groups for c in (g.full_code, g.partial_code) if c is not None]
-    expected = {"b1": ({RUNS}, True), "b2": ({RUNS, TABLE}, False), "b3": ({RUNS, TABLE}, True)}
-    assert ({c.kind for c in codes}, any(c.padded for c in codes)) == expected[variant]
+    assert ({c.kind for c in codes}, any(c.padded for c in codes)) == (kinds, padded)
     assert variant != "b1" or max(c.breaks for c in codes) > 0
     keys = jax.random.split(jax.random.key(4), 3)
     q, k, v = (jax.random.normal(key, (1, geometry.tokens, 2, 64), jnp.float32) for key in keys)
