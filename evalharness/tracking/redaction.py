@@ -19,12 +19,15 @@ from urllib.parse import unquote, urlsplit
 
 MASK = "***"
 # ``scheme://user:password@``: the password runs to the authority's last ``@`` (as urlsplit reads
-# it), so a password holding an unencoded ``@`` or ``:`` is hidden whole.
-_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/?#\s:@]*):[^/?#\s]*@")
+# it), so a password holding an unencoded ``@`` or ``:`` is hidden whole. Hydra writes an override
+# back with each ``:`` escaped (``postgresql\://user\:password@``): a backslash may precede them.
+_USERINFO = re.compile(
+    r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*\\?://[^/?#\s:@\\]*)(?P<colon>\\?:)[^/?#\s]*@"
+)
 # A query parameter whose name says it holds a secret: ``?password=``, ``&sslpassword=``,
 # ``?token=``, ``&access_token=``, ``?api_key=``, ``&client_secret=``.
 _SECRET_PARAM = re.compile(
-    r"(?P<head>[?&;][^=&#\s]*(?:password|passwd|pwd|token|secret|api_?key)=)[^&#\s]*",
+    r"(?P<head>[?&;][^=&#\s]*(?:password|passwd|pwd|token|secret|api_?key)\\?=)[^&#\s]*",
     re.IGNORECASE,
 )
 
@@ -48,7 +51,8 @@ def redacted(text: str | None, secret_of: str | None = None) -> str | None:
     """
     if text is None:
         return None
-    shown = _SECRET_PARAM.sub(rf"\g<head>{MASK}", _USERINFO.sub(rf"\g<head>:{MASK}@", text))
+    shown = _USERINFO.sub(rf"\g<head>\g<colon>{MASK}@", text)
+    shown = _SECRET_PARAM.sub(rf"\g<head>{MASK}", shown)
     password = urlsplit(secret_of).password if secret_of else None
     for form in {password, unquote(password or "")} - {None, "", MASK}:
         shown = shown.replace(form, MASK)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from evalharness.refusal import PreflightRefusal
+from evalharness.tracking.redaction import redacted
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -104,7 +105,9 @@ def lock_path(uri: str) -> Path | None:
     if db is not None:
         return db.with_name(db.name + LOCK_SUFFIX)
     if store_kind(uri) in ("postgresql", "database"):
-        digest = hashlib.sha256(uri.encode()).hexdigest()[:16]
+        # The store's name without its password: a file name anyone can list must not carry a
+        # hash of the password (a weak one could be guessed from it offline).
+        digest = hashlib.sha256(redacted(uri).encode()).hexdigest()[:16]
         return Path(tempfile.gettempdir()) / f"evalharness-tracking-{digest}{LOCK_SUFFIX}"
     return None
 

@@ -40,6 +40,8 @@ PW = "s3cr3t-Planted"
         ("http://ana@host:5000", "http://ana@host:5000"),  # a user, no password: nothing hidden
         ("http://[::1]:5000/x", "http://[::1]:5000/x"),
         ("postgresql://ana:***@db/mlflow", "postgresql://ana:***@db/mlflow"),  # idempotent
+        # As Hydra's launcher logs an override: every ':' escaped.
+        (f"postgresql\\://ana\\:{PW}@db\\:5432/m", "postgresql\\://ana\\:***@db\\:5432/m"),
     ],
 )
 def test_a_uri_is_shown_without_its_password(uri, shown):

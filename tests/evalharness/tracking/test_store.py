@@ -37,6 +37,8 @@ def test_lock_sits_beside_a_sqlite_file_and_in_tmp_for_a_database_server(tmp_pat
     assert lock_path(f"sqlite:///{tmp_path}/m.db") == tmp_path / "m.db.lock"
     server_lock = lock_path("postgresql+psycopg://u:secret@h:5432/d")
     assert server_lock.parent == Path(tempfile.gettempdir()) and "secret" not in server_lock.name
+    # Not even a hash of the password in a name anyone can list: any password, the same lock.
+    assert lock_path("postgresql+psycopg://u:other@h:5432/d") == server_lock
     assert lock_path("http://127.0.0.1:5000") is None  # the server creates its own schema
 
 
