@@ -71,6 +71,7 @@ class ChipCompile:
         not_compiled: why the chip's compiler did not run (None when it ran or does not apply).
         notes: our budget model's refusals that Mosaic overruled, and what was compiled.
         steps: arm -> its compiled denoising loop (``chip_compile=step``; empty otherwise).
+        compiler: the compile-only topology that compiled (None when nothing was compiled).
     """
 
     compiled_by: str | None = None
@@ -78,6 +79,7 @@ class ChipCompile:
     not_compiled: str | None = None
     notes: tuple[str, ...] = ()
     steps: Mapping[str, StepProgram] = dataclasses.field(default_factory=dict)
+    compiler: TpuCompiler | None = None
 
 
 def compile_for_chip(
@@ -151,7 +153,7 @@ def compile_for_chip(
         if steps
         else f"compiled for {described}: a 2-layer forward on one chip (chip_compile=forward)"
     )
-    return ChipCompile(compiled_by=described, memory=table, notes=(what, *overruled), steps=steps)
+    return ChipCompile(described, table, None, (what, *overruled), steps, compiler)
 
 
 def _compile_forward(

@@ -265,8 +265,8 @@ def _memory_source(sizing: RunSizing) -> str:
         )
         return (
             f"Compiled for {sizing.compiled_by}: each arm's whole denoising loop (every layer, "
-            f"{where}, the run's weight placement), planned by {_compilers(sizing)}; the text "
-            f"encoder and VAE rows are our arithmetic. Compile time on this machine: {seconds}."
+            f"{where}, the run's weight placement), planned by {_compilers(sizing)}; "
+            f"{_phases_source(sizing)}. Compile time on this machine: {seconds}."
         )
     if sizing.compiled_by:
         names = sizing.memory.executors
@@ -279,12 +279,25 @@ def _memory_source(sizing: RunSizing) -> str:
         )
         return (
             f"Compiled for {sizing.compiled_by}: the transformer (a 2-layer forward at one "
-            f"chip's shapes) and {inside}, planned by {_compilers(sizing)}; weights, "
-            "loop state, text encoder and VAE rows are our arithmetic."
+            f"chip's shapes) and {inside}, planned by {_compilers(sizing)}; weights and "
+            f"loop state are our arithmetic; {_phases_source(sizing)}."
         )
     if sizing.not_compiled:
         return f"{_OUR_MODEL}; {sizing.not_compiled}."
     return "Planned by this host's compiler (XLA) on abstract weights."
+
+
+def _phases_source(sizing: RunSizing) -> str:
+    """Whose figures the text encoder and VAE rows are."""
+    if not sizing.phases:
+        return "the text encoder and VAE rows are our arithmetic (our model)"
+    seconds = ", ".join(
+        f"{phase} {p.program.compile_s:,.0f} s" for phase, p in sizing.phases.items()
+    )
+    return (
+        "the text encoder and the VAE decode compiled too, as the run calls them, on the chip "
+        f"that runs them ({seconds})"
+    )
 
 
 def _compilers(sizing: RunSizing) -> str:
@@ -306,10 +319,15 @@ def _compiler_beside_model(sizing: RunSizing) -> list[str]:
             "compiler GiB": compiled.peak(arm) / gib,
             "model GiB": model.peak(arm) / gib,
             "model - compiler GiB": (model.peak(arm) - compiled.peak(arm)) / gib,
-            "denoise phase: compiler / model GiB": (
-                f"{compiled.phase_bytes(arm)['denoise'] / gib:,.2f} / "
-                f"{model.phase_bytes(arm)['denoise'] / gib:,.2f}"
-            ),
+            **{
+                f"{phase} phase: compiler / model GiB": (
+                    f"{compiled.phase_bytes(arm)[phase] / gib:,.2f} / "
+                    f"{model.phase_bytes(arm)[phase] / gib:,.2f}"
+                )
+                for phase in ("encode", "denoise", "decode")
+            },
+            "peak phase: compiler / model": f"{_peak_phase(compiled, arm)} / "
+            f"{_peak_phase(model, arm)}",
         }
         for arm in compiled.arms
     ]
@@ -320,6 +338,11 @@ def _compiler_beside_model(sizing: RunSizing) -> list[str]:
         "",
         markdown_table(rows, columns),
     ]
+
+
+def _peak_phase(table: Any, arm: str) -> str:
+    phases = table.phase_bytes(arm)
+    return max(phases, key=phases.__getitem__)
 
 
 def _verdict_source(sizing: RunSizing) -> str:

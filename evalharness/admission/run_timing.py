@@ -61,9 +61,11 @@ def time_of(
     target: DeviceTarget,
     devices: int,
     sparse: SparseWork | None,
+    compiled: CompiledWork | None = None,
 ) -> TimeEstimate:
     """The time estimate of every arm on ``target``, from what the schedule and plan execute
-    (``sparse``: :func:`sparse_work`), with the run's work outside the loops."""
+    (``sparse``: :func:`sparse_work`), with the run's work outside the loops (``compiled``: the
+    chip compiler's FLOPs of the text encoder and the VAE, and the compiles measured here)."""
     pairs = len(run_pairs(cfg.prompt, cfg.seed, cfg.prompts, cfg.seeds))
     rate_source = None
     if target.platform == "cpu":  # the rate the CPU factors were measured against, on that VM
@@ -90,8 +92,15 @@ def time_of(
     if sparse is not None and not recording:  # no routing-recording run (``routing_stats=false``)
         loops = dataclasses.replace(loops, runs={**loops.runs, "sparse": loops.runs["sparse"] - 1})
     dtype = cfg.dtype.value
+    work = _run_work(cfg, tcfg, video, pairs)
+    if compiled is not None:
+        work = dataclasses.replace(
+            work,
+            text_flops=samples_per_step(cfg) * compiled.encode_flops,
+            decode_flops=compiled.decode_flops,
+        )
     once, sources = run_rows(
-        _run_work(cfg, tcfg, video, pairs),
+        work,
         loops.runs,
         flops_per_s=target.peak_flops[dtype] * rates.matmul_efficiency,
         float32_flops_per_s=target.peak_flops["float32"],
@@ -99,7 +108,47 @@ def time_of(
     )
     if target.platform == "cpu":
         return _cpu_calibrated(cfg, loops, once, sources, recording, rate_source)
+    if compiled is not None:
+        once, sources = compiled.rows(once, sources, [*loops.runs, "shared"])
     return dataclasses.replace(loops, once=once, once_sources=sources)
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledWork:
+    """What compiling for the target's chip measured of the work outside the loops.
+
+    Attributes:
+        encode_flops: XLA's cost analysis of encoding one prompt on the chip.
+        decode_flops: of one arm's whole decode (every tile) on the chip.
+        compile_s: column (an arm, or ``shared``) -> seconds its compiles took on this machine.
+        compiled_on: this machine, in words (cores, load), for the compile row's source.
+        compiled_by: the chip's compiler, in words.
+    """
+
+    encode_flops: float
+    decode_flops: float
+    compile_s: dict[str, float]
+    compiled_on: str
+    compiled_by: str
+
+    def rows(
+        self, once: dict[str, dict[str, float]], sources: dict[str, str], columns: list[str]
+    ) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
+        """``once`` with a ``compile`` row, and the sources naming the compiler's FLOPs."""
+        compiling = {c: self.compile_s.get(c, 0.0) for c in columns}
+        by = f"XLA's cost analysis by {self.compiled_by}"
+        return {**once, "compile": compiling}, {
+            **sources,
+            "text encoding": f"{sources['text encoding']} ({by})",
+            "VAE decode": f"{sources['VAE decode']} ({by})",
+            "compile": (
+                f"the programs this dry run compiled (each arm's loop; the text encoder and VAE "
+                f"under shared), seconds measured on {self.compiled_on}; the target's host "
+                "compiles the same programs in a time not known here (XLA compiles a program "
+                "largely on one core, so a faster core is faster), so this machine's figure "
+                "stands in"
+            ),
+        }
 
 
 def reusable_seconds(

@@ -24,8 +24,10 @@ import jax.numpy as jnp
 
 from evalharness.admission.chip_compile import compile_run_for_chip
 from evalharness.admission.kernel_checks import gpu_shared_memory, lower_for_target, tpu_budgets
+from evalharness.admission.phase_compile import PhaseProgram, compiled_work, phases_for_chip
 from evalharness.admission.run_timing import (
     UMT5_XXL,
+    CompiledWork,
     samples_per_call,
     sparse_work,
     time_of,
@@ -81,6 +83,8 @@ class RunSizing:
         not_compiled: why a TPU target was not compiled for the chip (libtpu missing, ...).
         steps: arm -> its denoising loop as compiled for the chip (``chip_compile=step``).
         sparse: what the sparse arm executes (None for a dense schedule).
+        phases: the text encoder's (``encode``) and the VAE decode's (``decode``) programs as
+            compiled for the chip (empty when the chip's compiler did not run).
     """
 
     target: DeviceTarget
@@ -98,6 +102,7 @@ class RunSizing:
     not_compiled: str | None = None
     steps: Mapping[str, StepProgram] = dataclasses.field(default_factory=dict)
     sparse: SparseWork | None = None
+    phases: Mapping[str, PhaseProgram] = dataclasses.field(default_factory=dict)
 
     @property
     def fits(self) -> bool:
@@ -196,8 +201,9 @@ def size_run(
     )
     notes += [chip.not_compiled] if chip.not_compiled else []
     notes += chip.notes
+    memory, phases, compiled = _whole_run_on_chip(cfg, tcfg, video, chip, model_memory, problems)
     sparse = sparse_work(cfg, tcfg, policy)
-    timing = time_of(cfg, tcfg, video, target, devices, sparse)
+    timing = time_of(cfg, tcfg, video, target, devices, sparse, compiled)
     shared = gpu_shared_memory(cfg, tcfg, target, problems, notes)
     # Compiling for the chip lowered every arm already (Mosaic included): no export on top.
     lower = lower and chip.compiled_by is None
@@ -206,7 +212,7 @@ def size_run(
         target,
         devices,
         batch,
-        chip.memory or model_memory,
+        memory,
         timing,
         budgets,
         lowering,
@@ -218,7 +224,26 @@ def size_run(
         not_compiled=chip.not_compiled,
         steps=chip.steps,
         sparse=sparse,
+        phases=phases,
     )
+
+
+def _whole_run_on_chip(
+    cfg: EvalConfig,
+    tcfg: WanTransformerConfig,
+    video: VideoGeometry,
+    chip: Any,
+    model_memory: MemoryTable,
+    problems: list[str],
+) -> tuple[MemoryTable, dict[str, PhaseProgram], CompiledWork | None]:
+    """When the loops compiled for the chip, the text encoder and the VAE decode too: the
+    table with all three phases the compiler's, their programs, and what the time table takes
+    from them (our model's table, nothing compiled, otherwise)."""
+    if chip.memory is None:
+        return model_memory, {}, None
+    memory, phases = phases_for_chip(cfg, tcfg, video, chip.compiler, chip.memory, problems)
+    loops = {arm: step.program for arm, step in chip.steps.items()}
+    return memory, phases, compiled_work(loops, phases, chip.compiled_by or "")
 
 
 def estimate_run_time(

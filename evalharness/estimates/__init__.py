@@ -47,6 +47,7 @@ from evalharness.estimates.tpu_compiler import (
     TpuCompilerUnavailable,
     compile_for,
     compiler_reason,
+    on_device,
     program_figures,
     topology_compiler,
 )
@@ -104,6 +105,7 @@ __all__ = [
     "measure_matmul_flops",
     "padded_heads",
     "parameter_count",
+    "on_device",
     "program_figures",
     "rates_for",
     "step_flops",

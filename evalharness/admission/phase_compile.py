@@ -1,0 +1,288 @@
+"""The text encoder and the VAE decode compiled for the chip, as the run calls them.
+
+The run encodes each prompt alone (``models.prompt_encoder.PromptEncoder``: one prompt of
+``text_len`` tokens per call, the UMT5 weights loaded in the model's parameter dtype on JAX's
+default device, the mesh's first chip) and decodes each arm's latents with the float32 VAE,
+tile by tile for checkpoint models (``TilingConfig``'s 256 x 256-pixel tiles: every tile is
+one call of the same program, edge tiles smaller) and whole for the seeded presets. Those two
+programs (``models.text_encoder`` and ``models.vae``'s own jitted functions, on abstract weights)
+are compiled here for the target's chip; ``memory_analysis()`` gives each phase's peak on that
+chip and ``cost_analysis()`` its FLOPs, which replace our model's rows
+(``models.peak_memory``) and FLOP counts. Nothing runs and no weight exists.
+
+The two programs take minutes to compile for a TPU on a small machine (the VAE's tile most) and
+depend only on the model, the dtype, the tile and the compiler, not on the schedule: their
+figures are kept under ``<cache_dir>/chip_programs/``, one JSON file per lowered program (keyed by
+the SHA-256 of its StableHLO text and the compiler's description), so a later dry run of the
+same model and resolution reads them instead of compiling again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from evalharness.admission.heartbeat import heartbeat
+from evalharness.admission.run_timing import UMT5_XXL, CompiledWork
+from evalharness.config import EvalConfig
+from evalharness.estimates import (
+    GIB,
+    CompiledProgram,
+    MemoryTable,
+    TpuCompiler,
+    compiler_reason,
+    dtype_of,
+    on_device,
+    program_figures,
+)
+from models.config import SEEDED_PRESETS, WanTransformerConfig
+from models.text_encoder import UMT5Encoder, _run_split
+from models.tiny_components import TINY_UMT5_CONFIG, TINY_VAE_CONFIG
+from models.vae import TilingConfig, WanVAE, WanVAEConfig, _decode_split, tile_spans
+from models.video_geometry import VideoGeometry
+
+# The memory table's rows of the two phases, by phase.
+PHASE_ROWS = {"encode": "text encoder", "decode": "VAE decode"}
+
+
+@dataclass(frozen=True)
+class PhaseProgram:
+    """One phase's program as the chip's compiler planned it.
+
+    Attributes:
+        program: the compiler's figures (arguments, outputs, temporaries, code, compile seconds).
+        flops: XLA's cost analysis of one call.
+        calls: how many calls of it one use makes (the VAE's tiles, counted by area: edge tiles
+            are smaller calls of the same program), 1 for the text encoder.
+        what: what was compiled, e.g. ``UMT5 on 1 x 512 tokens, bfloat16 weights``.
+    """
+
+    program: CompiledProgram
+    flops: float
+    calls: float
+    what: str
+
+    @property
+    def total_flops(self) -> float:
+        """FLOPs of one use: one prompt's encoding, or one arm's whole decode."""
+        return self.flops * self.calls
+
+
+def compile_phases(
+    cfg: EvalConfig, tcfg: WanTransformerConfig, video: VideoGeometry, compiler: TpuCompiler
+) -> dict[str, PhaseProgram]:
+    """The text encoder's and the VAE decode's programs compiled for ``compiler``'s chip.
+
+    Args:
+        cfg: the run's config.
+        tcfg: the transformer (its ``text_len`` is the prompt's token count).
+        video: the video size.
+        compiler: the compile-only topology (its first chip is where the run puts them).
+
+    Returns:
+        ``{"encode": ..., "decode": ...}``.
+
+    Raises:
+        Exception: whatever the compiler raises (HBM).
+    """
+    described = compiler.describe()
+    with heartbeat(f"the text encoder for {described}"):
+        encode = _compile_encoder(cfg, tcfg, compiler)
+    with heartbeat(f"the VAE decode for {described}"):
+        decode = _compile_decoder(cfg, video, compiler)
+    return {"encode": encode, "decode": decode}
+
+
+def _compile_encoder(
+    cfg: EvalConfig, tcfg: WanTransformerConfig, compiler: TpuCompiler
+) -> PhaseProgram:
+    """``run_encoder``'s program on one prompt of ``text_len`` tokens."""
+    config = TINY_UMT5_CONFIG if cfg.model.name in SEEDED_PRESETS else UMT5_XXL
+    param_dtype = dtype_of(cfg.model.param_dtype.value)
+    encoder = nnx.eval_shape(lambda: UMT5Encoder(config, rngs=nnx.Rngs(0), param_dtype=param_dtype))
+    graphdef, state = nnx.split(encoder)
+    ids = jax.ShapeDtypeStruct((1, tcfg.text_len), jnp.int32)
+    lowered = _run_split.lower(graphdef, *on_device((state, ids, ids), compiler.device))
+    program, flops = compiled_figures(lowered, compiler, Path(cfg.cache_dir))
+    what = f"UMT5 on 1 x {tcfg.text_len} tokens, {jnp.dtype(param_dtype).name} weights"
+    return PhaseProgram(program, flops, 1.0, what)
+
+
+def decode_tiles(cfg: EvalConfig, video: VideoGeometry) -> tuple[tuple[int, int], float]:
+    """The latent ``(h, w)`` of the VAE's largest call and how many such calls one decode makes
+    (tiles weighed by area); the seeded presets decode the whole latent in one call."""
+    latent_h, latent_w = video.latent_shape()[-2:]
+    if cfg.model.name in SEEDED_PRESETS:
+        return (latent_h, latent_w), 1.0
+    tiling, scale = TilingConfig(), WanVAEConfig().scale_factor_spatial
+    size_h, size_w = tiling.tile_sample_min_height // scale, tiling.tile_sample_min_width // scale
+    if latent_h <= size_h and latent_w <= size_w:  # one call on the whole latent, as the run
+        return (latent_h, latent_w), 1.0
+    rows = tile_spans(latent_h, size_h, tiling.tile_sample_stride_height // scale)
+    cols = tile_spans(latent_w, size_w, tiling.tile_sample_stride_width // scale)
+    area = sum(h for _, h in rows) * sum(w for _, w in cols)
+    return (size_h, size_w), area / (size_h * size_w)
+
+
+def _compile_decoder(cfg: EvalConfig, video: VideoGeometry, compiler: TpuCompiler) -> PhaseProgram:
+    """``decode_unclipped``'s program on the largest tile, float32 weights as the run loads them."""
+    config = TINY_VAE_CONFIG if cfg.model.name in SEEDED_PRESETS else WanVAEConfig()
+    vae = nnx.eval_shape(lambda: WanVAE(config, rngs=nnx.Rngs(0)))
+    graphdef, state = nnx.split(vae)
+    (h, w), calls = decode_tiles(cfg, video)
+    z = jax.ShapeDtypeStruct((1, video.latent_frames, h, w, config.z_dim), jnp.float32)
+    lowered = _decode_split.lower(graphdef, *on_device((state, z), compiler.device))
+    program, flops = compiled_figures(lowered, compiler, Path(cfg.cache_dir))
+    scale = config.scale_factor_spatial
+    what = (
+        f"one {h * scale} x {w * scale}-pixel tile of {video.latent_frames} latent frames, "
+        f"float32 weights, {calls:.2f} tiles by area"
+        if calls != 1.0 or cfg.model.name not in SEEDED_PRESETS
+        else f"the whole {h * scale} x {w * scale} latent, float32 weights"
+    )
+    return PhaseProgram(program, flops, calls, what)
+
+
+def compiled_figures(
+    lowered: jax.stages.Lowered, compiler: TpuCompiler, cache_dir: Path
+) -> tuple[CompiledProgram, float]:
+    """A lowered program's compiled figures and FLOPs, from ``<cache_dir>/chip_programs/`` when
+    the same program was compiled by the same compiler before (its ``compile_s`` is then the
+    first compile's), else compiled now and kept there."""
+    key = hashlib.sha256(f"{compiler.describe()}\n{lowered.as_text()}".encode()).hexdigest()
+    path = cache_dir / "chip_programs" / f"{key[:32]}.json"
+    kept = _read_kept(path)
+    if kept is not None:
+        return kept
+    start = time.perf_counter()
+    compiled = lowered.compile()
+    program = program_figures(compiled, time.perf_counter() - start)
+    flops = _flops(compiled)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({**dataclasses.asdict(program), "flops": flops}))
+        os.replace(tmp, path)
+    except OSError:  # a read-only cache only costs the next dry run this compile
+        pass
+    return program, flops
+
+
+def _read_kept(path: Path) -> tuple[CompiledProgram, float] | None:
+    try:
+        raw: dict[str, Any] = json.loads(path.read_text())
+        flops = float(raw.pop("flops"))
+        return CompiledProgram(**raw), flops
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+def _flops(compiled: jax.stages.Compiled) -> float:
+    """XLA's FLOP count of a compiled program (0 when its backend gives none)."""
+    analysis = compiled.cost_analysis()
+    if isinstance(analysis, list | tuple):
+        analysis = analysis[0] if analysis else {}
+    return float((analysis or {}).get("flops", 0.0))
+
+
+def with_compiled_phases(
+    table: MemoryTable, phases: Mapping[str, PhaseProgram], described: str
+) -> MemoryTable:
+    """``table`` with its text-encoder and VAE rows the compiler's: each phase's program peak
+    (arguments with the weights, output, temporaries, code) on the chip that runs it."""
+    rows = {c: dict(r) for c, r in table.rows.items()}
+    notes = dict(table.notes)
+    for phase, component in PHASE_ROWS.items():
+        if phase not in phases or component not in rows:
+            continue
+        compiled = phases[phase]
+        rows[component] = dict.fromkeys(rows[component], compiled.program.peak_bytes)
+        notes[component] = _phase_note(phase, compiled, described)
+    return dataclasses.replace(table, rows=rows, notes=notes)
+
+
+def _phase_note(phase: str, compiled: PhaseProgram, described: str) -> str:
+    program = compiled.program
+    when = (
+        "while encoding a prompt (released before the loop)"
+        if phase == "encode"
+        else ("while decoding (after the loop)")
+    )
+    return (
+        f"peak {when}: {compiled.what}, compiled by {described} (weights and inputs "
+        f"{program.argument_bytes / GIB:.2f} GiB, temporaries {program.temp_bytes / GIB:.2f}, "
+        f"output {program.output_bytes / GIB:.2f}, code {program.code_bytes / GIB:.3f})"
+    )
+
+
+def phases_for_chip(
+    cfg: EvalConfig,
+    tcfg: WanTransformerConfig,
+    video: VideoGeometry,
+    compiler: TpuCompiler | None,
+    memory: MemoryTable,
+    problems: list[str],
+) -> tuple[MemoryTable, dict[str, PhaseProgram]]:
+    """``memory`` with the text encoder and VAE compiled for ``compiler``'s chip (unchanged, and
+    no programs, when no chip compiler ran); a refusal is appended to ``problems``.
+
+    Args:
+        cfg: the run's config.
+        tcfg: the transformer.
+        video: the video size.
+        compiler: the topology the loop was compiled for, or None.
+        memory: the memory table so far (the compiled loop's, or ours).
+        problems: appended with the compiler's refusal of either phase.
+
+    Returns:
+        The table and ``{"encode": ..., "decode": ...}``.
+    """
+    if compiler is None:
+        return memory, {}
+    try:
+        phases = compile_phases(cfg, tcfg, video, compiler)
+    except Exception as error:  # noqa: BLE001 - the compiler's refusal (HBM), in one line
+        problems.append(
+            f"compile for {compiler.describe()}: the text encoder or the VAE decode does not "
+            f"compile ({compiler_reason(error)}); lower param_dtype (bfloat16) or the resolution"
+        )
+        return memory, {}
+    return with_compiled_phases(memory, phases, compiler.describe()), phases
+
+
+def compiled_work(
+    loops: Mapping[str, CompiledProgram],
+    phases: Mapping[str, PhaseProgram],
+    described: str,
+) -> CompiledWork | None:
+    """The chip compiler's FLOPs of the two phases and every compile's seconds on this machine
+    (None without both phases compiled).
+
+    Args:
+        loops: arm -> its compiled loop's figures (empty when the loops were not compiled).
+        phases: ``compile_phases``' programs.
+        described: the compiler, in words.
+    """
+    if set(phases) != set(PHASE_ROWS):
+        return None
+    seconds = {arm: program.compile_s for arm, program in loops.items()}
+    seconds["shared"] = sum(p.program.compile_s for p in phases.values())
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return CompiledWork(
+        encode_flops=phases["encode"].total_flops,
+        decode_flops=phases["decode"].total_flops,
+        compile_s=seconds,
+        compiled_on=f"this machine ({os.cpu_count()} cores, load average {load:.1f})",
+        compiled_by=described,
+    )

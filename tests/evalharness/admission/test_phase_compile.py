@@ -1,0 +1,170 @@
+"""The text encoder and the VAE decode compiled as the run calls them: their rows, FLOPs and the
+compile row. Here on this host's XLA (the same code the TPU and H200 compilers run); the real TPU
+topology in the slow test at the end."""
+
+import json
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from evalharness.accelerator_env import libtpu_installed
+from evalharness.admission import dry_run
+from evalharness.admission.phase_compile import (
+    PHASE_ROWS,
+    PhaseProgram,
+    compile_phases,
+    compiled_figures,
+    compiled_work,
+    decode_tiles,
+    with_compiled_phases,
+)
+from evalharness.admission.run_timing import samples_per_step, time_of
+from evalharness.config import to_config
+from evalharness.estimates import CompiledProgram, MemoryTable, TpuCompiler, get_target
+from evalharness.estimates.run_time import text_encoder_flops, vae_decode_flops
+from models.config import get_transformer_config
+from models.tiny_components import TINY_UMT5_CONFIG, TINY_VAE_CONFIG
+from models.video_geometry import VideoGeometry
+from tests.helpers.harness_config import small_config
+
+MIB = 2**20
+HOST = TpuCompiler("cpu:1x1", "host CPU", 1, "test", jax.devices("cpu")[0], toolchain="XLA")
+
+
+def _config(tmp_path: Path, *overrides: str, small: bool = True):
+    cfg = to_config(small_config(tmp_path, *overrides, small=small))
+    video = VideoGeometry(cfg.resolution.frames, cfg.resolution.height, cfg.resolution.width)
+    return cfg, get_transformer_config(cfg.model.name), video
+
+
+def test_a_checkpoint_decodes_its_largest_tile_once_per_tile_area(tmp_path):
+    # 720p: latent 90 x 160; 32-latent tiles every 24: rows 32+32+32+18, columns 6 x 32 + 16.
+    cfg, _, video = _config(tmp_path, "model=wan2.1-t2v-14b", "resolution=720p", small=False)
+    hw, calls = decode_tiles(cfg, video)
+    assert hw == (32, 32)
+    assert calls == pytest.approx((3 * 32 + 18) * (6 * 32 + 16) / (32 * 32))
+    # The seeded presets decode the whole latent in one call.
+    cfg, _, video = _config(tmp_path)
+    assert decode_tiles(cfg, video) == (tuple(video.latent_shape()[-2:]), 1.0)
+
+
+def _phases():
+    """Two programs as a compiler reports them (MiB: arguments, output, temporaries, code)."""
+    return {
+        "encode": PhaseProgram(_program(21, 1, 3, 1, 40.0), 9.7e12, 1.0, "UMT5"),
+        "decode": PhaseProgram(_program(1, 2, 6, 1, 20.0), 4.4e13, 23.2, "a tile"),
+    }
+
+
+def _program(args: int, out: int, temp: int, code: int, seconds: float) -> CompiledProgram:
+    return CompiledProgram(args * MIB, out * MIB, temp * MIB, code * MIB, seconds)
+
+
+@pytest.mark.slow
+def test_both_phases_compile_as_the_run_calls_them(tmp_path):
+    cfg, tcfg, video = _config(tmp_path)
+    phases = compile_phases(cfg, tcfg, video, HOST)
+    assert set(phases) == set(PHASE_ROWS)
+    for phase in phases.values():
+        program = phase.program
+        assert program.argument_bytes > 0 and program.output_bytes > 0
+        assert phase.flops > 0 and phase.total_flops == phase.flops * phase.calls
+
+
+def test_the_phases_rows_are_the_compiled_programs_peaks():
+    phases = _phases()
+    model = MemoryTable(
+        rows={
+            "transformer weights": {"dense": 100 * MIB, "sparse": 100 * MIB},
+            "text encoder": {"dense": 1, "sparse": 1},
+            "denoising step (compiled)": {"dense": 5 * MIB, "sparse": 7 * MIB},
+            "VAE decode": {"dense": 2, "sparse": 2},
+        },
+        phases={
+            "transformer weights": "resident",
+            "text encoder": "encode",
+            "denoising step (compiled)": "denoise",
+            "VAE decode": "decode",
+        },
+        notes={"text encoder": "ours (our model)", "VAE decode": "ours (our model)"},
+        device_bytes=1024 * MIB,
+    )
+    table = with_compiled_phases(model, phases, HOST.describe())
+    for phase, component in PHASE_ROWS.items():
+        peak = phases[phase].program.peak_bytes
+        assert table.rows[component] == {"dense": peak, "sparse": peak}
+        assert table.phase_bytes("sparse")[phase] == 100 * MIB + peak
+        assert "our model" not in table.notes[component]
+        assert HOST.describe() in table.notes[component]
+    assert table.rows["denoising step (compiled)"] == model.rows["denoising step (compiled)"]
+
+
+@pytest.mark.slow
+def test_the_time_table_takes_the_compiled_flops_and_a_compile_row(tmp_path):
+    cfg, tcfg, video = _config(tmp_path, "dtype=float32")
+    phases = _phases()
+    compiled = compiled_work({"dense": _Loop(30.0), "sparse": _Loop(50.0)}, phases, "the chip")
+    target = get_target("h200")
+    ours = time_of(cfg, tcfg, video, target, 1, None)
+    timing = time_of(cfg, tcfg, video, target, 1, None, compiled)
+    # Each prompt of a pair (two with guidance) the compiled program's FLOPs, at our rate.
+    prompts = samples_per_step(cfg)
+    ours_flops = text_encoder_flops(TINY_UMT5_CONFIG, tcfg.text_len, prompts)
+    ratio = prompts * phases["encode"].total_flops / ours_flops
+    assert timing.once["text encoding"]["shared"] == pytest.approx(
+        ours.once["text encoding"]["shared"] * ratio, rel=1e-9
+    )
+    assert timing.once["compile"]["dense"] == 30.0
+    assert timing.once["compile"]["shared"] == 60.0
+    assert timing.once["compile"]["sparse"] == 50.0
+    assert "not known here" in timing.once_sources["compile"]
+    assert "cost analysis by the chip" in timing.once_sources["VAE decode"]
+    assert "compile" not in ours.once
+    # The decode: every tile's FLOPs at our model's float32 rate.
+    ratio = phases["decode"].total_flops / _decode_flops(cfg, video)
+    assert timing.once["VAE decode"]["dense"] == pytest.approx(
+        ours.once["VAE decode"]["dense"] * ratio, rel=1e-9
+    )
+
+
+def _decode_flops(cfg, video) -> float:
+    frames, h, w = video.latent_shape()[1:]
+    return vae_decode_flops(TINY_VAE_CONFIG, frames, (h, w), None)
+
+
+class _Loop:
+    def __init__(self, seconds: float):
+        self.compile_s = seconds
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not libtpu_installed(), reason="needs libtpu: pip install -e '.[tpu]'")
+def test_a_tpu_dry_run_compiles_the_text_encoder_and_the_vae_for_the_chip(tmp_path):
+    cfg = small_config(tmp_path, "dry_run=true", "target=tpu-v6e-1", "chip_compile=step")
+    code, report = dry_run(cfg)
+    assert code == 0, report
+    assert "the text encoder and the VAE decode compiled too" in report
+    for component in PHASE_ROWS.values():
+        row = next(line for line in report.splitlines() if line.startswith(f"- {component}:"))
+        assert "compiled by TPU v6 lite 1x1 by libtpu" in row and "our model" not in row
+    assert "| compile |" in report
+
+
+def test_a_programs_figures_are_kept_and_read_back_for_the_same_program(tmp_path):
+    def lowered(n: int):
+        x = jax.ShapeDtypeStruct((n, n), jnp.float32)
+        return jax.jit(lambda a: jnp.tanh(a @ a)).lower(x)
+
+    program, flops = compiled_figures(lowered(64), HOST, tmp_path)
+    kept = list((tmp_path / "chip_programs").glob("*.json"))
+    assert len(kept) == 1 and flops > 0
+    assert compiled_figures(lowered(64), HOST, tmp_path) == (program, flops)
+    # Another program is another entry; a damaged entry is compiled again and rewritten.
+    compiled_figures(lowered(32), HOST, tmp_path)
+    assert len(list((tmp_path / "chip_programs").glob("*.json"))) == 2
+    kept[0].write_text("{not json")
+    again, again_flops = compiled_figures(lowered(64), HOST, tmp_path)
+    assert again_flops == flops and again.argument_bytes == program.argument_bytes
+    assert json.loads(kept[0].read_text())["flops"] == flops
