@@ -241,7 +241,7 @@ def save_torch_layout_flat(flat: dict, path: Path, dtype=None) -> None:
     tensors = {}
     for name, variable in flat.items():
         value = jnp.asarray(variable.get_value() if hasattr(variable, "get_value") else variable)
-        tensors[name] = np.asarray(value.astype(dtype) if dtype is not None else value)
+        tensors[name] = np.ascontiguousarray(value.astype(dtype) if dtype is not None else value)
     save_file(tensors, str(path))
 
 

@@ -55,7 +55,9 @@ def save_transformer(transformer: WanTransformer, folder: Path) -> None:
         for part in path:
             node = node[part]
         value = np.asarray(node.get_value() if hasattr(node, "get_value") else node)
-        tensors[key] = _to_torch_layout(value, transform.__name__).astype(STORAGE_DTYPE)
+        # Contiguous: safetensors writes an array's memory as it lies, whatever its strides.
+        torch_value = _to_torch_layout(value, transform.__name__).astype(STORAGE_DTYPE)
+        tensors[key] = np.ascontiguousarray(torch_value)
     save_file(tensors, str(folder / "diffusion_pytorch_model.safetensors"))
 
 

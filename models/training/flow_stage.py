@@ -27,7 +27,7 @@ from models.shapes_data import make_clip
 from models.text_encoder import UMT5Encoder
 from models.tiny_components import TINY_UMT5_CONFIG
 from models.tokenizer import ByteTokenizer, tokenize_batch
-from models.training.loop import run_steps
+from models.training.loop import learning_rate_schedule, run_steps
 from models.training.settings import UNCONDITIONAL_PROMPTS, TrainSettings
 from models.training.tracking import MetricLogger
 from models.training.vae_stage import to_unit
@@ -138,12 +138,8 @@ def train_flow(
 ) -> TextToVideo:
     """Trains (or resumes, or reloads when done) the text encoder and transformer on ``pool``."""
     model = TextToVideo(settings, rngs=nnx.Rngs(settings.seed))
-    schedule = optax.warmup_cosine_decay_schedule(
-        0.0,
-        settings.transformer_lr,
-        settings.warmup_steps,
-        settings.transformer_steps,
-        settings.transformer_lr * 0.05,
+    schedule = learning_rate_schedule(
+        settings.transformer_lr, settings.warmup_steps, settings.transformer_steps
     )
     tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=0.01))
     optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)

@@ -5,11 +5,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import optax
 from flax import nnx
 from tqdm import tqdm
 
 from models.training.checkpoints import restore_checkpoint, save_checkpoint
 from models.training.tracking import MetricLogger
+
+
+def learning_rate_schedule(peak: float, warmup: int, total: int) -> optax.Schedule:
+    """Linear warm-up to ``peak`` (at most ``total - 1`` steps), then cosine decay to 5% of it."""
+    warmup = min(warmup, total - 1)
+    return optax.warmup_cosine_decay_schedule(0.0, peak, warmup, total, peak * 0.05)
 
 
 def checkpoint_path(run_dir: Path, stage: str) -> Path:

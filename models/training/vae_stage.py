@@ -20,7 +20,7 @@ import optax
 from flax import nnx
 
 from models.shapes_data import draw_clip, make_clip, object_tracks, render_clip
-from models.training.loop import run_steps
+from models.training.loop import learning_rate_schedule, run_steps
 from models.training.settings import TrainSettings
 from models.training.tracking import MetricLogger
 from models.vae_encoder import WanAutoencoder, with_latent_statistics
@@ -120,9 +120,7 @@ def train_vae(
     """Trains (or resumes, or reloads when done) the autoencoder; returns it with its latent
     statistics set."""
     model = WanAutoencoder(settings.vae_config(), rngs=nnx.Rngs(settings.seed))
-    schedule = optax.warmup_cosine_decay_schedule(
-        0.0, settings.vae_lr, settings.warmup_steps, settings.vae_steps, settings.vae_lr * 0.05
-    )
+    schedule = learning_rate_schedule(settings.vae_lr, settings.warmup_steps, settings.vae_steps)
     tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=0.0))
     optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
     key = jax.random.key(settings.seed)

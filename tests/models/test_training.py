@@ -1,0 +1,153 @@
+"""Training the tiny Wan: the flow-matching loss falls, a resumed run equals an uninterrupted one,
+the exported folder loads through the checkpoint path a real Wan folder uses, refusals."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from models.checkpoint import checkpoint_prompt_encoder, checkpoint_vae, locate_checkpoint
+from models.loading import load_transformer
+from models.tokenizer import ByteTokenizer, TokenizerJsonTokenizer
+from models.training.__main__ import main
+from models.training.export import export_checkpoint, save_byte_tokenizer
+from models.training.flow_stage import TextToVideo, flow_batch, flow_loss, train_flow
+from models.training.settings import preset
+from models.training.tracking import CallbackLogger
+from models.vae_encoder import WanAutoencoder, with_latent_statistics
+
+# The smoke preset, smaller still: one compile of a one-block transformer on 2x2x3 latent tokens.
+SETTINGS = dataclasses.replace(preset("smoke"), transformer_steps=16, checkpoint_every=4)
+PROMPTS = [
+    "a red circle moves slowly to the left on a dark blue background",
+    "a white square moves quickly up on a black background",
+]
+
+
+def _pool() -> np.ndarray:
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((2, 16, 1, 4, 6)).astype(np.float32)
+    return np.repeat(base, 2, axis=2).astype(np.float16)  # [N, C, F=2, h, w]
+
+
+def _silent():
+    return CallbackLogger(lambda *_: None)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """The flow stage trained for 8 steps, its run folder and its logged losses."""
+    run_dir = tmp_path_factory.mktemp("run")
+    losses = []
+    logger = CallbackLogger(lambda name, value, step: losses.append(value))
+    model = train_flow(SETTINGS, run_dir, logger, _pool(), PROMPTS, progress=False)
+    return model, run_dir, losses
+
+
+def _fixed_batch_loss(model: TextToVideo) -> float:
+    batch = {k: jnp.asarray(v) for k, v in flow_batch(SETTINGS, 0, _pool(), PROMPTS).items()}
+    return float(nnx.jit(flow_loss)(model, batch))
+
+
+def test_the_flow_matching_loss_falls(trained):
+    model, _, losses = trained
+    assert len(losses) == SETTINGS.transformer_steps
+    fresh = TextToVideo(SETTINGS, rngs=nnx.Rngs(SETTINGS.seed))
+    assert _fixed_batch_loss(model) < 0.8 * _fixed_batch_loss(fresh)
+
+
+class _Interrupt(Exception):
+    pass
+
+
+def test_a_resumed_run_ends_where_an_uninterrupted_one_does(trained, tmp_path):
+    model, _, _ = trained
+
+    def stop_at_step_6(name, value, step):
+        if step == 6:  # after the checkpoint at step 4, before the one at step 8
+            raise _Interrupt
+
+    with pytest.raises(_Interrupt):
+        train_flow(
+            SETTINGS, tmp_path, CallbackLogger(stop_at_step_6), _pool(), PROMPTS, progress=False
+        )
+    # Restores step 4 (weights and optimizer state) and runs the rest.
+    resumed = train_flow(SETTINGS, tmp_path, _silent(), _pool(), PROMPTS, progress=False)
+    for a, b in zip(
+        jax.tree.leaves(nnx.state(model)), jax.tree.leaves(nnx.state(resumed)), strict=True
+    ):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_the_tokenizer_file_gives_the_byte_tokenizer_ids(tmp_path):
+    save_byte_tokenizer(tmp_path)
+    from_file = TokenizerJsonTokenizer(tmp_path / "tokenizer.json")
+    assert (from_file.pad_id, from_file.eos_id) == (ByteTokenizer.pad_id, ByteTokenizer.eos_id)
+    for text in [*PROMPTS, "", "naïve café ✓ 日本 </s> <pad>"]:
+        assert from_file.tokenize(text) == ByteTokenizer().tokenize(text)
+
+
+@pytest.mark.slow  # compiles the loaded model beside the trained one: about a minute on 2 cores
+def test_the_export_loads_through_the_checkpoint_path(trained, tmp_path):
+    model, _, _ = trained
+    ae = WanAutoencoder(SETTINGS.vae_config(), rngs=nnx.Rngs(0))
+    ae = with_latent_statistics(ae, tuple(np.linspace(-0.2, 0.2, 16)), tuple(np.full(16, 1.5)))
+    folder = export_checkpoint(
+        tmp_path / "ckpt",
+        autoencoder=ae,
+        text_encoder=model.text_encoder,
+        transformer=model.transformer,
+        settings=SETTINGS,
+        command=["python", "-m", "models.training"],
+        metrics={"flow_loss": 1.0},
+    )
+    checkpoint = locate_checkpoint(folder)
+    cfg = SETTINGS.transformer_config()
+    transformer = load_transformer(checkpoint.transformer, config=cfg)
+    encoder = checkpoint_prompt_encoder(checkpoint, max_length=cfg.text_len)
+    assert checkpoint_vae(checkpoint).config == ae.config
+    # The loaded model computes what the trained one does, up to float16 storage.
+    batch = {k: jnp.asarray(v) for k, v in flow_batch(SETTINGS, 3, _pool(), PROMPTS).items()}
+    context = encoder.encode([PROMPTS[0]])
+    expected_context = model.context(*(batch[k][:1] for k in ("input_ids", "attention_mask")))
+    tokens = encoder.tokenizer.tokenize(PROMPTS[0])
+    assert np.asarray(batch["input_ids"][0, : len(tokens)]).tolist() == tokens
+    np.testing.assert_allclose(context, expected_context, atol=2e-2 * np.abs(context).max())
+    x = batch["x0"][:1]
+    ours = transformer(x, jnp.full((1,), 500.0), jnp.asarray(context))
+    theirs = model.transformer(x, jnp.full((1,), 500.0), jnp.asarray(context))
+    np.testing.assert_allclose(ours, theirs, atol=2e-2 * float(jnp.abs(theirs).max()))
+    record = (folder / "training.json").read_text()
+    assert '"settings"' in record and '"commit"' in record and '"command"' in record
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--set", "vae_stepz=3"], "--set vae_stepz=3: expected name=value with a name among"),
+        (["--set", "vae_steps=many"], "--set vae_steps=many: expected an integer"),
+        (["--set", "frames=32"], "frames must be 4k+1"),
+        (["--set", "prompt_dropout=1.5"], "prompt_dropout=1.5 must be in [0, 1)"),
+    ],
+)
+def test_bad_settings_are_refused_with_exit_2(tmp_path, capsys, argv, message):
+    code = main(["--out", str(tmp_path / "run"), "--preset", "smoke", "--no-mlflow", *argv])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error:") and message in err[-1]
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_folder_of_another_run_is_refused_with_exit_2(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "settings.json").write_text(preset("smoke", seed=5).to_json())
+    code = main(["--out", str(run_dir), "--preset", "smoke", "--no-mlflow"])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error:") and "seed: 5 in the folder vs 0" in err
