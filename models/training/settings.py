@@ -50,14 +50,14 @@ class TrainSettings:
     frames: int = 33
     height: int = 192
     width: int = 320
-    vae_steps: int = 1500
+    vae_steps: int = 1200
     vae_batch: int = 4
     vae_lr: float = 2e-3
     vae_crop_frames: int = 9
     vae_crop_size: int = 64
     vae_kl_weight: float = 1e-6
     vae_stat_clips: int = 16
-    latent_clips: int = 512
+    latent_clips: int = 384
     transformer_steps: int = 1600
     transformer_batch: int = 1
     transformer_lr: float = 5e-4
