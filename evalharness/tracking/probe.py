@@ -45,8 +45,9 @@ SERVER_FIX = (
 )
 POSTGRES_FIX = (
     "check the host, port, database name and credentials in logger.tracking_uri (PostgreSQL: "
-    "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DATABASE, the database made with createdb), "
-    "point it at an MLflow server (http://HOST:PORT), or run with logger=none"
+    "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DATABASE, or the password kept out of the URI "
+    "in PGPASSWORD or a PGPASSFILE password file; the database made with createdb), point it at "
+    "an MLflow server (http://HOST:PORT), or run with logger=none"
 )
 DATABASE_FIX = (
     "check the host, port, database name and credentials in logger.tracking_uri, point it at an "
