@@ -169,7 +169,11 @@ def test_a_run_the_gate_a_search_and_a_report_work_with_credentials_from_the_env
     commands = _commands(team, tmp_path)
     for name in ("harness", "gate", "reports", "search"):
         done = _run(commands[name], tmp_path, member)
-        assert done.returncode == 0, f"{name}: {done.stdout[-3000:]}{done.stderr[-3000:]}"
+        # The search's one trial may be slower than dense on a busy CPU: then it recommends
+        # nothing and exits 1, having logged its trial all the same (checked below).
+        allowed = (0, 1) if name == "search" else (0,)
+        output = f"{name}: {done.stdout[-3000:]}{done.stderr[-3000:]}"
+        assert done.returncode in allowed and "Traceback" not in done.stderr, output
         assert member.password not in done.stdout + done.stderr
     for key, value in zip(LOGIN_VARS, (member.username, member.password), strict=True):
         monkeypatch.setenv(key, value)
@@ -186,4 +190,5 @@ def test_a_run_the_gate_a_search_and_a_report_work_with_credentials_from_the_env
     assert not [p for p in written if member.password.encode() in p.read_bytes()]
     assert (tmp_path / "report" / "report.md").is_file()
     search = client.get_experiment_by_name(f"{EXPERIMENT}-search")
-    assert len(client.search_runs([search.experiment_id])) >= 2  # the parent and its trial
+    searched = client.search_runs([search.experiment_id])
+    assert len(searched) >= 2 and {r.info.status for r in searched} == {"FINISHED"}
