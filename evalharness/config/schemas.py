@@ -338,6 +338,10 @@ class EvalConfig:
     target: str | None = None  # dry-run device: tpu-v6e-1, tpu-v6e-8, h200, cpu (None: this host)
     # What a TPU target's dry run compiles for the chip, with libtpu installed (ChipCompileMode).
     chip_compile: ChipCompileMode = ChipCompileMode.step
+    # Whether that chip compile also compiles the text encoder and the VAE decode (our model's
+    # rows otherwise): off by default, since the VAE decode's TPU compile ran past 25 minutes for
+    # 14B at 720p on a 2-core machine.
+    chip_compile_phases: bool = False
 
 
 def schema(node_type: type) -> DictConfig:

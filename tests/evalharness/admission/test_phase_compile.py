@@ -142,7 +142,13 @@ class _Loop:
 @pytest.mark.slow
 @pytest.mark.skipif(not libtpu_installed(), reason="needs libtpu: pip install -e '.[tpu]'")
 def test_a_tpu_dry_run_compiles_the_text_encoder_and_the_vae_for_the_chip(tmp_path):
-    cfg = small_config(tmp_path, "dry_run=true", "target=tpu-v6e-1", "chip_compile=step")
+    cfg = small_config(
+        tmp_path,
+        "dry_run=true",
+        "target=tpu-v6e-1",
+        "chip_compile=step",
+        "chip_compile_phases=true",
+    )
     code, report = dry_run(cfg)
     assert code == 0, report
     assert "the text encoder and the VAE decode compiled too" in report

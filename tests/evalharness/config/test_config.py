@@ -78,6 +78,7 @@ def _expected_params(tmp_path) -> dict:
         "model.revision": None,
         "model.param_dtype": "float32",
         "model.seed": 0,
+        "model.scan_layers": False,
         "resolution.name": "cpu",
         "resolution.frames": 33,
         "resolution.height": 192,
@@ -137,6 +138,7 @@ def _expected_params(tmp_path) -> dict:
         "dry_run": False,
         "target": None,
         "chip_compile": "step",
+        "chip_compile_phases": False,
     }
 
 
