@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     try:  # a wrong server or database is refused in seconds (MLflow would retry for minutes)
         check_tracking("mlflow", args.tracking_uri, args.experiment)
     except TrackingUnavailable as refusal:
-        print(f"reports: {refusal}", file=sys.stderr)
+        print(f"error: reports: {refusal}", file=sys.stderr)
         return 2
     uri = args.tracking_uri or default_tracking_uri(args.output_root)
     client = open_client(uri)
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             client, runs, out, source=f"{source} at {redacted(uri)}", plan_run=args.plan_run
         )
     except ReportError as err:
-        print(f"reports: {err}", file=sys.stderr)
+        print(f"error: reports: {err}", file=sys.stderr)
         return 2
     for note in report.missing:
         print(f"reports: {note}", file=sys.stderr)

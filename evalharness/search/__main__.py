@@ -23,8 +23,10 @@ from evalharness.refusal import CONFIG_ERRORS, PreflightRefusal
 from evalharness.search.settings import register_search_configs, unknown_search_key
 from evalharness.search.study_run import dry_run_search, run_search
 from evalharness.search.summary import answer_lines
+from evalharness.tracking import redact_logs
 
 log = logging.getLogger("evalharness.search")
+redact_logs()  # Hydra logs the overrides, logger.tracking_uri's password among them
 register_configs()
 register_search_configs()
 
