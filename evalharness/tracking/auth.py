@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from evalharness.tracking.store import environment
+
 if TYPE_CHECKING:
     from evalharness.tracking.store import TrackingUnavailable
 
@@ -201,17 +203,9 @@ def server_env(config: Path, admin: Credentials) -> dict[str, str]:
 def signed_in(credentials: Credentials) -> Iterator[None]:
     """MLflow's client credentials (``MLFLOW_TRACKING_USERNAME``/``_PASSWORD``) set to
     ``credentials`` for the body, restored after (process-wide: for a command's own requests)."""
-    saved = {name: os.environ.get(name) for name in (USERNAME_VAR, PASSWORD_VAR)}
-    os.environ[USERNAME_VAR] = credentials.username
-    os.environ[PASSWORD_VAR] = credentials.password
-    try:
+    login = {USERNAME_VAR: credentials.username, PASSWORD_VAR: credentials.password}
+    with environment(login):
         yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def ensure_postgres_database(database_uri: str, name: str) -> str:

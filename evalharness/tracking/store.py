@@ -216,8 +216,16 @@ def bounded_http(retries: int, timeout_s: float) -> Iterator[None]:
         MLFLOW_HTTP_REQUEST_MAX_RETRIES.name: str(retries),
         MLFLOW_HTTP_REQUEST_TIMEOUT.name: str(int(timeout_s)),
     }
-    saved = {name: os.environ.get(name) for name in bounds}
-    os.environ.update(bounds)
+    with environment(bounds):
+        yield
+
+
+@contextlib.contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """The environment variables ``values`` set for the body, each restored (or removed) after;
+    process-wide, like MLflow's own reading of them."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
     try:
         yield
     finally:
