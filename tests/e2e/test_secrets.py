@@ -27,21 +27,11 @@ from evalharness.tracking import TrackingUnavailable, check_tracking, open_clien
 from evalharness.tracking.postgres import postgres_server
 from tests.helpers.harness_config import SMALL
 from tests.helpers.mlflow_server import harness_command, postgres_missing
+from tests.helpers.search_config import ONE_TRIAL
 
 EXPERIMENT = "secrets"
 # One trial over a grid of one point: the search's own files and MLflow parent, at the tests' size.
-ONE_TRIAL = [
-    "search.trials=1",
-    "search.study_name=planted",
-    "search.routing_samples=[8]",
-    "search.variant=[b3]",
-    "search.reference=[]",
-    "search.density.low=0.5",
-    "search.density.high=0.5",
-    "search.first_times_fp.high=0.0",
-    "search.first_layers_fp.high=0.0",
-    "gate.min_psnr_db=10",
-]
+SEARCH = [*ONE_TRIAL, "search.study_name=planted", "gate.min_psnr_db=10"]
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +116,7 @@ def test_a_planted_password_is_written_down_nowhere(store, tmp_path):
     sweep = harness_command(tmp_path, *uri, *fewer_compiles, "-m", "seed=0", cache_dir=cache)
     consoles = [_run(tmp_path, "sweep", sweep)]
     small = [o for o in SMALL if not o.startswith("schedule.")]
-    search = [sys.executable, "-m", "evalharness.search", *small, *ONE_TRIAL, "progress=off"]
+    search = [sys.executable, "-m", "evalharness.search", *small, *SEARCH]
     folders = [f"output_root={tmp_path / 'outputs'}", f"cache_dir={cache}"]
     consoles.append(_run(tmp_path, "search", [*search, *folders, *uri]))
     report = [sys.executable, "-m", "reports", "--tracking-uri", store]

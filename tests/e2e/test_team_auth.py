@@ -21,24 +21,13 @@ from mlflow.tracking import MlflowClient
 from evalharness.tracking import auth
 from tests.helpers.harness_config import SMALL
 from tests.helpers.mlflow_server import harness_command, postgres_missing, team_server
+from tests.helpers.search_config import ONE_TRIAL
 
 pytestmark = pytest.mark.slow  # a PostgreSQL and an MLflow server, whole-harness runs
 
 EXPERIMENT = "team-auth"
 MEMBER = auth.Credentials("alice", "alices-password-0123")
 LOGIN_VARS = (auth.USERNAME_VAR, auth.PASSWORD_VAR)
-# A search of one trial at one fixed point of the small config (every knob's low == high).
-ONE_TRIAL_SEARCH = [
-    "search.trials=1",
-    "search.routing_samples=[8]",
-    "search.variant=[b3]",
-    "search.reference=[]",
-    "search.density.low=0.5",
-    "search.density.high=0.5",
-    "search.first_times_fp.high=0.0",
-    "search.first_layers_fp.high=0.0",
-    "progress=off",
-]
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +98,7 @@ def _commands(team, tmp_path: Path) -> dict[str, list[str]]:
             *("--tracking-uri", team.uri, "--out", str(tmp_path / "report")),
         ],
         "search": [
-            *(sys.executable, "-m", "evalharness.search", *small, *ONE_TRIAL_SEARCH),
+            *(sys.executable, "-m", "evalharness.search", *small, *ONE_TRIAL),
             *(f"output_root={tmp_path / 'outputs'}", f"cache_dir={tmp_path / 'cache'}", uri),
             f"logger.experiment_name={EXPERIMENT}-search",
         ],

@@ -27,6 +27,18 @@ SEARCH = [
     "search.first_layers_fp.high=0.0",
     "progress=off",
 ]
+# One trial at one fixed point of the small config (every knob's low == high).
+ONE_TRIAL = [
+    "search.trials=1",
+    "search.routing_samples=[8]",
+    "search.variant=[b3]",
+    "search.reference=[]",
+    "search.density.low=0.5",
+    "search.density.high=0.5",
+    "search.first_times_fp.high=0.0",
+    "search.first_layers_fp.high=0.0",
+    "progress=off",
+]
 
 
 def compose_cfg(tmp_path: Path, *overrides: str, name: str = "search") -> DictConfig:
