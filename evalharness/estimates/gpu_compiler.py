@@ -20,7 +20,7 @@ import importlib.metadata
 import os
 from pathlib import Path
 
-from evalharness.accelerator_env import cuda_plugin_installed
+from models.accelerator_env import cuda_plugin_installed
 from evalharness.estimates.tpu_compiler import TpuCompiler, TpuCompilerUnavailable
 
 # The target configs we state, by target topology name.

@@ -10,7 +10,7 @@ the ahead-of-time route of MaxText's ``train_compile.py`` and axlearn's
 
 libtpu must not initialise a TPU or query a cloud metadata server here: :func:`topology_compiler`
 refuses unless ``JAX_PLATFORMS`` leaves the TPU out and ``TPU_SKIP_MDS_QUERY=1`` is set
-(``evalharness.accelerator_env`` sets both when the harness is imported first).
+(``models.accelerator_env`` sets both when the harness is imported first).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 
 import jax
 
-from evalharness.accelerator_env import libtpu_installed
+from models.accelerator_env import libtpu_installed
 
 
 @dataclass(frozen=True)

@@ -138,20 +138,3 @@ def routing_spectrum(
         }
         for i, share in enumerate(shares)
     ]
-
-
-def main() -> None:
-    """Prints the routing spectrum at the CPU preset's geometry and at 21 frames."""
-    for geometry in (TokenGeometry(9, 12, 20), TokenGeometry(21, 6, 10)):
-        print(f"{geometry} (N={geometry.tokens}), band density 0.35")
-        print("share | all rows: spatial, temporal -> routed | frame 0 rows: spatial, temporal")
-        for row in routing_spectrum(geometry, 0.35):
-            print(
-                f"{row['share']:.2f} | {row['spatial_error']:.3e}, {row['temporal_error']:.3e} "
-                f"-> {row['routed']} | {row['frame0_spatial_error']:.3e}, "
-                f"{row['frame0_temporal_error']:.3e}"
-            )
-
-
-if __name__ == "__main__":
-    main()

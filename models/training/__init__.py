@@ -1,1 +1,9 @@
-"""Training the tiny Wan on moving-shapes clips: ``python -m models.training`` (see ``__main__``)."""
+"""Training the tiny Wan on moving-shapes clips: ``python -m models.training`` (see ``__main__``).
+
+The package's first import keeps libtpu off a machine without TPU chips before JAX loads
+(``models.accelerator_env``), as the harness's does.
+"""
+
+from models.accelerator_env import guard_libtpu
+
+guard_libtpu()

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from evalharness.accelerator_env import libtpu_installed
+from models.accelerator_env import libtpu_installed
 from evalharness.admission import dry_run
 from evalharness.estimates import get_target, topology_compiler
 from evalharness.estimates.tpu_compiler import compile_for, unsafe_environment

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from evalharness.accelerator_env import libtpu_installed
+from models.accelerator_env import libtpu_installed
 from evalharness.admission import dry_run
 from evalharness.admission.phase_compile import (
     PHASE_ROWS,

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from evalharness.accelerator_env import cuda_plugin_installed
+from models.accelerator_env import cuda_plugin_installed
 from evalharness.estimates import TpuCompilerUnavailable, compile_for, gpu_topology_compiler
 
 needs_plugin = pytest.mark.skipif(

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from evalharness.accelerator_env import (
+from models.accelerator_env import (
     COMPILE_ONLY_HOST,
     GOOGLE_PCI_VENDOR,
     guard_settings,
