@@ -177,6 +177,23 @@ def test_fsdp_parameters_give_the_same_denoising(tiny):
     assert_allclose(got.latents, want.latents, atol=ATOL)
 
 
+def test_scanned_fsdp_model_routes_and_denoises_as_the_unrolled_oracle(tiny, oracle):
+    """The scanned model (traced layer index, stacked fsdp weights) on 8 devices: the one-device
+    unrolled run's latents and routing, layer 0 dense by the traced branch."""
+    _, latents, context, _ = tiny
+    want, want_routing = oracle["sparse"]
+    mesh = make_mesh(8)
+    scanned = WanTransformer(get_transformer_config("tiny"), rngs=nnx.Rngs(0), scan_layers=True)
+    place_params(scanned, mesh, "fsdp", min_size=0)
+    kernel = scanned.blocks.attn1.to_q.kernel[...]
+    assert kernel.sharding.shard_shape(kernel.shape) == (2, 32, 256)  # [layers, dim / 8, dim]
+    policy = _policy(SPARSE, record_stats=True)
+    loop = DenoiseLoop(scanned, make_sampler("euler", STEPS, 3.0), attend=parallelize(policy, mesh))
+    got = loop(latents, context, None)
+    assert_allclose(got.latents, want, atol=ATOL)
+    np.testing.assert_array_equal(policy.stats.temporal, want_routing)
+
+
 def test_fourteen_b_fits_eight_devices_under_fsdp():
     model = abstract_transformer(get_transformer_config("wan2.1-t2v-14b"), param_dtype=jnp.bfloat16)
     mesh = make_mesh(8)
@@ -217,6 +234,8 @@ def test_checkpoint_streams_onto_the_mesh_sharded(tmp_path):
 
     torch = pytest.importorskip("torch")
     diffusers = pytest.importorskip("diffusers")
+    from jax.sharding import PartitionSpec as P
+
     from models.loading import load_transformer
     from models.sharding import param_shardings
 
@@ -245,6 +264,17 @@ def test_checkpoint_streams_onto_the_mesh_sharded(tmp_path):
     assert all(len(x.sharding.device_set) == 8 for x in leaves)
     for a, b in zip(jax.tree.leaves(nnx.state(plain)), leaves, strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    stacked = load_transformer(
+        tmp_path,
+        shardings=functools.partial(param_shardings, mesh=mesh, rule="fsdp", min_size=0),
+        scan_layers=True,
+    )
+    kernel = stacked.blocks.ffn.proj_in.kernel[...]
+    assert kernel.sharding.spec == P(None, None, "seq")  # each layer split as unrolled
+    for layer, block in enumerate(plain.blocks):
+        per_layer = jax.tree.leaves(nnx.state(block))
+        for a, b in zip(per_layer, jax.tree.leaves(nnx.state(stacked.blocks)), strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b)[layer])
 
 
 def test_cross_attention_by_head_groups_keeps_sharded_tokens_local():

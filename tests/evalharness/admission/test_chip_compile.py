@@ -84,7 +84,9 @@ def _verdict_line(report: str) -> str:
     return next(line for line in report.splitlines() if line.startswith("## Verdict"))
 
 
-def _tiny_dry_run(tmp_path, vmem_limit_mib: int, mode: str, target: str = "tpu-v6e-1"):
+def _tiny_dry_run(
+    tmp_path, vmem_limit_mib: int, mode: str, target: str = "tpu-v6e-1", *overrides: str
+):
     cfg = small_config(
         tmp_path,
         "dry_run=true",
@@ -93,6 +95,7 @@ def _tiny_dry_run(tmp_path, vmem_limit_mib: int, mode: str, target: str = "tpu-v
         "kernel.block_kv=512",
         f"kernel.vmem_limit_bytes={vmem_limit_mib * 2**20}",
         f"chip_compile={mode}",
+        *overrides,
         small=False,
     )
     return dry_run(cfg)
@@ -114,12 +117,17 @@ def test_mosaic_refuses_tiles_over_its_vmem_limit_and_the_dry_run_says_so(tmp_pa
         assert code == 0, report
 
 
-def test_the_whole_loop_is_compiled_on_the_eight_chip_mesh_with_its_all_to_all(tmp_path):
-    code, report = _tiny_dry_run(tmp_path, 32, "step", target="tpu-v6e-8")
+@pytest.mark.parametrize("scan_layers", ["auto", "false"])
+def test_the_whole_loop_is_compiled_on_the_eight_chip_mesh_with_its_all_to_all(
+    tmp_path, scan_layers
+):
+    overrides = (f"model.scan_layers={scan_layers}",)
+    code, report = _tiny_dry_run(tmp_path, 32, "step", "tpu-v6e-8", *overrides)
     assert code == 0, report
     assert "compiled for TPU v6 lite 2x4 by libtpu " in _verdict_line(report)
     assert "each arm's whole denoising loop (every layer, 8 chips on the sequence mesh" in report
-    layers = get_transformer_config("tiny").num_layers
+    # A TPU scans the layers by default: the program holds one layer's body, unrolled every layer.
+    layers = 1 if scan_layers == "auto" else get_transformer_config("tiny").num_layers
     # q, k and v to heads and the output back: four all-to-all per layer; the sparse arm's
     # program holds its dense branch's exchange and its sparse branch's.
     dense = re.search(r"dense: (\d+) all-to-all", report)
