@@ -3,12 +3,10 @@
 For a TPU target seen from a machine without a TPU, with libtpu installed, XLA's TPU compiler
 and Mosaic (``evalharness.estimates.tpu_compiler``) compile, as ``chip_compile`` says:
 
-- ``step`` (default): each arm's whole denoising loop, every layer, on the target's chips with
-  the sequence-parallel mesh and its all-to-all (``evalharness.admission.step_compile``);
-- ``forward``: a 2-layer forward (embeddings, blocks, head) with each arm's attention inside,
-  at one chip's shapes on one chip (a minute rather than several);
-
-that memory table is the one the verdict reads, and our model's table (XLA:CPU's plan and our
+``step`` (default): each arm's whole denoising loop, every layer, on the target's chips with
+the sequence-parallel mesh and its all-to-all (``evalharness.admission.step_compile``); with the
+layers scanned that takes about as long as a 2-layer forward did, so the loop is the only program
+compiled. That memory table is the one the verdict reads, and our model's table (XLA:CPU's plan and our
 executor arithmetic) is kept beside it. A program the compiler refuses (Mosaic's SMEM/VMEM, or
 HBM) is a problem of the run, in one line. Without libtpu, or with ``chip_compile=off``,
 nothing is compiled and the verdict says so: no silent downgrade.
@@ -33,7 +31,6 @@ from evalharness.admission.step_compile import (
 from evalharness.assembly import host_platform
 from evalharness.config import EvalConfig
 from evalharness.estimates import (
-    ArmCompileError,
     DeviceTarget,
     ExecutorSpec,
     MemoryTable,
@@ -84,15 +81,14 @@ class ChipCompile:
 
 def compile_for_chip(
     target: DeviceTarget,
-    estimate: Callable[..., MemoryTable],
     executors: Mapping[str, ExecutorSpec],
     attends: Mapping[str, object],
     problems: list[str],
     budget_problems: list[str],
     *,
-    mode: str = "forward",
-    step: Callable[[TpuCompiler, object], StepProgram] | None = None,
-    model_table: MemoryTable | None = None,
+    mode: str,
+    step: Callable[[TpuCompiler, object], StepProgram],
+    model_table: MemoryTable,
     precheck: Callable[[TpuCompiler], list[str]] | None = None,
 ) -> ChipCompile:
     """Compiles each arm for ``target``'s chips; Mosaic, not our SMEM/VMEM model, then judges the
@@ -100,17 +96,15 @@ def compile_for_chip(
 
     Args:
         target: the device target (a TPU target with a ``topology``; others are not compiled).
-        estimate: ``estimate_memory`` with every argument but ``executors`` and
-            ``compile_device`` given (``forward``).
         executors: arm -> its ``ExecutorSpec`` (the model's).
         attends: arm -> its single-device attention.
         problems: the problems found so far (a plan with any is not compiled); appended with
             the compiler's refusal, or with ``budget_problems`` when nothing was compiled.
         budget_problems: what our SMEM/VMEM model refuses; when the chip's compiler runs, Mosaic
             decides instead and these become notes.
-        mode: ``step``, ``forward`` or ``off`` (``ChipCompileMode``).
-        step: ``step(compiler, attend)`` compiles one arm's denoising loop (``step`` mode).
-        model_table: our model's table, whose rows outside the loop the ``step`` table keeps.
+        mode: ``step`` or ``off`` (``ChipCompileMode``).
+        step: ``step(compiler, attend)`` compiles one arm's denoising loop.
+        model_table: our model's table, whose rows outside the loop the compiled table keeps.
         precheck: ``precheck(compiler)``: refusals found in seconds before the long compile
             (Mosaic on each Pallas kernel at a short sequence, each with a setting Mosaic
             compiles); any stops the compile.
@@ -131,13 +125,9 @@ def compile_for_chip(
         return ChipCompile(compiled_by=described)
     try:
         with mosaic_judges_budget():
-            if mode == "step" and step is not None and model_table is not None:
-                table, steps = _compile_steps(
-                    compiler, step, executors, attends, model_table, target, problems
-                )
-            else:
-                forward = _compile_forward(compiler, estimate, executors, attends, problems)
-                table, steps = forward, {}
+            table, steps = _compile_steps(
+                compiler, step, executors, attends, model_table, target, problems
+            )
     except TpuCompilerUnavailable as why:  # this machine lacks a library the compile needs
         problems.extend(budget_problems)
         return ChipCompile(not_compiled=f"not compiled for the chip: {why}")
@@ -150,38 +140,8 @@ def compile_for_chip(
     )
     what = (
         f"compiled for {described}: each arm's whole denoising loop ({describe_collectives(steps)})"
-        if steps
-        else f"compiled for {described}: a 2-layer forward on one chip (chip_compile=forward)"
     )
     return ChipCompile(described, table, None, (what, *overruled), steps, compiler)
-
-
-def _compile_forward(
-    compiler: TpuCompiler,
-    estimate: Callable[..., MemoryTable],
-    executors: Mapping[str, ExecutorSpec],
-    attends: Mapping[str, object],
-    problems: list[str],
-) -> MemoryTable | None:
-    """Our model's table with the 2-layer forward and each arm compiled for one chip."""
-    described = compiler.describe()
-    compiled_arms = {
-        arm: dataclasses.replace(spec, attend=attends[arm]) for arm, spec in executors.items()
-    }
-    try:
-        with heartbeat(f"a 2-layer forward of every arm for {described}"):
-            return estimate(executors=compiled_arms, compile_device=compiler.device)
-    except ArmCompileError as refusal:
-        problems.append(
-            f"compile for {described}: the {refusal.executor} attention does not compile "
-            f"({refusal.reason}); {_SETTINGS}"
-        )
-    except Exception as error:  # noqa: BLE001 - the transformer itself refused (e.g. HBM)
-        problems.append(
-            f"compile for {described}: the transformer does not compile "
-            f"({compiler_reason(error)}); {_SMALLER}"
-        )
-    return None
 
 
 def _compile_steps(
@@ -236,7 +196,7 @@ def _compile_steps(
 
 
 def _compiler_for(
-    target: DeviceTarget, problems: list[str], mode: str = "forward"
+    target: DeviceTarget, problems: list[str], mode: str
 ) -> tuple[TpuCompiler | None, str | None]:
     """The chip's compile-only compiler, or None and why not (None, None: does not apply)."""
     if target.platform not in ("tpu", "gpu") or target.topology is None:
@@ -261,13 +221,13 @@ def compile_run_for_chip(
     video: VideoGeometry,
     target: DeviceTarget,
     devices: int,
-    model: tuple[Callable[..., MemoryTable], MemoryTable],
+    model_memory: MemoryTable,
     specs: dict[str, ExecutorSpec],
     attends: dict[str, Any],
     budgets: dict[str, TpuBudget],
     problems: list[str],
 ) -> ChipCompile:
-    """``compile_for_chip`` for a run (``model``: our estimator and its table); ``problems``
+    """``compile_for_chip`` for a run (``model_memory``: our model's table); ``problems``
     gets the compiler's refusal, or our budget model's when nothing is compiled.
 
     Args:
@@ -276,7 +236,7 @@ def compile_run_for_chip(
         video: the video size.
         target: the device target.
         devices: P, chips the sequence is split over.
-        model: ``estimate_memory`` with all but the executors given, and our model's table.
+        model_memory: our model's table (its rows outside the loop are kept).
         specs: arm -> its ``ExecutorSpec``.
         attends: arm -> its single-device attention.
         budgets: our SMEM/VMEM model's budget per Pallas TPU plan.
@@ -285,7 +245,6 @@ def compile_run_for_chip(
     Returns:
         The ``ChipCompile``.
     """
-    estimate, model_memory = model
     budget_problems = [p for b in budgets.values() for p in b.problems]
 
     def step(compiler: Any, attend: Any) -> StepProgram:
@@ -306,7 +265,6 @@ def compile_run_for_chip(
 
     return compile_for_chip(
         target,
-        estimate,
         specs,
         attends,
         problems,

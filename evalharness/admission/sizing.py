@@ -193,7 +193,7 @@ def size_run(
         video,
         target,
         devices,
-        (estimate, model_memory),
+        model_memory,
         specs,
         attends,
         budgets,

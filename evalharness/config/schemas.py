@@ -105,11 +105,10 @@ class GateOn(enum.StrEnum):
 class ChipCompileMode(enum.StrEnum):
     """What a dry run for a TPU target compiles with the TPU compiler (libtpu, the ``tpu`` extra):
     ``step``, the run's whole denoising loop (every layer, the sequence-parallel mesh and its
-    all-to-all; minutes per arm for 14B on 2 CPU cores); ``forward``, a 2-layer forward on one
-    chip (about a minute); ``off``, nothing (our model's table only, seconds)."""
+    all-to-all; about 1.5 CPU-minutes per arm for 14B with the layers scanned); ``off``, nothing
+    (our model's table only, seconds)."""
 
     step = "step"
-    forward = "forward"
     off = "off"
 
 

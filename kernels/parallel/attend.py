@@ -51,6 +51,7 @@ from kernels.parallel.exchange import (
 from kernels.parallel.mesh import SEQ_AXIS
 from kernels.parallel.routing import route_rows_sharded
 from kernels.policy.attention_policy import AttentionPolicy
+from kernels.policy.cells import check_layer, dense_cell
 from kernels.policy.routing import Routing, routing_key, sample_rows
 
 PLACEMENTS = ("head_local", "before_exchange")
@@ -197,15 +198,15 @@ class SequenceParallelAttend:
         policy = self.policy
         if policy is None or not policy.schedule.sparse:
             return self.dense_attention(q, k, v, step=step, layer=layer)
-        policy.check_layer(layer)
-        dense_cell = policy.dense_cell(step, layer)
+        check_layer(layer, policy.num_layers)
+        is_dense = dense_cell(policy, step, layer)
         dense = functools.partial(self.dense_attention, step=step, layer=layer)
-        if dense_cell is True:
+        if is_dense is True:
             return dense(q, k, v)
         sparse = functools.partial(self._routed, step=step, layer=layer)
-        if dense_cell is False:
+        if is_dense is False:
             return sparse(q, k, v)
-        return lax.cond(dense_cell, dense, sparse, q, k, v)
+        return lax.cond(is_dense, dense, sparse, q, k, v)
 
     def dense_attention(
         self, q: jax.Array, k: jax.Array, v: jax.Array, *, step: jax.Array, layer: int | jax.Array

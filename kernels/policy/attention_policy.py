@@ -30,13 +30,13 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from kernels.executors.dispatch import attention
 from kernels.masks.geometry import TokenGeometry
 from kernels.masks.layouts import inverse_temporal_permutation, temporal_permutation
 from kernels.plans.block_sizes import BlockSizes, default_block_sizes, plan_backend
 from kernels.plans.tiles import TilePlan, build_plan
+from kernels.policy.cells import Layer, check_layer, dense_cell
 from kernels.policy.negative_controls import (
     check_negative_control,
     controlled_flags,
@@ -286,54 +286,8 @@ class AttentionPolicy:
             and self.dense_steps < self.num_steps
         )
 
-    def check_layer(self, layer: int | jax.Array) -> None:
-        """Raises ValueError unless ``layer`` is a Python int in [0, num_layers) or an integer
-        scalar array (a scanned model's traced layer index)."""
-        if isinstance(layer, jax.Array | np.ndarray):
-            if layer.ndim == 0 and jnp.issubdtype(layer.dtype, jnp.integer):
-                return
-        elif not isinstance(layer, bool) and isinstance(layer, int):
-            if 0 <= layer < self.num_layers:
-                return
-        raise ValueError(
-            f"layer={layer!r}: expected a Python int in [0, {self.num_layers}) or an integer "
-            "scalar (a scanned model's layer index)"
-        )
-
-    def dense_cell(self, step: jax.Array, layer: int | jax.Array) -> bool | jax.Array:
-        """Whether block ``layer`` at ``step`` runs the dense executor.
-
-        What is known when tracing is decided then: a non-sparse schedule, a run of dense steps
-        only, a leading dense layer given as a Python int. What depends on data (the step; a
-        scanned model's traced layer) is a traced predicate for ``lax.cond``.
-
-        Args:
-            step: denoising step (int32 scalar).
-            layer: block index, a Python int (unrolled model) or a traced int32 scalar (scanned).
-
-        Returns:
-            True (dense), False (sparse) or a traced bool scalar.
-        """
-        static_layer = isinstance(layer, int)
-        if static_layer and not self.is_sparse_layer(layer):
-            return True
-        if not self.schedule.sparse or self.dense_steps >= self.num_steps:
-            return True
-        predicate: bool | jax.Array = False
-        if self.dense_steps > 0:
-            predicate = jnp.asarray(step, jnp.int32) < self.dense_steps
-        if not static_layer and self.dense_layers > 0:
-            predicate = jnp.logical_or(predicate, layer < self.dense_layers)
-        return predicate
-
     def __call__(
-        self,
-        q: jax.Array,
-        k: jax.Array,
-        v: jax.Array,
-        *,
-        step: jax.Array | int,
-        layer: int | jax.Array,
+        self, q: jax.Array, k: jax.Array, v: jax.Array, *, step: jax.Array | int, layer: Layer
     ) -> jax.Array:
         """Self-attention of block ``layer`` at denoising step ``step``.
 
@@ -354,19 +308,19 @@ class AttentionPolicy:
                 f"q has shape {q.shape}; expected [batch, {self.geometry.tokens}, heads, "
                 f"head_dim] for {self.geometry}"
             )
-        self.check_layer(layer)
+        check_layer(layer, self.num_layers)
         step = jnp.asarray(step, jnp.int32)
-        dense_cell = self.dense_cell(step, layer)
-        if dense_cell is True:
+        is_dense = dense_cell(self, step, layer)
+        if is_dense is True:
             return self.dense_attend(q, k, v, step=step, layer=layer)
         sparse = functools.partial(self.sparse_branch, step=step, layer=layer)
-        if dense_cell is False:
+        if is_dense is False:
             return sparse(q, k, v)
 
         def dense(q, k, v):
             return self.dense_attend(q, k, v, step=step, layer=layer)
 
-        return jax.lax.cond(dense_cell, dense, sparse, q, k, v)
+        return jax.lax.cond(is_dense, dense, sparse, q, k, v)
 
     def sparse_branch(self, q, k, v, *, step: jax.Array, layer: int | jax.Array) -> jax.Array:
         """The sparse side of ``__call__`` alone: route heads, then ``sparse_attention``.
