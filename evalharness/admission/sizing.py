@@ -236,11 +236,14 @@ def _whole_run_on_chip(
     model_memory: MemoryTable,
     problems: list[str],
 ) -> tuple[MemoryTable, dict[str, PhaseProgram], CompiledWork | None]:
-    """When the loops compiled for the chip and ``chip_compile_phases`` is set, the text encoder
-    and the VAE decode too: the table with all three phases the compiler's, their programs, and
-    what the time table takes from them (our model's table, nothing compiled, otherwise)."""
-    if chip.memory is None or not cfg.chip_compile_phases:
+    """The memory table, the phase programs and what the time table takes from the compiler:
+    with the loops compiled for the chip and ``chip_compile_phases`` set, the text encoder and
+    the VAE decode compiled too (all three phases the compiler's); with the loops alone, their
+    compiled table (its text encoder and VAE rows ours); nothing compiled, our model's table."""
+    if chip.memory is None:
         return model_memory, {}, None
+    if not cfg.chip_compile_phases:
+        return chip.memory, {}, None
     memory, phases = phases_for_chip(cfg, tcfg, video, chip.compiler, chip.memory, problems)
     loops = {arm: step.program for arm, step in chip.steps.items()}
     return memory, phases, compiled_work(loops, phases, chip.compiled_by or "")

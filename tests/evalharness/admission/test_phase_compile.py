@@ -9,7 +9,6 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from models.accelerator_env import libtpu_installed
 from evalharness.admission import dry_run
 from evalharness.admission.phase_compile import (
     PHASE_ROWS,
@@ -24,6 +23,7 @@ from evalharness.admission.run_timing import samples_per_step, time_of
 from evalharness.config import to_config
 from evalharness.estimates import CompiledProgram, MemoryTable, TpuCompiler, get_target
 from evalharness.estimates.run_time import text_encoder_flops, vae_decode_flops
+from models.accelerator_env import libtpu_installed
 from models.config import get_transformer_config
 from models.tiny_components import TINY_UMT5_CONFIG, TINY_VAE_CONFIG
 from models.video_geometry import VideoGeometry
@@ -148,6 +148,11 @@ def test_a_tpu_dry_run_compiles_the_text_encoder_and_the_vae_for_the_chip(tmp_pa
         "target=tpu-v6e-1",
         "chip_compile=step",
         "chip_compile_phases=true",
+        # The embedded default's geometry (the small config's 8 x 8 tiles suit no TPU), with tiles
+        # its 2,160 tokens hold (the TPU's auto tiles are the seed's, wider than its band).
+        "kernel.block_q=512",
+        "kernel.block_kv=512",
+        small=False,
     )
     code, report = dry_run(cfg)
     assert code == 0, report
