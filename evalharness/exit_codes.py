@@ -60,6 +60,17 @@ def on_signal(signum: int, frame: object) -> None:
     raise error
 
 
+def _quiet_when_signalled(unraisable: object) -> None:
+    """``sys.unraisablehook`` while a command runs: a signal's own exception dropped in a
+    callback is kept in ``_pending`` and raised again at the next step, so Python's "Exception
+    ignored" traceback for it would only mislead; anything else is printed as Python would."""
+    import sys
+
+    if getattr(unraisable, "exc_value", None) in _pending:
+        return
+    sys.__unraisablehook__(unraisable)
+
+
 def raise_pending() -> None:
     """Raises a signal's exception that a callback dropped (called between a run's steps)."""
     if _pending:
@@ -119,6 +130,7 @@ def run_hydra_entry(main: Callable[[], object], interrupted: str) -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
+    sys.unraisablehook = _quiet_when_signalled
     try:
         main()
     except SystemExit as done:

@@ -148,9 +148,9 @@ def test_a_full_disk_during_the_run_fails_it_naming_the_setting(tmp_path, monkey
 # Each bad input: the exit code and the start of its one error line (no traceback).
 BAD_INPUTS = [
     ("model=nope", "Could not find 'model/nope'"),
-    ("warm_runs=abc", "Error merging override warm_runs=abc"),
+    ("warm_runs=abc", "error: warm_runs='abc' is not a valid value for warm_runs"),
     ("warm_runs=0", "error: steps=2 and warm_runs=0 must both be >= 1"),
-    ("guidance_scale=-3", "error: guidance_scale=-3.0 is negative"),
+    ("guidance_scale=-3", "error: guidance_scale=-3.0 must be a finite number >= 0"),
     ("prompt=", "error: prompt is empty"),
     ("seed=-1", "error: seed -1 is outside"),
     ("warm_run=1", "error: unknown setting 'warm_run'; did you mean warm_runs?"),

@@ -53,9 +53,9 @@ def store() -> str:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _run(tmp_path: Path, name: str, command: list[str]) -> str:
+def _run(tmp_path: Path, name: str, command: list[str], allowed: tuple[int, ...] = (0,)) -> str:
     """Runs ``command`` in ``tmp_path``; keeps its console output as ``console/<name>.txt``
-    (searched with every other file) and returns it."""
+    (searched with every other file) and returns it. ``allowed``: the exit codes accepted."""
     done = subprocess.run(
         command, cwd=tmp_path, capture_output=True, text=True, timeout=900, check=False
     )
@@ -63,7 +63,7 @@ def _run(tmp_path: Path, name: str, command: list[str]) -> str:
     console.mkdir(exist_ok=True)
     text = done.stdout + done.stderr
     (console / f"{name}.txt").write_text(text)
-    assert done.returncode == 0, f"{name} exited {done.returncode}:\n{text[-4000:]}"
+    assert done.returncode in allowed, f"{name} exited {done.returncode}:\n{text[-4000:]}"
     return text
 
 
@@ -118,7 +118,9 @@ def test_a_planted_password_is_written_down_nowhere(store, tmp_path):
     small = [o for o in SMALL if not o.startswith("schedule.")]
     search = [sys.executable, "-m", "evalharness.search", *small, *SEARCH]
     folders = [f"output_root={tmp_path / 'outputs'}", f"cache_dir={cache}"]
-    consoles.append(_run(tmp_path, "search", [*search, *folders, *uri]))
+    # The search's one trial may be slower than dense on a busy CPU: it then recommends nothing
+    # and exits 1, having logged its trial all the same (its rows are searched below).
+    consoles.append(_run(tmp_path, "search", [*search, *folders, *uri], allowed=(0, 1)))
     report = [sys.executable, "-m", "reports", "--tracking-uri", store]
     report += ["--experiment", EXPERIMENT, "--output-root", str(tmp_path / "outputs")]
     consoles.append(_run(tmp_path, "report", report))
