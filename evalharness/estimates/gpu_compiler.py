@@ -20,8 +20,8 @@ import importlib.metadata
 import os
 from pathlib import Path
 
-from models.accelerator_env import cuda_plugin_installed
 from evalharness.estimates.tpu_compiler import TpuCompiler, TpuCompilerUnavailable
+from models.accelerator_env import cuda_plugin_installed
 
 # The target configs we state, by target topology name.
 _SPECS = {"h200": Path(__file__).with_name("gpu_specs") / "h200.txtpb"}

@@ -8,8 +8,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from models.accelerator_env import cuda_plugin_installed
 from evalharness.estimates import TpuCompilerUnavailable, compile_for, gpu_topology_compiler
+from models.accelerator_env import cuda_plugin_installed
 
 needs_plugin = pytest.mark.skipif(
     not cuda_plugin_installed(), reason="needs the CUDA plugin: pip install -e '.[gpu-compile]'"
