@@ -25,6 +25,7 @@ def _latest(tmp_path):
     return latest
 
 
+@pytest.mark.slow
 def test_ctrl_c_marks_the_run_killed(tmp_path, monkeypatch):
     import evalharness.run as run_module
 

@@ -56,6 +56,7 @@ def configs_only_cache(tmp_path):
     return cache
 
 
+@pytest.mark.slow
 def test_the_issue_dry_run_works_offline_on_the_configs_alone(tmp_path, configs_only_cache):
     done = _evalharness(
         tmp_path,
@@ -71,6 +72,7 @@ def test_the_issue_dry_run_works_offline_on_the_configs_alone(tmp_path, configs_
     assert len(blobs) == 3  # nothing was added to the cache
 
 
+@pytest.mark.slow
 def test_a_wrong_revision_and_an_empty_cache_are_refused_with_exit_2(tmp_path, configs_only_cache):
     wrong = _evalharness(
         tmp_path,

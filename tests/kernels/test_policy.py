@@ -142,6 +142,7 @@ def _recording_probe_policy(config) -> tuple[SparsitySchedule, AttentionPolicy]:
     return schedule, policy
 
 
+@pytest.mark.slow
 def test_separate_guidance_passes_record_the_same_routing_and_latents(tiny):
     # Two batch-1 passes per step (a loop over cond and uncond) route each sample as the joint
     # batch of 2 does; the unconditional pass's records land at batch index 1.

@@ -19,6 +19,7 @@ def autoencoder():
     return WanAutoencoder(TINY_VAE_CONFIG, rngs=nnx.Rngs(0))
 
 
+@pytest.mark.slow
 def test_the_whole_clip_decode_is_the_chunked_decode(autoencoder):
     z = jnp.asarray(np.random.default_rng(0).standard_normal((1, 4, 4, 6, 16)), jnp.float32)
     chunked = decode_unclipped(autoencoder.decoding, z)

@@ -58,6 +58,7 @@ def test_seed_setting_fits_eight_v6e_chips_and_lowers_for_tpu(tmp_path):
     assert _rss_gib() - before < 3.0
 
 
+@pytest.mark.slow
 def test_fitting_and_time_are_separate_verdicts_with_their_own_exit_codes(tmp_path):
     # The seed setting fits 8 chips either way; only max_minutes changes, and only the time line
     # and the exit code (3: fits, over max_minutes) follow it.
@@ -257,6 +258,7 @@ def test_equal_dense_executors_are_refused_before_anything_runs(tmp_path):
     assert not (tmp_path / "outputs" / "runs").exists()
 
 
+@pytest.mark.slow
 def test_a_real_run_is_refused_on_memory_with_the_table(tmp_path):
     # The default CPU run at 720p: its einsum noise floor would need N^2 memory on this host.
     cfg = small_config(tmp_path, "resolution=720p", "max_minutes=1e9", "logger=none", small=False)
@@ -274,6 +276,7 @@ def test_dry_run_table_row_for_the_closing_note():
     assert 0 < row["minutes"] < 60
 
 
+@pytest.mark.slow
 def test_head_padding_is_in_the_time_and_says_so(tmp_path):
     # 1.3B's 12 heads on 8 chips are padded to 16: the attention time counts 16 heads.
     base = ("model=wan2.1-t2v-1.3b", "resolution=1080p", "max_minutes=600")

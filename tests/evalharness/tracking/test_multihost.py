@@ -197,6 +197,7 @@ def test_processes_started_with_different_configs_refuse_together(tmp_path):
     assert not out.exists()  # refused before any folder or MLflow store
 
 
+@pytest.mark.slow
 def test_a_refusal_on_process_zero_stops_every_process(tmp_path):
     # Only process 0 logs, so only it probes the tracking server; the other must not go on alone.
     out = tmp_path / "o"
