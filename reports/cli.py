@@ -51,21 +51,14 @@ def _experiment_of(client, run_id: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Builds (and logs) the report; returns 0, or 2 with a message on bad input."""
-    from evalharness.tracking import (
-        TrackingUnavailable,
-        check_tracking,
-        default_tracking_uri,
-        open_client,
-        redacted,
-    )
+    from evalharness.tracking import TrackingUnavailable, existing_store, open_client, redacted
 
     args = _parser().parse_args(argv)
-    try:  # a wrong server or database is refused in seconds (MLflow would retry for minutes)
-        check_tracking("mlflow", args.tracking_uri, args.experiment)
+    try:  # a missing store is not created; a wrong server is refused in seconds, not minutes
+        uri = existing_store(args.tracking_uri, args.output_root, args.experiment)
     except TrackingUnavailable as refusal:
         print(f"error: reports: {refusal}", file=sys.stderr)
         return 2
-    uri = args.tracking_uri or default_tracking_uri(args.output_root)
     client = open_client(uri)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = Path(args.out or Path(args.output_root) / "reports" / f"report-{stamp}")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 from evalharness import exit_codes
@@ -26,8 +25,7 @@ from evalharness.gate.verdict import (
 from evalharness.tracking import (
     RUN_KIND_TAG,
     TrackingUnavailable,
-    check_tracking,
-    default_tracking_uri,
+    existing_store,
     open_client,
     redacted,
 )
@@ -106,15 +104,6 @@ def _the_run(client, run_id: str | None, experiment: str | None) -> Any:
     return _judgeable(run)
 
 
-def _missing_sqlite_store(uri: str) -> Path | None:
-    """The database file of a ``sqlite:///`` URI when it does not exist, else None."""
-    prefix = "sqlite:///"
-    if not uri.startswith(prefix):
-        return None
-    path = Path(uri[len(prefix) :])
-    return None if path.exists() else path
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m evalharness.gate", description=__doc__)
     which = parser.add_mutually_exclusive_group(required=True)
@@ -148,29 +137,17 @@ def _threshold_problem(args: argparse.Namespace) -> str | None:
 
 
 def _store(args: argparse.Namespace) -> str:
-    """The tracking URI to read, checked to hold an MLflow store.
+    """The tracking URI to read, checked to hold an MLflow store (``existing_store``).
 
     Raises:
         NothingToJudge: the store is missing (opening it would create an empty one, and its
             folder) or cannot be used (a file that is not an MLflow database, a server that
             does not answer).
     """
-    default_store = Path(args.output_root).resolve() / "mlflow.db"
-    if args.tracking_uri:
-        missing = _missing_sqlite_store(args.tracking_uri)
-    else:
-        missing = None if default_store.exists() else default_store
-    if missing is not None:
-        raise NothingToJudge(
-            f"no tracking store at {missing}: give the run's --output-root or --tracking-uri "
-            "(the run prints both)"
-        )
-    uri = args.tracking_uri or default_tracking_uri(args.output_root)
     try:
-        check_tracking("mlflow", uri, args.experiment or "of the run")
+        return existing_store(args.tracking_uri, args.output_root, args.experiment or "of the run")
     except TrackingUnavailable as refusal:
         raise NothingToJudge(str(refusal)) from None
-    return uri
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,7 @@
 """Who records the run: the MLflow client (or nothing), the probe that refuses an unusable
 tracking store in seconds, a new store created once when runs start together, closing a run a
 killed process left open, a local MLflow server on PostgreSQL, which process of a multi-host run
-owns the folder, the MLflow run and the videos, and the one rule that hides a tracking URI's
+owns the folder, the MLflow run and the videos, the store a reader opens (never created), and the one rule that hides a tracking URI's
 password from everything written down (``redaction``).
 """
 
@@ -24,6 +24,7 @@ from evalharness.tracking.mlflow_client import (
 )
 from evalharness.tracking.multihost import to_host
 from evalharness.tracking.probe import TrackingUnavailable, check_tracking
+from evalharness.tracking.reading import existing_store
 from evalharness.tracking.redaction import (
     redact_logs,
     redacted,
@@ -47,6 +48,7 @@ __all__ = [
     "default_tracking_uri",
     "description_tags",
     "ensure_experiment",
+    "existing_store",
     "environment_tags",
     "finished_runs",
     "flatten",
