@@ -11,17 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evalharness.tracking.probe import TrackingUnavailable, check_tracking
-from evalharness.tracking.store import default_store_uri
-
-SQLITE_PREFIX = "sqlite:///"
-
-
-def missing_sqlite_store(uri: str) -> Path | None:
-    """The database file of a ``sqlite:///`` URI when it does not exist, else None."""
-    if not uri.startswith(SQLITE_PREFIX):
-        return None
-    path = Path(uri[len(SQLITE_PREFIX) :])
-    return None if path.exists() else path
+from evalharness.tracking.store import default_store_uri, sqlite_file
 
 
 def existing_store(tracking_uri: str | None, output_root: str | Path, experiment: str) -> str:
@@ -37,10 +27,10 @@ def existing_store(tracking_uri: str | None, output_root: str | Path, experiment
         TrackingUnavailable: the store is missing (nothing is created) or cannot be used.
     """
     uri = tracking_uri or default_store_uri(output_root)
-    missing = missing_sqlite_store(uri)
-    if missing is not None:
+    database = sqlite_file(uri)
+    if database is not None and not database.exists():
         raise TrackingUnavailable(
-            f"no tracking store at {missing}: give the run's --output-root or --tracking-uri "
+            f"no tracking store at {database}: give the run's --output-root or --tracking-uri "
             "(the run prints both)"
         )
     check_tracking("mlflow", uri, experiment)
