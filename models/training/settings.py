@@ -32,7 +32,13 @@ class TrainSettings:
             ``conf/resolution/cpu.yaml``).
         vae_steps, vae_batch, vae_lr: the autoencoder's optimisation.
         vae_crop_frames, vae_crop_size: the autoencoder trains on crops (it is convolutional).
-        vae_kl_weight: weight of the KL term against the squared error.
+        vae_clip_steps, vae_clip_crop_size, vae_clip_batch: the last ``vae_clip_steps`` steps
+            train on crops as long as the whole clip (``frames``), ``vae_clip_crop_size`` pixels
+            wide, ``vae_clip_batch`` at a time. Short crops teach the code fast, but a causal
+            VAE trained only on them drifts on later frames (measured: 33 dB on frames 0-9 of a
+            held-out clip, 16 dB on frame 32); the whole-length steps remove the drift.
+        vae_kl_weight: weight of the KL term (on the encoder's mean and log-variance) against the
+            squared error of the mean's reconstruction.
         vae_stat_clips: full-size clips whose latents set ``latents_mean`` / ``latents_std``.
         latent_clips: full-size training clips encoded once for the transformer.
         transformer_steps, transformer_batch, transformer_lr: the flow-matching optimisation.
@@ -50,11 +56,14 @@ class TrainSettings:
     frames: int = 33
     height: int = 192
     width: int = 320
-    vae_steps: int = 1200
+    vae_steps: int = 2400
     vae_batch: int = 4
     vae_lr: float = 2e-3
     vae_crop_frames: int = 9
     vae_crop_size: int = 64
+    vae_clip_steps: int = 900
+    vae_clip_crop_size: int = 48
+    vae_clip_batch: int = 2
     vae_kl_weight: float = 1e-6
     vae_stat_clips: int = 16
     latent_clips: int = 384
@@ -80,7 +89,7 @@ class TrainSettings:
                 if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                     raise ValueError(f"{f.name}={value!r}: must be a number >= 0")
                 continue
-            low = 0 if f.name in ("seed", "warmup_steps") else 1
+            low = 0 if f.name in ("seed", "warmup_steps", "vae_clip_steps") else 1
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{f.name}={value!r}: must be an integer >= {low}")
         if (self.frames - 1) % 4 or self.height % 16 or self.width % 16:
@@ -93,10 +102,17 @@ class TrainSettings:
                 f"vae crop {self.vae_crop_frames} frames of {self.vae_crop_size} px: frames must "
                 "be 4k+1 and the size a multiple of 16 (e.g. 9 and 64)"
             )
-        if self.vae_crop_size > min(self.height, self.width):
+        for name in ("vae_crop_size", "vae_clip_crop_size"):
+            size = getattr(self, name)
+            if size % 16 or size > min(self.height, self.width):
+                raise ValueError(
+                    f"{name}={size}: must be a multiple of 16 within the frame's short side "
+                    f"{min(self.height, self.width)}"
+                )
+        if self.vae_clip_steps > self.vae_steps:
             raise ValueError(
-                f"vae_crop_size={self.vae_crop_size} exceeds the frame's short side "
-                f"{min(self.height, self.width)}"
+                f"vae_clip_steps={self.vae_clip_steps} exceeds vae_steps={self.vae_steps}: the "
+                "whole-length steps are the last of the VAE's steps"
             )
         if self.vae_lr <= 0 or self.transformer_lr <= 0 or self.flow_shift <= 0:
             raise ValueError(
@@ -147,6 +163,9 @@ PRESETS: dict[str, TrainSettings] = {
         vae_batch=2,
         vae_crop_frames=5,
         vae_crop_size=32,
+        vae_clip_steps=4,
+        vae_clip_crop_size=32,
+        vae_clip_batch=1,
         vae_stat_clips=2,
         latent_clips=4,
         transformer_steps=12,

@@ -19,6 +19,13 @@ from models.training.export import export_checkpoint, save_byte_tokenizer
 from models.training.flow_stage import TextToVideo, flow_batch, flow_loss, train_flow
 from models.training.settings import preset
 from models.training.tracking import CallbackLogger
+from models.training.vae_stage import (
+    crop_batch,
+    crop_shape,
+    train_vae,
+    zero_init_residual_branches,
+)
+from models.vae_blocks import AttentionBlock, ResidualBlock
 from models.vae_encoder import WanAutoencoder, with_latent_statistics
 
 # The smoke preset, smaller still: one compile of a one-block transformer on 2x2x3 latent tokens.
@@ -133,6 +140,8 @@ def test_the_export_loads_through_the_checkpoint_path(trained, tmp_path):
         (["--set", "vae_steps=many"], "--set vae_steps=many: expected an integer"),
         (["--set", "frames=32"], "frames must be 4k+1"),
         (["--set", "prompt_dropout=1.5"], "prompt_dropout=1.5 must be in [0, 1)"),
+        (["--set", "vae_clip_steps=13"], "vae_clip_steps=13 exceeds vae_steps=12"),
+        (["--set", "vae_clip_crop_size=40"], "vae_clip_crop_size=40: must be a multiple of 16"),
     ],
 )
 def test_bad_settings_are_refused_with_exit_2(tmp_path, capsys, argv, message):
@@ -151,3 +160,34 @@ def test_a_folder_of_another_run_is_refused_with_exit_2(tmp_path, capsys):
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("error:") and "seed: 5 in the folder vs 0" in err
+
+
+def test_the_vae_trains_on_short_crops_then_on_whole_length_ones():
+    s = preset("smoke")
+    short = s.vae_steps - s.vae_clip_steps
+    assert crop_shape(s, 0) == crop_shape(s, short - 1) == (s.vae_batch, s.vae_crop_frames, 32)
+    assert crop_shape(s, short) == (s.vae_clip_batch, s.frames, s.vae_clip_crop_size)
+    batch = crop_batch(s, s.vae_steps - 1)
+    assert batch.shape == (s.vae_clip_batch, s.frames, 32, 32, 3) and batch.dtype == np.float32
+    assert -1.0 <= batch.min() < batch.max() <= 1.0
+    np.testing.assert_array_equal(batch, crop_batch(s, s.vae_steps - 1))  # deterministic
+
+
+def test_zeroed_residual_branches_start_each_block_as_its_shortcut():
+    model = WanAutoencoder(SETTINGS.vae_config(), rngs=nnx.Rngs(0))
+    blocks = [n for _, n in nnx.iter_graph(model) if isinstance(n, ResidualBlock | AttentionBlock)]
+    assert zero_init_residual_branches(model) == len(blocks) > 0
+    block = next(b for b in blocks if isinstance(b, ResidualBlock) and b.conv_shortcut is None)
+    x = jax.random.normal(jax.random.key(0), (1, 3, 4, 4, block.conv1.weight.shape[1]))
+    np.testing.assert_allclose(block(x, None), x, atol=1e-6)
+
+
+@pytest.mark.slow  # two compiles of the autoencoder's step (short and whole-length crops)
+def test_the_vae_reconstruction_error_falls(tmp_path):
+    errors = []
+    logger = CallbackLogger(
+        lambda name, value, step: errors.append(value) if name == "vae_mse" else None
+    )
+    settings = dataclasses.replace(preset("smoke"), vae_steps=24, vae_clip_steps=0)
+    train_vae(settings, tmp_path, logger, progress=False)
+    assert np.mean(errors[-4:]) < 0.5 * np.mean(errors[:4]), errors
