@@ -146,7 +146,7 @@ def train(args: argparse.Namespace, argv: list[str]) -> Path | None:
         autoencoder = train_vae(settings, run_dir, recorder, progress=progress)
         if args.stop_after == "vae":
             return None
-        pool, prompts = latent_pool(autoencoder, settings, run_dir)
+        pool, prompts = latent_pool(autoencoder, settings, run_dir, progress=progress)
         model = train_flow(settings, run_dir, recorder, pool, prompts, progress=progress)
         if args.stop_after == "transformer":
             return None

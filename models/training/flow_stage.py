@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
+from tqdm import tqdm
 
 from models.shapes_data import make_clip
 from models.text_encoder import UMT5Encoder
@@ -56,17 +57,19 @@ def _encode_pool_clip(autoencoder: WanAutoencoder, video: jax.Array) -> jax.Arra
 
 
 def latent_pool(
-    autoencoder: WanAutoencoder, settings: TrainSettings, run_dir: Path
+    autoencoder: WanAutoencoder, settings: TrainSettings, run_dir: Path, *, progress: bool = True
 ) -> tuple[np.ndarray, list[str]]:
     """The encoded training clips ``[N, C, F, h, w]`` (float16 on disk) and their prompts.
 
-    Written to ``latents.npy`` / ``prompts.json`` in the run folder once, then read back.
+    Written to ``latents.npy`` / ``prompts.json`` in the run folder once (a progress bar while
+    it encodes), then read back.
     """
     path, prompts_path = Path(run_dir) / "latents.npy", Path(run_dir) / "prompts.json"
     if path.is_file() and prompts_path.is_file():
         return np.load(path), json.loads(prompts_path.read_text())
     latents, prompts = [], []
-    for i in range(settings.latent_clips):
+    clips = range(settings.latent_clips)
+    for i in tqdm(clips, desc="latent pool", disable=not progress, dynamic_ncols=True):
         spec, frames = make_clip(
             i, "train", settings.frames, settings.height, settings.width, settings.two_shape_prob
         )
