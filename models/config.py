@@ -148,7 +148,7 @@ ARCHITECTURE_FIELDS: tuple[str, ...] = tuple(
 )
 
 
-# The architecture of the two seeded CPU models (no checkpoint exists for them).
+# The architecture of the tiny CPU models: the two seeded ones and the one trained on shapes.
 _TINY = WanTransformerConfig(
     num_attention_heads=4,
     attention_head_dim=64,
@@ -170,7 +170,14 @@ _PRESETS: dict[str, WanTransformerConfig] = {
     "tiny": _TINY,
     # The same architecture with plain seeded random weights (diffuse attention).
     "tiny-random": _TINY,
+    # The same architecture trained on moving shapes (python -m models.training), read from
+    # the checkpoint folder that command exports (model.checkpoint=DIR/checkpoint).
+    "tiny-shapes": _TINY,
 }
+
+# Presets of the tiny architecture: the tiny UMT5 and VAE, whole-clip VAE decode, weights
+# replicated on a mesh, float32 on a CPU or TPU.
+TINY_PRESETS: tuple[str, ...] = ("tiny", "tiny-random", "tiny-shapes")
 
 # Presets whose weights are built from ``model.seed`` instead of read from a checkpoint.
 SEEDED_PRESETS: tuple[str, ...] = ("tiny", "tiny-random")
@@ -186,8 +193,8 @@ def get_transformer_config(name: str) -> WanTransformerConfig:
 
     Args:
         name: one of ``transformer_config_names()``: "wan2.1-t2v-1.3b", "wan2.1-t2v-14b",
-            "tiny" or "tiny-random" (one architecture; their weights differ, see
-            ``models.tiny_components.tiny_transformer``).
+            "tiny", "tiny-random" or "tiny-shapes" (one architecture; their weights differ:
+            planted, random, trained on moving shapes).
 
     Raises:
         ValueError: for an unknown name (the message lists the known ones).

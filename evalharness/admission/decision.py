@@ -27,7 +27,7 @@ from evalharness.assembly import (
 )
 from evalharness.config import EvalConfig, run_pairs
 from evalharness.estimates import host_target
-from models.config import SEEDED_PRESETS, WanTransformerConfig
+from models.config import SEEDED_PRESETS, TINY_PRESETS, WanTransformerConfig
 from models.samplers import Sampler, default_flow_shift, make_sampler
 from models.video_geometry import VideoGeometry
 
@@ -113,8 +113,9 @@ def admit(cfg: EvalConfig) -> Admission:
             "Nothing was allocated."
         )
     attention = build_attention(cfg, geometry, tcfg)
-    if cfg.model.name not in SEEDED_PRESETS:  # a checkpoint is slow to read: fail first
+    if cfg.model.name not in TINY_PRESETS:  # a Wan checkpoint is slow to read: fail first
         _compile_ahead(cfg, tcfg, attention)
+    if cfg.model.name not in SEEDED_PRESETS:
         # Every part checked, a hub checkpoint's files downloaded: still before any folder.
         fetch_checkpoint(cfg.model)
     _log_plan(estimate, sizing)

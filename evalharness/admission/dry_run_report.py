@@ -177,6 +177,7 @@ def _report(
         "",
         sizing.memory.to_markdown(),
         *_compiler_beside_model(sizing),
+        *(["", "## Host memory", "", sizing.host.to_markdown()] if sizing.host else []),
         "",
         "## Time",
         "",

@@ -46,7 +46,7 @@ from evalharness.estimates import (
     on_device,
     program_figures,
 )
-from models.config import SEEDED_PRESETS, WanTransformerConfig
+from models.config import TINY_PRESETS, WanTransformerConfig
 from models.text_encoder import UMT5Encoder, _run_split
 from models.tiny_components import TINY_UMT5_CONFIG, TINY_VAE_CONFIG
 from models.vae import TilingConfig, WanVAE, WanVAEConfig, _decode_split, tile_spans
@@ -108,7 +108,7 @@ def _compile_encoder(
     cfg: EvalConfig, tcfg: WanTransformerConfig, compiler: TpuCompiler
 ) -> PhaseProgram:
     """``run_encoder``'s program on one prompt of ``text_len`` tokens."""
-    config = TINY_UMT5_CONFIG if cfg.model.name in SEEDED_PRESETS else UMT5_XXL
+    config = TINY_UMT5_CONFIG if cfg.model.name in TINY_PRESETS else UMT5_XXL
     param_dtype = dtype_of(cfg.model.param_dtype.value)
     encoder = nnx.eval_shape(lambda: UMT5Encoder(config, rngs=nnx.Rngs(0), param_dtype=param_dtype))
     graphdef, state = nnx.split(encoder)
@@ -121,9 +121,9 @@ def _compile_encoder(
 
 def decode_tiles(cfg: EvalConfig, video: VideoGeometry) -> tuple[tuple[int, int], float]:
     """The latent ``(h, w)`` of the VAE's largest call and how many such calls one decode makes
-    (tiles weighed by area); the seeded presets decode the whole latent in one call."""
+    (tiles weighed by area); the tiny presets decode the whole latent in one call."""
     latent_h, latent_w = video.latent_shape()[-2:]
-    if cfg.model.name in SEEDED_PRESETS:
+    if cfg.model.name in TINY_PRESETS:
         return (latent_h, latent_w), 1.0
     tiling, scale = TilingConfig(), WanVAEConfig().scale_factor_spatial
     size_h, size_w = tiling.tile_sample_min_height // scale, tiling.tile_sample_min_width // scale
@@ -137,7 +137,7 @@ def decode_tiles(cfg: EvalConfig, video: VideoGeometry) -> tuple[tuple[int, int]
 
 def _compile_decoder(cfg: EvalConfig, video: VideoGeometry, compiler: TpuCompiler) -> PhaseProgram:
     """``decode_unclipped``'s program on the largest tile, float32 weights as the run loads them."""
-    config = TINY_VAE_CONFIG if cfg.model.name in SEEDED_PRESETS else WanVAEConfig()
+    config = TINY_VAE_CONFIG if cfg.model.name in TINY_PRESETS else WanVAEConfig()
     vae = nnx.eval_shape(lambda: WanVAE(config, rngs=nnx.Rngs(0)))
     graphdef, state = nnx.split(vae)
     (h, w), calls = decode_tiles(cfg, video)
@@ -148,7 +148,7 @@ def _compile_decoder(cfg: EvalConfig, video: VideoGeometry, compiler: TpuCompile
     what = (
         f"one {h * scale} x {w * scale}-pixel tile of {video.latent_frames} latent frames, "
         f"float32 weights, {calls:.2f} tiles by area"
-        if calls != 1.0 or cfg.model.name not in SEEDED_PRESETS
+        if calls != 1.0 or cfg.model.name not in TINY_PRESETS
         else f"the whole {h * scale} x {w * scale} latent, float32 weights"
     )
     return PhaseProgram(program, flops, calls, what)

@@ -28,7 +28,7 @@ from evalharness.estimates import (
     run_work,
 )
 from kernels.policy.attention_policy import AttentionPolicy
-from models.config import SEEDED_PRESETS, WanTransformerConfig
+from models.config import SEEDED_PRESETS, TINY_PRESETS, WanTransformerConfig
 from models.peak_memory import umt5_parameter_count, vae_parameter_count
 from models.pipeline import forward_batch, uses_guidance
 from models.text_encoder import UMT5Config
@@ -84,7 +84,7 @@ def time_of(
         devices=devices,
         sparse=sparse,
         forwards=samples_per_step(cfg) // samples_per_call(cfg),
-        gathers=devices > 1 and cfg.model.name not in SEEDED_PRESETS,
+        gathers=devices > 1 and cfg.model.name not in TINY_PRESETS,
         rates=rates,
         pairs=pairs,
     )
@@ -233,11 +233,13 @@ def _vae_rate(target: DeviceTarget) -> dict[str, Any]:
 def _run_work(
     cfg: EvalConfig, tcfg: WanTransformerConfig, video: VideoGeometry, pairs: int
 ) -> RunWork:
-    """What the run does besides its loops: the seeded presets initialise their weights and
-    decode whole; checkpoints are read and decode tile by tile (``models.vae``)."""
+    """What the run does besides its loops: the seeded presets initialise their weights, the
+    others read a checkpoint; the tiny presets decode whole, Wan models tile by tile
+    (``models.vae``)."""
     seeded = cfg.model.name in SEEDED_PRESETS
-    text_config = TINY_UMT5_CONFIG if seeded else UMT5_XXL
-    vae_config = TINY_VAE_CONFIG if seeded else WanVAEConfig()
+    tiny = cfg.model.name in TINY_PRESETS
+    text_config = TINY_UMT5_CONFIG if tiny else UMT5_XXL
+    vae_config = TINY_VAE_CONFIG if tiny else WanVAEConfig()
     weight = jnp.dtype(cfg.model.param_dtype.value).itemsize
     load = 0.0
     if not seeded:
@@ -252,7 +254,7 @@ def _run_work(
         prompts=2 if guided else 1,
         vae_config=vae_config,
         latent_shape=video.latent_shape()[1:],
-        tiling=None if seeded else TilingConfig(),
+        tiling=None if tiny else TilingConfig(),
         pairs=pairs,
     )
 

@@ -38,20 +38,23 @@ from evalharness.config import EvalConfig, token_geometry
 from evalharness.estimates import (
     DeviceTarget,
     ExecutorSpec,
+    HostMemory,
     MemoryTable,
     SparseWork,
     TimeEstimate,
     compiled_temp_bytes,
     estimate_memory,
     padded_heads,
+    size_host,
 )
 from evalharness.formatting import markdown_table
 from kernels.executors.dense_memory import dense_executor_temp_bytes, grows_quadratically
 from kernels.executors.pallas_tpu_budget import TpuBudget
 from kernels.plans.block_sizes import BlockSizes
 from kernels.policy.attention_policy import AttentionPolicy, make_dense_attend
-from models.config import SEEDED_PRESETS, WanTransformerConfig
+from models.config import SEEDED_PRESETS, TINY_PRESETS, WanTransformerConfig
 from models.peak_memory import umt5_peak_bytes, vae_decode_peak_bytes
+from models.text_encoder import UMT5Config
 from models.tiny_components import TINY_UMT5_CONFIG, TINY_VAE_CONFIG
 from models.vae import TilingConfig, WanVAEConfig
 from models.video_geometry import VideoGeometry
@@ -85,6 +88,8 @@ class RunSizing:
         sparse: what the sparse arm executes (None for a dense schedule).
         phases: the text encoder's (``encode``) and the VAE decode's (``decode``) programs as
             compiled for the chip (empty when the chip's compiler did not run).
+        host: the host's memory on an accelerator target (None on a CPU, whose memory table is
+            the host's).
     """
 
     target: DeviceTarget
@@ -103,6 +108,7 @@ class RunSizing:
     steps: Mapping[str, StepProgram] = dataclasses.field(default_factory=dict)
     sparse: SparseWork | None = None
     phases: Mapping[str, PhaseProgram] = dataclasses.field(default_factory=dict)
+    host: HostMemory | None = None
 
     @property
     def fits(self) -> bool:
@@ -188,19 +194,9 @@ def size_run(
     )
     # With the chip's compiler Mosaic judges the tiles; without it, our budget model does.
     chip = compile_run_for_chip(
-        cfg,
-        tcfg,
-        video,
-        target,
-        devices,
-        model_memory,
-        specs,
-        attends,
-        budgets,
-        problems,
+        cfg, tcfg, video, target, devices, model_memory, specs, attends, budgets, problems
     )
-    notes += [chip.not_compiled] if chip.not_compiled else []
-    notes += chip.notes
+    notes += [chip.not_compiled, *chip.notes] if chip.not_compiled else chip.notes
     memory, phases, compiled = _whole_run_on_chip(cfg, tcfg, video, chip, model_memory, problems)
     sparse = sparse_work(cfg, tcfg, policy)
     timing = time_of(cfg, tcfg, video, target, devices, sparse, compiled)
@@ -208,6 +204,7 @@ def size_run(
     # Compiling for the chip lowered every arm already (Mosaic included): no export on top.
     lower = lower and chip.compiled_by is None
     lowering = lower_for_target(cfg, target, attends, qkv, policy, lower, problems, notes)
+    host = _host_memory(cfg, tcfg, video, target, problems)
     return RunSizing(
         target,
         devices,
@@ -225,6 +222,7 @@ def size_run(
         steps=chip.steps,
         sparse=sparse,
         phases=phases,
+        host=host,
     )
 
 
@@ -382,16 +380,44 @@ def quadratic_arms(cfg: EvalConfig) -> tuple[str, ...]:
     return tuple(arm for arm, name in executors.items() if grows_quadratically(name))
 
 
+def _host_memory(
+    cfg: EvalConfig,
+    tcfg: WanTransformerConfig,
+    video: VideoGeometry,
+    target: DeviceTarget,
+    problems: list[str],
+) -> HostMemory | None:
+    """The host's memory on an accelerator target (None on a CPU, whose memory table is the
+    host's); a host too small adds to ``problems``."""
+    if target.platform == "cpu":
+        return None
+    host = size_host(
+        target.name,
+        tcfg,
+        _text_config(cfg),
+        video,
+        arms=3 if cfg.noise_floor else 2,
+        reads_checkpoint=cfg.model.name not in SEEDED_PRESETS,
+    )
+    problems += [host.problem()] if host.problem() else []
+    return host
+
+
+def _text_config(cfg: EvalConfig) -> UMT5Config:
+    """The run's text encoder: the tiny UMT5 for the tiny presets, UMT5-XXL for Wan."""
+    return TINY_UMT5_CONFIG if cfg.model.name in TINY_PRESETS else UMT5_XXL
+
+
 def _text_encoder_bytes(cfg: EvalConfig, tcfg: WanTransformerConfig) -> int:
-    config = TINY_UMT5_CONFIG if cfg.model.name in SEEDED_PRESETS else UMT5_XXL
+    config = _text_config(cfg)
     param_dtype = jnp.dtype(cfg.model.param_dtype.value)
     return umt5_peak_bytes(config, param_dtype, tcfg.text_len, 1)
 
 
 def _vae_bytes(cfg: EvalConfig, video: VideoGeometry) -> int:
-    """The VAE's decode peak: the whole latent for the seeded presets, one tile for checkpoints."""
+    """The VAE's decode peak: the whole latent for the tiny presets, one tile for Wan models."""
     latent_h, latent_w = video.latent_shape()[-2:]
-    if cfg.model.name in SEEDED_PRESETS:
+    if cfg.model.name in TINY_PRESETS:
         config, hw = TINY_VAE_CONFIG, (latent_h, latent_w)
     else:
         tiling, config = TilingConfig(), WanVAEConfig()

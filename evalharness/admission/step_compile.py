@@ -43,7 +43,7 @@ from evalharness.estimates import (
 )
 from kernels.parallel.attend import parallelize
 from kernels.parallel.mesh import SEQ_AXIS
-from models.config import SEEDED_PRESETS, WanTransformerConfig
+from models.config import TINY_PRESETS, WanTransformerConfig
 from models.pipeline import DenoiseLoop, uses_guidance
 from models.samplers import default_flow_shift, make_sampler
 from models.sharding import param_shardings
@@ -113,7 +113,7 @@ def compile_run_step(
     )
     if devices > 1:
         mesh = Mesh(np.asarray(chips[:devices]), (SEQ_AXIS,))
-        rule = "replicated" if cfg.model.name in SEEDED_PRESETS else "fsdp"
+        rule = "replicated" if cfg.model.name in TINY_PRESETS else "fsdp"
         weights = param_shardings(model, mesh, rule)
         inputs = NamedSharding(mesh, P())
         attend = parallelize(

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from evalharness.config import EvalConfig, ModelConfig
 from models.checkpoint import WanCheckpoint, locate_checkpoint
-from models.config import SEEDED_PRESETS
+from models.config import SEEDED_PRESETS, TINY_PRESETS
 from models.hub import HubSnapshot, fetch_snapshot, is_hub_id, locate_snapshot
 
 log = logging.getLogger(__name__)
@@ -85,6 +85,12 @@ def fetch_checkpoint(model: ModelConfig) -> WanCheckpoint:
         ValueError: no checkpoint for a Wan preset; ``CheckpointError``: a missing or unreadable
             part (named, with the download that completes a hub cache), or a hub failure.
     """
+    if not model.checkpoint and model.name in TINY_PRESETS:
+        raise ValueError(
+            f"model={model.name} needs its weights: train them with python -m models.training "
+            "--out DIR (about 90 minutes on 2 cores), then set model.checkpoint=DIR/checkpoint; "
+            "or use model=tiny (seeded, no checkpoint)"
+        )
     if not model.checkpoint:
         raise ValueError(
             f"model={model.name} needs its weights: set model.checkpoint=/path/to/"

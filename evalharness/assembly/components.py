@@ -22,6 +22,7 @@ from evalharness.config import DType, ModelConfig
 from models.checkpoint import WanCheckpoint, checkpoint_prompt_encoder, checkpoint_vae
 from models.config import (
     SEEDED_PRESETS,
+    TINY_PRESETS,
     WanTransformerConfig,
     config_differences,
     get_transformer_config,
@@ -54,8 +55,8 @@ class Components:
 
     ``identity`` is :func:`models.tiny_components.tiny_identity` for a seeded preset
     (``tiny|planted-v1|seed=<seed>``, ``tiny-random|seed=<seed>``: their weights follow from the
-    name, the seed and the code, which the cache key hashes apart) and :func:`checkpoint_identity`
-    for a checkpoint.
+    name, the seed and the code, which the cache key hashes apart) and
+    :func:`checkpoint_identity` for a checkpoint (``tiny-shapes`` included).
     """
 
     name: str
@@ -190,15 +191,15 @@ def checkpoint_identity(name: str, checkpoint: WanCheckpoint) -> str:
 def build_components(
     model: ModelConfig, dtype: DType | str, cache_dir: str | Path, mesh: Mesh | None = None
 ) -> Components:
-    """Builds (``tiny``, ``tiny-random``) or loads (checkpoint) the transformer, prompt encoder
-    and VAE.
+    """Builds (``tiny``, ``tiny-random``) or loads (a checkpoint: ``tiny-shapes``, a Wan
+    folder) the transformer, prompt encoder and VAE.
 
     Args:
         model: the model config group.
         dtype: compute dtype.
         cache_dir: root of the prompt-embedding cache.
-        mesh: the sequence-parallel mesh, or None. The tiny model is replicated on it; a
-            checkpoint's large matrices are sharded over it ("fsdp") as they are read.
+        mesh: the sequence-parallel mesh, or None. The tiny models are replicated on it; a
+            Wan checkpoint's large matrices are sharded over it ("fsdp") as they are read.
 
     Returns:
         The model's parts and their identity.
@@ -242,14 +243,17 @@ def _tiny_components(
 def _checkpoint_components(
     model: ModelConfig, dtypes: tuple, prompts_cache: Path, mesh: Mesh | None
 ) -> Components:
-    """A Wan preset read from its checkpoint folder, sharded onto the mesh as it is read."""
+    """A preset read from its checkpoint folder, placed on the mesh as it is read (a tiny model
+    replicated, a Wan model sharded)."""
     param_dtype, compute = dtypes
     checkpoint = fetch_checkpoint(model)
     cfg = transformer_config_for(model)
     log.info("loading %s from %s", model.name, checkpoint.root)
+    tiny = model.name in TINY_PRESETS
     shardings = None
     if mesh is not None:
-        shardings = functools.partial(param_shardings, mesh=mesh, rule="fsdp")
+        rule = "replicated" if tiny else "fsdp"
+        shardings = functools.partial(param_shardings, mesh=mesh, rule=rule)
     transformer = load_transformer(
         checkpoint.transformer,
         config=cfg,
@@ -268,5 +272,5 @@ def _checkpoint_components(
         prompt_encoder=encoder,
         vae=checkpoint_vae(checkpoint),
         identity=checkpoint_identity(model.name, checkpoint),
-        tiling=TilingConfig(),
+        tiling=None if tiny else TilingConfig(),
     )

@@ -41,7 +41,7 @@ from evalharness.config import (
 )
 from kernels.executors.dense_controls import check_dense_pair, dense_controls
 from kernels.plans.block_sizes import BlockSizes, auto_block_sizes, plan_backend
-from models.config import SEEDED_PRESETS
+from models.config import TINY_PRESETS
 from models.video_geometry import VideoGeometry
 
 PLATFORMS = ("tpu", "gpu", "cpu")
@@ -85,14 +85,14 @@ def backend_for(backend: KernelBackend | str, platform: str) -> str:
 
 
 def compute_dtype_for(dtype: ComputeDType | str, model_name: str, platform: str) -> ComputeDType:
-    """``auto`` is bfloat16 for checkpoint models (the seed's setting) and on a GPU for every model
-    (cuDNN flash attention, the GPU's dense arm, is bfloat16-only); float32 for the seeded presets
-    (``tiny``, ``tiny-random``) on a CPU or TPU."""
+    """``auto`` is bfloat16 for Wan models (the seed's setting) and on a GPU for every model
+    (cuDNN flash attention, the GPU's dense arm, is bfloat16-only); float32 for the tiny presets
+    (``tiny``, ``tiny-random``, ``tiny-shapes``) on a CPU or TPU."""
     _check_platform(platform)
     dtype = ComputeDType(dtype)
     if dtype is not ComputeDType.auto:
         return dtype
-    if model_name in SEEDED_PRESETS and platform != "gpu":
+    if model_name in TINY_PRESETS and platform != "gpu":
         return ComputeDType.float32
     return ComputeDType.bfloat16
 

@@ -6,6 +6,7 @@ temporaries, routing and exchange buffers).
 from evalharness.estimates.attention_memory import ExecutorSpec, padded_heads
 from evalharness.estimates.block_memory import compiled_temp_bytes, dtype_of
 from evalharness.estimates.gpu_compiler import cuda_plugin_installed, gpu_topology_compiler
+from evalharness.estimates.host_memory import HostMemory, size_host
 from evalharness.estimates.memory_estimate import ArmCompileError, estimate_memory
 from evalharness.estimates.memory_table import GIB, MemoryTable
 from evalharness.estimates.run_time import (
@@ -79,6 +80,7 @@ __all__ = [
     "DeviceTarget",
     "ExecutorSpec",
     "GIB",
+    "HostMemory",
     "MemoryTable",
     "SEED_ATTENTION_SHARE",
     "SEED_DENSE_LOOP_S",
@@ -98,6 +100,7 @@ __all__ = [
     "dtype_bytes",
     "dtype_of",
     "estimate_memory",
+    "size_host",
     "estimate_time",
     "get_target",
     "gpu_topology_compiler",
