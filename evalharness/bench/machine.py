@@ -18,3 +18,17 @@ def machine_info() -> dict[str, str | int]:
         "jax_version": jax.__version__,
         "devices": ", ".join(str(d) for d in jax.devices()),
     }
+
+
+def report_markdown(title: str, setup: dict, table: str, closing: str, machine: dict) -> str:
+    """A benchmark's Markdown report: title, the setup line, the machine, its table and the
+    closing line (the verdict or summary)."""
+    return "\n\n".join(
+        [
+            f"# {title}",
+            ", ".join(f"{k} {v}" for k, v in setup.items()),
+            "Machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()),
+            table,
+            closing,
+        ]
+    )

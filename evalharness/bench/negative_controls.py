@@ -17,9 +17,12 @@ Usage:
     python -m evalharness.bench.negative_controls [--min-psnr-db 25] [--json] [OVERRIDE ...]
     python -m evalharness.bench.negative_controls schedule=aggressive   # Hydra overrides
     python -m evalharness.bench.negative_controls model=tiny-random     # random weights pass all
+    python -m evalharness.bench.negative_controls model=tiny-shapes model.checkpoint=DIR/checkpoint
 
 The default model is ``tiny`` with planted spatial and temporal heads (``models.planted_heads``);
 its PSNR shows whether the harness detects attention errors, not how good a real video would be.
+``tiny-shapes`` (trained by ``python -m models.training``) shows what a wrong mask costs a model
+that learned its attention.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from evalharness.assembly import (
     platform_choices,
     transformer_config_for,
 )
-from evalharness.bench.machine import machine_info
+from evalharness.bench.machine import machine_info, report_markdown
 from evalharness.config import CONF_DIR, EvalConfig, NegativeControl, register_configs, to_config
 from evalharness.evidence import frame_quality
 from evalharness.formatting import markdown_table
@@ -194,21 +197,17 @@ def sound(rows: Sequence[dict[str, Any]]) -> bool:
 
 def format_report(result: dict[str, Any]) -> str:
     """The result as Markdown: setup line, machine, the table and the verdict."""
-    setup = result["setup"]
-    machine = ", ".join(f"{k} {v}" for k, v in result["machine"].items())
     verdict = (
         "sound: the correct arm passes and every broken arm fails"
         if result["sound"]
         else "NOT SOUND: a broken arm passes the gate, or the correct arm fails it"
     )
-    return "\n\n".join(
-        [
-            "# Negative controls against the gate",
-            ", ".join(f"{k} {v}" for k, v in setup.items()),
-            f"Machine: {machine}",
-            markdown_table(result["rows"], COLUMNS),
-            f"Gate: psnr_db >= {result['min_psnr_db']:g} dB. Verdict: {verdict}.",
-        ]
+    return report_markdown(
+        "Negative controls against the gate",
+        result["setup"],
+        markdown_table(result["rows"], COLUMNS),
+        f"Gate: psnr_db >= {result['min_psnr_db']:g} dB. Verdict: {verdict}.",
+        result["machine"],
     )
 
 
