@@ -19,6 +19,7 @@ def test_without_a_checkpoint_it_says_how_to_train_one():
         transformer_config_for(ModelConfig(name="tiny-shapes"))
 
 
+@pytest.mark.slow  # exports and loads a full-size tiny model (8 s)
 def test_an_export_of_the_training_command_runs_as_the_tiny_architecture(tmp_path):
     settings = preset("full")  # the architecture of the full plan; weights untrained
     model = TextToVideo(settings, rngs=nnx.Rngs(0))
