@@ -34,7 +34,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from evalharness.admission.heartbeat import heartbeat
-from evalharness.admission.run_timing import UMT5_XXL, CompiledWork
+from evalharness.admission.run_timing import CompiledWork, text_encoder_config, vae_config
 from evalharness.config import EvalConfig
 from evalharness.estimates import (
     GIB,
@@ -48,7 +48,6 @@ from evalharness.estimates import (
 )
 from models.config import TINY_PRESETS, WanTransformerConfig
 from models.text_encoder import UMT5Encoder, _run_split
-from models.tiny_components import TINY_UMT5_CONFIG, TINY_VAE_CONFIG
 from models.vae import TilingConfig, WanVAE, WanVAEConfig, _decode_split, tile_spans
 from models.video_geometry import VideoGeometry
 
@@ -108,7 +107,7 @@ def _compile_encoder(
     cfg: EvalConfig, tcfg: WanTransformerConfig, compiler: TpuCompiler
 ) -> PhaseProgram:
     """``run_encoder``'s program on one prompt of ``text_len`` tokens."""
-    config = TINY_UMT5_CONFIG if cfg.model.name in TINY_PRESETS else UMT5_XXL
+    config = text_encoder_config(cfg)
     param_dtype = dtype_of(cfg.model.param_dtype.value)
     encoder = nnx.eval_shape(lambda: UMT5Encoder(config, rngs=nnx.Rngs(0), param_dtype=param_dtype))
     graphdef, state = nnx.split(encoder)
@@ -137,7 +136,7 @@ def decode_tiles(cfg: EvalConfig, video: VideoGeometry) -> tuple[tuple[int, int]
 
 def _compile_decoder(cfg: EvalConfig, video: VideoGeometry, compiler: TpuCompiler) -> PhaseProgram:
     """``decode_unclipped``'s program on the largest tile, float32 weights as the run loads them."""
-    config = TINY_VAE_CONFIG if cfg.model.name in TINY_PRESETS else WanVAEConfig()
+    config = vae_config(cfg)
     vae = nnx.eval_shape(lambda: WanVAE(config, rngs=nnx.Rngs(0)))
     graphdef, state = nnx.split(vae)
     (h, w), calls = decode_tiles(cfg, video)

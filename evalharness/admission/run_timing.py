@@ -42,6 +42,16 @@ UMT5_XXL = UMT5Config(
 )
 
 
+def text_encoder_config(cfg: EvalConfig) -> UMT5Config:
+    """The run's text encoder: the tiny UMT5 for the tiny presets, UMT5-XXL for Wan."""
+    return TINY_UMT5_CONFIG if cfg.model.name in TINY_PRESETS else UMT5_XXL
+
+
+def vae_config(cfg: EvalConfig) -> WanVAEConfig:
+    """The run's VAE: the tiny one for the tiny presets, Wan's for Wan."""
+    return TINY_VAE_CONFIG if cfg.model.name in TINY_PRESETS else WanVAEConfig()
+
+
 def samples_per_step(cfg: EvalConfig) -> int:
     """Samples the model computes per denoising step: 2 with classifier-free guidance, else 1
     (the FLOPs, whether the passes run jointly or separately)."""
@@ -238,13 +248,12 @@ def _run_work(
     (``models.vae``)."""
     seeded = cfg.model.name in SEEDED_PRESETS
     tiny = cfg.model.name in TINY_PRESETS
-    text_config = TINY_UMT5_CONFIG if tiny else UMT5_XXL
-    vae_config = TINY_VAE_CONFIG if tiny else WanVAEConfig()
+    text_config, vae = text_encoder_config(cfg), vae_config(cfg)
     weight = jnp.dtype(cfg.model.param_dtype.value).itemsize
     load = 0.0
     if not seeded:
         text_params = sum(umt5_parameter_count(text_config))
-        vae_bytes = vae_parameter_count(vae_config) * 4  # the VAE runs in float32
+        vae_bytes = vae_parameter_count(vae) * 4  # the VAE runs in float32
         load = (parameter_count(tcfg) + text_params) * weight + vae_bytes
     guided = uses_guidance(cfg.guidance_scale, cfg.negative_prompt)
     return run_work(
@@ -252,7 +261,7 @@ def _run_work(
         text_config=text_config,
         text_tokens=tcfg.text_len,
         prompts=2 if guided else 1,
-        vae_config=vae_config,
+        vae_config=vae,
         latent_shape=video.latent_shape()[1:],
         tiling=None if tiny else TilingConfig(),
         pairs=pairs,

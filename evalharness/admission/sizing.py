@@ -26,10 +26,10 @@ from evalharness.admission.chip_compile import compile_run_for_chip
 from evalharness.admission.kernel_checks import gpu_shared_memory, lower_for_target, tpu_budgets
 from evalharness.admission.phase_compile import PhaseProgram, compiled_work, phases_for_chip
 from evalharness.admission.run_timing import (
-    UMT5_XXL,
     CompiledWork,
     samples_per_call,
     sparse_work,
+    text_encoder_config,
     time_of,
 )
 from evalharness.admission.step_compile import StepProgram
@@ -54,8 +54,7 @@ from kernels.plans.block_sizes import BlockSizes
 from kernels.policy.attention_policy import AttentionPolicy, make_dense_attend
 from models.config import SEEDED_PRESETS, TINY_PRESETS, WanTransformerConfig
 from models.peak_memory import umt5_peak_bytes, vae_decode_peak_bytes
-from models.text_encoder import UMT5Config
-from models.tiny_components import TINY_UMT5_CONFIG, TINY_VAE_CONFIG
+from models.tiny_components import TINY_VAE_CONFIG
 from models.vae import TilingConfig, WanVAEConfig
 from models.video_geometry import VideoGeometry
 
@@ -394,22 +393,18 @@ def _host_memory(
     host = size_host(
         target.name,
         tcfg,
-        _text_config(cfg),
+        text_encoder_config(cfg),
         video,
         arms=3 if cfg.noise_floor else 2,
         reads_checkpoint=cfg.model.name not in SEEDED_PRESETS,
     )
-    problems += [host.problem()] if host.problem() else []
+    problem = host.problem()
+    problems += [problem] if problem else []
     return host
 
 
-def _text_config(cfg: EvalConfig) -> UMT5Config:
-    """The run's text encoder: the tiny UMT5 for the tiny presets, UMT5-XXL for Wan."""
-    return TINY_UMT5_CONFIG if cfg.model.name in TINY_PRESETS else UMT5_XXL
-
-
 def _text_encoder_bytes(cfg: EvalConfig, tcfg: WanTransformerConfig) -> int:
-    config = _text_config(cfg)
+    config = text_encoder_config(cfg)
     param_dtype = jnp.dtype(cfg.model.param_dtype.value)
     return umt5_peak_bytes(config, param_dtype, tcfg.text_len, 1)
 
