@@ -22,6 +22,7 @@ import dataclasses
 import functools
 import hashlib
 import itertools
+import re
 from typing import Literal
 
 import numpy as np
@@ -112,6 +113,14 @@ class ClipSpec:
         return (
             " and ".join(o.phrase() for o in self.objects) + f" on a {self.background} background"
         )
+
+
+def prompt_words() -> tuple[str, ...]:
+    """Every word a prompt of this language can hold, sorted (the trained model's vocabulary)."""
+    template = MovingShape(SHAPES[0], next(iter(COLOURS)), "left", "slowly")
+    spec = ClipSpec((template, template), next(iter(BACKGROUNDS)))
+    phrases = [spec.prompt, *SHAPES, *COLOURS, *SPEEDS, *_DIRECTION_WORDS.values(), *BACKGROUNDS]
+    return tuple(sorted({w for phrase in phrases for w in re.findall(r"\w+|[^\w\s]+", phrase)}))
 
 
 def is_held_out(obj: MovingShape, background: str) -> bool:

@@ -1,8 +1,8 @@
 """The trained model as a diffusers-layout folder that ``models.checkpoint`` loads like a real Wan.
 
 ``transformer/``, ``vae/``, ``text_encoder/`` (configs + safetensors, float16 storage),
-``tokenizer/tokenizer.json`` (a byte-level tokenizer that gives exactly the ids of
-``models.tokenizer.ByteTokenizer``, the tiny UMT5's tokenizer), ``scheduler/``,
+``tokenizer/tokenizer.json`` (the word-level vocabulary the model was trained with,
+``models.training.flow_stage.prompt_tokenizer``), ``scheduler/``,
 ``model_index.json``, and ``training.json``: the command, the settings, the code version and the
 final metrics, beside the weights.
 """
@@ -21,6 +21,8 @@ from safetensors.numpy import save_file
 
 from models.loading import diffusers_key_map
 from models.text_encoder import save_umt5_encoder
+from models.tokenizer import WordTokenizer
+from models.training.flow_stage import prompt_tokenizer
 from models.training.settings import TrainSettings
 from models.transformer import WanTransformer
 from models.vae_encoder import WanAutoencoder, save_autoencoder
@@ -61,31 +63,19 @@ def save_transformer(transformer: WanTransformer, folder: Path) -> None:
     save_file(tensors, str(folder / "diffusion_pytorch_model.safetensors"))
 
 
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte → printable character table (what the ``ByteLevel`` pre-tokenizer emits)."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
-    printable += range(ord("®"), ord("ÿ") + 1)
-    table = {b: chr(b) for b in printable}
-    extra = 0
-    for b in range(256):
-        if b not in table:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return table
+def save_word_tokenizer(folder: Path, tokenizer: WordTokenizer) -> None:
+    """``tokenizer.json``: a word-level vocabulary with ``<pad>`` 0, ``</s>`` 1, ``<unk>`` 2 and
+    the words at ``3 + i``, lower-cased and split by the ``Whitespace`` pre-tokenizer, so that
+    ``models.tokenizer.TokenizerJsonTokenizer`` reads exactly ``tokenizer``'s ids from it."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
-
-def save_byte_tokenizer(folder: Path) -> None:
-    """``tokenizer.json``: a BPE with no merges over byte-level characters, ids ``3 + byte``,
-    ``<pad>`` 0 and ``</s>`` 1 (``models.tokenizer.ByteTokenizer``'s ids)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
-    chars = _bytes_to_unicode()
-    vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2, **{chars[b]: 3 + b for b in range(256)}}
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    tokenizer.decoder = decoders.ByteLevel()
+    vocab = {"<pad>": tokenizer.pad_id, "</s>": tokenizer.eos_id, "<unk>": tokenizer.unk_id}
+    vocab.update({w: 3 + i for i, w in enumerate(tokenizer.words)})
+    saved = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    saved.normalizer = normalizers.Lowercase()
+    saved.pre_tokenizer = pre_tokenizers.Whitespace()
     folder.mkdir(parents=True, exist_ok=True)
-    tokenizer.save(str(folder / "tokenizer.json"))
+    saved.save(str(folder / "tokenizer.json"))
 
 
 def code_version() -> dict[str, str | bool]:
@@ -132,7 +122,7 @@ def export_checkpoint(
     save_transformer(transformer, folder / "transformer")
     save_autoencoder(autoencoder, folder / "vae", jnp.float16)
     save_umt5_encoder(_cast(text_encoder), folder / "text_encoder")
-    save_byte_tokenizer(folder / "tokenizer")
+    save_word_tokenizer(folder / "tokenizer", prompt_tokenizer())
     scheduler = {
         "_class_name": "UniPCMultistepScheduler",
         "prediction_type": "flow_prediction",

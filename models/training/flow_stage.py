@@ -24,10 +24,12 @@ import optax
 from flax import nnx
 from tqdm import tqdm
 
-from models.shapes_data import make_clip
+from models.attention import WanAttention
+from models.layers import FeedForward
+from models.shapes_data import make_clip, prompt_words
 from models.text_encoder import UMT5Encoder
 from models.tiny_components import TINY_UMT5_CONFIG
-from models.tokenizer import ByteTokenizer, tokenize_batch
+from models.tokenizer import WordTokenizer, tokenize_batch
 from models.training.loop import learning_rate_schedule, run_steps
 from models.training.settings import UNCONDITIONAL_PROMPTS, TrainSettings
 from models.training.tracking import MetricLogger
@@ -36,6 +38,30 @@ from models.transformer import WanTransformer
 from models.vae_encoder import WanAutoencoder, normalise
 
 STAGE = "transformer"
+
+
+def prompt_tokenizer() -> WordTokenizer:
+    """The trained model's tokenizer: one id per word of the shapes language and of the
+    unconditional prompts (measured over 200 steps: with bytes the loss did not yet depend on
+    the prompt, with words a wrong prompt already cost 0.11 more than the right one)."""
+    extra = {w for text in UNCONDITIONAL_PROMPTS for w in WordTokenizer.PATTERN.findall(text)}
+    words = tuple(sorted(set(prompt_words()) | extra))
+    if 3 + len(words) > TINY_UMT5_CONFIG.vocab_size:
+        raise ValueError(f"{len(words)} words do not fit the tiny UMT5's vocabulary")
+    return WordTokenizer(words)
+
+
+def zero_init_residual_branches(transformer: WanTransformer) -> int:
+    """Zeroes the output projection of every attention and feed-forward branch and the final
+    projection: each block starts as its shortcut and the model as a zero velocity, which the
+    flow loss reaches from 2.25 rather than 3.8 (measured at step 1). Returns how many were zeroed.
+    """
+    last = [node.to_out if isinstance(node, WanAttention) else node.proj_out
+            for _, node in nnx.iter_graph(transformer)
+            if isinstance(node, WanAttention | FeedForward)]  # fmt: skip
+    for linear in [*last, transformer.proj_out]:
+        linear.kernel.set_value(jnp.zeros_like(linear.kernel.get_value()))
+    return len(last) + 1
 
 
 class TextToVideo(nnx.Module):
@@ -101,7 +127,7 @@ def flow_batch(
         else prompts[i]
         for i in index
     ]
-    tokens = tokenize_batch(ByteTokenizer(), texts, settings.text_len)
+    tokens = tokenize_batch(prompt_tokenizer(), texts, settings.text_len)
     x0 = pool[index].astype(np.float32)
     sigma = shifted_sigma(rng.random(len(index)), settings.flow_shift).astype(np.float32)
     return {
@@ -141,6 +167,7 @@ def train_flow(
 ) -> TextToVideo:
     """Trains (or resumes, or reloads when done) the text encoder and transformer on ``pool``."""
     model = TextToVideo(settings, rngs=nnx.Rngs(settings.seed))
+    zero_init_residual_branches(model.transformer)
     schedule = learning_rate_schedule(
         settings.transformer_lr, settings.warmup_steps, settings.transformer_steps
     )

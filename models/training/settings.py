@@ -67,9 +67,9 @@ class TrainSettings:
     vae_kl_weight: float = 1e-6
     vae_stat_clips: int = 16
     latent_clips: int = 384
-    transformer_steps: int = 1600
-    transformer_batch: int = 1
-    transformer_lr: float = 5e-4
+    transformer_steps: int = 1500
+    transformer_batch: int = 2
+    transformer_lr: float = 1e-3
     warmup_steps: int = 50
     flow_shift: float = 3.0
     prompt_dropout: float = 0.1

@@ -18,6 +18,7 @@ from models.shapes_data import (
     held_out_specs,
     is_held_out,
     make_clip,
+    prompt_words,
     render_clip,
     sample_spec,
 )
@@ -51,6 +52,16 @@ def test_the_vocabulary_is_as_wide_as_asked():
     assert {"left", "right", "up", "down"} <= set(DIRECTIONS) and len(DIRECTIONS) >= 6
     with pytest.raises(ValueError, match="colour='mauve'; known"):
         MovingShape("circle", "mauve", "left", "slowly")
+
+
+def test_prompt_words_hold_every_word_of_every_prompt_and_no_other():
+    import re
+
+    rng = np.random.default_rng(0)
+    specs = held_out_specs() + [sample_spec(rng, "train", 1.0) for _ in range(200)]
+    used = {w for spec in specs for w in re.findall(r"\w+|[^\w\s]+", spec.prompt)}
+    assert used == set(prompt_words())
+    assert list(prompt_words()) == sorted(prompt_words())
 
 
 def test_clips_are_deterministic_uint8_at_the_cpu_preset_size():

@@ -11,6 +11,7 @@ from models.tokenizer import (
     ByteTokenizer,
     SentencePieceTokenizer,
     TokenizerJsonTokenizer,
+    WordTokenizer,
     clean_prompt,
     load_tokenizer,
     tokenize_batch,
@@ -121,3 +122,15 @@ def test_bad_tokenizer_inputs(tmp_path, spm_folder):
         SentencePieceTokenizer(copy / "spiece.model").identity
         == load_tokenizer(spm_folder).identity
     )
+
+
+def test_the_word_tokenizer_ids_unknown_words_and_refusals():
+    words = WordTokenizer(["a", "red", "circle", ","])
+    assert words.tokenize("A red,  CIRCLE dog") == [3, 4, 6, 5, words.unk_id]
+    batch = tokenize_batch(words, ["a red circle"], max_length=6)
+    np.testing.assert_array_equal(batch.input_ids[0], [3, 4, 5, words.eos_id, 0, 0])
+    assert words.vocab_size == 7
+    assert WordTokenizer(["a", "b"]).identity != WordTokenizer(["b", "a"]).identity
+    for bad in ([], ["a", "a"], ["Red"], ["two words"], [""]):
+        with pytest.raises(ValueError, match="word vocabulary"):
+            WordTokenizer(bad)

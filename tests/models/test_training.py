@@ -13,11 +13,18 @@ from flax import nnx
 
 from models.checkpoint import checkpoint_prompt_encoder, checkpoint_vae, locate_checkpoint
 from models.loading import load_transformer
-from models.tokenizer import ByteTokenizer, TokenizerJsonTokenizer
+from models.tokenizer import TokenizerJsonTokenizer
+from models.training import flow_stage
 from models.training.__main__ import main
-from models.training.export import export_checkpoint, save_byte_tokenizer
-from models.training.flow_stage import TextToVideo, flow_batch, flow_loss, train_flow
-from models.training.settings import preset
+from models.training.export import export_checkpoint, save_word_tokenizer
+from models.training.flow_stage import (
+    TextToVideo,
+    flow_batch,
+    flow_loss,
+    prompt_tokenizer,
+    train_flow,
+)
+from models.training.settings import UNCONDITIONAL_PROMPTS, preset
 from models.training.tracking import CallbackLogger
 from models.training.vae_stage import (
     crop_batch,
@@ -91,12 +98,15 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(trained, tmp_path):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
 
 
-def test_the_tokenizer_file_gives_the_byte_tokenizer_ids(tmp_path):
-    save_byte_tokenizer(tmp_path)
+def test_the_tokenizer_file_gives_the_word_tokenizer_ids(tmp_path):
+    words = prompt_tokenizer()
+    save_word_tokenizer(tmp_path, words)
     from_file = TokenizerJsonTokenizer(tmp_path / "tokenizer.json")
-    assert (from_file.pad_id, from_file.eos_id) == (ByteTokenizer.pad_id, ByteTokenizer.eos_id)
-    for text in [*PROMPTS, "", "naïve café ✓ 日本 </s> <pad>"]:
-        assert from_file.tokenize(text) == ByteTokenizer().tokenize(text)
+    assert (from_file.pad_id, from_file.eos_id) == (words.pad_id, words.eos_id)
+    texts = [*PROMPTS, *UNCONDITIONAL_PROMPTS, "", "A RED Circle,, moves: naïve café ✓ 日本 </s>"]
+    for text in texts:
+        assert from_file.tokenize(text) == words.tokenize(text)
+    assert words.unk_id not in words.tokenize(" ".join(PROMPTS))
 
 
 @pytest.mark.slow  # compiles the loaded model beside the trained one: about a minute on 2 cores
@@ -180,6 +190,20 @@ def test_zeroed_residual_branches_start_each_block_as_its_shortcut():
     block = next(b for b in blocks if isinstance(b, ResidualBlock) and b.conv_shortcut is None)
     x = jax.random.normal(jax.random.key(0), (1, 3, 4, 4, block.conv1.weight.shape[1]))
     np.testing.assert_allclose(block(x, None), x, atol=1e-6)
+
+
+def test_the_transformer_starts_as_a_zero_velocity_with_each_block_its_shortcut():
+    model = TextToVideo(SETTINGS, rngs=nnx.Rngs(0))
+    layers = SETTINGS.num_layers
+    # Per block: self-attention, cross-attention and feed-forward; then the output projection.
+    assert flow_stage.zero_init_residual_branches(model.transformer) == 3 * layers + 1
+    batch = {k: jnp.asarray(v) for k, v in flow_batch(SETTINGS, 0, _pool(), PROMPTS).items()}
+    context = model.context(batch["input_ids"], batch["attention_mask"])
+    velocity = model.transformer(batch["x0"], batch["sigma"] * 1000.0, context)
+    np.testing.assert_array_equal(np.asarray(velocity), 0.0)
+    # The loss then starts at E|noise - x0|², the target's own second moment.
+    target = np.asarray(batch["noise"] - batch["x0"])
+    np.testing.assert_allclose(float(flow_loss(model, batch)), np.mean(target**2), rtol=1e-5)
 
 
 @pytest.mark.slow  # two compiles of the autoencoder's step (short and whole-length crops)
