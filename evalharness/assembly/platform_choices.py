@@ -11,8 +11,8 @@ for a dry run) and the sequence length:
 | cpu | xla | 128 x 128 | our xla_flash (XLA) | einsum attention | bf16 (ckpt) |
 
 our xla_flash: online softmax over query chunks and key blocks as plain matmuls
-(``kernels.executors.xla_flash``). B0 (the block-sparse scan over every tile) was the CPU's dense
-arm until issue 26 measured it 2x slower than PyTorch's SDPA, which inflated every CPU speedup; it
+(``kernels.executors.xla_flash``). B0 (the block-sparse scan over every tile) is not the CPU's dense
+control: measured 2x slower than PyTorch's SDPA, it would inflate every CPU speedup; it
 stays available by name (``kernel.dense_executor=b0``).
 
 bf16 (ckpt): checkpoint models compute in bfloat16 and the tiny preset in float32 (its purpose is

@@ -23,7 +23,7 @@ own after the others (its ratios are of medians, marked unpaired): it writes the
 row's FLOPs (padding and executed tiles included) by its CPU time, which a loaded machine blurs
 less than wall time.
 
-The checks of issue 26: xla_flash / torch_sdpa <= 1.2 at both geometries; B3's speedup over
+The checks: xla_flash / torch_sdpa <= 1.2 at both geometries; B3's speedup over
 xla_flash within 1.05x of the ideal over executed pairs (1 / executed-pairs fraction of B3's plan)
 at the "issue" geometry. Beside them, the ceiling: xla_matmuls / torch_sdpa, below which
 xla_flash / torch_sdpa cannot go however its softmax is written.
@@ -249,7 +249,7 @@ def summarize(samples: dict[str, dict], info: dict) -> dict:
 
 
 def _checks(rows: dict[str, dict], info: dict, samples: dict[str, dict]) -> dict:
-    """Issue 26's checks, the matmul ceiling beside them, and B3 over B0."""
+    """The dense-control checks, the matmul ceiling beside them, and B3 over B0."""
     checks = {}
     if "xla_flash" in rows and "torch_sdpa" in rows:
         ratio = rows["xla_flash"]["vs_torch_sdpa"]["median"]

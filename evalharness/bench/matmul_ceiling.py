@@ -6,7 +6,7 @@ beat, the time of those same matmuls with the softmax taken out. Timing them in 
 (``xla_chunked_matmuls``) and in torch (``torch_chunked_matmuls``, MKL on a CPU) at the very
 shapes ``xla_flash`` runs separates what our executor costs from what XLA:CPU's matmul library
 costs: if XLA's bare matmuls are already slower than torch's whole SDPA call, no XLA executor can
-match SDPA, however its softmax is written (issue 26).
+match SDPA, however its softmax is written.
 
 Both compute ``sum_j (q_i k_j^T) v_j`` per query chunk i: the same FLOPs as attention
 (4 * B * H * N^2 * D), a number nobody needs, so the functions are for benchmarks only.

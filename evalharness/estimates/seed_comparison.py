@@ -26,7 +26,7 @@ from models.config import WanTransformerConfig
 
 SEED_MODEL, SEED_TARGET = "wan2.1-t2v-14b", "tpu-v6e-8"
 SEED_RESOLUTIONS = tuple(SEED_DENSE_LOOP_S)
-# What the calibration test holds the estimate to (issue 25): speedups within 15%, per-call
+# What the calibration test holds the estimate to: speedups within 15%, per-call
 # attention times within 20%.
 SPEEDUP_BAND, CALL_BAND = 0.15, 0.20
 TITLES = {

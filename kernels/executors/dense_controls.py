@@ -13,9 +13,9 @@ dense arm must be a flash-style kernel on each platform:
 
 The noise floor is the PSNR between two *different* dense executors, so the pair must differ.
 
-On a CPU the dense arm was our "b0" (the block-sparse scan over every tile) until it was measured
-2.1x slower than PyTorch's SDPA at 16,128 tokens (issue 26): B0 advances all query tiles together,
-writing [B, H, N, BKV] scores per step, so every CPU speedup was inflated. "xla_flash"
+On a CPU the dense arm is not our "b0" (the block-sparse scan over every tile): it measured 2.1x
+slower than PyTorch's SDPA at 16,128 tokens, because B0 advances all query tiles together,
+writing [B, H, N, BKV] scores per step, which would inflate every CPU speedup. "xla_flash"
 (``kernels.executors.xla_flash``) computes the same pairs as plain matmuls over query chunks
 and key blocks; "b0" stays available by name (``kernel.dense_executor=b0``).
 

@@ -11,7 +11,7 @@ The two memories scale differently with the sequence length N:
 - VMEM holds the blocks and temporaries of one grid step: it depends on the tiles, head_dim,
   dtype and compute chunk, not on N.
 
-The budget is for TPU v6e, the chip of the first real runs (issue 11).
+The budget is for TPU v6e, the chip of the seed's measurements.
 """
 
 from __future__ import annotations

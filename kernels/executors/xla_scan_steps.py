@@ -24,7 +24,7 @@ from kernels.executors.xla_visit_code import VisitCode, decoder
 # control "xla_flash" holds them), so a group of large tiles is scanned a chunk of query tiles at
 # a time (768 x 768 tiles, 2 heads: one tile per step) instead of writing [B, H, N, BKV] scores per
 # step, which costs CPU memory traffic per pair: B0 at 16,128 tokens on 768 x 768 tiles ran
-# 1.2-1.5x faster on two CPU cores (issue 26); small tiles (the CPU's 128 x 128) are unchanged.
+# 1.2-1.5x faster on two CPU cores; small tiles (the CPU's 128 x 128) are unchanged.
 def query_tiles_per_step(score_elements: int, pairs_per_row: int, g: int) -> int:
     """Query tiles per chunk of a g-tile group: as many as the score budget allows, balanced."""
     rows = max(1, score_elements // pairs_per_row)
@@ -33,7 +33,7 @@ def query_tiles_per_step(score_elements: int, pairs_per_row: int, g: int) -> int
 
 
 # Wide steps: XLA:CPU's matmuls are faster on ~1,536 keys than on one 768-key tile. Measured on
-# two CPU cores at 16,128 tokens, band density 0.39 (``evalharness.bench.dense_cpu``, issue 26):
+# two CPU cores at 16,128 tokens, band density 0.39 (``evalharness.bench.dense_cpu``):
 # B3's speedup over xla_flash, against the ideal 1 / executed pairs, was off by 1.16 at one
 # 768-key tile per step and 1.02 at two (1.07 at three); 1.30 -> 1.20 for 512-key tiles at three;
 # a 1,024-key tile gained nothing from two. Below 512 keys per tile a step is dominated by its
@@ -88,7 +88,7 @@ def scan_tiles(
     Inside the scan the query tiles' axis g leads ([g, B, H, ...]), as the gathered K/V tiles'
     does: with g behind the batch and head axes, XLA:CPU wrote every step's scores twice (the
     matmul's output, then a copy into the einsum's layout: 6% of B3 at 16,128 tokens on 768 x 768
-    tiles, issue 26).
+    tiles).
 
     A wide step gathers ``width`` consecutive entries of every row's list and runs one matmul over
     their width * BKV keys (XLA:CPU's matmuls are faster on wide key blocks than on several narrow

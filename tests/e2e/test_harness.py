@@ -53,7 +53,7 @@ def test_run_writes_videos_metrics_and_mlflow_run(first_run):
     ):
         assert isinstance(stored[key], float), key
     # The headline is against the faster dense control; the kernel effect against our dense
-    # control (xla_flash on a CPU since issue 26).
+    # control (xla_flash on a CPU).
     fastest = min(stored["dense_median_s"], stored["noise_floor_median_s"])
     assert stored["speedup"] == pytest.approx(fastest / stored["sparse_median_s"])
     assert stored["speedup_vs_xla_flash"] == pytest.approx(

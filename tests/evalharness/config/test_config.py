@@ -100,7 +100,7 @@ def _expected_params(tmp_path) -> dict:
         "kernel.vmem_limit_bytes": None,
         "kernel.num_warps": None,
         "kernel.num_stages": None,
-        "kernel.dense_executor": "xla_flash",  # the CPU's dense control (issue 26)
+        "kernel.dense_executor": "xla_flash",  # the CPU's dense control
         "kernel.noise_floor_executor": "dot_product_attention",
         "logger.kind": "mlflow",
         "logger.tracking_uri": None,
@@ -220,7 +220,7 @@ def test_dense_arm_key_fields_serialise_as_before(tmp_path):
                 "vmem_limit_bytes": None,
                 "num_warps": None,
                 "num_stages": None,
-                "dense_executor": "xla_flash",  # the CPU's dense arm since issue 26
+                "dense_executor": "xla_flash",  # the CPU's dense control
                 "noise_floor_executor": "dot_product_attention",
             },
             "parallel": {"sequence": 0, "permute_placement": "head_local", "distributed": None},

@@ -42,7 +42,7 @@ def test_the_decode_line_predicts_xla_at_a_size_it_was_not_fitted_to():
 
 
 def test_wan_decode_flops_at_720p_and_1440p():
-    # Issue 25's arithmetic: about 0.6 PFLOP per full 720p decode, 2.5 at 1440p (81 frames).
+    # The arithmetic: about 0.6 PFLOP per full 720p decode, 2.5 at 1440p (81 frames).
     config = WanVAEConfig()
     assert vae_decode_flops(config, 21, (90, 160), None) == pytest.approx(0.62e15, rel=0.05)
     assert vae_decode_flops(config, 21, (180, 320), None) == pytest.approx(2.5e15, rel=0.05)

@@ -1,4 +1,4 @@
-"""The time estimate against the seed's measurements (issue 25's bands): speedups within 15%,
+"""The time estimate against the seed's measurements (its calibration bands): speedups within 15%,
 per-call attention times within 20%. The rates are fitted at 720p only (its dense and aggressive
 loops, the kernel table); 1080p and 1440p are out of sample."""
 

@@ -138,7 +138,7 @@ def test_dense_arm_key_fields(cfg, env):
         "vmem_limit_bytes": None,
         "num_warps": None,
         "num_stages": None,
-        "dense_executor": "xla_flash",  # the CPU's dense arm since issue 26
+        "dense_executor": "xla_flash",  # the CPU's dense control
         "noise_floor_executor": "dot_product_attention",
     }
     # parallel.sequence=0 is "all devices": the key holds the count actually used.

@@ -107,7 +107,7 @@ def test_side_by_side_has_three_panels(videos):
     np.testing.assert_array_equal(out[0, :band], out[-1, :band])
 
 
-# Issue 13: the gate measures attention, not the codec.
+# The gate measures attention, not the codec.
 
 
 def _smooth(t=5, h=48, w=64, seed=1):
