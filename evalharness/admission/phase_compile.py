@@ -34,7 +34,12 @@ import jax.numpy as jnp
 from flax import nnx
 
 from evalharness.admission.heartbeat import heartbeat
-from evalharness.admission.run_timing import CompiledWork, text_encoder_config, vae_config
+from evalharness.admission.run_timing import (
+    CompiledWork,
+    decode_tiles,
+    text_encoder_config,
+    vae_config,
+)
 from evalharness.config import EvalConfig
 from evalharness.estimates import (
     GIB,
@@ -48,7 +53,7 @@ from evalharness.estimates import (
 )
 from models.config import TINY_PRESETS, WanTransformerConfig
 from models.text_encoder import UMT5Encoder, _run_split
-from models.vae import TilingConfig, WanVAE, WanVAEConfig, _decode_split, tile_spans
+from models.vae import WanVAE, _decode_split
 from models.video_geometry import VideoGeometry
 
 # The memory table's rows of the two phases, by phase.
@@ -116,22 +121,6 @@ def _compile_encoder(
     program, flops = compiled_figures(lowered, compiler, Path(cfg.cache_dir))
     what = f"UMT5 on 1 x {tcfg.text_len} tokens, {jnp.dtype(param_dtype).name} weights"
     return PhaseProgram(program, flops, 1.0, what)
-
-
-def decode_tiles(cfg: EvalConfig, video: VideoGeometry) -> tuple[tuple[int, int], float]:
-    """The latent ``(h, w)`` of the VAE's largest call and how many such calls one decode makes
-    (tiles weighed by area); the tiny presets decode the whole latent in one call."""
-    latent_h, latent_w = video.latent_shape()[-2:]
-    if cfg.model.name in TINY_PRESETS:
-        return (latent_h, latent_w), 1.0
-    tiling, scale = TilingConfig(), WanVAEConfig().scale_factor_spatial
-    size_h, size_w = tiling.tile_sample_min_height // scale, tiling.tile_sample_min_width // scale
-    if latent_h <= size_h and latent_w <= size_w:  # one call on the whole latent, as the run
-        return (latent_h, latent_w), 1.0
-    rows = tile_spans(latent_h, size_h, tiling.tile_sample_stride_height // scale)
-    cols = tile_spans(latent_w, size_w, tiling.tile_sample_stride_width // scale)
-    area = sum(h for _, h in rows) * sum(w for _, w in cols)
-    return (size_h, size_w), area / (size_h * size_w)
 
 
 def _compile_decoder(cfg: EvalConfig, video: VideoGeometry, compiler: TpuCompiler) -> PhaseProgram:

@@ -33,7 +33,7 @@ from models.peak_memory import umt5_parameter_count, vae_parameter_count
 from models.pipeline import forward_batch, uses_guidance
 from models.text_encoder import UMT5Config
 from models.tiny_components import TINY_UMT5_CONFIG, TINY_VAE_CONFIG
-from models.vae import TilingConfig, WanVAEConfig
+from models.vae import TilingConfig, WanVAEConfig, tile_spans
 from models.video_geometry import VideoGeometry
 
 # Wan 2.1's text encoder (``text_encoder/config.json`` of the diffusers checkpoints).
@@ -50,6 +50,28 @@ def text_encoder_config(cfg: EvalConfig) -> UMT5Config:
 def vae_config(cfg: EvalConfig) -> WanVAEConfig:
     """The run's VAE: the tiny one for the tiny presets, Wan's for Wan."""
     return TINY_VAE_CONFIG if cfg.model.name in TINY_PRESETS else WanVAEConfig()
+
+
+def vae_tiling(cfg: EvalConfig) -> TilingConfig | None:
+    """How the run's VAE decodes: the tiny presets the whole latent in one call, Wan models in
+    ``models.vae``'s 256 x 256-pixel tiles."""
+    return None if cfg.model.name in TINY_PRESETS else TilingConfig()
+
+
+def decode_tiles(cfg: EvalConfig, video: VideoGeometry) -> tuple[tuple[int, int], float]:
+    """The latent ``(h, w)`` of the VAE's largest decode call and how many such calls one decode
+    makes (the calls weighed by area; edge tiles are smaller calls of the same program)."""
+    latent_h, latent_w = video.latent_shape()[-2:]
+    tiling = vae_tiling(cfg)
+    if tiling is None:
+        return (latent_h, latent_w), 1.0
+    scale = vae_config(cfg).scale_factor_spatial
+    rows = tile_spans(latent_h, tiling.tile_sample_min_height // scale,
+                      tiling.tile_sample_stride_height // scale)  # fmt: skip
+    cols = tile_spans(latent_w, tiling.tile_sample_min_width // scale,
+                      tiling.tile_sample_stride_width // scale)  # fmt: skip
+    hw = (max(n for _, n in rows), max(n for _, n in cols))
+    return hw, sum(n for _, n in rows) * sum(n for _, n in cols) / (hw[0] * hw[1])
 
 
 def samples_per_step(cfg: EvalConfig) -> int:
@@ -247,7 +269,6 @@ def _run_work(
     others read a checkpoint; the tiny presets decode whole, Wan models tile by tile
     (``models.vae``)."""
     seeded = cfg.model.name in SEEDED_PRESETS
-    tiny = cfg.model.name in TINY_PRESETS
     text_config, vae = text_encoder_config(cfg), vae_config(cfg)
     weight = jnp.dtype(cfg.model.param_dtype.value).itemsize
     load = 0.0
@@ -263,7 +284,7 @@ def _run_work(
         prompts=2 if guided else 1,
         vae_config=vae,
         latent_shape=video.latent_shape()[1:],
-        tiling=None if tiny else TilingConfig(),
+        tiling=vae_tiling(cfg),
         pairs=pairs,
     )
 

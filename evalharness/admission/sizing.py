@@ -27,10 +27,12 @@ from evalharness.admission.kernel_checks import gpu_shared_memory, lower_for_tar
 from evalharness.admission.phase_compile import PhaseProgram, compiled_work, phases_for_chip
 from evalharness.admission.run_timing import (
     CompiledWork,
+    decode_tiles,
     samples_per_call,
     sparse_work,
     text_encoder_config,
     time_of,
+    vae_config,
 )
 from evalharness.admission.step_compile import StepProgram
 from evalharness.assembly import pallas_options
@@ -52,10 +54,8 @@ from kernels.executors.dense_memory import dense_executor_temp_bytes, grows_quad
 from kernels.executors.pallas_tpu_budget import TpuBudget
 from kernels.plans.block_sizes import BlockSizes
 from kernels.policy.attention_policy import AttentionPolicy, make_dense_attend
-from models.config import SEEDED_PRESETS, TINY_PRESETS, WanTransformerConfig
+from models.config import SEEDED_PRESETS, WanTransformerConfig
 from models.peak_memory import umt5_peak_bytes, vae_decode_peak_bytes
-from models.tiny_components import TINY_VAE_CONFIG
-from models.vae import TilingConfig, WanVAEConfig
 from models.video_geometry import VideoGeometry
 
 log = logging.getLogger(__name__)
@@ -410,18 +410,10 @@ def _text_encoder_bytes(cfg: EvalConfig, tcfg: WanTransformerConfig) -> int:
 
 
 def _vae_bytes(cfg: EvalConfig, video: VideoGeometry) -> int:
-    """The VAE's decode peak: the whole latent for the tiny presets, one tile for Wan models."""
-    latent_h, latent_w = video.latent_shape()[-2:]
-    if cfg.model.name in TINY_PRESETS:
-        config, hw = TINY_VAE_CONFIG, (latent_h, latent_w)
-    else:
-        tiling, config = TilingConfig(), WanVAEConfig()
-        scale = config.scale_factor_spatial
-        hw = (
-            min(latent_h, tiling.tile_sample_min_height // scale),
-            min(latent_w, tiling.tile_sample_min_width // scale),
-        )
-    return vae_decode_peak_bytes(config, hw, video.latent_frames, param_dtype=jnp.float32)
+    """The VAE's decode peak: its largest call (the whole latent for the tiny presets, one tile
+    for Wan models)."""
+    hw, _ = decode_tiles(cfg, video)
+    return vae_decode_peak_bytes(vae_config(cfg), hw, video.latent_frames, param_dtype=jnp.float32)
 
 
 def _device_problems(target: DeviceTarget, devices: int) -> list[str]:

@@ -16,10 +16,9 @@ from evalharness.admission.phase_compile import (
     compile_phases,
     compiled_figures,
     compiled_work,
-    decode_tiles,
     with_compiled_phases,
 )
-from evalharness.admission.run_timing import samples_per_step, time_of
+from evalharness.admission.run_timing import decode_tiles, samples_per_step, time_of
 from evalharness.config import to_config
 from evalharness.estimates import CompiledProgram, MemoryTable, TpuCompiler, get_target
 from evalharness.estimates.run_time import text_encoder_flops, vae_decode_flops
