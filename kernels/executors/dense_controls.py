@@ -268,7 +268,8 @@ def cudnn_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
     cuDNN takes the [batch, tokens, heads, head_dim] layout directly and scales by
     1/sqrt(head_dim) itself. Tracing needs the CUDA plugin's cuDNN (JAX checks its version and
     the GPU's compute capability while tracing), so this neither runs nor lowers on a CPU-only
-    machine; there it raises a ValueError naming the executors that do.
+    machine (with or without the plugin); there it raises a ValueError naming the executors
+    that do.
 
     Args:
         q: [batch, tokens, heads, head_dim], bfloat16 (unscaled).
@@ -281,8 +282,10 @@ def cudnn_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
     check_cudnn_inputs(q, k, v)
     try:
         return jax.nn.dot_product_attention(q, k, v, implementation="cudnn")
-    except RuntimeError as error:
-        if "cuDNN" not in str(error):
+    except (RuntimeError, NotImplementedError) as error:
+        # Without the CUDA plugin JAX's cuDNN check fails while tracing (RuntimeError); with the
+        # plugin but no GPU, tracing passes and the CPU has no lowering for the fused call.
+        if "cuDNN" not in str(error) and "dot_product_attention" not in str(error):
             raise
         raise ValueError(
             f"executor 'cudnn' needs a CUDA GPU with cuDNN ({error}); on this machine use "
