@@ -125,12 +125,10 @@ def time_of(
         loops = dataclasses.replace(loops, runs={**loops.runs, "sparse": loops.runs["sparse"] - 1})
     dtype = cfg.dtype.value
     work = _run_work(cfg, tcfg, video, pairs)
-    if compiled is not None:
-        work = dataclasses.replace(
-            work,
-            text_flops=samples_per_step(cfg) * compiled.encode_flops,
-            decode_flops=compiled.decode_flops,
-        )
+    if compiled is not None:  # a compiler whose cost analysis counts nothing leaves ours
+        counted = {"text_flops": samples_per_step(cfg) * compiled.encode_flops,
+                   "decode_flops": compiled.decode_flops}  # fmt: skip
+        work = dataclasses.replace(work, **{k: v for k, v in counted.items() if v > 0})
     once, sources = run_rows(
         work,
         loops.runs,
@@ -150,8 +148,10 @@ class CompiledWork:
     """What compiling for the target's chip measured of the work outside the loops.
 
     Attributes:
-        encode_flops: XLA's cost analysis of encoding one prompt on the chip.
-        decode_flops: of one arm's whole decode (every tile) on the chip.
+        encode_flops: XLA's cost analysis of encoding one prompt on the chip (0 when the
+            compiler counts none: XLA's GPU compiler counts none in these programs, and our
+            count then stands).
+        decode_flops: of one arm's whole decode (every tile) on the chip (0 likewise).
         compile_s: column (an arm, or ``shared``) -> seconds its compiles took on this machine.
         compiled_on: this machine, in words (cores, load), for the compile row's source.
         compiled_by: the chip's compiler, in words.
@@ -169,10 +169,15 @@ class CompiledWork:
         """``once`` with a ``compile`` row, and the sources naming the compiler's FLOPs."""
         compiling = {c: self.compile_s.get(c, 0.0) for c in columns}
         by = f"XLA's cost analysis by {self.compiled_by}"
+        none = f"ours: {by} counts no FLOPs in this program"
+
+        def source(row: str, flops: float) -> str:
+            return f"{sources[row]} ({by if flops > 0 else none})"
+
         return {**once, "compile": compiling}, {
             **sources,
-            "text encoding": f"{sources['text encoding']} ({by})",
-            "VAE decode": f"{sources['VAE decode']} ({by})",
+            "text encoding": source("text encoding", self.encode_flops),
+            "VAE decode": source("VAE decode", self.decode_flops),
             "compile": (
                 f"the programs this dry run compiled (each arm's loop; the text encoder and VAE "
                 f"under shared), seconds measured on {self.compiled_on}; the target's host "

@@ -2,6 +2,7 @@
 compile row. Here on this host's XLA (the same code the TPU and H200 compilers run); the real TPU
 topology in the slow test at the end."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -126,6 +127,26 @@ def test_the_time_table_takes_the_compiled_flops_and_a_compile_row(tmp_path):
     assert timing.once["VAE decode"]["dense"] == pytest.approx(
         ours.once["VAE decode"]["dense"] * ratio, rel=1e-9
     )
+
+
+@pytest.mark.slow
+def test_a_compiler_that_counts_no_flops_leaves_our_count_and_says_so(tmp_path):
+    # XLA's GPU compiler's cost analysis reports 0 FLOPs for the UMT5 and VAE programs.
+    cfg, tcfg, video = _config(tmp_path, "dtype=float32")
+    compiled = dataclasses.replace(
+        compiled_work({"dense": _Loop(30.0)}, _phases(), "the GPU"), encode_flops=0.0,
+        decode_flops=0.0,
+    )  # fmt: skip
+    target = get_target("h200")
+    ours = time_of(cfg, tcfg, video, target, 1, None)
+    timing = time_of(cfg, tcfg, video, target, 1, None, compiled)
+    for row in ("text encoding", "VAE decode"):
+        assert (
+            timing.once[row] == ours.once[row]
+            and ours.once[row]["shared" if row == "text encoding" else "dense"] > 0
+        )
+        assert "ours: XLA's cost analysis by the GPU counts no FLOPs" in timing.once_sources[row]
+    assert timing.once["compile"]["dense"] == 30.0
 
 
 def _decode_flops(cfg, video) -> float:
