@@ -30,3 +30,26 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 import jax  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")
+
+import signal  # noqa: E402
+import warnings  # noqa: E402
+
+import pytest  # noqa: E402
+
+_HANDLED = (signal.SIGINT, signal.SIGTERM)
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_restored(request):
+    """Each test starts with the SIGINT / SIGTERM handlers the session started with: a test that
+    runs a command in-process (which installs its own handlers) must not change how a later test
+    sees Ctrl-C. A test that leaves them changed is named in a warning."""
+    before = {sig: signal.getsignal(sig) for sig in _HANDLED}
+    yield
+    for sig, handler in before.items():
+        if signal.getsignal(sig) is not handler:
+            signal.signal(sig, handler)
+            warnings.warn(
+                f"{request.node.nodeid} left the {sig.name} handler changed; restored",
+                stacklevel=1,
+            )
