@@ -22,10 +22,11 @@ import dataclasses
 import functools
 import hashlib
 import itertools
-import re
 from typing import Literal
 
 import numpy as np
+
+from models.tokenizer import WordTokenizer
 
 SHAPES = ("circle", "square", "triangle")
 COLOURS: dict[str, tuple[int, int, int]] = {
@@ -120,7 +121,7 @@ def prompt_words() -> tuple[str, ...]:
     template = MovingShape(SHAPES[0], next(iter(COLOURS)), "left", "slowly")
     spec = ClipSpec((template, template), next(iter(BACKGROUNDS)))
     phrases = [spec.prompt, *SHAPES, *COLOURS, *SPEEDS, *_DIRECTION_WORDS.values(), *BACKGROUNDS]
-    return tuple(sorted({w for phrase in phrases for w in re.findall(r"\w+|[^\w\s]+", phrase)}))
+    return tuple(sorted({w for phrase in phrases for w in WordTokenizer.PATTERN.findall(phrase)}))
 
 
 def is_held_out(obj: MovingShape, background: str) -> bool:

@@ -14,6 +14,7 @@ context is zeroed past each prompt's length, exactly as ``models.prompt_encoder`
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -40,6 +41,7 @@ from models.vae_encoder import WanAutoencoder, normalise
 STAGE = "transformer"
 
 
+@functools.cache
 def prompt_tokenizer() -> WordTokenizer:
     """The trained model's tokenizer: one id per word of the shapes language and of the
     unconditional prompts (measured over 200 steps: with bytes the loss did not yet depend on

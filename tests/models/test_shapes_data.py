@@ -23,6 +23,7 @@ from models.shapes_data import (
     sample_spec,
 )
 from models.shapes_detector import colour_labels, detect, track_motion
+from models.tokenizer import WordTokenizer
 from models.training.settings import TrainSettings
 from tests.helpers.paths import REPO_ROOT
 
@@ -55,11 +56,9 @@ def test_the_vocabulary_is_as_wide_as_asked():
 
 
 def test_prompt_words_hold_every_word_of_every_prompt_and_no_other():
-    import re
-
     rng = np.random.default_rng(0)
     specs = held_out_specs() + [sample_spec(rng, "train", 1.0) for _ in range(200)]
-    used = {w for spec in specs for w in re.findall(r"\w+|[^\w\s]+", spec.prompt)}
+    used = {w for spec in specs for w in WordTokenizer.PATTERN.findall(spec.prompt)}
     assert used == set(prompt_words())
     assert list(prompt_words()) == sorted(prompt_words())
 
