@@ -10,7 +10,10 @@ checkpoint checked (a hub checkpoint's files downloaded, ``evalharness.assembly.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
+
+import jax
 
 from evalharness.admission import compile_check, preflight
 from evalharness.admission.advice import checked_advice
@@ -57,6 +60,27 @@ class Admission:
     sizing: RunSizing
 
 
+def require_host_device() -> None:
+    """Refuses a JAX without a CPU device beside the accelerator.
+
+    The run's host callbacks (the routing statistics' recorder, the per-step progress) place their
+    inputs on a CPU device; with ``JAX_PLATFORMS=cuda`` (or ``tpu``) alone, JAX has none, and the
+    run would fail after compiling its first arm.
+
+    Raises:
+        ValueError: naming the setting and its fix.
+    """
+    try:
+        jax.devices("cpu")
+    except RuntimeError as err:
+        platforms = os.environ.get("JAX_PLATFORMS", "")
+        raise ValueError(
+            f"JAX_PLATFORMS={platforms!r} leaves out the CPU, where the run's host callbacks "
+            "(routing statistics, per-step progress) run; set "
+            f"JAX_PLATFORMS={platforms + ',' if platforms else ''}cpu, or unset it"
+        ) from err
+
+
 def admit(cfg: EvalConfig) -> Admission:
     """Estimates the cost, refuses what does not fit, and builds the attention functions.
 
@@ -67,9 +91,11 @@ def admit(cfg: EvalConfig) -> Admission:
         What the comparison starts from.
 
     Raises:
+        ValueError: JAX has no CPU device for the run's host callbacks.
         preflight.PreflightRefusal: time, memory, SMEM/VMEM, GPU shared memory or (checkpoints)
             an arm's compile; nothing was allocated and no weight read.
     """
+    require_host_device()
     geometry = VideoGeometry(cfg.resolution.frames, cfg.resolution.height, cfg.resolution.width)
     tcfg = transformer_config_for(cfg.model)
     shift = cfg.resolution.flow_shift or default_flow_shift(geometry.height, geometry.width)

@@ -13,7 +13,8 @@ for (and ``max_minutes`` limits):
 | host: measure | each measured arm, each pair | PSNR, SSIM, FFmpeg PSNR, codec noise | ``HOST_NS_PER_PIXEL`` (measured) |
 | host: side by side | each pair | ``side_by_side.mp4`` | ``HOST_NS_PER_PIXEL`` (measured) |
 
-The VAE decoder's FLOPs are XLA's own count (``Lowered.cost_analysis``) of one latent frame's
+The VAE decoder's FLOPs are its convolutions' and products', counted from the traced program
+(``evalharness.estimates.traced_flops``, the same on every backend) of one latent frame's
 decode (the first frame and a later one differ) at two small sizes; a convolution's FLOPs are
 linear in its area, so the two points give them at any size without building the full-size
 program. On an accelerator compile time is not a row: it depends on the compiler's machine, and the
@@ -32,6 +33,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from evalharness.estimates.traced_flops import matmul_flops
 from models.peak_memory import umt5_parameter_count
 from models.text_encoder import UMT5Config
 from models.vae import TilingConfig, WanVAE, WanVAEConfig, tile_spans
@@ -81,7 +83,7 @@ def text_encoder_flops(config: UMT5Config, tokens: int, prompts: int) -> float:
 
 @functools.cache
 def _chunk_flops(config: WanVAEConfig, hw: tuple[int, int]) -> tuple[float, float]:
-    """XLA's FLOP count of decoding the first latent frame and a later one at latent ``hw``."""
+    """FLOPs of decoding the first latent frame and a later one at latent ``hw``."""
     vae = nnx.eval_shape(lambda: WanVAE(config, rngs=nnx.Rngs(0)))
     graph, state = nnx.split(vae)
     z = jax.ShapeDtypeStruct((1, 1, *hw, config.z_dim), jnp.float32)
@@ -92,8 +94,7 @@ def _chunk_flops(config: WanVAEConfig, hw: tuple[int, int]) -> tuple[float, floa
             model = nnx.merge(graph, state)
             return model.decoder(model.post_quant_conv(x), None, first)
 
-        cost = jax.jit(chunk).lower(state, z).cost_analysis()
-        out.append(float(cost["flops"]))
+        out.append(matmul_flops(chunk, state, z))
     return out[0], out[1]
 
 

@@ -169,3 +169,18 @@ def test_fitting_table_and_time_pass():
     check(est, max_minutes=60, what="14B 720p", memory=table, timing=timing)
     with pytest.raises(PreflightRefusal, match="time estimate on tpu-v6e-8"):
         check(est, max_minutes=1, what="14B 720p", memory=table, timing=timing)
+
+
+def test_a_jax_without_a_cpu_device_is_refused_naming_jax_platforms(monkeypatch):
+    # JAX_PLATFORMS=cuda alone: the routing recorder's callbacks would fail after the first compile.
+    from evalharness.admission import decision
+
+    def devices(backend=None):
+        raise RuntimeError(f"Unknown backend {backend}")
+
+    monkeypatch.setattr(decision.jax, "devices", devices)
+    monkeypatch.setenv("JAX_PLATFORMS", "cuda")
+    with pytest.raises(ValueError, match="JAX_PLATFORMS='cuda' leaves out the CPU.*cuda,cpu"):
+        decision.require_host_device()
+    monkeypatch.undo()
+    decision.require_host_device()  # this machine's CPU

@@ -167,3 +167,22 @@ def test_a_cpu_peak_below_one_tflops_is_stated_in_gflops():
         f"1 x {peak / 1e9:,.0f} GFLOP/s float32 peak" in _tiny_estimate(cpu, "float32").assumption
     )
     assert "TFLOP/s bfloat16 peak" in _tiny_estimate(get_target("h200"), "bfloat16").assumption
+
+
+def test_an_accelerator_host_has_a_float32_rate_beside_the_runs_dtype(monkeypatch):
+    # The VAE decodes in float32: a bfloat16 run on a GPU needs both rates, each measured.
+    from types import SimpleNamespace
+
+    from evalharness.estimates import targets
+
+    gpu = SimpleNamespace(platform="gpu", device_kind="NVIDIA H200")
+    monkeypatch.setattr(targets.jax, "devices", lambda *a: [gpu])
+    monkeypatch.setattr(targets, "device_memory_bytes", lambda d: 140 * 2**30)
+    measured = []
+    monkeypatch.setattr(
+        targets, "measure_matmul_flops", lambda dtype, *a: measured.append(dtype) or 60e12
+    )
+    target = targets.host_target(700e12, dtype="bfloat16")
+    assert dict(target.peak_flops) == {"bfloat16": 700e12, "float32": 60e12}
+    assert measured == ["float32"] and target.shared_memory_bytes is not None
+    assert dict(targets.host_target(55e12, dtype="float32").peak_flops) == {"float32": 55e12}
