@@ -12,7 +12,7 @@ import json
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -292,8 +292,31 @@ def load_transformer(
     if unmapped:  # a bug in this module, not in the checkpoint
         raise RuntimeError(f"model parameters without a checkpoint key: {sorted(unmapped)}")
 
-    # Pass 1: headers only. Every problem is reported before any tensor is read.
     shards = _weight_files(folder)
+    _check_headers(folder, shards, key_map, abstract, layer_of)
+    placement = {}
+    if shardings is not None:
+        placement = {
+            path: var.get_value()
+            for path, var in nnx.to_flat_state(shardings(nnx.merge(graphdef, abstract_state)))
+        }
+    values = _stream_tensors(folder, shards, key_map, abstract, layer_of, placement)
+
+    state = nnx.from_flat_state(
+        [(path, var.replace(values[path])) for path, var in abstract.items()]
+    )
+    return nnx.merge(graphdef, state)
+
+
+def _check_headers(
+    folder: Path,
+    shards: dict[str, list[str]],
+    key_map: dict[str, tuple[Path_, Callable]],
+    abstract: dict[Path_, nnx.Variable],
+    layer_of: dict[str, int | None],
+) -> None:
+    """Pass 1, headers only: every problem (keys, shapes, dtypes) is reported before any tensor
+    is read, in one ``ValueError``."""
     location: dict[str, str] = {}
     problems: list[str] = []
     for name, index_keys in shards.items():
@@ -308,24 +331,8 @@ def load_transformer(
                 if key in location:
                     problems.append(f"key {key} appears in both {location[key]} and {name}")
                 location[key] = name
-                if key not in key_map:
-                    continue
-                path, transform = key_map[key]
-                target = abstract[path].get_value()
-                layer_shape = target.shape if layer_of[key] is None else target.shape[1:]
-                expected = _TORCH_SHAPE[transform](layer_shape)
-                found_slice = f.get_slice(key)
-                found_shape = tuple(found_slice.get_shape())
-                if found_shape != expected:
-                    problems.append(
-                        f"shape mismatch for {key}: expected {expected}, found {found_shape}"
-                    )
-                found_dtype = found_slice.get_dtype()
-                if found_dtype not in _SUPPORTED_DTYPES:
-                    problems.append(
-                        f"unsupported dtype {found_dtype} for {key}; supported: "
-                        f"{', '.join(_SUPPORTED_DTYPES)}"
-                    )
+                if key in key_map:
+                    problems.extend(_tensor_problems(f, key, key_map, abstract, layer_of))
     missing = set(key_map) - set(location)
     unexpected = {
         k for k in location if k not in key_map and not any(s in k for s in _IGNORED_KEY_FRAGMENTS)
@@ -337,14 +344,42 @@ def load_transformer(
     if problems:
         raise ValueError(f"cannot load {folder}: " + "; ".join(problems))
 
-    placement = {}
-    if shardings is not None:
-        placement = {
-            path: var.get_value()
-            for path, var in nnx.to_flat_state(shardings(nnx.merge(graphdef, abstract_state)))
-        }
 
-    # Pass 2: stream tensor by tensor, converting layout and dtype as each is read.
+def _tensor_problems(
+    f: Any,
+    key: str,
+    key_map: dict[str, tuple[Path_, Callable]],
+    abstract: dict[Path_, nnx.Variable],
+    layer_of: dict[str, int | None],
+) -> list[str]:
+    """A mapped tensor's shape and dtype against the parameter it fills (header only)."""
+    path, transform = key_map[key]
+    target = abstract[path].get_value()
+    layer_shape = target.shape if layer_of[key] is None else target.shape[1:]
+    expected = _TORCH_SHAPE[transform](layer_shape)
+    found_slice = f.get_slice(key)
+    found_shape = tuple(found_slice.get_shape())
+    problems = []
+    if found_shape != expected:
+        problems.append(f"shape mismatch for {key}: expected {expected}, found {found_shape}")
+    found_dtype = found_slice.get_dtype()
+    if found_dtype not in _SUPPORTED_DTYPES:
+        problems.append(
+            f"unsupported dtype {found_dtype} for {key}; supported: {', '.join(_SUPPORTED_DTYPES)}"
+        )
+    return problems
+
+
+def _stream_tensors(
+    folder: Path,
+    shards: dict[str, list[str]],
+    key_map: dict[str, tuple[Path_, Callable]],
+    abstract: dict[Path_, nnx.Variable],
+    layer_of: dict[str, int | None],
+    placement: dict[Path_, jax.sharding.Sharding],
+) -> dict[Path_, jax.Array]:
+    """Pass 2: streams tensor by tensor, converting layout and dtype as each is read, placing
+    each on its devices; a stacked parameter is stacked once its last layer is in."""
     values: dict[Path_, jax.Array] = {}
     layers: dict[Path_, dict[int, jax.Array]] = {}  # a stacked parameter's layers read so far
     for name in shards:
@@ -363,8 +398,4 @@ def load_transformer(
                 pieces[layer] = _place(value, _layer_sharding(placement.get(path)))
                 if len(pieces) == target.shape[0]:
                     values[path] = _stack(layers.pop(path), placement.get(path))
-
-    state = nnx.from_flat_state(
-        [(path, var.replace(values[path])) for path, var in abstract.items()]
-    )
-    return nnx.merge(graphdef, state)
+    return values

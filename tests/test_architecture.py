@@ -27,7 +27,6 @@ ALLOWED_TOP_LEVEL = {
     "reports": {"evalharness", "models", "kernels"},
 }
 MAX_MODULE_LINES = 450
-MAX_FUNCTION_LINES = 60
 
 # evalharness: rooms along a run's stages, bottom first, and the rooms each may import (besides
 # itself). Base modules (``formatting``, ``refusal``, ``exit_codes``) and the thin top (``run``, ``__main__``) are
@@ -242,44 +241,6 @@ def test_modules_are_small():
         if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
     }
     assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
-
-
-def _function_lengths(path: Path):
-    """(qualified name, lines without the docstring) of every function in ``path``."""
-    tree = ast.parse(path.read_text())
-
-    def walk(node, prefix):
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
-                lines = child.end_lineno - child.lineno + 1
-                first = child.body[0]
-                if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                    lines -= first.end_lineno - first.lineno + 1
-                yield f"{prefix}{child.name}", lines
-                yield from walk(child, f"{prefix}{child.name}.")
-            elif isinstance(child, ast.ClassDef):
-                yield from walk(child, f"{prefix}{child.name}.")
-
-    yield from walk(tree, "")
-
-
-def test_harness_functions_are_short():
-    long = [
-        f"{path.relative_to(REPO_ROOT)}::{name} ({lines} lines)"
-        for path in sorted((REPO_ROOT / "evalharness").rglob("*.py"))
-        for name, lines in _function_lengths(path)
-        if lines > MAX_FUNCTION_LINES
-    ]
-    assert not long, (
-        f"functions over {MAX_FUNCTION_LINES} lines (docstring excluded):\n" + "\n".join(long)
-    )
-
-
-def test_length_counter_counts():
-    # The function-length rule would pass vacuously if the counter returned nothing.
-    lengths = dict(_function_lengths(REPO_ROOT / "tests" / "test_architecture.py"))
-    assert lengths["_function_lengths"] > 5
-    assert lengths["_function_lengths.walk"] > 5
 
 
 def test_tests_share_helpers_not_test_files():

@@ -29,17 +29,18 @@ from evalharness.formatting import markdown_table
 from kernels.executors.pallas_tpu import pallas_blocksparse_attention
 from kernels.executors.pallas_tpu_budget import check_tpu_budget
 from kernels.masks.band import band_for_density
-from kernels.plans.block_sizes import BlockSizes
+from kernels.plans.block_sizes import AUTO_TILES, BlockSizes
 from kernels.plans.tiles import build_plan
 
 MiB = 2**20
 # (block_q, block_kv, vmem_limit_bytes): the seed's tiles with the automatic limit, with the
 # compiler's default 32 MiB forced and with a raised one; smaller tiles; pairs at the edge of
 # the default limit; pairs our model refuses.
+_SEED_Q, _SEED_KV = AUTO_TILES["pallas_tpu"]
 TILE_PAIRS = (
-    (3328, 1536, None),
-    (3328, 1536, 32 * MiB),
-    (3328, 1536, 64 * MiB),
+    (_SEED_Q, _SEED_KV, None),
+    (_SEED_Q, _SEED_KV, 32 * MiB),
+    (_SEED_Q, _SEED_KV, 64 * MiB),
     (1024, 1024, None),
     (2048, 2048, None),
     (2048, 2048, 32 * MiB),

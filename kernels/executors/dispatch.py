@@ -20,6 +20,8 @@ Variants:
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 
@@ -140,24 +142,8 @@ def attention(
         [batch, tokens, heads, head_dim] in q's dtype.
     """
     _validate_qkv(q, k, v)
-    n, d = q.shape[1], q.shape[3]
-    plan = mask if isinstance(mask, TilePlan) else None
-    if plan is not None:
-        variant = plan.variant if variant is None else variant
-        if variant != plan.variant:
-            raise ValueError(f"variant={variant!r} but the TilePlan is for {plan.variant!r}")
-        if block_sizes is not None and block_sizes != plan.block_sizes:
-            raise ValueError(f"block_sizes={block_sizes} but the plan uses {plan.block_sizes}")
-        mask = plan.logical_mask
-    if variant not in ALL_VARIANTS:
-        raise ValueError(f"variant={variant!r}; use one of {ALL_VARIANTS}")
-    if backend not in BACKENDS:
-        raise ValueError(f"backend={backend!r}; use one of {BACKENDS}")
-    if mask is not None and getattr(mask, "tokens", None) != n:
-        raise ValueError(
-            f"the mask covers {getattr(mask, 'tokens', None)} tokens but q has {n}; build the "
-            "mask for this sequence's geometry"
-        )
+    n = q.shape[1]
+    variant, mask, plan = _checked_request(mask, variant, block_sizes, backend, n)
     if variant == "reference":
         return reference_attention(q, k, v, mask)
     if variant in (*DENSE_PEERS, *DENSE_OURS):
@@ -183,29 +169,43 @@ def attention(
         )
     if backend == "pallas_gpu":
         return _pallas_backend(backend).pallas_gpu_blocksparse_attention(
-            q,
-            k,
-            v,
-            plan,
-            variant=plan.variant,
-            interpret=interpret,
-            num_warps=num_warps,
+            q, k, v, plan, variant=plan.variant, interpret=interpret, num_warps=num_warps,
             num_stages=num_stages,
-        )
+        )  # fmt: skip
     if backend == "pallas_tpu":
         return _pallas_backend(backend).pallas_blocksparse_attention(
-            q,
-            k,
-            v,
-            plan,
-            variant=plan.variant,
-            interpret=interpret,
-            block_kv_compute=block_kv_compute,
-            vmem_limit_bytes=vmem_limit_bytes,
-        )
+            q, k, v, plan, variant=plan.variant, interpret=interpret,
+            block_kv_compute=block_kv_compute, vmem_limit_bytes=vmem_limit_bytes,
+        )  # fmt: skip
+    d = q.shape[3]
     if d % _XLA_HEAD_DIM_MULTIPLE or d > _XLA_MAX_HEAD_DIM:
         raise ValueError(
             f"head_dim={d} is not supported by the XLA block-sparse path; use a multiple of "
             f"{_XLA_HEAD_DIM_MULTIPLE} up to {_XLA_MAX_HEAD_DIM} (e.g. 64 or 128)"
         )
     return blocksparse_attention(q, k, v, plan)
+
+
+def _checked_request(
+    mask: Any, variant: str | None, block_sizes: BlockSizes | None, backend: str, n: int
+) -> tuple[str, Any, TilePlan | None]:
+    """The call's (variant, logical mask, prebuilt plan or None), each checked against the others
+    and against the ``n``-token sequence."""
+    plan = mask if isinstance(mask, TilePlan) else None
+    if plan is not None:
+        variant = plan.variant if variant is None else variant
+        if variant != plan.variant:
+            raise ValueError(f"variant={variant!r} but the TilePlan is for {plan.variant!r}")
+        if block_sizes is not None and block_sizes != plan.block_sizes:
+            raise ValueError(f"block_sizes={block_sizes} but the plan uses {plan.block_sizes}")
+        mask = plan.logical_mask
+    if variant not in ALL_VARIANTS:
+        raise ValueError(f"variant={variant!r}; use one of {ALL_VARIANTS}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r}; use one of {BACKENDS}")
+    if mask is not None and getattr(mask, "tokens", None) != n:
+        raise ValueError(
+            f"the mask covers {getattr(mask, 'tokens', None)} tokens but q has {n}; build the "
+            "mask for this sequence's geometry"
+        )
+    return variant, mask, plan

@@ -35,7 +35,6 @@ from kernels.executors.dispatch import attention
 from kernels.masks.geometry import TokenGeometry
 from kernels.masks.layouts import inverse_temporal_permutation, temporal_permutation
 from kernels.plans.block_sizes import BlockSizes, default_block_sizes, plan_backend
-from kernels.plans.tiles import TilePlan, build_plan
 from kernels.policy.cells import Layer, check_layer, dense_cell
 from kernels.policy.negative_controls import (
     check_negative_control,
@@ -214,10 +213,7 @@ class AttentionPolicy:
                 that does not suit the geometry and tiles (see ``SparsitySchedule.validate``).
         """
         _check_backend(backend)
-        if routing_mode not in ROUTING_MODES:
-            raise ValueError(f"routing_mode={routing_mode!r}; use one of {ROUTING_MODES}")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"seed={seed!r}: expected an int")
+        _check_routing(routing_mode, seed)
         self.negative_control = check_negative_control(negative_control)
         self.schedule = schedule
         self.geometry = geometry
@@ -251,15 +247,10 @@ class AttentionPolicy:
         )
         self.recorder = RoutingRecorder(num_steps, num_layers) if record_stats else None
         self.batch_offset = 0  # where this call's samples sit in the step's batch (records)
-        self.plan: TilePlan | None = None
-        self.routing_mask = None
-        if not schedule.sparse:
-            return
-        schedule.validate(geometry, block_sizes)
-        schedule.warn_if_dense(num_steps, num_layers)
-        band = schedule.band(geometry)
-        self.plan = build_plan(band, block_sizes, schedule.variant, rounding_tolerance)
-        self.routing_mask = self.plan.logical_mask
+        self.plan = schedule.tile_plan(geometry, block_sizes, rounding_tolerance)
+        self.routing_mask = None if self.plan is None else self.plan.logical_mask
+        if self.plan is not None:
+            schedule.warn_if_dense(num_steps, num_layers)
 
     def at_batch_offset(self, offset: int | jax.Array) -> AttentionPolicy:
         """This policy for a call whose samples start at ``offset`` (>= 0; an int, or a traced
@@ -448,3 +439,11 @@ class AttentionPolicy:
             num_warps=self.num_warps,
             num_stages=self.num_stages,
         )
+
+
+def _check_routing(routing_mode: str, seed: int) -> None:
+    """Refuses an unknown routing mode or a seed that is not an int."""
+    if routing_mode not in ROUTING_MODES:
+        raise ValueError(f"routing_mode={routing_mode!r}; use one of {ROUTING_MODES}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed={seed!r}: expected an int")

@@ -24,6 +24,7 @@ from typing import Any
 from kernels.masks.band import BandMask, band_for_density, band_for_svg_sparsity, svg_half_width
 from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes
+from kernels.plans.tiles import TilePlan, build_plan
 
 
 class SparseVariant(enum.StrEnum):
@@ -61,8 +62,13 @@ class SparsitySchedule:
 
     Attributes:
         name: schedule name, for reports.
-        first_times_fp: dense while ``step < floor(first_times_fp * steps)``; in [0, 1].
-        first_layers_fp: dense while ``layer < floor(first_layers_fp * layers)``; in [0, 1].
+        first_times_fp: the fraction of the denoising steps, counted from the first, whose
+            attention stays fully dense (Sparse VideoGen's name for the knob, kept so its
+            settings read the same here; SVG2 counts it in steps as we do): dense while
+            ``step < floor(first_times_fp * steps)``; in [0, 1].
+        first_layers_fp: the fraction of the transformer blocks, counted from the first, whose
+            attention stays fully dense (Sparse VideoGen's name): dense while
+            ``layer < floor(first_layers_fp * layers)``; in [0, 1].
         density: kept fraction of query-key pairs of the sparse masks (sink counted); in (0, 1].
             Not used when ``svg_sparsity`` is set.
         variant: sparse executor variant (tile-aligned b3 by default); a plain string such as
@@ -161,6 +167,25 @@ class SparsitySchedule:
         if self.svg_sparsity is not None:
             return band_for_svg_sparsity(geometry, self.svg_sparsity)
         return band_for_density(geometry, self.density)
+
+    def tile_plan(
+        self,
+        geometry: TokenGeometry,
+        block_sizes: BlockSizes,
+        rounding_tolerance: float | None = None,
+    ) -> TilePlan | None:
+        """The sparse cells' tile plan: ``band(geometry)`` on ``block_sizes`` for ``variant``,
+        after ``validate``; None for a dense schedule.
+
+        Args:
+            geometry: token geometry of the run.
+            block_sizes: the run's tiles.
+            rounding_tolerance: b3's rounding tolerance (``kernels.plans.rounding``).
+        """
+        if not self.sparse:
+            return None
+        self.validate(geometry, block_sizes)
+        return build_plan(self.band(geometry), block_sizes, self.variant, rounding_tolerance)
 
     def target_density(self, geometry: TokenGeometry) -> float:
         """Exact kept fraction of ``band(geometry)`` before any tile rounding: ``density`` itself
