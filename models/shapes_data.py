@@ -64,8 +64,10 @@ _DIRECTION_WORDS = {
 }
 # speed → distance travelled over the clip, as a fraction of the frame's short side.
 SPEEDS: dict[str, float] = {"slowly": 0.25, "quickly": 0.5}
-# Object size: the shape's circumradius as a fraction of the short side.
-_SIZE_RANGE = (0.10, 0.13)
+# Object size: the shape's circumradius as a fraction of the short side; a shape spans about 4-5 of
+# the CPU preset's 12 x 20 tokens a side, so it is a sizeable share of what the transformer learns,
+# and a quick vertical move (half the short side) still keeps it inside the frame.
+_SIZE_RANGE = (0.17, 0.21)
 HELD_OUT_MODULUS = 10
 
 Split = Literal["train", "heldout"]

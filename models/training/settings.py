@@ -73,7 +73,7 @@ class TrainSettings:
     warmup_steps: int = 50
     flow_shift: float = 3.0
     prompt_dropout: float = 0.1
-    two_shape_prob: float = 0.25
+    two_shape_prob: float = 0.15
     num_layers: int = 2
     num_heads: int = 4
     head_dim: int = 64
