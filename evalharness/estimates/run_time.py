@@ -186,7 +186,7 @@ def run_rows(
             else "seeded preset: weights initialised, nothing read"
         ),
         "text encoding": f"{_flop(work.text_flops)} per pair at the matmul rate",
-        "VAE decode": f"{_flop(work.decode_flops)} per arm (XLA's count), float32 at {vae_rate}",
+        "VAE decode": f"{_flop(work.decode_flops)} per arm (the traced decoder's convolutions), float32 at {vae_rate}",
         "host": (
             "encode {encode:.0f}, measure {measure:.0f}, side by side {side_by_side:.0f} ns per "
             "pixel, measured on {on}"
