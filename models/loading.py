@@ -8,6 +8,7 @@ stays near the model's own size. Nothing is returned until every parameter is in
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 from collections.abc import Callable
@@ -293,14 +294,15 @@ def load_transformer(
         raise RuntimeError(f"model parameters without a checkpoint key: {sorted(unmapped)}")
 
     shards = _weight_files(folder)
-    _check_headers(folder, shards, key_map, abstract, layer_of)
+    targets = _Targets(key_map, abstract, layer_of)
+    _check_headers(folder, shards, targets)
     placement = {}
     if shardings is not None:
         placement = {
             path: var.get_value()
             for path, var in nnx.to_flat_state(shardings(nnx.merge(graphdef, abstract_state)))
         }
-    values = _stream_tensors(folder, shards, key_map, abstract, layer_of, placement)
+    values = _stream_tensors(folder, shards, targets, placement)
 
     state = nnx.from_flat_state(
         [(path, var.replace(values[path])) for path, var in abstract.items()]
@@ -308,13 +310,27 @@ def load_transformer(
     return nnx.merge(graphdef, state)
 
 
-def _check_headers(
-    folder: Path,
-    shards: dict[str, list[str]],
-    key_map: dict[str, tuple[Path_, Callable]],
-    abstract: dict[Path_, nnx.Variable],
-    layer_of: dict[str, int | None],
-) -> None:
+@dataclasses.dataclass(frozen=True)
+class _Targets:
+    """Checkpoint key → the model parameter it fills, for both loading passes.
+
+    Attributes:
+        key_map: key → (parameter path, layout transform).
+        abstract: parameter path → its abstract variable (shape and dtype).
+        layer_of: key → layer index within a stacked parameter (scanned model), None otherwise.
+    """
+
+    key_map: dict[str, tuple[Path_, Callable]]
+    abstract: dict[Path_, nnx.Variable]
+    layer_of: dict[str, int | None]
+
+    def of(self, key: str) -> tuple[Path_, Callable, Any, int | None]:
+        """(path, transform, abstract value, layer) of a mapped key."""
+        path, transform = self.key_map[key]
+        return path, transform, self.abstract[path].get_value(), self.layer_of[key]
+
+
+def _check_headers(folder: Path, shards: dict[str, list[str]], targets: _Targets) -> None:
     """Pass 1, headers only: every problem (keys, shapes, dtypes) is reported before any tensor
     is read, in one ``ValueError``."""
     location: dict[str, str] = {}
@@ -331,11 +347,13 @@ def _check_headers(
                 if key in location:
                     problems.append(f"key {key} appears in both {location[key]} and {name}")
                 location[key] = name
-                if key in key_map:
-                    problems.extend(_tensor_problems(f, key, key_map, abstract, layer_of))
-    missing = set(key_map) - set(location)
+                if key in targets.key_map:
+                    problems.extend(_tensor_problems(f, key, targets))
+    missing = set(targets.key_map) - set(location)
     unexpected = {
-        k for k in location if k not in key_map and not any(s in k for s in _IGNORED_KEY_FRAGMENTS)
+        k
+        for k in location
+        if k not in targets.key_map and not any(s in k for s in _IGNORED_KEY_FRAGMENTS)
     }
     if missing:
         problems.append(f"missing keys {_listing(missing)}")
@@ -345,17 +363,10 @@ def _check_headers(
         raise ValueError(f"cannot load {folder}: " + "; ".join(problems))
 
 
-def _tensor_problems(
-    f: Any,
-    key: str,
-    key_map: dict[str, tuple[Path_, Callable]],
-    abstract: dict[Path_, nnx.Variable],
-    layer_of: dict[str, int | None],
-) -> list[str]:
+def _tensor_problems(f: Any, key: str, targets: _Targets) -> list[str]:
     """A mapped tensor's shape and dtype against the parameter it fills (header only)."""
-    path, transform = key_map[key]
-    target = abstract[path].get_value()
-    layer_shape = target.shape if layer_of[key] is None else target.shape[1:]
+    _, transform, target, layer = targets.of(key)
+    layer_shape = target.shape if layer is None else target.shape[1:]
     expected = _TORCH_SHAPE[transform](layer_shape)
     found_slice = f.get_slice(key)
     found_shape = tuple(found_slice.get_shape())
@@ -373,9 +384,7 @@ def _tensor_problems(
 def _stream_tensors(
     folder: Path,
     shards: dict[str, list[str]],
-    key_map: dict[str, tuple[Path_, Callable]],
-    abstract: dict[Path_, nnx.Variable],
-    layer_of: dict[str, int | None],
+    targets: _Targets,
     placement: dict[Path_, jax.sharding.Sharding],
 ) -> dict[Path_, jax.Array]:
     """Pass 2: streams tensor by tensor, converting layout and dtype as each is read, placing
@@ -385,12 +394,10 @@ def _stream_tensors(
     for name in shards:
         with safe_open(folder / name, framework="flax") as f:
             for key in f.keys():
-                if key not in key_map:
+                if key not in targets.key_map:
                     continue
-                path, transform = key_map[key]
-                target = abstract[path].get_value()
+                path, transform, target, layer = targets.of(key)
                 value = transform(f.get_tensor(key)).astype(target.dtype)
-                layer = layer_of[key]
                 if layer is None:
                     values[path] = _place(value, placement.get(path))
                     continue

@@ -167,16 +167,56 @@ def attention(
             variant,
             rounding_tolerance if variant == "b3" else 0.01,
         )
+    return _run_plan(
+        q,
+        k,
+        v,
+        plan,
+        backend,
+        interpret=interpret,
+        block_kv_compute=block_kv_compute,
+        vmem_limit_bytes=vmem_limit_bytes,
+        num_warps=num_warps,
+        num_stages=num_stages,
+    )
+
+
+def _run_plan(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    plan: TilePlan,
+    backend: str,
+    *,
+    interpret: bool,
+    block_kv_compute: int | None,
+    vmem_limit_bytes: int | None,
+    num_warps: int | None,
+    num_stages: int | None,
+) -> jax.Array:
+    """A tile plan (b0-b3) executed on ``backend``, each backend given its own options."""
     if backend == "pallas_gpu":
         return _pallas_backend(backend).pallas_gpu_blocksparse_attention(
-            q, k, v, plan, variant=plan.variant, interpret=interpret, num_warps=num_warps,
+            q,
+            k,
+            v,
+            plan,
+            variant=plan.variant,
+            interpret=interpret,
+            num_warps=num_warps,
             num_stages=num_stages,
-        )  # fmt: skip
+        )
     if backend == "pallas_tpu":
         return _pallas_backend(backend).pallas_blocksparse_attention(
-            q, k, v, plan, variant=plan.variant, interpret=interpret,
-            block_kv_compute=block_kv_compute, vmem_limit_bytes=vmem_limit_bytes,
-        )  # fmt: skip
+            q,
+            k,
+            v,
+            plan,
+            variant=plan.variant,
+            interpret=interpret,
+            block_kv_compute=block_kv_compute,
+            vmem_limit_bytes=vmem_limit_bytes,
+        )
     d = q.shape[3]
     if d % _XLA_HEAD_DIM_MULTIPLE or d > _XLA_MAX_HEAD_DIM:
         raise ValueError(
