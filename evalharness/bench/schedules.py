@@ -178,6 +178,32 @@ def _plain_arm(setup: _Setup, args: argparse.Namespace):
     return compiled, arm
 
 
+def plain_scores_bytes(model: str, tokens: int) -> int:
+    """Bytes the plain arm's softmax holds at once in one layer: float32 scores and their
+    exponentials for the CFG batch of 2 x heads x tokens x tokens."""
+    heads = get_transformer_config(model).num_attention_heads
+    return 2 * (2 * heads * tokens * tokens * 4)
+
+
+def plain_arm_problem(model: str, tokens: int, device_bytes: int | None) -> str | None:
+    """Why the plain arm cannot run on this device (its scores alone exceed the device's memory),
+    or None. ``device_bytes`` is None where the device does not report a limit (CPU)."""
+    need = plain_scores_bytes(model, tokens)
+    if device_bytes is None or need <= device_bytes:
+        return None
+    return (
+        f"the plain arm ({PLAIN}) holds {need / 2**30:.1f} GiB of softmax scores per "
+        f"layer at {tokens:,} tokens, more than the device's {device_bytes / 2**30:.1f} GiB; "
+        "pass --no-plain to time the schedules without it"
+    )
+
+
+def _device_bytes() -> int | None:
+    """The default device's memory limit, or None where it reports none."""
+    stats = jax.devices()[0].memory_stats() or {}
+    return stats.get("bytes_limit")
+
+
 def _time_rounds(compiled: dict, arms: dict[str, dict], inputs: tuple, runs: int) -> None:
     """Interleaved rounds, one run of every arm per round; adds timings and speedups to ``arms``."""
     for arm in arms.values():
@@ -207,7 +233,8 @@ def run(args: argparse.Namespace) -> dict:
     arms: dict[str, dict] = {}
     for schedule in schedules:
         compiled[schedule.name], arms[schedule.name] = _schedule_arm(setup, schedule, args)
-    compiled[PLAIN], arms[PLAIN] = _plain_arm(setup, args)
+    if args.plain:
+        compiled[PLAIN], arms[PLAIN] = _plain_arm(setup, args)
     _time_rounds(compiled, arms, setup.inputs, args.runs)
     hd720 = load_resolution("720p").tokens
     geometry = setup.geometry
@@ -296,6 +323,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--schedule-dir", default=str(_DEFAULT_SCHEDULE_DIR))
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--no-plain",
+        dest="plain",
+        action="store_false",
+        help=f"leave out the context arm {PLAIN!r} (its scores do not fit at large sizes)",
+    )
     add_tracking_args(parser)
     return parser
 
@@ -343,6 +376,9 @@ def main(argv: list[str] | None = None) -> int:
     problem = (
         platform_problem(args.backend, args.interpret) if args.backend != "reference" else None
     )
+    if not problem and args.plain:
+        tokens = VideoGeometry(args.frames, args.height, args.width).tokens
+        problem = plain_arm_problem(args.model, tokens, _device_bytes())
     if problem:
         parser.error(problem)
     result = run(args)
