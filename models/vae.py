@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from models.config import TINY_PRESETS
 from models.frames import video_to_uint8
 from models.safetensors_reader import (
     WeightsError,
@@ -136,6 +137,12 @@ class TilingConfig:
                     f"tile_sample_min_{name}={size}, tile_sample_stride_{name}={stride}: both must be "
                     "positive multiples of 8 with stride <= size (e.g. 256 and 192)"
                 )
+
+
+def decode_tiling(model_name: str) -> TilingConfig | None:
+    """How a model's VAE decodes in the harness: the tiny presets the whole latent in one call
+    (their videos are small), Wan models in diffusers' 256 x 256-pixel tiles."""
+    return None if model_name in TINY_PRESETS else TilingConfig()
 
 
 class WanVAE(nnx.Module):

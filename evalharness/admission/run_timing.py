@@ -33,7 +33,7 @@ from models.peak_memory import umt5_parameter_count, vae_parameter_count
 from models.pipeline import forward_batch, uses_guidance
 from models.text_encoder import UMT5Config
 from models.tiny_components import TINY_UMT5_CONFIG, TINY_VAE_CONFIG
-from models.vae import TilingConfig, WanVAEConfig, tile_spans
+from models.vae import WanVAEConfig, decode_tiling, tile_spans
 from models.video_geometry import VideoGeometry
 
 # Wan 2.1's text encoder (``text_encoder/config.json`` of the diffusers checkpoints).
@@ -52,17 +52,11 @@ def vae_config(cfg: EvalConfig) -> WanVAEConfig:
     return TINY_VAE_CONFIG if cfg.model.name in TINY_PRESETS else WanVAEConfig()
 
 
-def vae_tiling(cfg: EvalConfig) -> TilingConfig | None:
-    """How the run's VAE decodes: the tiny presets the whole latent in one call, Wan models in
-    ``models.vae``'s 256 x 256-pixel tiles."""
-    return None if cfg.model.name in TINY_PRESETS else TilingConfig()
-
-
 def decode_tiles(cfg: EvalConfig, video: VideoGeometry) -> tuple[tuple[int, int], float]:
     """The latent ``(h, w)`` of the VAE's largest decode call and how many such calls one decode
     makes (the calls weighed by area; edge tiles are smaller calls of the same program)."""
     latent_h, latent_w = video.latent_shape()[-2:]
-    tiling = vae_tiling(cfg)
+    tiling = decode_tiling(cfg.model.name)
     if tiling is None:
         return (latent_h, latent_w), 1.0
     scale = vae_config(cfg).scale_factor_spatial
@@ -289,7 +283,7 @@ def _run_work(
         prompts=2 if guided else 1,
         vae_config=vae,
         latent_shape=video.latent_shape()[1:],
-        tiling=vae_tiling(cfg),
+        tiling=decode_tiling(cfg.model.name),
         pairs=pairs,
     )
 

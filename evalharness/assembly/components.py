@@ -37,7 +37,7 @@ from models.tiny_components import (
     tiny_vae,
 )
 from models.transformer import WanTransformer
-from models.vae import TilingConfig, WanVAE, decode_to_frames
+from models.vae import TilingConfig, WanVAE, decode_tiling, decode_to_frames
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +236,7 @@ def _tiny_components(
         ),
         vae=tiny_vae(model.seed),
         identity=tiny_identity(model.name, model.seed),
-        tiling=None,
+        tiling=decode_tiling(model.name),
     )
 
 
@@ -272,5 +272,5 @@ def _checkpoint_components(
         prompt_encoder=encoder,
         vae=checkpoint_vae(checkpoint),
         identity=checkpoint_identity(model.name, checkpoint),
-        tiling=None if tiny else TilingConfig(),
+        tiling=decode_tiling(model.name),
     )

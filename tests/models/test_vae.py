@@ -17,6 +17,7 @@ from models.vae import (
     WanVAEConfig,
     decode_in_tiles,
     decode_latents,
+    decode_tiling,
     decode_to_frames,
     estimate_tile_memory,
     load_vae,
@@ -210,3 +211,12 @@ def test_real_vae_1440p_fits_16_gib_only_with_tiling():
     assert tile["total"] < 16 * GiB
     assert untiled["total"] > 16 * GiB
     assert 0.2 * GiB < tile["weights"] < 0.35 * GiB  # ~73M decoder parameters in float32
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny-random", "tiny-shapes"])
+def test_tiny_presets_decode_in_one_call(name):
+    assert decode_tiling(name) is None
+
+
+def test_wan_models_decode_in_diffusers_tiles():
+    assert decode_tiling("wan2.1-t2v-14b") == TilingConfig() == TilingConfig(256, 256, 192, 192)
