@@ -18,9 +18,8 @@ video (81×1440×2560×3 ×4 B = 3.3 GiB of *host* memory). Per tile on the devi
 - estimate (float32, :func:`models.peak_memory.vae_decode_memory`, the model preflight uses):
   caches 0.58 GiB + chunk activations 0.75 GiB + tile output 0.06 GiB + weights 0.27 GiB
   = **1.66 GiB**;
-- XLA's own figure for the compiled tile program (``jit(...).lower(...).compile()
-  .memory_analysis()`` on CPU, 21 latent frames): 1.30 GiB temporaries + 0.27 GiB weights
-  + 0.06 GiB output = **1.64 GiB**,
+- XLA's figure for the compiled tile program (``memory_analysis()`` on CPU, 21 latent frames):
+  1.30 GiB temporaries + 0.27 GiB weights + 0.06 GiB output = **1.64 GiB**,
 
 far inside a 16 GiB activation budget (bfloat16 weights/activations halve it). The 1440p grid is
 8 × 14 = 112 tiles in four compiled shapes (32×32 and the edge tiles 32×8, 12×32, 12×8 latents).

@@ -29,20 +29,21 @@ ALLOWED_TOP_LEVEL = {
 MAX_MODULE_LINES = 450
 
 # evalharness: rooms along a run's stages, bottom first, and the rooms each may import (besides
-# itself). Base modules (``formatting``, ``refusal``, ``exit_codes``) and the thin top (``run``, ``__main__``) are
+# itself). Base modules (``formatting``, ``refusal``, ``exit_codes``, ``machine``) and the thin top (``run``, ``__main__``) are
 # rooms of one module. Every entry names only rooms before it, so the table has no cycle.
 HARNESS_ROOMS: dict[str, set[str]] = {
     "__init__": set(),  # the package itself: models.accelerator_env's libtpu guard runs first
     "formatting": set(),
     "refusal": set(),
     "exit_codes": set(),
+    "machine": set(),
     "config": set(),
-    "estimates": {"formatting"},
-    "tracking": {"refusal", "exit_codes"},
+    "estimates": {"formatting", "machine"},
+    "tracking": {"refusal", "exit_codes", "machine"},
     "assembly": {"config"},
     "admission": {"config", "estimates", "assembly", "formatting", "refusal", "exit_codes"},
     "arms": {"tracking"},
-    "evidence": {"config", "assembly", "arms", "formatting"},
+    "evidence": {"config", "assembly", "arms", "formatting", "machine"},
     "gate": {"config", "evidence", "tracking", "exit_codes"},
     "comparison": {"config", "tracking", "assembly", "admission", "arms", "evidence"}
     | {"formatting", "exit_codes"},
@@ -57,6 +58,7 @@ HARNESS_ROOMS: dict[str, set[str]] = {
         "gate",
         "formatting",
         "exit_codes",
+        "machine",
     },
     "run": {
         "config",

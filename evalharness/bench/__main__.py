@@ -56,7 +56,6 @@ from evalharness.bench.kernel_table import (
     slow_baseline_notes,
     table_variants,
 )
-from evalharness.bench.machine import machine_info
 from evalharness.bench.memory import compiled_peak_bytes
 from evalharness.bench.mlflow_record import (
     add_tracking_args,
@@ -76,6 +75,7 @@ from evalharness.bench.sweep import (
 from evalharness.bench.temporal import temporal_comparison
 from evalharness.bench.tile_stats import tile_stats
 from evalharness.config import load_resolution, resolution_names
+from evalharness.machine import machine_info
 from kernels.executors.dispatch import BACKENDS
 from kernels.masks.band import band_for_density
 from kernels.masks.geometry import TokenGeometry

@@ -34,7 +34,6 @@ from flax import nnx
 from evalharness.admission import estimate_cost
 from evalharness.arms import time_interleaved
 from evalharness.assembly import backend_for, host_platform
-from evalharness.bench.machine import machine_info
 from evalharness.bench.mlflow_record import (
     BenchRecord,
     add_tracking_args,
@@ -45,6 +44,7 @@ from evalharness.bench.mlflow_record import (
 from evalharness.config import load_resolution, resolution_names
 from evalharness.estimates import SEED_ATTENTION_SHARE, SEED_SETUP, step_flops
 from evalharness.formatting import markdown_table
+from evalharness.machine import machine_info
 from kernels.executors.dense_controls import dense_controls
 from kernels.executors.dense_memory import dense_executor_temp_bytes
 from kernels.policy.attention_policy import make_dense_attend

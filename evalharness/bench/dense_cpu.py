@@ -46,12 +46,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from evalharness.bench.inputs import random_qkv
-from evalharness.bench.machine import machine_info
 from evalharness.bench.matmul_ceiling import (
     chunked_matmul_flops,
     torch_chunked_matmuls,
     xla_chunked_matmuls,
 )
+from evalharness.machine import machine_info
 from kernels.executors.dispatch import attention
 from kernels.executors.xla_flash import flash_blocks
 from kernels.masks.band import band_for_density

@@ -37,10 +37,11 @@ import numpy as np
 from flax import nnx
 
 from evalharness.assembly import build_attention, build_components, transformer_config_for
-from evalharness.bench.machine import machine_info, report_markdown
+from evalharness.bench.markdown_report import report_markdown
 from evalharness.bench.negative_controls import compose_config
 from evalharness.config import EvalConfig
 from evalharness.formatting import markdown_table
+from evalharness.machine import machine_info
 from kernels.masks.geometry import TokenGeometry
 from kernels.masks.layouts import temporal_position
 from kernels.policy.routing import route_heads, routing_key

@@ -24,10 +24,10 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from evalharness.bench.machine import machine_info
 from evalharness.estimates import HOST_NS_PER_PIXEL
 from evalharness.evidence import measure, run_folder
 from evalharness.formatting import markdown_table
+from evalharness.machine import machine_info
 
 
 def synthetic_frames(frames: int, height: int, width: int, seed: int) -> np.ndarray:

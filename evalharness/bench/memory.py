@@ -41,7 +41,6 @@ from dataclasses import asdict, dataclass
 import jax
 import jax.numpy as jnp
 
-from evalharness.bench.machine import machine_info
 from evalharness.bench.mlflow_record import (
     BenchRecord,
     add_tracking_args,
@@ -58,6 +57,7 @@ from evalharness.estimates import (
     estimate_memory,
 )
 from evalharness.formatting import markdown_table
+from evalharness.machine import machine_info
 from kernels.policy.attention_policy import AttentionPolicy, make_dense_attend
 from kernels.policy.schedule import SparsitySchedule
 from models.config import WanTransformerConfig, get_transformer_config

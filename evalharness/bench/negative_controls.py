@@ -47,11 +47,12 @@ from evalharness.assembly import (
     platform_choices,
     transformer_config_for,
 )
-from evalharness.bench.machine import machine_info, report_markdown
+from evalharness.bench.markdown_report import report_markdown
 from evalharness.config import CONF_DIR, EvalConfig, NegativeControl, register_configs, to_config
 from evalharness.evidence import frame_quality
 from evalharness.formatting import markdown_table
 from evalharness.gate import check_gate
+from evalharness.machine import machine_info
 from kernels.policy.negative_controls import NEGATIVE_CONTROLS
 from models.pipeline import DenoiseLoop, uses_guidance
 from models.samplers import default_flow_shift, make_sampler

@@ -41,7 +41,6 @@ import json  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from evalharness.bench.machine import machine_info  # noqa: E402
 from evalharness.bench.mlflow_record import (  # noqa: E402
     BenchRecord,
     add_tracking_args,
@@ -53,6 +52,7 @@ from evalharness.bench.report import PLACEMENT_COLUMNS  # noqa: E402
 from evalharness.bench.timing import time_interleaved  # noqa: E402
 from evalharness.config import load_resolution  # noqa: E402
 from evalharness.formatting import markdown_table  # noqa: E402
+from evalharness.machine import machine_info  # noqa: E402
 from kernels.masks.geometry import TokenGeometry  # noqa: E402
 from kernels.parallel.attend import PLACEMENTS, SequenceParallelAttend  # noqa: E402
 from kernels.parallel.exchange import exchange_bytes  # noqa: E402

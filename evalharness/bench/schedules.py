@@ -37,7 +37,6 @@ import yaml
 from flax import nnx
 
 from evalharness.bench.backends import platform_problem
-from evalharness.bench.machine import machine_info
 from evalharness.bench.mlflow_record import (
     BenchRecord,
     add_tracking_args,
@@ -47,6 +46,7 @@ from evalharness.bench.mlflow_record import (
 )
 from evalharness.config import CONF_DIR, load_resolution, token_geometry
 from evalharness.formatting import markdown_table
+from evalharness.machine import machine_info
 from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes
 from kernels.policy.attention_policy import AttentionPolicy

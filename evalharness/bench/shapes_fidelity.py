@@ -35,10 +35,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from evalharness.assembly import build_attention, build_components, transformer_config_for
-from evalharness.bench.machine import machine_info, report_markdown
+from evalharness.bench.markdown_report import report_markdown
 from evalharness.bench.negative_controls import compose_config
 from evalharness.config import EvalConfig
 from evalharness.formatting import markdown_table
+from evalharness.machine import machine_info
 from models.pipeline import DenoiseLoop, uses_guidance
 from models.samplers import default_flow_shift, make_sampler
 from models.shapes_data import ClipSpec, held_out_specs

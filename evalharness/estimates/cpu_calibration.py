@@ -36,11 +36,10 @@ them. Accelerators are not calibrated here (their executors and VAE rates are
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping
-from pathlib import Path
 
 from evalharness.estimates.targets import DeviceTarget
+from evalharness.machine import cpu_count, cpu_model
 
 MEASURED_ON = "this workplace's 2-core x86_64 CI VM, 2026-12-02 (tiny preset, load 1.5-5)"
 # The host the figures were measured on (``/proc/cpuinfo``'s model name, cores) and its float32
@@ -119,16 +118,8 @@ def source(arms: Mapping[str, str]) -> str:
 
 
 def host_cpu() -> tuple[str, int]:
-    """This host's CPU model name (``/proc/cpuinfo``) and core count."""
-    name = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return name, os.cpu_count() or 0
+    """This host's CPU model name and core count."""
+    return cpu_model(), cpu_count()
 
 
 def calibrated_target(target: DeviceTarget) -> tuple[DeviceTarget, str]:

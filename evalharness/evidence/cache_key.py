@@ -24,6 +24,7 @@ import jax
 
 from evalharness.assembly import sequence_devices
 from evalharness.config import EvalConfig
+from evalharness.machine import cpu_model
 
 # Packages whose source decides what the dense arm computes (the harness itself included: how it
 # builds the model, the sampler's inputs, the attention functions and the decode).
@@ -82,17 +83,6 @@ _RUNTIME_DISTRIBUTIONS = (
     "libtpu",
     "libtpu-nightly",
 )
-
-
-def cpu_model() -> str:
-    """The host CPU's model name (``/proc/cpuinfo``; else ``platform.processor()``)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
 
 
 def _version(distribution: str) -> str | None:

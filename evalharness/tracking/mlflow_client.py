@@ -10,7 +10,6 @@ import contextlib
 import fnmatch
 import logging
 import os
-import platform
 import socket
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
@@ -21,6 +20,7 @@ import jax
 import numpy as np
 
 from evalharness.exit_codes import Terminated
+from evalharness.machine import machine_summary
 from evalharness.tracking.redaction import redacted
 from evalharness.tracking.store import default_store_uri, open_client
 from evalharness.tracking.ui_view import (
@@ -406,7 +406,7 @@ def environment_tags() -> dict[str, str]:
         "device_count": str(len(devices)),
         "host": socket.gethostname(),
         "pid": str(os.getpid()),  # which process: a launcher's jobs each run in their own
-        "machine": f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cpus".strip(),
+        "machine": machine_summary(),
     }
 
 

@@ -1,23 +1,6 @@
-"""What the benchmark ran on."""
+"""A benchmark's Markdown report: title, setup, machine, table and verdict."""
 
 from __future__ import annotations
-
-import os
-import platform
-
-import jax
-
-
-def machine_info() -> dict[str, str | int]:
-    """Processor, core count and JAX backend (recorded with every result)."""
-    return {
-        "processor": platform.processor() or platform.machine(),
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count() or 0,
-        "jax_backend": jax.default_backend(),
-        "jax_version": jax.__version__,
-        "devices": ", ".join(str(d) for d in jax.devices()),
-    }
 
 
 def report_markdown(title: str, setup: dict, table: str, closing: str, machine: dict) -> str:
