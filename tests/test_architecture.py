@@ -75,8 +75,8 @@ HARNESS_ROOMS: dict[str, set[str]] = {
     "__main__": {"config", "tracking", "admission", "evidence", "comparison", "refusal"}
     | {"exit_codes", "run"},
     # The schedule search: each trial is a run (``run``), planned by admission.
-    "search": {"config", "tracking", "assembly", "admission", "evidence", "formatting"}
-    | {"refusal", "exit_codes", "run"},
+    "search": {"config", "estimates", "tracking", "assembly", "admission", "evidence"}
+    | {"formatting", "refusal", "exit_codes", "run"},
 }
 # What the reports package may read of the harness (only through each room's ``__init__``).
 REPORTS_READ = {"config", "estimates", "tracking", "formatting", "bench"}

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from omegaconf import DictConfig
 
 from evalharness.admission import admit, reusable_seconds
 from evalharness.assembly import platform_choices
 from evalharness.config import to_config
+from evalharness.estimates import TimeEstimate
 from evalharness.refusal import PreflightRefusal
 from evalharness.search.settings import SearchConfig
 from evalharness.search.trials import trial_config
@@ -164,7 +164,7 @@ def slowest_knobs(search: SearchConfig) -> dict[str, object]:
     }
 
 
-def trial_timing(run_cfg: DictConfig, search: SearchConfig) -> Any:
+def trial_timing(run_cfg: DictConfig, search: SearchConfig) -> TimeEstimate | float:
     """The run planner's time plan of one trial at the slowest corner (nothing is allocated): its
     ``TimeEstimate`` (``evalharness.estimates``), or only its minutes (a float) where the planner
     sized no run on this host.
