@@ -54,7 +54,7 @@ DIRECTIONS: dict[str, tuple[float, float]] = {
     "up-right": (_DIAG, -_DIAG),
     "down-left": (-_DIAG, _DIAG),
 }
-_DIRECTION_WORDS = {
+DIRECTION_WORDS = {
     "left": "to the left",
     "right": "to the right",
     "up": "up",
@@ -69,6 +69,8 @@ SPEEDS: dict[str, float] = {"slowly": 0.25, "quickly": 0.5}
 # and a quick vertical move (half the short side) still keeps it inside the frame.
 _SIZE_RANGE = (0.17, 0.21)
 HELD_OUT_MODULUS = 10
+# The noun of a partial prompt that leaves the shape unsaid ("a red shape moves slowly up").
+UNNAMED_SHAPE = "shape"
 
 Split = Literal["train", "heldout"]
 
@@ -94,7 +96,7 @@ class MovingShape:
 
     def phrase(self) -> str:
         """``"a red circle moves slowly to the left"``."""
-        return f"a {self.colour} {self.shape} moves {self.speed} {_DIRECTION_WORDS[self.direction]}"
+        return f"a {self.colour} {self.shape} moves {self.speed} {DIRECTION_WORDS[self.direction]}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,7 +124,8 @@ def prompt_words() -> tuple[str, ...]:
     """Every word a prompt of this language can hold, sorted (the trained model's vocabulary)."""
     template = MovingShape(SHAPES[0], next(iter(COLOURS)), "left", "slowly")
     spec = ClipSpec((template, template), next(iter(BACKGROUNDS)))
-    phrases = [spec.prompt, *SHAPES, *COLOURS, *SPEEDS, *_DIRECTION_WORDS.values(), *BACKGROUNDS]
+    phrases = [spec.prompt, *SHAPES, *COLOURS, *SPEEDS, *DIRECTION_WORDS.values(), *BACKGROUNDS]
+    phrases.append(UNNAMED_SHAPE)
     return tuple(sorted({w for phrase in phrases for w in WordTokenizer.PATTERN.findall(phrase)}))
 
 

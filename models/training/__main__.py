@@ -3,8 +3,9 @@
 Stages, in order, each resumable from its own checkpoint in ``DIR/checkpoints/``:
 
 1. ``vae``: the autoencoder on crops; its latent statistics from full-size clips;
-2. ``transformer``: a pool of encoded clips (``DIR/latents.npy``), then the text encoder and
-   transformer with flow matching;
+2. ``transformer``: the text encoder and transformer with flow matching, in phases (an optional
+   coarse one on many small clips, ``transformer-coarse``, then the full-size one), each on a
+   pool of clips encoded once (``DIR/latents-transformer-coarse.npy``, ``DIR/latents.npy``);
 3. ``export``: the diffusers-layout folder ``DIR/checkpoint`` (``models.training.export``).
 
 Running the same command again continues where it stopped (a finished stage only reloads its
@@ -134,7 +135,7 @@ def _logger(args: argparse.Namespace, settings: TrainSettings) -> Iterator[Metri
 def train(args: argparse.Namespace, argv: list[str]) -> Path | None:
     """Runs the stages; returns the exported folder (None when stopped earlier)."""
     from models.training.export import export_checkpoint, folder_megabytes
-    from models.training.flow_stage import latent_pool, train_flow
+    from models.training.flow_stage import train_phases
     from models.training.vae_stage import train_vae
 
     settings = settings_from(args)
@@ -146,8 +147,7 @@ def train(args: argparse.Namespace, argv: list[str]) -> Path | None:
         autoencoder = train_vae(settings, run_dir, recorder, progress=progress)
         if args.stop_after == "vae":
             return None
-        pool, prompts = latent_pool(autoencoder, settings, run_dir, progress=progress)
-        model = train_flow(settings, run_dir, recorder, pool, prompts, progress=progress)
+        model = train_phases(autoencoder, settings, run_dir, recorder, progress=progress)
         if args.stop_after == "transformer":
             return None
         folder = export_checkpoint(

@@ -1,8 +1,9 @@
 """Stage 2: the text encoder and transformer trained with Wan's flow-matching objective.
 
-A fixed pool of full-size training clips is encoded once by the trained VAE (its posterior mean,
-normalised by the config's latent statistics: what the denoising loop produces and the harness
-decodes). Each step draws clips from the pool, a timestep ``u ~ U(0, 1)`` shifted as Wan's
+Each phase (``TrainSettings.flow_phases``: an optional coarse one on many small clips, then the
+full-size one continuing from its weights) has a fixed pool of training clips encoded once by the
+trained VAE (its posterior mean, normalised by the config's latent statistics: what the denoising
+loop produces and the harness decodes). Each step draws clips from the phase's pool, a timestep ``u ~ U(0, 1)`` shifted as Wan's
 sampler shifts its schedule (``σ = shift·u / (1 + (shift - 1)·u)``), noise ``ε``, and trains the
 transformer at ``x_σ = (1 - σ)·x₀ + σ·ε``, timestep ``1000·σ``, to predict the velocity
 ``ε - x₀`` (diffusers' FlowMatch convention, the one ``models.euler`` / ``models.unipc`` integrate).
@@ -27,18 +28,17 @@ from tqdm import tqdm
 
 from models.attention import WanAttention
 from models.layers import FeedForward
-from models.shapes_data import make_clip, prompt_words
+from models.shapes_data import ClipSpec, make_clip, prompt_words
+from models.shapes_language import ATTRIBUTES, parse_prompt, partial_prompt
 from models.text_encoder import UMT5Encoder
 from models.tiny_components import TINY_UMT5_CONFIG
 from models.tokenizer import WordTokenizer, tokenize_batch
 from models.training.loop import learning_rate_schedule, run_steps
-from models.training.settings import UNCONDITIONAL_PROMPTS, TrainSettings
+from models.training.settings import UNCONDITIONAL_PROMPTS, FlowPhase, TrainSettings
 from models.training.tracking import MetricLogger
 from models.training.vae_stage import to_unit
 from models.transformer import WanTransformer
 from models.vae_encoder import WanAutoencoder, normalise
-
-STAGE = "transformer"
 
 
 @functools.cache
@@ -85,27 +85,34 @@ def _encode_pool_clip(autoencoder: WanAutoencoder, video: jax.Array) -> jax.Arra
 
 
 def latent_pool(
-    autoencoder: WanAutoencoder, settings: TrainSettings, run_dir: Path, *, progress: bool = True
+    autoencoder: WanAutoencoder,
+    settings: TrainSettings,
+    run_dir: Path,
+    phase: FlowPhase | None = None,
+    *,
+    progress: bool = True,
 ) -> tuple[np.ndarray, list[str]]:
-    """The encoded training clips ``[N, C, F, h, w]`` (float16 on disk) and their prompts.
+    """A phase's encoded training clips ``[N, C, F, h, w]`` (float16 on disk) and their prompts.
 
-    Written to ``latents.npy`` / ``prompts.json`` in the run folder once (a progress bar while
-    it encodes), then read back.
+    Written to the phase's pool and prompts files in the run folder once (a progress bar while
+    it encodes), then read back. ``phase`` defaults to the full-size one.
     """
-    path, prompts_path = Path(run_dir) / "latents.npy", Path(run_dir) / "prompts.json"
+    phase = phase or settings.flow_phases()[-1]
+    path, prompts_path = Path(run_dir) / phase.pool_file, Path(run_dir) / phase.prompts_file
     if path.is_file() and prompts_path.is_file():
         return np.load(path), json.loads(prompts_path.read_text())
     latents, prompts = [], []
-    clips = range(settings.latent_clips)
-    for i in tqdm(clips, desc="latent pool", disable=not progress, dynamic_ncols=True):
+    clips = range(phase.clips)
+    label = "latent pool" if phase.name == "transformer" else f"latent pool ({phase.name})"
+    for i in tqdm(clips, desc=label, disable=not progress, dynamic_ncols=True):
         spec, frames = make_clip(
-            i, "train", settings.frames, settings.height, settings.width, settings.two_shape_prob
+            i, "train", phase.frames, phase.height, phase.width, settings.two_shape_prob
         )
         z = _encode_pool_clip(autoencoder, jnp.asarray(to_unit(frames))[None])
         latents.append(np.asarray(z[0], np.float16))
         prompts.append(spec.prompt)
     pool = np.stack(latents)
-    partial = path.with_name("latents.partial.npy")
+    partial = path.with_name(path.stem + ".partial.npy")
     np.save(partial, pool)
     prompts_path.write_text(json.dumps(prompts))
     partial.replace(path)
@@ -117,16 +124,38 @@ def shifted_sigma(u: np.ndarray, shift: float) -> np.ndarray:
     return shift * u / (1.0 + (shift - 1.0) * u)
 
 
+def _said_in_part(prompt: str, dropout: float, rng: np.random.Generator) -> str:
+    """``prompt`` with each attribute left out with chance ``dropout`` (unchanged at 0, drawing
+    nothing, so runs without attribute dropout keep their batches)."""
+    if not dropout:
+        return prompt
+    omit = [a for a in ATTRIBUTES if rng.random() < dropout]
+    return partial_prompt(_parsed(prompt), omit) if omit else prompt
+
+
+@functools.cache
+def _parsed(prompt: str) -> ClipSpec:
+    return parse_prompt(prompt)
+
+
 def flow_batch(
-    settings: TrainSettings, step: int, pool: np.ndarray, prompts: list[str]
+    settings: TrainSettings,
+    step: int,
+    pool: np.ndarray,
+    prompts: list[str],
+    phase: FlowPhase | None = None,
 ) -> dict[str, np.ndarray]:
-    """Step ``step``'s clips, prompts (some dropped), noise and noise levels (deterministic)."""
-    rng = np.random.default_rng([settings.seed, 2, step])
-    index = rng.integers(0, len(pool), settings.transformer_batch)
+    """Step ``step``'s clips, prompts (some dropped), noise and noise levels (deterministic; each
+    phase draws its own stream). ``phase`` defaults to the full-size one."""
+    phases = settings.flow_phases()
+    phase = phase or phases[-1]
+    stream = 2 if phase.name == "transformer" else 3
+    rng = np.random.default_rng([settings.seed, stream, step])
+    index = rng.integers(0, len(pool), phase.batch)
     texts = [
         UNCONDITIONAL_PROMPTS[int(rng.integers(len(UNCONDITIONAL_PROMPTS)))]
         if rng.random() < settings.prompt_dropout
-        else prompts[i]
+        else _said_in_part(prompts[i], settings.attribute_dropout, rng)
         for i in index
     ]
     tokens = tokenize_batch(prompt_tokenizer(), texts, settings.text_len)
@@ -151,11 +180,26 @@ def flow_loss(model: TextToVideo, batch: dict[str, jax.Array]) -> jax.Array:
     return jnp.mean((velocity - (noise - x0)) ** 2)
 
 
-@nnx.jit
-def _train_step(model: TextToVideo, optimizer: nnx.Optimizer, batch: dict) -> jax.Array:
-    loss, grads = nnx.value_and_grad(flow_loss)(model, batch)
-    optimizer.update(model, grads)
-    return loss
+def trained_parameters(freeze_text_encoder: bool) -> nnx.filterlib.Filter:
+    """What the flow stage optimises: every parameter, or the transformer's alone when the text
+    encoder is frozen."""
+    if freeze_text_encoder:
+        return nnx.All(nnx.Param, nnx.PathContains("transformer"))
+    return nnx.Param
+
+
+@functools.cache
+def _train_step(frozen_text_encoder: bool):
+    wrt = trained_parameters(frozen_text_encoder)
+
+    @nnx.jit
+    def step(model: TextToVideo, optimizer: nnx.Optimizer, batch: dict) -> jax.Array:
+        grad = nnx.value_and_grad(flow_loss, argnums=nnx.DiffState(0, wrt))
+        loss, grads = grad(model, batch)
+        optimizer.update(model, grads)
+        return loss
+
+    return step
 
 
 def train_flow(
@@ -165,23 +209,50 @@ def train_flow(
     pool: np.ndarray,
     prompts: list[str],
     *,
+    phase: FlowPhase | None = None,
+    model: TextToVideo | None = None,
     progress: bool = True,
 ) -> TextToVideo:
-    """Trains (or resumes, or reloads when done) the text encoder and transformer on ``pool``."""
-    model = TextToVideo(settings, rngs=nnx.Rngs(settings.seed))
-    zero_init_residual_branches(model.transformer)
-    schedule = learning_rate_schedule(
-        settings.transformer_lr, settings.warmup_steps, settings.transformer_steps
-    )
+    """Trains (or resumes, or reloads when done) the text encoder and transformer on ``pool``.
+
+    Args:
+        phase: which phase (default: the full-size one); its steps, batch and checkpoint.
+        model: the weights to continue from (the previous phase's); a fresh model when None.
+    """
+    phase = phase or settings.flow_phases()[-1]
+    if model is None:
+        model = TextToVideo(settings, rngs=nnx.Rngs(settings.seed))
+        zero_init_residual_branches(model.transformer)
+    schedule = learning_rate_schedule(settings.transformer_lr, settings.warmup_steps, phase.steps)
     tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=0.01))
-    optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
+    optimizer = nnx.Optimizer(model, tx, wrt=trained_parameters(bool(settings.freeze_text_encoder)))
+    train_step = _train_step(bool(settings.freeze_text_encoder))
 
     def step(i: int) -> dict[str, float]:
-        batch = {k: jnp.asarray(v) for k, v in flow_batch(settings, i, pool, prompts).items()}
-        return {"flow_loss": float(_train_step(model, optimizer, batch))}
+        arrays = flow_batch(settings, i, pool, prompts, phase)
+        batch = {k: jnp.asarray(v) for k, v in arrays.items()}
+        return {phase.loss_metric: float(train_step(model, optimizer, batch))}
 
     run_steps(
-        STAGE, settings.transformer_steps, step, run_dir, settings.checkpoint_every, logger,
+        phase.name, phase.steps, step, run_dir, settings.checkpoint_every, logger,
         (model, optimizer), progress=progress,
     )  # fmt: skip
+    return model
+
+
+def train_phases(
+    autoencoder: WanAutoencoder,
+    settings: TrainSettings,
+    run_dir: Path,
+    logger: MetricLogger,
+    *,
+    progress: bool = True,
+) -> TextToVideo:
+    """Every phase in order, each from its own pool, each continuing from the one before."""
+    model = None
+    for phase in settings.flow_phases():
+        pool, prompts = latent_pool(autoencoder, settings, run_dir, phase, progress=progress)
+        model = train_flow(
+            settings, run_dir, logger, pool, prompts, phase=phase, model=model, progress=progress
+        )
     return model

@@ -75,6 +75,75 @@ def test_the_flow_matching_loss_falls(trained):
     assert _fixed_batch_loss(model) < 0.8 * _fixed_batch_loss(fresh)
 
 
+def test_the_full_size_phase_continues_from_the_coarse_one(tmp_path):
+    settings = dataclasses.replace(SETTINGS, coarse_steps=8, coarse_clips=2, coarse_batch=2)
+    coarse, full = settings.flow_phases()
+    assert (coarse.name, full.name) == ("transformer-coarse", "transformer")
+    assert (coarse.steps, full.steps) == (8, SETTINGS.transformer_steps)
+    assert (coarse.pool_file, full.pool_file) == ("latents-transformer-coarse.npy", "latents.npy")
+    assert coarse.prompts_file == "prompts-transformer-coarse.json"
+    logged = []
+    logger = CallbackLogger(lambda name, value, step: logged.append(name))
+    # The coarse pool's clips are smaller (1 x 2 x 4 latent tokens): the transformer takes both.
+    small = _pool()[:, :, :1, :2, :4]
+    model = train_flow(settings, tmp_path, logger, small, PROMPTS, phase=coarse, progress=False)
+    after_coarse = _fixed_batch_loss(model)
+    assert after_coarse < 0.8 * _fixed_batch_loss(TextToVideo(SETTINGS, rngs=nnx.Rngs(0)))
+    model = train_flow(
+        settings, tmp_path, logger, _pool(), PROMPTS, phase=full, model=model, progress=False
+    )
+    assert logged == ["coarse_flow_loss"] * 8 + ["flow_loss"] * SETTINGS.transformer_steps
+    assert (tmp_path / "checkpoints" / "transformer-coarse.npz").is_file()
+    assert (tmp_path / "checkpoints" / "transformer.npz").is_file()
+    assert _fixed_batch_loss(model) < after_coarse
+    # Each phase draws its own batches.
+    a, b = (flow_batch(settings, 0, _pool(), PROMPTS, p)["noise"] for p in (coarse, full))
+    assert not np.array_equal(a, b)
+
+
+def test_a_frozen_text_encoder_keeps_its_seeded_weights(tmp_path):
+    settings = dataclasses.replace(SETTINGS, transformer_steps=4, freeze_text_encoder=1)
+    model = train_flow(settings, tmp_path, _silent(), _pool(), PROMPTS, progress=False)
+    seeded = TextToVideo(settings, rngs=nnx.Rngs(settings.seed))
+    for a, b in zip(
+        jax.tree.leaves(nnx.state(seeded.text_encoder, nnx.Param)),
+        jax.tree.leaves(nnx.state(model.text_encoder, nnx.Param)),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    flow_stage.zero_init_residual_branches(seeded.transformer)
+    moved = [
+        not np.array_equal(np.asarray(a), np.asarray(b))
+        for a, b in zip(
+            jax.tree.leaves(nnx.state(seeded.transformer, nnx.Param)),
+            jax.tree.leaves(nnx.state(model.transformer, nnx.Param)),
+            strict=True,
+        )
+    ]
+    assert sum(moved) > len(moved) // 2
+
+
+def test_attribute_dropout_says_some_prompts_in_part():
+    said = lambda s, step: flow_batch(s, step, _pool(), PROMPTS)["input_ids"]  # noqa: E731
+    partial = dataclasses.replace(SETTINGS, attribute_dropout=0.5, prompt_dropout=0.0)
+    whole = dataclasses.replace(partial, attribute_dropout=0.0)
+
+    def lengths(settings):
+        return [int((row > 0).sum()) for step in range(20) for row in said(settings, step)]
+
+    assert min(lengths(partial)) < min(lengths(whole))
+    assert max(lengths(partial)) == max(lengths(whole))  # some prompts are still said whole
+    # Without it the batches are those of a run that never had the setting.
+    np.testing.assert_array_equal(
+        said(whole, 3), said(dataclasses.replace(SETTINGS, prompt_dropout=0.0), 3)
+    )
+
+
+def test_without_coarse_steps_there_is_one_phase():
+    (only,) = SETTINGS.flow_phases()
+    assert (only.name, only.clips, only.batch) == ("transformer", 4, SETTINGS.transformer_batch)
+
+
 class _Interrupt(Exception):
     pass
 
@@ -152,6 +221,9 @@ def test_the_export_loads_through_the_checkpoint_path(trained, tmp_path):
         (["--set", "prompt_dropout=1.5"], "prompt_dropout=1.5 must be in [0, 1)"),
         (["--set", "vae_clip_steps=13"], "vae_clip_steps=13 exceeds vae_steps=12"),
         (["--set", "vae_clip_crop_size=40"], "vae_clip_crop_size=40: must be a multiple of 16"),
+        (["--set", "coarse_steps=4", "--set", "coarse_frames=8"], "coarse video 8x96x160"),
+        (["--set", "attribute_dropout=1.0"], "attribute_dropout=1.0 must be in [0, 1)"),
+        (["--set", "freeze_text_encoder=2"], "freeze_text_encoder=2 0 or 1"),
     ],
 )
 def test_bad_settings_are_refused_with_exit_2(tmp_path, capsys, argv, message):
