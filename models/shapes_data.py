@@ -201,12 +201,17 @@ def _signed_distance(shape: str, dx: np.ndarray, dy: np.ndarray, radius: float) 
 
 
 def object_tracks(
-    spec: ClipSpec, frames: int, height: int, width: int, seed: int
+    spec: ClipSpec, frames: int, height: int, width: int, seed: int, spread: float = 1.0
 ) -> list[tuple[np.ndarray, float]]:
     """Each object's centre per frame (``[F, 2]`` as x, y pixels) and radius, from the seed.
 
-    Start points are drawn so the whole shape stays inside the frame along its straight track.
+    Start points are drawn so the whole shape stays inside the frame along its straight track:
+    anywhere that allows (``spread`` 1), or within that fraction of the range around the
+    centred track (``spread`` < 1: the track's midpoint near the frame's centre, so where the
+    object is at the start and the end says its direction, even in the mean of many clips).
     """
+    if not 0.0 <= spread <= 1.0:
+        raise ValueError(f"spread={spread}: expected a fraction in [0, 1]")
     rng = np.random.default_rng(seed)
     short = min(height, width)
     tracks = []
@@ -216,19 +221,22 @@ def object_tracks(
         margin = radius + 1.0
         lo = np.array([margin, margin]) - np.minimum(travel, 0.0)
         hi = np.array([width - margin, height - margin]) - np.maximum(travel, 0.0)
-        start = lo + rng.random(2) * (hi - lo)
+        start = (lo + hi) / 2 + (rng.random(2) - 0.5) * spread * (hi - lo)
         t = np.linspace(0.0, 1.0, frames)[:, None]
         tracks.append((start + t * travel, radius))
     return tracks
 
 
-def render_clip(spec: ClipSpec, frames: int, height: int, width: int, seed: int) -> np.ndarray:
+def render_clip(
+    spec: ClipSpec, frames: int, height: int, width: int, seed: int, spread: float = 1.0
+) -> np.ndarray:
     """Renders the clip.
 
     Args:
         spec: what to draw.
         frames, height, width: the video's size (e.g. 33 x 192 x 320).
         seed: decides sizes and start points.
+        spread: how far from the centred track start points may be (``object_tracks``).
 
     Returns:
         uint8 ``[frames, height, width, 3]``.
@@ -236,7 +244,7 @@ def render_clip(spec: ClipSpec, frames: int, height: int, width: int, seed: int)
     background = background_image(spec.background, height, width)
     video = np.repeat(background[None], frames, axis=0)
     for obj, (centres, radius) in zip(
-        spec.objects, object_tracks(spec, frames, height, width, seed), strict=True
+        spec.objects, object_tracks(spec, frames, height, width, seed, spread), strict=True
     ):
         colour = np.asarray(COLOURS[obj.colour], np.float32)
         reach = int(np.ceil(radius)) + 2  # the shape and its anti-aliased edge fit in this box
@@ -259,8 +267,15 @@ def draw_clip(seed: int, split: Split, two_shape_prob: float = 0.25) -> tuple[Cl
 
 
 def make_clip(
-    seed: int, split: Split, frames: int, height: int, width: int, two_shape_prob: float = 0.25
+    seed: int,
+    split: Split,
+    frames: int,
+    height: int,
+    width: int,
+    two_shape_prob: float = 0.25,
+    spread: float = 1.0,
 ) -> tuple[ClipSpec, np.ndarray]:
-    """The clip number ``seed`` of a split: its spec and its uint8 ``[F, H, W, 3]`` frames."""
+    """The clip number ``seed`` of a split: its spec and its uint8 ``[F, H, W, 3]`` frames
+    (``spread``: :func:`object_tracks`)."""
     spec, layout_seed = draw_clip(seed, split, two_shape_prob)
-    return spec, render_clip(spec, frames, height, width, layout_seed)
+    return spec, render_clip(spec, frames, height, width, layout_seed, spread)

@@ -106,8 +106,9 @@ def latent_pool(
     label = "latent pool" if phase.name == "transformer" else f"latent pool ({phase.name})"
     for i in tqdm(clips, desc=label, disable=not progress, dynamic_ncols=True):
         spec, frames = make_clip(
-            i, "train", phase.frames, phase.height, phase.width, settings.two_shape_prob
-        )
+            i, "train", phase.frames, phase.height, phase.width, settings.two_shape_prob,
+            settings.track_spread,
+        )  # fmt: skip
         z = _encode_pool_clip(autoencoder, jnp.asarray(to_unit(frames))[None])
         latents.append(np.asarray(z[0], np.float16))
         prompts.append(spec.prompt)

@@ -98,6 +98,10 @@ class TrainSettings:
         freeze_text_encoder: 1 keeps the tiny UMT5 at its seeded random weights (only the
             transformer learns to read it); 0 trains it with the transformer.
         two_shape_prob: chance of a second object in a training clip.
+        track_spread: how far the transformer's training tracks may start from the centred
+            track (``models.shapes_data.object_tracks``; 1: anywhere in the frame). Near the
+            centre, where the object starts and ends says its direction even at the highest
+            noise, the only place the prompt's direction word changes the flow loss.
         num_layers, num_heads, head_dim, ffn_dim, text_len: the transformer's size (the tiny
             preset's by default); ``text_dim`` is the tiny UMT5's width.
         vae_base_dim: the VAE's base channel count (the tiny preset's 8 by default).
@@ -134,6 +138,7 @@ class TrainSettings:
     attribute_dropout: float = 0.0
     freeze_text_encoder: int = 0
     two_shape_prob: float = 0.15
+    track_spread: float = 1.0
     num_layers: int = 2
     num_heads: int = 4
     head_dim: int = 64
@@ -188,6 +193,8 @@ class TrainSettings:
                 f"prompt_dropout={self.prompt_dropout} must be in [0, 1) and two_shape_prob="
                 f"{self.two_shape_prob} in [0, 1]"
             )
+        if not 0 <= self.track_spread <= 1:
+            raise ValueError(f"track_spread={self.track_spread} must be in [0, 1]")
         if not 0 <= self.attribute_dropout < 1 or self.freeze_text_encoder not in (0, 1):
             raise ValueError(
                 f"attribute_dropout={self.attribute_dropout} must be in [0, 1) and "

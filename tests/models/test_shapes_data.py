@@ -16,9 +16,11 @@ from models.shapes_data import (
     UNNAMED_SHAPE,
     ClipSpec,
     MovingShape,
+    draw_clip,
     held_out_specs,
     is_held_out,
     make_clip,
+    object_tracks,
     prompt_words,
     render_clip,
     sample_spec,
@@ -130,3 +132,26 @@ def test_the_detector_says_static_unsteady_and_empty_when_they_are():
     assert shuffled.motion.r2 < 0.5  # the same positions out of order are no straight track
     blank = detect(np.zeros_like(frames))
     assert blank.colour is None and blank.motion is None
+
+
+def test_track_spread_pulls_tracks_towards_the_centre_and_keeps_them_in_frame():
+    height, width = 96, 160
+    for seed in range(40):
+        spec, layout = draw_clip(seed, "train", two_shape_prob=0.0)
+        centred = object_tracks(spec, 17, height, width, layout, spread=0.0)
+        ((track, radius),) = centred
+        np.testing.assert_allclose(track[[0, -1]].mean(axis=0), (width / 2, height / 2), atol=1e-6)
+        for spread in (0.3, 1.0):
+            ((track, radius),) = object_tracks(spec, 17, height, width, layout, spread=spread)
+            assert (track - radius >= 0).all() and (track[:, 0] + radius <= width).all()
+            assert (track[:, 1] + radius <= height).all()
+            middle = track[[0, -1]].mean(axis=0) - (width / 2, height / 2)
+            assert (np.abs(middle) <= spread * np.array([width, height]) / 2 + 1e-6).all()
+    with pytest.raises(ValueError, match="spread=1.5"):
+        object_tracks(spec, 17, height, width, layout, spread=1.5)
+
+
+def test_full_spread_draws_the_clips_it_always_drew():
+    spec, frames = make_clip(7, "train", 9, 64, 96)
+    np.testing.assert_array_equal(frames, make_clip(7, "train", 9, 64, 96, spread=1.0)[1])
+    assert not np.array_equal(frames, make_clip(7, "train", 9, 64, 96, spread=0.3)[1])

@@ -223,6 +223,7 @@ def test_the_export_loads_through_the_checkpoint_path(trained, tmp_path):
         (["--set", "vae_clip_crop_size=40"], "vae_clip_crop_size=40: must be a multiple of 16"),
         (["--set", "coarse_steps=4", "--set", "coarse_frames=8"], "coarse video 8x96x160"),
         (["--set", "attribute_dropout=1.0"], "attribute_dropout=1.0 must be in [0, 1)"),
+        (["--set", "track_spread=1.5"], "track_spread=1.5 must be in [0, 1]"),
         (["--set", "freeze_text_encoder=2"], "freeze_text_encoder=2 0 or 1"),
     ],
 )
