@@ -81,9 +81,31 @@ def check_overrides(args: list[str]) -> str | None:
         key = arg.split("=", 1)[0]
         if key.startswith("hydra") or "/" in key or "@" in key:
             continue
-        problem = unknown_key(key) or value_problem(arg)
+        problem = unknown_key(key) or group_option_problem(arg) or value_problem(arg)
         if problem:
             return f"{problem} (in {arg!r}; nothing was run)"
+    return None
+
+
+def group_options(group: str) -> list[str]:
+    """The options of a config group: its YAML files under ``conf/<group>/``, sorted."""
+    folder = CONF_DIR / group
+    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+
+
+def group_option_problem(arg: str) -> str | None:
+    """For ``group=option`` (``schedule=balanced``, or a sweep ``a,b``): the option that is not
+    a file of that group, with the closest one and every choice; None otherwise."""
+    key, _, value = arg.partition("=")
+    if key not in _groups() or not value or any(c in value for c in "()[]{}'\"\\$"):
+        return None  # not a group, or a sweep function or interpolation: Hydra reads those
+    options = group_options(key)
+    for option in (v.strip() for v in value.split(",")):
+        if option in options or option == "null":
+            continue
+        close = difflib.get_close_matches(option, options, n=1, cutoff=0.6)
+        hint = f"; did you mean {key}={close[0]}?" if close else ""
+        return f"no {key} named {option!r}{hint}; the choices are {', '.join(options)}"
     return None
 
 

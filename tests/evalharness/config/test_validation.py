@@ -110,3 +110,30 @@ def test_a_value_hydra_cannot_read_or_convert_names_its_key(arg, message):
 )
 def test_values_hydra_reads_pass_the_value_check(arg):
     assert check_overrides([arg]) is None
+
+
+@pytest.mark.parametrize(
+    ("arg", "expected"),
+    [
+        ("schedule=nonexistent", "no schedule named 'nonexistent'; the choices are aggressive, "),
+        ("schedule=balanced,agressive", "did you mean schedule=aggressive?"),
+        ("model=tiny-shape", "did you mean model=tiny-shapes?"),
+        ("resolution=4k", "the choices are 1080p, 1440p, 480p, 720p, cpu"),
+    ],
+)
+def test_an_unknown_group_option_names_the_choices(arg, expected):
+    problem = check_overrides([arg])
+    assert problem is not None and expected in problem and repr(arg) in problem
+
+
+def test_the_choices_are_the_groups_files_not_their_schemas():
+    from evalharness.config.overrides import group_options
+
+    assert group_options("schedule") == [
+        "aggressive",
+        "balanced",
+        "conservative",
+        "dense",
+        "svg_720p",
+    ]
+    assert check_overrides(["-m", "schedule=glob(*)", "kernel=xla", "logger=none"]) is None
