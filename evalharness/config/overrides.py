@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import typing
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from evalharness.config.conf_dir import CONF_DIR
@@ -75,31 +77,50 @@ def check_overrides(args: list[str]) -> str | None:
     Args:
         args: the command line after the program (``sys.argv[1:]``).
     """
+    search = search_path(args)
     for arg in args:
         if arg.startswith(("-", "+", "~")) or "=" not in arg:
             continue
         key = arg.split("=", 1)[0]
         if key.startswith("hydra") or "/" in key or "@" in key:
             continue
-        problem = unknown_key(key) or group_option_problem(arg) or value_problem(arg)
+        grouped = None if search is None else group_option_problem(arg, search)
+        problem = unknown_key(key) or grouped or value_problem(arg)
         if problem:
             return f"{problem} (in {arg!r}; nothing was run)"
     return None
 
 
-def group_options(group: str) -> list[str]:
-    """The options of a config group: its YAML files under ``conf/<group>/``, sorted."""
-    folder = CONF_DIR / group
-    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+def group_options(group: str, search_path: Sequence[Path] = ()) -> list[str]:
+    """The options of a config group: its YAML files under ``conf/<group>/`` and under each
+    extra search-path folder's ``<group>/``, sorted."""
+    folders = [CONF_DIR / group, *(Path(root) / group for root in search_path)]
+    return sorted({p.stem for folder in folders if folder.is_dir() for p in folder.glob("*.yaml")})
 
 
-def group_option_problem(arg: str) -> str | None:
+def search_path(args: Sequence[str]) -> list[Path] | None:
+    """The folders a ``hydra.searchpath=[file://...]`` override adds; None when it names a
+    search path this check cannot read (``pkg://``), so Hydra alone decides the options."""
+    folders: list[Path] = []
+    for arg in args:
+        key, _, value = arg.partition("=")
+        if key.lstrip("+") != "hydra.searchpath":
+            continue
+        entries = [e.strip(" '\"") for e in value.strip("[]").split(",") if e.strip()]
+        if any(not e.startswith("file://") for e in entries):
+            return None
+        folders += [Path(e.removeprefix("file://")) for e in entries]
+    return folders
+
+
+def group_option_problem(arg: str, search: Sequence[Path] = ()) -> str | None:
     """For ``group=option`` (``schedule=balanced``, or a sweep ``a,b``): the option that is not
-    a file of that group, with the closest one and every choice; None otherwise."""
+    a file of that group (in ``conf/`` or the ``search`` folders), with the closest one and
+    every choice; None otherwise."""
     key, _, value = arg.partition("=")
     if key not in _groups() or not value or any(c in value for c in "()[]{}'\"\\$"):
         return None  # not a group, or a sweep function or interpolation: Hydra reads those
-    options = group_options(key)
+    options = group_options(key, search)
     for option in (v.strip() for v in value.split(",")):
         if option in options or option == "null":
             continue

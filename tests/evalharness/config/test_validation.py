@@ -137,3 +137,15 @@ def test_the_choices_are_the_groups_files_not_their_schemas():
         "svg_720p",
     ]
     assert check_overrides(["-m", "schedule=glob(*)", "kernel=xla", "logger=none"]) is None
+
+
+def test_a_search_path_adds_its_groups_options(tmp_path):
+    (tmp_path / "schedule").mkdir()
+    (tmp_path / "schedule" / "searched-s.yaml").write_text("name: searched-s\n")
+    found = [f"hydra.searchpath=[file://{tmp_path}]", "schedule=searched-s"]
+    assert check_overrides(found) is None
+    assert "no schedule named 'searched-s'" in check_overrides(["schedule=searched-s"])
+    wrong = [f"hydra.searchpath=[file://{tmp_path}]", "schedule=searched-x"]
+    assert "did you mean schedule=searched-s?" in check_overrides(wrong)
+    # A package search path is Hydra's to read.
+    assert check_overrides(["hydra.searchpath=[pkg://somewhere.conf]", "schedule=x"]) is None
