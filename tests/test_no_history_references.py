@@ -4,7 +4,6 @@ numbers (history lives in git, and a reader of the tree has no tracker to look t
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from tests.helpers.paths import REPO_ROOT
 
@@ -18,8 +17,7 @@ def _files():
     yield REPO_ROOT / "pyproject.toml"
     for folder in FOLDERS:
         for path in sorted((REPO_ROOT / folder).rglob("*")):
-            skip = "__pycache__" in path.parts or path == Path(__file__).resolve()
-            if path.is_file() and path.suffix in SUFFIXES and not skip:
+            if path.is_file() and path.suffix in SUFFIXES and "__pycache__" not in path.parts:
                 yield path
 
 
@@ -34,6 +32,7 @@ def test_no_issue_numbers_in_the_tree():
 
 
 def test_the_pattern_finds_what_it_should():
-    assert ISSUE_NUMBER.search("the dense control (issue 26)")
-    assert ISSUE_NUMBER.search("see Issue #7")
+    word, number = "issue", 26  # built here so that this file holds no such reference
+    assert ISSUE_NUMBER.search(f"the dense control ({word} {number})")
+    assert ISSUE_NUMBER.search(f"see {word.title()} #{number}")
     assert not ISSUE_NUMBER.search("a known issue with 2 cores")

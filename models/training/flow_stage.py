@@ -3,9 +3,9 @@
 Each phase (``TrainSettings.flow_phases``: an optional coarse one on many small clips, then the
 full-size one continuing from its weights) has a fixed pool of training clips encoded once by the
 trained VAE (its posterior mean, normalised by the config's latent statistics: what the denoising
-loop produces and the harness decodes). Each step draws clips from the phase's pool, a timestep ``u ~ U(0, 1)`` shifted as Wan's
-sampler shifts its schedule (``σ = shift·u / (1 + (shift - 1)·u)``), noise ``ε``, and trains the
-transformer at ``x_σ = (1 - σ)·x₀ + σ·ε``, timestep ``1000·σ``, to predict the velocity
+loop produces and the harness decodes). Each step draws clips from the phase's pool, a timestep
+``u ~ U(0, 1)`` shifted as Wan's sampler shifts its schedule
+(``σ = shift·u / (1 + (shift - 1)·u)``), noise ``ε``, and trains the transformer at ``x_σ = (1 - σ)·x₀ + σ·ε``, timestep ``1000·σ``, to predict the velocity
 ``ε - x₀`` (diffusers' FlowMatch convention, the one ``models.euler`` / ``models.unipc`` integrate).
 With probability ``prompt_dropout`` a prompt is replaced by an unconditional one (the empty prompt
 or the harness's default negative prompt), so classifier-free guidance has an unconditional
@@ -148,10 +148,8 @@ def flow_batch(
 ) -> dict[str, np.ndarray]:
     """Step ``step``'s clips, prompts (some dropped), noise and noise levels (deterministic; each
     phase draws its own stream). ``phase`` defaults to the full-size one."""
-    phases = settings.flow_phases()
-    phase = phase or phases[-1]
-    stream = 2 if phase.name == "transformer" else 3
-    rng = np.random.default_rng([settings.seed, stream, step])
+    phase = phase or settings.flow_phases()[-1]
+    rng = np.random.default_rng([settings.seed, phase.rng_stream, step])
     index = rng.integers(0, len(pool), phase.batch)
     texts = [
         UNCONDITIONAL_PROMPTS[int(rng.integers(len(UNCONDITIONAL_PROMPTS)))]

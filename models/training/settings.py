@@ -55,6 +55,11 @@ class FlowPhase:
         return self.pool_file.replace("latents", "prompts").replace(".npy", ".json")
 
     @property
+    def rng_stream(self) -> int:
+        """Its batches' random stream (the full-size phase keeps the single-phase stream)."""
+        return 2 if self.name == "transformer" else 3
+
+    @property
     def loss_metric(self) -> str:
         """The name its loss is logged under."""
         return "flow_loss" if self.name == "transformer" else "coarse_flow_loss"
