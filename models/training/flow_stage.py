@@ -5,9 +5,9 @@ full-size one continuing from its weights) has a fixed pool of training clips en
 trained VAE (its posterior mean, normalised by the config's latent statistics: what the denoising
 loop produces and the harness decodes). Each step draws clips from the phase's pool, a timestep
 ``u ~ U(0, 1)`` shifted as Wan's sampler shifts its schedule
-(``σ = shift·u / (1 + (shift - 1)·u)``), noise ``ε``, and trains the transformer at ``x_σ = (1 -
-σ)·x₀ + σ·ε``, timestep ``1000·σ``, to predict the velocity ``ε - x₀`` (diffusers' FlowMatch
-convention, the one ``models.euler`` / ``models.unipc`` integrate).
+(``σ = shift·u / (1 + (shift - 1)·u)``), noise ``ε``, and trains the transformer at
+``x_σ = (1 - σ)·x₀ + σ·ε``, timestep ``1000·σ``, to predict the velocity ``ε - x₀`` (diffusers'
+FlowMatch convention, the one ``models.euler`` / ``models.unipc`` integrate).
 With probability ``prompt_dropout`` a prompt is replaced by an unconditional one (the empty prompt
 or the harness's default negative prompt), so classifier-free guidance has an unconditional
 branch. The tiny UMT5 starts from its seeded random weights and trains with the transformer; its
