@@ -145,7 +145,7 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
         with closed_on_error(tracker):
             _record_start(comparison)
             metrics, per_pair = _compare(comparison, pairs)
-            metrics.update(comparison.estimate.as_metrics())
+            metrics.update(comparison.flops.as_metrics())
             metrics["total_wall_s"] = time.perf_counter() - started
             gate = _finish(comparison, metrics, per_pair)
             if primary:
@@ -199,9 +199,7 @@ def _end_badly(err: BaseException, cfg: EvalConfig, run_dir: Path) -> NoReturn:
 def _preflight(cfg: EvalConfig, progress: Progress) -> Comparison:
     """Estimates the cost, refuses what does not fit, and builds the attention functions."""
     a = admit(cfg)
-    return Comparison(
-        cfg, a.geometry, a.sampler, a.shift, a.attention, a.estimate, progress, a.sizing
-    )
+    return Comparison(cfg, a.geometry, a.sampler, a.shift, a.attention, a.flops, progress, a.sizing)
 
 
 def _open_run(cfg: EvalConfig, primary: bool = True) -> tuple[Path, Tracker]:
@@ -257,7 +255,7 @@ def _record_start(comparison: Comparison) -> None:
         # A deliberately broken sparse arm: the run must never be read as a schedule's result.
         tags["negative_control"] = cfg.negative_control.value
     tracker.set_tags(tags)
-    tracker.log_metrics(comparison.estimate.as_metrics())
+    tracker.log_metrics(comparison.flops.as_metrics())
     if comparison.sizing is not None:
         tracker.log_metrics(comparison.sizing.as_metrics())
         sizing_md = (

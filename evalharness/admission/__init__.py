@@ -14,12 +14,13 @@ from evalharness.admission.dry_run_report import (
 from evalharness.admission.dry_run_sweep import dry_run_table
 from evalharness.admission.kernel_checks import EXPORT_PLATFORMS
 from evalharness.admission.output_check import check_output_folders, io_hint
-from evalharness.admission.preflight import estimate_cost
 from evalharness.admission.run_timing import reusable_seconds
 from evalharness.admission.sizing import RunSizing, estimate_run_time, size_run
+from evalharness.estimates import FlopCount
 
 __all__ = [
     "DryRunPlan",
+    "FlopCount",
     "EXPORT_PLATFORMS",
     "RunSizing",
     "admit",
@@ -29,7 +30,6 @@ __all__ = [
     "checkpoint_optional",
     "dry_run",
     "dry_run_table",
-    "estimate_cost",
     "estimate_run_time",
     "preflight",
     "reusable_seconds",

@@ -1,7 +1,7 @@
 """Admission of a run: every check that must pass before a weight is read or a folder created.
 
-Preflight's time estimate (cheap, first), the per-device memory table and the Pallas kernels'
-budgets on this host (``evalharness.admission.sizing``: SMEM/VMEM on a TPU, shared memory of the Pallas GPU
+The run's plan on this host (the per-device memory table, its time estimate and the Pallas kernels'
+budgets (``evalharness.admission.sizing``: SMEM/VMEM on a TPU, shared memory of the Pallas GPU
 tiles on an H100/H200), the attention functions, and for checkpoint models the ahead-of-time
 compile of every arm's attention (``evalharness.admission.compile_check``), then every part of the
 checkpoint checked (a hub checkpoint's files downloaded, ``evalharness.assembly.checkpoint_source``).
@@ -29,7 +29,7 @@ from evalharness.assembly import (
     transformer_config_for,
 )
 from evalharness.config import EvalConfig, run_pairs
-from evalharness.estimates import host_target
+from evalharness.estimates import FlopCount, count_flops, host_target, measure_matmul_flops
 from models.config import SEEDED_PRESETS, TINY_PRESETS, WanTransformerConfig
 from models.samplers import Sampler, default_flow_shift, make_sampler
 from models.video_geometry import VideoGeometry
@@ -47,8 +47,8 @@ class Admission:
         sampler: the sampler every arm shares.
         shift: the sampler's flow shift.
         attention: the dense, noise-floor and sparse attention functions.
-        estimate: preflight's cost estimate.
-        sizing: the per-device memory table and kernel budgets on this host.
+        flops: the comparison's FLOP count.
+        sizing: the per-device memory table, time estimate and kernel budgets on this host.
     """
 
     geometry: VideoGeometry
@@ -56,7 +56,7 @@ class Admission:
     sampler: Sampler
     shift: float
     attention: AttentionSetup
-    estimate: preflight.CostEstimate
+    flops: FlopCount
     sizing: RunSizing
 
 
@@ -100,36 +100,32 @@ def admit(cfg: EvalConfig) -> Admission:
     tcfg = transformer_config_for(cfg.model)
     shift = cfg.resolution.flow_shift or default_flow_shift(geometry.height, geometry.width)
     sampler = make_sampler(cfg.sampler.value, cfg.steps, shift)
-    estimate = preflight.estimate_cost(
+    flops = count_flops(
         tcfg,
         geometry,
         steps=cfg.steps,
         cfg_batch=samples_per_step(cfg),
-        forward_batch=samples_per_call(cfg),
         warm_runs=cfg.warm_runs,
         kept_fraction=nominal_kept_fraction(cfg, geometry, tcfg.num_layers),
         noise_floor=cfg.noise_floor,
-        param_dtype=cfg.model.param_dtype,
-        dtype=cfg.dtype,
-        devices=sequence_devices(cfg),
         # Refuses a bad prompt file or seed list here, before anything is allocated.
         pairs=len(run_pairs(cfg.prompt, cfg.seed, cfg.prompts, cfg.seeds)),
     )
     what = f"model={cfg.model.name} resolution={cfg.resolution.name} schedule={cfg.schedule.name}"
-    preflight.check(estimate, max_minutes=cfg.max_minutes, what=what)  # time first: it is cheap
-    sizing = _size_run(cfg, tcfg, estimate)
+    flops_per_s = measure_matmul_flops(cfg.dtype.value)
+    sizing = _size_run(cfg, tcfg, flops_per_s)
     advice = None
     if not sizing.memory.fits:  # each setting it suggests is applied and planned again
         advice = checked_advice(
-            cfg, sizing, lambda c: _size_run(platform_choices.resolve(c), tcfg, estimate)
+            cfg, sizing, lambda c: _size_run(platform_choices.resolve(c), tcfg, flops_per_s)
         )
-    # The whole run's time (loops, compiles, decodes, host work), not only the loops' FLOPs.
+    # The whole run's time (loops, decodes, host work) and its memory, judged once.
     preflight.check(
-        estimate,
+        flops,
+        sizing.memory,
+        sizing.timing,
         max_minutes=cfg.max_minutes,
         what=what,
-        memory=sizing.memory,
-        timing=sizing.timing,
         advice=advice,
     )
     if sizing.problems:
@@ -144,18 +140,18 @@ def admit(cfg: EvalConfig) -> Admission:
     if cfg.model.name not in SEEDED_PRESETS:
         # Every part checked, a hub checkpoint's files downloaded: still before any folder.
         fetch_checkpoint(cfg.model)
-    _log_plan(estimate, sizing)
-    return Admission(geometry, tcfg, sampler, shift, attention, estimate, sizing)
+    _log_plan(flops, sizing)
+    return Admission(geometry, tcfg, sampler, shift, attention, flops, sizing)
 
 
-def _log_plan(estimate: preflight.CostEstimate, sizing: RunSizing) -> None:
+def _log_plan(flops: FlopCount, sizing: RunSizing) -> None:
     """The preflight's line (the whole run's minutes, as ``time_plan.md``) and memory plan."""
     memory = sizing.memory
     log.info(
         "preflight: %s tokens, attention %.0f%% of dense FLOPs, estimated %.1f min, peak %.2f GiB "
         "of %.2f GiB per device",
-        f"{estimate.tokens:,}",
-        100 * estimate.attention_share,
+        f"{flops.tokens:,}",
+        100 * flops.attention_share,
         sizing.timing.total_minutes,
         max(memory.peak(arm) for arm in memory.arms) / 2**30,
         memory.device_bytes / 2**30,
@@ -165,11 +161,10 @@ def _log_plan(estimate: preflight.CostEstimate, sizing: RunSizing) -> None:
     log.info("per-device memory plan (GiB):\n%s", table)
 
 
-def _size_run(
-    cfg: EvalConfig, tcfg: WanTransformerConfig, estimate: preflight.CostEstimate
-) -> RunSizing:
-    """The per-device memory table (and Pallas budgets) of this run on this host."""
-    target = host_target(estimate.device_flops_per_s, dtype=cfg.dtype.value)
+def _size_run(cfg: EvalConfig, tcfg: WanTransformerConfig, flops_per_s: float) -> RunSizing:
+    """The per-device memory table, time estimate (at the measured matmul throughput
+    ``flops_per_s``) and Pallas budgets of this run on this host."""
+    target = host_target(flops_per_s, dtype=cfg.dtype.value)
     return size_run(
         cfg,
         tcfg,

@@ -31,7 +31,6 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from evalharness.admission import estimate_cost
 from evalharness.arms import time_interleaved
 from evalharness.assembly import backend_for, host_platform
 from evalharness.bench.mlflow_record import (
@@ -42,7 +41,15 @@ from evalharness.bench.mlflow_record import (
     tracking_requested,
 )
 from evalharness.config import load_resolution, resolution_names
-from evalharness.estimates import SEED_ATTENTION_SHARE, SEED_SETUP, step_flops
+from evalharness.estimates import (
+    SEED_ATTENTION_SHARE,
+    SEED_SETUP,
+    count_flops,
+    device_memory_bytes,
+    measure_matmul_flops,
+    parameter_count,
+    step_flops,
+)
 from evalharness.formatting import markdown_table
 from evalharness.machine import machine_info
 from kernels.executors.dense_controls import dense_controls
@@ -118,22 +125,16 @@ def _attend(executor: str, backend: str):
 
 def preflight(args: argparse.Namespace, resolution: str) -> None:
     """Refuses (``SystemExit`` with the numbers and what to change) a size that would not fit
-    this device's memory or ``--max-minutes``; allocates nothing."""
+    this device's memory or ``--max-minutes``; allocates nothing.
+
+    Memory is judged on a lower bound, the weights and the attention executor's temporaries
+    (both exact for the shapes), so a refusal is never wrong; time on the forwards' FLOPs at this
+    device's measured matmul throughput, with half again for compiles and warm-up runs.
+    """
     config = get_transformer_config(args.model)
     video = video_geometry(resolution)
     executor, backend = _executor(args)
-    cost = estimate_cost(
-        config,
-        video,
-        steps=1,
-        cfg_batch=args.batch,
-        warm_runs=args.runs,
-        kept_fraction=0.0,  # the second arm: everything but self-attention
-        noise_floor=False,
-        param_dtype=args.dtype,
-        dtype=args.dtype,
-    )
-    attention_temp = 0
+    item = jnp.dtype(_DTYPES[args.dtype]).itemsize
     if executor != "model":
         attention_temp = dense_executor_temp_bytes(
             executor,
@@ -141,23 +142,31 @@ def preflight(args: argparse.Namespace, resolution: str) -> None:
             heads=config.num_attention_heads,
             tokens=video.tokens,
             head_dim=config.attention_head_dim,
-            dtype_bytes=jnp.dtype(_DTYPES[args.dtype]).itemsize,
+            dtype_bytes=item,
             backend=backend,
         )
     else:  # the model's own dense attention materialises float32 [B, H, N, N] scores
         attention_temp = 2 * 4 * args.batch * config.num_attention_heads * video.tokens**2
-    need = cost.weight_bytes + cost.activation_bytes + attention_temp
-    budget = MEMORY_HEADROOM * cost.device_bytes
+    weights = parameter_count(config) * item
+    need, device = weights + attention_temp, device_memory_bytes()
     where = f"{args.model} at {resolution} ({video.tokens:,} tokens, batch {args.batch})"
-    if need > budget:
+    if need > MEMORY_HEADROOM * device:
         raise SystemExit(
-            f"attention_share: {where} needs about {need / 2**30:.1f} GiB (weights "
-            f"{cost.weight_bytes / 2**30:.1f}, activations {cost.activation_bytes / 2**30:.1f}, "
-            f"{executor} attention {attention_temp / 2**30:.1f}) but this device has "
-            f"{cost.device_bytes / 2**30:.1f} GiB ({MEMORY_HEADROOM:.0%} usable): use a smaller "
+            f"attention_share: {where} needs at least {need / 2**30:.1f} GiB (weights "
+            f"{weights / 2**30:.1f}, {executor} attention {attention_temp / 2**30:.1f}) but this "
+            f"device has {device / 2**30:.1f} GiB ({MEMORY_HEADROOM:.0%} usable): use a smaller "
             "--resolution or --model, --dtype bfloat16, or a device with more memory"
         )
-    minutes = cost.estimated_minutes * 1.5  # compile and warm-up runs on top
+    flops = count_flops(
+        config,
+        video,
+        steps=1,
+        cfg_batch=args.batch,
+        warm_runs=args.runs,
+        kept_fraction=0.0,  # the second arm: everything but self-attention
+        noise_floor=False,
+    )
+    minutes = 1.5 * flops.total_flops / measure_matmul_flops(args.dtype) / 60.0
     if minutes > args.max_minutes:
         raise SystemExit(
             f"attention_share: {where} would take about {minutes:.1f} minutes here (> "

@@ -16,7 +16,7 @@ from typing import Any
 
 import jax
 
-from evalharness.admission import RunSizing, preflight
+from evalharness.admission import FlopCount, RunSizing
 from evalharness.arms import (
     ArmResult,
     PreparedArm,
@@ -62,7 +62,7 @@ class Comparison:
         sampler: the sampler every arm shares.
         shift: the sampler's flow shift.
         attention: the dense, noise-floor and sparse attention functions.
-        estimate: preflight's cost estimate.
+        flops: the comparison's FLOP count.
         progress: phase bar.
         sizing: preflight's per-device memory table and kernel budgets on this host.
         run_dir: the run folder every file goes to (set once the run is opened).
@@ -78,7 +78,7 @@ class Comparison:
     sampler: Sampler
     shift: float
     attention: AttentionSetup
-    estimate: preflight.CostEstimate
+    flops: FlopCount
     progress: Progress
     sizing: RunSizing | None = None
     run_dir: Path | None = None

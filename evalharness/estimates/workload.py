@@ -1,6 +1,6 @@
 """What a comparison computes, and how long that takes on a device: FLOPs, bytes, time by component.
 
-``parameter_count`` and ``step_flops`` count from the architecture alone. ``estimate_time`` turns
+``parameter_count``, ``step_flops`` and ``count_flops`` count from the architecture alone. ``estimate_time`` turns
 them into minutes on a ``evalharness.estimates.targets.DeviceTarget``, per arm and component, for
 one denoising step on one device, at the rates of ``evalharness.estimates.time_rates`` (each with
 its source):
@@ -84,6 +84,73 @@ def step_flops(cfg: WanTransformerConfig, tokens: int, batch: int) -> tuple[floa
         + 4.0 * n * d * f  # FFN
     )
     return batch * cfg.num_layers * attention, batch * cfg.num_layers * per_layer
+
+
+@dataclass(frozen=True)
+class FlopCount:
+    """The FLOPs of a dense-vs-sparse comparison, counted from the architecture alone.
+
+    Attributes:
+        tokens: video tokens N per sample.
+        attention_flops_per_step: self-attention FLOPs of one dense denoising step (all layers,
+            guidance batch included).
+        total_flops_per_step: all transformer FLOPs of one dense denoising step.
+        sparse_flops_per_step: FLOPs of an average sparse step at the schedule's kept fraction.
+        total_flops: FLOPs of every loop the comparison runs (warm-ups, timed runs, noise
+            floor, every pair).
+    """
+
+    tokens: int
+    attention_flops_per_step: float
+    total_flops_per_step: float
+    sparse_flops_per_step: float
+    total_flops: float
+
+    @property
+    def attention_share(self) -> float:
+        """Self-attention's share of a dense step's FLOPs."""
+        return self.attention_flops_per_step / self.total_flops_per_step
+
+    def as_metrics(self) -> dict[str, float]:
+        """Every count and the attention share as ``preflight.<name>``."""
+        names = (*self.__dataclass_fields__, "attention_share")
+        return {f"preflight.{name}": float(getattr(self, name)) for name in names}
+
+
+def count_flops(
+    cfg: WanTransformerConfig,
+    geometry: VideoGeometry,
+    *,
+    steps: int,
+    cfg_batch: int,
+    warm_runs: int,
+    kept_fraction: float,
+    noise_floor: bool,
+    pairs: int = 1,
+) -> FlopCount:
+    """Counts the FLOPs of a comparison's loops.
+
+    Args:
+        cfg: transformer architecture.
+        geometry: video size.
+        steps: denoising steps.
+        cfg_batch: samples per step (2 with classifier-free guidance, else 1).
+        warm_runs: timed runs per arm (plus one warm-up run each).
+        kept_fraction: the schedule's overall kept fraction of attention pairs.
+        noise_floor: whether a second dense arm runs.
+        pairs: (prompt, seed) pairs; every pair runs every arm.
+    """
+    attention, total = step_flops(cfg, geometry.tokens, cfg_batch)
+    sparse = total - attention * (1.0 - kept_fraction)
+    dense_arms = 2 if noise_floor else 1
+    runs = warm_runs + 1
+    return FlopCount(
+        tokens=geometry.tokens,
+        attention_flops_per_step=attention,
+        total_flops_per_step=total,
+        sparse_flops_per_step=sparse,
+        total_flops=pairs * steps * runs * (total * dense_arms + sparse),
+    )
 
 
 @dataclass(frozen=True)

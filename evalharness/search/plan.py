@@ -164,10 +164,8 @@ def slowest_knobs(search: SearchConfig) -> dict[str, object]:
     }
 
 
-def trial_timing(run_cfg: DictConfig, search: SearchConfig) -> TimeEstimate | float:
-    """The run planner's time plan of one trial at the slowest corner (nothing is allocated): its
-    ``TimeEstimate`` (``evalharness.estimates``), or only its minutes (a float) where the planner
-    sized no run on this host.
+def trial_timing(run_cfg: DictConfig, search: SearchConfig) -> TimeEstimate:
+    """The run planner's time plan of one trial at the slowest corner (nothing is allocated).
 
     Raises:
         PreflightRefusal: one such run would not fit (memory, time against ``max_minutes``).
@@ -176,18 +174,13 @@ def trial_timing(run_cfg: DictConfig, search: SearchConfig) -> TimeEstimate | fl
         run_cfg, "slowest-corner", slowest_knobs(search), {}, routing_stats=search.routing_stats
     )
     resolved = platform_choices.resolve(to_config(cfg))
-    admission = admit(resolved)
-    if admission.sizing is not None:
-        return admission.sizing.timing
-    return admission.estimate.estimated_minutes
+    return admit(resolved).sizing.timing
 
 
 def trial_minutes(run_cfg: DictConfig, search: SearchConfig) -> tuple[float, float]:
     """``(first, later)``: the estimated minutes of a fresh study's first trial and of every
     later one, at the slowest corner."""
     timing = trial_timing(run_cfg, search)
-    if isinstance(timing, float):
-        return timing, timing
     cold = timing.total_minutes
     return cold, cold - reusable_seconds(timing, DENSE_ARMS) / 60.0
 

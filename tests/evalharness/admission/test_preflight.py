@@ -2,7 +2,11 @@
 
 import pytest
 
-from evalharness.admission.preflight import PreflightRefusal, check, estimate_cost, parameter_count
+from evalharness.admission.preflight import PreflightRefusal, check
+from evalharness.estimates import count_flops, dtype_bytes, parameter_count
+from evalharness.estimates.targets import get_target
+from evalharness.estimates.time_rates import rates_for
+from evalharness.estimates.workload import estimate_time
 from evalharness.run import run
 from models.config import get_transformer_config
 from models.video_geometry import VideoGeometry
@@ -18,9 +22,9 @@ def test_parameter_count_matches_wan_sizes():
     )
 
 
-def _estimate_14b(height: int, width: int, **device):
-    """14B, 81 frames, 40 guided steps, 3 warm runs, bf16, kept fraction 0.4."""
-    return estimate_cost(
+def _flops_14b(height: int, width: int):
+    """14B, 81 frames, 40 guided steps, 3 warm runs, kept fraction 0.4."""
+    return count_flops(
         get_transformer_config("wan2.1-t2v-14b"),
         VideoGeometry(81, height, width),
         steps=40,
@@ -28,27 +32,49 @@ def _estimate_14b(height: int, width: int, **device):
         warm_runs=3,
         kept_fraction=0.4,
         noise_floor=True,
+    )
+
+
+def _time_14b_720p(target: str = "tpu-v6e-8"):
+    """The time model's estimate of that run at 720p on ``target``."""
+    return estimate_time(
+        get_transformer_config("wan2.1-t2v-14b"),
+        VideoGeometry(81, 720, 1280),
+        get_target(target),
+        steps=40,
+        cfg_batch=2,
+        warm_runs=3,
+        noise_floor=True,
         param_dtype="bfloat16",
         dtype="bfloat16",
-        **device,
+        rates=rates_for(get_target(target)),
     )
 
 
 def test_attention_share_grows_with_resolution():
     shares = [
-        _estimate_14b(h, w, device_flops_per_s=1e12, device_bytes=2**40).attention_share
-        for h, w in ((720, 1280), (1088, 1920), (1440, 2560))
+        _flops_14b(h, w).attention_share for h, w in ((720, 1280), (1088, 1920), (1440, 2560))
     ]
     assert shares == sorted(shares) and shares[0] > 0.5 and shares[-1] > 0.85
 
 
-def test_refusal_names_numbers_and_override():
-    est = _estimate_14b(720, 1280, device_flops_per_s=1e11, device_bytes=24 * 2**30)
-    with pytest.raises(PreflightRefusal) as info:
-        check(est, max_minutes=30, what="test")
-    message = str(info.value)
-    assert "75,600 tokens" in message and "max_minutes" in message and "GiB" in message
-    assert "Nothing was allocated" in message
+def test_flop_count_adds_up_every_loop():
+    flops = _flops_14b(720, 1280)
+    assert flops.tokens == 75_600
+    dense, sparse = flops.total_flops_per_step, flops.sparse_flops_per_step
+    assert sparse == pytest.approx(dense - 0.6 * flops.attention_flops_per_step)
+    # two dense arms and the sparse arm, each warm-up + 3 timed runs of 40 steps
+    assert flops.total_flops == pytest.approx(40 * 4 * (2 * dense + sparse))
+    metrics = flops.as_metrics()
+    assert metrics["preflight.attention_share"] == pytest.approx(flops.attention_share)
+    assert set(metrics) == {
+        "preflight.tokens",
+        "preflight.attention_flops_per_step",
+        "preflight.total_flops_per_step",
+        "preflight.sparse_flops_per_step",
+        "preflight.total_flops",
+        "preflight.attention_share",
+    }
 
 
 def test_headline_1440p_on_cpu_is_refused_without_allocating(tmp_path, monkeypatch):
@@ -67,34 +93,9 @@ def test_headline_1440p_on_cpu_is_refused_without_allocating(tmp_path, monkeypat
 def test_config_dtypes_are_accepted_and_unknown_dtypes_named():
     from evalharness.config.schemas import DType
 
-    kwargs = dict(device_flops_per_s=1e12, device_bytes=2**40)
-    plain = _estimate_14b(720, 1280, **kwargs)
-    typed = estimate_cost(
-        get_transformer_config("wan2.1-t2v-14b"),
-        VideoGeometry(81, 720, 1280),
-        steps=40,
-        cfg_batch=2,
-        warm_runs=3,
-        kept_fraction=0.4,
-        noise_floor=True,
-        param_dtype=DType.bfloat16,
-        dtype=DType.bfloat16,
-        **kwargs,
-    )
-    assert typed == plain
+    assert dtype_bytes("dtype", DType.bfloat16) == dtype_bytes("dtype", "bfloat16") == 2
     with pytest.raises(ValueError, match="param_dtype='float64'"):
-        estimate_cost(
-            get_transformer_config("tiny"),
-            VideoGeometry(5, 16, 16),
-            steps=1,
-            cfg_batch=1,
-            warm_runs=1,
-            kept_fraction=1.0,
-            noise_floor=False,
-            param_dtype="float64",
-            dtype="float32",
-            **kwargs,
-        )
+        dtype_bytes("param_dtype", "float64")
 
 
 def _plan_14b_720p(noise_floor_temp):
@@ -135,40 +136,27 @@ def test_n_squared_executor_at_720p_is_refused_with_the_table():
     table = _plan_14b_720p(n_squared)
     assert not table.fits and table.dominant("noise_floor") == "attention executor"
     assert table.peak("dense") < table.device_bytes  # the flash arms fit
-    est = _estimate_14b(720, 1280, device_flops_per_s=1e15, device_bytes=table.device_bytes)
     with pytest.raises(PreflightRefusal) as info:
-        check(est, max_minutes=1e6, what="14B 720p", memory=table)
+        check(_flops_14b(720, 1280), table, _time_14b_720p(), max_minutes=1e6, what="14B 720p")
     message = str(info.value)
     assert "75,600 tokens" in message and "Nothing was allocated" in message
     assert "noise_floor arm peaks at" in message and "tpu-v6e-8's 31.25 GiB" in message
     assert "| attention executor | attention |" in message  # the table itself
     assert "kernel.noise_floor_executor=b0" in message and "parallel.sequence=16" in message
     assert "dtype=bfloat16" not in message  # already bf16
+    assert "time:" not in message  # within the limit
 
 
-def test_fitting_table_and_time_pass():
-    from evalharness.estimates.targets import get_target
-    from evalharness.estimates.time_rates import rates_for
-    from evalharness.estimates.workload import estimate_time
-
+def test_fitting_table_and_time_pass_and_time_alone_refuses():
     table = _plan_14b_720p(64 * 2**20)
     assert table.fits, table.to_markdown()
-    est = _estimate_14b(720, 1280, device_flops_per_s=1e9, device_bytes=1)  # rough model refuses
-    timing = estimate_time(
-        get_transformer_config("wan2.1-t2v-14b"),
-        VideoGeometry(81, 720, 1280),
-        get_target("tpu-v6e-8"),
-        steps=40,
-        cfg_batch=2,
-        warm_runs=3,
-        noise_floor=True,
-        param_dtype="bfloat16",
-        dtype="bfloat16",
-        rates=rates_for(get_target("tpu-v6e-8")),
-    )
-    check(est, max_minutes=60, what="14B 720p", memory=table, timing=timing)
-    with pytest.raises(PreflightRefusal, match="time estimate on tpu-v6e-8"):
-        check(est, max_minutes=1, what="14B 720p", memory=table, timing=timing)
+    flops, timing = _flops_14b(720, 1280), _time_14b_720p()
+    check(flops, table, timing, max_minutes=60, what="14B 720p")
+    with pytest.raises(PreflightRefusal, match="time estimate on tpu-v6e-8") as info:
+        check(flops, table, timing, max_minutes=1, what="14B 720p")
+    message = str(info.value)
+    assert "max_minutes=" in message and "memory:" not in message
+    assert f"{timing.total_minutes:,.1f} minutes" in message
 
 
 def test_a_jax_without_a_cpu_device_is_refused_naming_jax_platforms(monkeypatch):

@@ -32,7 +32,7 @@ FLOPS = 50e9  # a fixed probe, so that two plans of one config agree
 @pytest.fixture(autouse=True)
 def _fixed_probe(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
-        "evalharness.admission.preflight.measure_matmul_flops", lambda *a, **k: FLOPS
+        "evalharness.admission.decision.measure_matmul_flops", lambda *a, **k: FLOPS
     )
 
 
