@@ -6,7 +6,7 @@ dense attention (the harness's dense control: b0 on CPU, splash on TPU, cuDNN on
 projections, norms, RoPE, output projection, cross-attention and FFN all still run). Both are
 compiled first, then timed in interleaved rounds (``evalharness.arms.timing.time_interleaved``); the
 measured share is ``1 - median(without) / median(with)``. Beside it: the analytic FLOP share of
-self-attention (``evalharness.estimates.workload.step_flops``) and, at 720p / 1080p / 1440p, the seed's
+self-attention (``evalharness.estimates.flops.step_flops``) and, at 720p / 1080p / 1440p, the seed's
 measured share of a transformer block (Wan 2.1 14B, 81 frames, TPU v6e): 55.5% / 72.5% / 88.2%.
 
 Weights are random (seeded): the share depends on shapes, not on values. A size that would not
@@ -55,6 +55,7 @@ from evalharness.machine import machine_info
 from kernels.executors.dense_controls import dense_controls
 from kernels.executors.dense_memory import dense_executor_temp_bytes
 from kernels.policy.attention_policy import make_dense_attend
+from kernels.registry import DENSE_EXECUTORS
 from models.attention import dense_attention
 from models.config import get_transformer_config, transformer_config_names
 from models.transformer import WanTransformer
@@ -65,7 +66,8 @@ from models.video_geometry import VideoGeometry
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # The share of device memory a run may plan to use (the rest: runtime, fragmentation).
 MEMORY_HEADROOM = 0.85
-EXECUTORS = ("auto", "model", "b0", "dot_product_attention", "splash", "cudnn", "reference")
+# "model": the transformer's own attention (materialised scores); the rest as a run names them.
+EXECUTORS = ("model", *DENSE_EXECUTORS)
 COLUMNS = (
     ("resolution", "resolution", "{}"),
     ("tokens", "tokens", "{:,.0f}"),

@@ -10,7 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-SPARSE = ("b0", "b1", "b2", "b3")
+from kernels.plans.tiles import VARIANTS
+from kernels.policy.schedule import SPARSE_VARIANTS
+
+SPARSE = VARIANTS
 # GPU thresholds (the pallas_gpu issue): fractions of the ideal speedup 1/density, and B0's
 # allowed slowdown against cuDNN.
 GPU_IDEAL_VS_B0 = 0.90
@@ -63,7 +66,7 @@ def gpu_checks(
 
 def _ordering_checks(by: Mapping[str, Mapping[str, Any]], key: str, suffix: str) -> dict:
     """B3 fastest of B1-B3 and B2 not slower than B1 (what each refinement should buy)."""
-    if not {"b1", "b2", "b3"} <= by.keys():
+    if not set(SPARSE_VARIANTS) <= by.keys():
         return {}
     return {
         "b3_fastest_of_b1_b3" + suffix: by["b3"][key] <= min(by["b1"][key], by["b2"][key]),

@@ -5,6 +5,13 @@ temporaries, routing and exchange buffers).
 
 from evalharness.estimates.attention_memory import ExecutorSpec, padded_heads
 from evalharness.estimates.block_memory import compiled_temp_bytes, dtype_of
+from evalharness.estimates.flops import (
+    FlopCount,
+    count_flops,
+    dtype_bytes,
+    parameter_count,
+    step_flops,
+)
 from evalharness.estimates.gpu_compiler import cuda_plugin_installed, gpu_topology_compiler
 from evalharness.estimates.host_memory import HostMemory, size_host
 from evalharness.estimates.memory_estimate import ArmCompileError, estimate_memory
@@ -52,16 +59,7 @@ from evalharness.estimates.tpu_compiler import (
     program_figures,
     topology_compiler,
 )
-from evalharness.estimates.workload import (
-    FlopCount,
-    SparseWork,
-    TimeEstimate,
-    count_flops,
-    dtype_bytes,
-    estimate_time,
-    parameter_count,
-    step_flops,
-)
+from evalharness.estimates.workload import SparseWork, TimeEstimate, estimate_time
 
 __all__ = [
     "CONTRADICTION",

@@ -41,6 +41,7 @@ from evalharness.estimates.seed_measurements import (
 )
 from evalharness.estimates.targets import DeviceTarget
 from evalharness.estimates.workload import TimeRates, step_work
+from kernels.policy.schedule import SPARSE_VARIANTS
 from models.config import get_transformer_config
 from models.video_geometry import VideoGeometry
 
@@ -85,7 +86,7 @@ def _v6e_rates() -> TimeRates:
     flops = attention_flops(SEED_KERNEL["tokens"], SEED_KERNEL["heads"], SEED_KERNEL["head_dim"])
     attention = flops / (peak * dense_s)
     ideal = dense_s * SEED_KERNEL["kept"]
-    variants = {v: ideal / (SEED_KERNEL_MS[v] / 1e3) for v in ("b1", "b2", "b3")}
+    variants = {v: ideal / (SEED_KERNEL_MS[v] / 1e3) for v in SPARSE_VARIANTS}
     variants["b0"] = 1.0
     # The seed's 720p loops, with the rates above: what remains for the matmuls and the overhead.
     parts = seed_loop_parts(attention, V6E_ICI_BYTES_PER_S, peak)

@@ -34,10 +34,11 @@ from evalharness.estimates import TimeEstimate
 from evalharness.refusal import PreflightRefusal
 from evalharness.search.settings import SearchConfig
 from evalharness.search.trials import trial_config
+from kernels.policy.schedule import SPARSE_VARIANTS
 
-# Slowest first: b1 treats every visited tile as partial, b2 runs full tiles mask-free, b3 also
-# rounds partial tiles away.
-_SLOWEST_VARIANTS = ("b1", "b2", "b3")
+# Slowest first, as the registry orders them: b1 treats every visited tile as partial, b2 runs
+# full tiles mask-free, b3 also rounds partial tiles away.
+_SLOWEST_VARIANTS = SPARSE_VARIANTS
 # The arms whose loops are the same program in every trial (the schedule is not part of them).
 DENSE_ARMS = ("dense", "noise_floor")
 

@@ -53,11 +53,12 @@ from kernels.executors.dense_controls import splash_tiles
 from kernels.executors.xla_flash import FLASH_SCORE_ELEMENTS, flash_blocks
 from kernels.executors.xla_scan_steps import query_tiles_per_step, wide_step_tiles
 from kernels.plans.block_sizes import BlockSizes, default_block_sizes
+from kernels.registry import TILED_BACKENDS, executor_names
 
-# Executors whose temporaries grow as N^2 and those that stay linear in N.
-QUADRATIC_EXECUTORS = ("dot_product_attention", "reference")
-LINEAR_EXECUTORS = ("b0", "splash", "cudnn", "xla_flash")
-MEMORY_BACKENDS = ("xla", "pallas_tpu", "pallas_gpu")
+# Dense executors whose temporaries grow as N^2 and those that stay linear in N.
+QUADRATIC_EXECUTORS = executor_names(dense=True, memory="quadratic")
+LINEAR_EXECUTORS = executor_names(dense=True, memory="linear")
+MEMORY_BACKENDS = TILED_BACKENDS
 _F32 = 4
 
 

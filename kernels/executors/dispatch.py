@@ -32,14 +32,13 @@ from kernels.executors.xla_blocksparse import blocksparse_attention
 from kernels.executors.xla_flash import flash_attention
 from kernels.masks.band import PaddingMask
 from kernels.plans.block_sizes import BlockSizes, default_block_sizes
-from kernels.plans.tiles import VARIANTS, TilePlan, build_plan
+from kernels.plans.tiles import TilePlan, build_plan
+from kernels.registry import EXECUTORS, TILED_BACKENDS, executor_names
 
 # Dense executors from outside the project: no mask, no tile plan.
-DENSE_PEERS = ("dot_product_attention", "splash", "cudnn")
-# Our dense executors without a tile plan (no mask): "xla_flash", the CPU's dense control.
-DENSE_OURS = ("xla_flash",)
-ALL_VARIANTS = ("reference", *DENSE_PEERS, *DENSE_OURS, *VARIANTS)
-BACKENDS = ("xla", "pallas_tpu", "pallas_gpu")
+DENSE_PEERS = executor_names(tiled=False, ours=False)
+ALL_VARIANTS = tuple(EXECUTORS)
+BACKENDS = TILED_BACKENDS
 
 # Head dims the block-sparse XLA path accepts; the Pallas kernel checks its own (64, 128).
 _XLA_HEAD_DIM_MULTIPLE = 8
@@ -146,7 +145,7 @@ def attention(
     variant, mask, plan = _checked_request(mask, variant, block_sizes, backend, n)
     if variant == "reference":
         return reference_attention(q, k, v, mask)
-    if variant in (*DENSE_PEERS, *DENSE_OURS):
+    if not EXECUTORS[variant].tiled:
         if mask is not None:
             raise ValueError(
                 f"variant={variant!r} is a dense control (a dense peer); pass mask=None, or use "

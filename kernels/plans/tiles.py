@@ -27,8 +27,9 @@ from kernels.masks.protocols import Mask
 from kernels.masks.tile_grid import padding_tiles, tile_areas, tile_grid
 from kernels.plans.block_sizes import BlockSizes
 from kernels.plans.rounding import round_to_tiles
+from kernels.registry import TILED_VARIANTS
 
-VARIANTS = ("b0", "b1", "b2", "b3")
+VARIANTS = TILED_VARIANTS  # b0 (every tile) and the sparse b1-b3, from the registry
 
 
 def _reference_visit_lists(selected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -44,13 +44,10 @@ from kernels.policy.negative_controls import (
 from kernels.policy.routing import ROUTING_MODES, route_heads, routing_key
 from kernels.policy.routing_stats import RoutingRecorder, RoutingStats
 from kernels.policy.schedule import SparsitySchedule
+from kernels.registry import DENSE_EXECUTORS, POLICY_BACKENDS
 
 # ``attend`` functions below are typed as plain callables: their contract is the model's ``AttendFn``
 # protocol (``attend(q, k, v, *, step, layer) -> out``), and kernels do not import the model.
-POLICY_BACKENDS = ("xla", "pallas_tpu", "pallas_gpu", "reference")
-# Dense executors a run may name ("auto": resolved per platform by ``dense_controls`` first).
-DENSE_EXECUTORS = ("auto", "b0", "splash", "cudnn", "dot_product_attention", "reference")
-DENSE_EXECUTORS += ("xla_flash",)  # ours, the CPU's dense control
 
 
 def _check_backend(backend: str) -> None:

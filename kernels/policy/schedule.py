@@ -25,18 +25,16 @@ from kernels.masks.band import BandMask, band_for_density, band_for_svg_sparsity
 from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes
 from kernels.plans.tiles import TilePlan, build_plan
+from kernels.registry import executor_names
 
-
-class SparseVariant(enum.StrEnum):
-    """Executor variant of the sparse masks (b0, the dense tiled loop, is not one of them).
-
-    Members are the strings the executors take (``SparseVariant.b3 == "b3"``); their names equal
-    their values so a config file or command line can name them.
-    """
-
-    b1 = "b1"
-    b2 = "b2"
-    b3 = "b3"
+# Executor variant of the sparse masks (b0, the dense tiled loop, is not one of them), from the
+# registry. Members are the strings the executors take (``SparseVariant.b3 == "b3"``); their names
+# equal their values so a config file or command line can name them.
+SparseVariant = enum.StrEnum(
+    "SparseVariant",
+    [(name, name) for name in executor_names(tiled=True, dense=False)],
+    module=__name__,
+)
 
 
 SPARSE_VARIANTS = tuple(v.value for v in SparseVariant)

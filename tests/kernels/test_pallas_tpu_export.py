@@ -24,7 +24,7 @@ from kernels.executors.pallas_tpu_budget import check_tpu_budget
 from kernels.masks.band import BandMask, band_for_density
 from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes, auto_block_sizes
-from kernels.plans.tiles import build_plan
+from kernels.plans.tiles import VARIANTS, build_plan
 
 BATCH, HEADS_PER_CHIP, HEAD_DIM = 2, 40 // 8, 128
 DENSITY = 0.3887
@@ -34,7 +34,6 @@ GEOMETRIES = {
     "1080p": (TokenGeometry(21, 68, 120), 171_360),
     "1440p": (TokenGeometry(21, 90, 160), 302_400),
 }
-VARIANTS = ("b0", "b1", "b2", "b3")
 
 
 def _export(plan, variant: str, tokens: int, **kwargs) -> export.Exported:

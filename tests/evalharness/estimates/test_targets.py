@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 
+from evalharness.estimates.flops import parameter_count, step_flops
 from evalharness.estimates.targets import (
     GIB,
     TARGET_NAMES,
@@ -13,13 +14,7 @@ from evalharness.estimates.targets import (
     host_memory_bytes,
 )
 from evalharness.estimates.time_rates import rates_for
-from evalharness.estimates.workload import (
-    SparseWork,
-    estimate_time,
-    parameter_count,
-    step_flops,
-    step_work,
-)
+from evalharness.estimates.workload import SparseWork, estimate_time, step_work
 from models.config import get_transformer_config
 from models.video_geometry import VideoGeometry
 
