@@ -90,3 +90,48 @@ TILED_VARIANTS = executor_names(tiled=True)
 UNTILED_DENSE = executor_names(tiled=False, dense=True)
 # Dense executors a run may name; "auto" is resolved per platform (``dense_controls``).
 DENSE_EXECUTORS = ("auto", *executor_names(dense=True))
+
+
+@dataclass(frozen=True)
+class Platform:
+    """What attention runs on one platform when a config says ``auto``.
+
+    Attributes:
+        name: "tpu", "gpu" or "cpu" (a JAX device's platform; "cuda" is "gpu").
+        backend: where the tiled executors run there.
+        dense_control: the dense arm's executor, the fastest dense attention measured there.
+        noise_floor_control: the second dense control (differs from the first: the noise floor
+            compares two executors).
+        export_platform: ``jax.export``'s name for it, where a plan is lowered for it from
+            another machine (None: this host's platform, nothing to lower).
+    """
+
+    name: str
+    backend: str
+    dense_control: str
+    noise_floor_control: str
+    export_platform: str | None
+
+
+# Why each control: kernels/executors/dense_controls.py; why each backend and tile:
+# evalharness/assembly/platform_choices.py.
+PLATFORMS: dict[str, Platform] = {
+    p.name: p
+    for p in (
+        Platform("tpu", "pallas_tpu", "splash", "b0", "tpu"),
+        Platform("gpu", "pallas_gpu", "cudnn", "b0", "cuda"),
+        Platform("cpu", "xla", "xla_flash", "dot_product_attention", None),
+    )
+}
+
+
+def get_platform(name: str) -> Platform:
+    """The platform called ``name`` ("cuda" names the GPU; ROCm has no cuDNN, so no entry).
+
+    Raises:
+        ValueError: naming the platforms there are.
+    """
+    name = "gpu" if name == "cuda" else name
+    if name not in PLATFORMS:
+        raise ValueError(f"platform={name!r}; use one of {tuple(PLATFORMS)}")
+    return PLATFORMS[name]

@@ -71,3 +71,19 @@ def test_an_unknown_executor_is_named_with_the_choices():
     assert get_executor("b3").tiled
     with pytest.raises(ValueError, match="executor='flash3'; use one of .*'xla_flash'"):
         get_executor("flash3")
+
+
+def test_the_platform_table_decides_backend_controls_and_export():
+    from evalharness.admission import EXPORT_PLATFORMS
+    from evalharness.assembly import backend_for
+    from kernels.policy import dense_controls
+    from kernels.registry import PLATFORMS, get_platform
+
+    for name, platform in PLATFORMS.items():
+        assert backend_for("auto", name) == platform.backend
+        assert dense_controls(name) == (platform.dense_control, platform.noise_floor_control)
+        assert EXPORT_PLATFORMS.get(name) == platform.export_platform
+        assert {platform.dense_control, platform.noise_floor_control} <= set(DENSE_EXECUTORS)
+    assert get_platform("cuda") is PLATFORMS["gpu"]
+    with pytest.raises(ValueError, match="platform='rocm'; use one of"):
+        get_platform("rocm")

@@ -23,9 +23,18 @@ from evalharness.admission.sizing import RunSizing
 from evalharness.config import EvalConfig, load_resolution, resolution_names
 from evalharness.estimates import GIB
 from kernels.executors.dense_memory import grows_quadratically
+from kernels.registry import PLATFORMS
 
-# Flash-style (no N^2 array) executors per platform, in the order they are suggested.
-_FLASH = {"tpu": ("splash", "b0"), "gpu": ("cudnn", "b0"), "cpu": ("b0",)}
+# Flash-style (no N^2 array) executors per platform, in the order they are suggested: the
+# platform's dense controls that are, then our tiled b0.
+_FLASH = {
+    name: tuple(
+        dict.fromkeys(
+            e for e in (p.dense_control, p.noise_floor_control, "b0") if not grows_quadratically(e)
+        )
+    )
+    for name, p in PLATFORMS.items()
+}
 _EXECUTOR_KEYS = {"dense": "kernel.dense_executor", "noise_floor": "kernel.noise_floor_executor"}
 
 

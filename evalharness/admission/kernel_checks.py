@@ -25,11 +25,12 @@ from kernels.masks.band import PaddingMask
 from kernels.plans.block_sizes import BlockSizes
 from kernels.plans.tiles import build_plan
 from kernels.policy.attention_policy import AttentionPolicy
+from kernels.registry import PLATFORMS
 from models.config import WanTransformerConfig
 from models.video_geometry import VideoGeometry
 
-# jax.export platform names of the targets' platforms.
-EXPORT_PLATFORMS = {"tpu": "tpu", "gpu": "cuda"}
+# jax.export platform names of the targets' platforms (those a plan is lowered for from here).
+EXPORT_PLATFORMS = {p.name: p.export_platform for p in PLATFORMS.values() if p.export_platform}
 
 
 def tpu_budgets(

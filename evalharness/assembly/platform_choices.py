@@ -41,10 +41,11 @@ from evalharness.config import (
 )
 from kernels.executors.dense_controls import check_dense_pair, dense_controls
 from kernels.plans.block_sizes import BlockSizes, auto_block_sizes, plan_backend
+from kernels.registry import PLATFORMS as PLATFORM_TABLE
 from models.config import TINY_PRESETS
 from models.video_geometry import VideoGeometry
 
-PLATFORMS = ("tpu", "gpu", "cpu")
+PLATFORMS = tuple(PLATFORM_TABLE)
 
 
 def host_platform() -> str:
@@ -53,9 +54,9 @@ def host_platform() -> str:
     return "gpu" if platform in ("gpu", "cuda", "rocm") else platform
 
 
-# The backend ``auto`` picks per platform, and the platform each Pallas backend needs.
-_AUTO_BACKEND = {"tpu": "pallas_tpu", "gpu": "pallas_gpu", "cpu": "xla"}
-_BACKEND_PLATFORM = {
+# The platform each Pallas backend needs (``kernels.registry.PLATFORMS``), in words, with a
+# dry-run target of it, for the refusal.
+_PALLAS_NEEDS = {
     "pallas_tpu": ("tpu", "a TPU", "tpu-v6e-8"),
     "pallas_gpu": ("gpu", "a GPU", "h200"),
 }
@@ -72,13 +73,13 @@ def backend_for(backend: KernelBackend | str, platform: str) -> str:
     _check_platform(platform)
     backend = KernelBackend(backend)
     if backend is KernelBackend.auto:
-        return _AUTO_BACKEND[platform]
-    if backend.value in _BACKEND_PLATFORM:
-        needed, device, target = _BACKEND_PLATFORM[backend.value]
+        return PLATFORM_TABLE[platform].backend
+    if backend.value in _PALLAS_NEEDS:
+        needed, device, target = _PALLAS_NEEDS[backend.value]
         if platform != needed:
             raise ValueError(
                 f"kernel.backend={backend.value} needs {device} but the run targets {platform!r}; "
-                f"use kernel={_AUTO_BACKEND[platform]} (or kernel=auto) here, or {device} target "
+                f"use kernel={PLATFORM_TABLE[platform].backend} (or kernel=auto) here, or {device} target "
                 f"(e.g. target={target} for a dry run)"
             )
     return backend.value

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from kernels.executors.pallas_gpu_budget import H200_SHARED_MEMORY_BYTES
+from kernels.registry import PLATFORMS as PLATFORM_TABLE
 
 GIB = 1024**3
 # What an H200 SXM reports as its memory (nvidia-smi: 143,771 MiB; the product is "141 GB").
@@ -31,7 +32,7 @@ H200_PHYSICAL_BYTES = 143_771 * 2**20
 # JAX's GPU allocator takes this fraction of the device's memory unless told otherwise.
 DEFAULT_GPU_MEM_FRACTION = 0.75
 _FRACTION_ENV = ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION")
-PLATFORMS = ("tpu", "gpu", "cpu")
+PLATFORMS = tuple(PLATFORM_TABLE)
 # Fraction of peak FLOP/s assumed for the whole transformer on an accelerator (see module docstring).
 ACCELERATOR_EFFICIENCY = 0.45
 # Stated, not measured: a share of a dual-channel DDR4/DDR5 server socket.

@@ -3,13 +3,11 @@
 A dense control is a dense attention executor the sparse runs are compared against. At real sizes
 (Wan 2.1 14B at 720p: 75,600 tokens, 40 heads x 128, batch 2) ``jax.nn.dot_product_attention``
 with ``implementation="xla"`` materialises [B, H, N, N] float32 logits (about 1.8 TB), so the
-dense arm must be a flash-style kernel on each platform:
-
-| platform | dense arm | noise-floor executor |
-|---|---|---|
-| tpu | "splash": JAX's TPU splash attention with a full mask | "b0": our dense tiles (Pallas TPU) |
-| gpu | "cudnn": cuDNN flash attention (bf16) | "b0": our dense tiles (Pallas GPU) |
-| cpu | "xla_flash": our XLA online softmax over query chunks | "dot_product_attention": XLA einsum |
+dense arm must be a flash-style kernel on each platform (``kernels.registry.PLATFORMS`` says
+which): on a TPU "splash", JAX's splash attention with a full mask; on a GPU "cudnn", cuDNN's
+flash attention (bf16); on a CPU "xla_flash", our XLA online softmax over query chunks. The
+second control is our "b0" dense tiles on the TPU and GPU and XLA's einsum
+("dot_product_attention") on the CPU.
 
 The noise floor is the PSNR between two *different* dense executors, so the pair must differ.
 
@@ -35,14 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from kernels.plans.block_sizes import BlockSizes
-
-# Platform -> (dense arm executor, noise-floor executor); see the module docstring.
-_PLATFORM_CONTROLS = {
-    "tpu": ("splash", "b0"),
-    "gpu": ("cudnn", "b0"),
-    "cuda": ("cudnn", "b0"),
-    "cpu": ("xla_flash", "dot_product_attention"),
-}
+from kernels.registry import PLATFORMS, get_platform
 
 # Splash tiles for v6e. A 2,048-row query tile halves the K/V re-reads of a 1,024-row one (at
 # 75,600 tokens each head streams K/V N/block_q times), and 2,048 x 1,024 pads 75,600 tokens by
@@ -77,11 +68,11 @@ def dense_controls(platform: str) -> tuple[str, str]:
     Raises:
         ValueError: on an unknown platform.
     """
-    if platform not in _PLATFORM_CONTROLS:
-        raise ValueError(
-            f"platform={platform!r} has no dense controls; use one of {sorted(_PLATFORM_CONTROLS)}"
-        )
-    return _PLATFORM_CONTROLS[platform]
+    try:
+        chosen = get_platform(platform)
+    except ValueError as err:
+        raise ValueError(f"{err}: platform={platform!r} has no dense controls") from None
+    return chosen.dense_control, chosen.noise_floor_control
 
 
 def check_dense_pair(dense: str, noise_floor: str) -> None:
@@ -95,7 +86,10 @@ def check_dense_pair(dense: str, noise_floor: str) -> None:
         ValueError: when the two are equal (the floor would be an infinite PSNR, not a floor).
     """
     if dense == noise_floor:
-        others = sorted({name for pair in _PLATFORM_CONTROLS.values() for name in pair} - {dense})
+        controls = {
+            name for p in PLATFORMS.values() for name in (p.dense_control, p.noise_floor_control)
+        }
+        others = sorted(controls - {dense})
         raise ValueError(
             "the noise floor compares two different dense executors; "
             f"noise_floor_executor={noise_floor} equals dense_executor={dense}: choose another, "

@@ -44,7 +44,7 @@ from kernels.policy.negative_controls import (
 from kernels.policy.routing import ROUTING_MODES, route_heads, routing_key
 from kernels.policy.routing_stats import RoutingRecorder, RoutingStats
 from kernels.policy.schedule import SparsitySchedule
-from kernels.registry import DENSE_EXECUTORS, POLICY_BACKENDS
+from kernels.registry import DENSE_EXECUTORS, PLATFORMS, POLICY_BACKENDS
 
 # ``attend`` functions below are typed as plain callables: their contract is the model's ``AttendFn``
 # protocol (``attend(q, k, v, *, step, layer) -> out``), and kernels do not import the model.
@@ -89,9 +89,10 @@ def make_dense_attend(
     """
     _check_backend(backend)
     if executor == "auto":
+        controls = ", ".join(f"{p.name}: {p.dense_control}" for p in PLATFORMS.values())
         raise ValueError(
             "executor='auto' must be resolved before building an attend: take "
-            "kernels.policy.dense_controls(platform) (tpu: splash, gpu: cudnn, cpu: xla_flash)"
+            f"kernels.policy.dense_controls(platform) ({controls})"
         )
     if executor not in DENSE_EXECUTORS:
         raise ValueError(f"executor={executor!r}; use one of {DENSE_EXECUTORS[1:]}")
