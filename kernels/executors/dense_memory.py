@@ -52,7 +52,7 @@ from __future__ import annotations
 from kernels.executors.dense_controls import splash_tiles
 from kernels.executors.xla_flash import FLASH_SCORE_ELEMENTS, flash_blocks
 from kernels.executors.xla_scan_steps import query_tiles_per_step, wide_step_tiles
-from kernels.plans.block_sizes import BlockSizes, default_block_sizes
+from kernels.plans.block_sizes import BlockSizes, auto_block_sizes
 from kernels.registry import TILED_BACKENDS, executor_names
 
 # Dense executors whose temporaries grow as N^2 and those that stay linear in N.
@@ -186,7 +186,7 @@ def dense_executor_temp_bytes(
             given = BlockSizes(*(x or y for x, y in zip(explicit, _splash_default(n), strict=True)))
         padded = splash_tiles(n, given).padded_tokens
         return 4 * b * h * padded * d * s
-    tiles = default_block_sizes(n, backend)
+    tiles = auto_block_sizes(n, backend)
     tiles = BlockSizes(block_q or tiles.block_q, block_kv or tiles.block_kv)
     if backend in ("pallas_tpu", "pallas_gpu"):
         # q and the output padded to BQ, k and v to BKV (``kernels.executors.pallas_tpu`` and

@@ -31,7 +31,7 @@ from kernels.executors.reference import reference_attention
 from kernels.executors.xla_blocksparse import blocksparse_attention
 from kernels.executors.xla_flash import flash_attention
 from kernels.masks.band import PaddingMask
-from kernels.plans.block_sizes import BlockSizes, default_block_sizes
+from kernels.plans.block_sizes import BlockSizes, auto_block_sizes
 from kernels.plans.tiles import TilePlan, build_plan
 from kernels.registry import EXECUTORS, TILED_BACKENDS, executor_names
 
@@ -121,7 +121,7 @@ def attention(
             the plan validated them).
         variant: one of ``ALL_VARIANTS``; "b0" ignores the mask (dense); ``DENSE_PEERS`` and
             "xla_flash" refuse one.
-        block_sizes: tiles for b0-b3 (default ``default_block_sizes(tokens, backend)``), for
+        block_sizes: tiles for b0-b3 (default ``auto_block_sizes(tokens, backend)``), for
             "splash" (default ``kernels.executors.dense_controls.splash_tiles``) and the (query
             chunk, key block) of "xla_flash" (default ``kernels.executors.xla_flash.flash_blocks``).
         backend: "xla", "pallas_tpu" or "pallas_gpu" (b0-b3 only; "xla_flash" is XLA anyway).
@@ -158,7 +158,7 @@ def attention(
         # Whoever builds a plan validates its tiles; a prebuilt plan was validated by its builder
         # (e.g. the attention policy, once per run), so it is not rechecked on every call.
         if block_sizes is None:
-            block_sizes = default_block_sizes(n, backend)
+            block_sizes = auto_block_sizes(n, backend)
         block_sizes.validate(n, backend)
         plan = build_plan(
             PaddingMask(n) if mask is None else mask,

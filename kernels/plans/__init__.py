@@ -3,7 +3,6 @@
 from kernels.plans.block_sizes import (
     BACKEND_MULTIPLE,
     BlockSizes,
-    default_block_sizes,
     plan_backend,
 )
 from kernels.plans.rounding import TileMask, round_to_tiles
@@ -16,7 +15,6 @@ __all__ = [
     "TileMask",
     "TilePlan",
     "build_plan",
-    "default_block_sizes",
     "plan_backend",
     "round_to_tiles",
 ]

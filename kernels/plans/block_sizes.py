@@ -104,27 +104,6 @@ class BlockSizes:
                 )
 
 
-def default_block_sizes(tokens: int, backend: str = "xla") -> BlockSizes:
-    """Tiles of 512 (CPU-friendly), shrunk to the padded sequence for short sequences.
-
-    On "pallas_gpu", whose tiles are Triton blocks, the GPU's own tiles instead
-    (``auto_block_sizes``): 512 x 512 blocks would not fit a streaming multiprocessor.
-
-    Args:
-        tokens: sequence length N.
-        backend: "xla", "pallas_tpu" or "pallas_gpu".
-
-    Returns:
-        BlockSizes valid for ``tokens`` on ``backend``.
-    """
-    if backend not in BACKEND_MULTIPLE:
-        raise ValueError(f"backend={backend!r}; use one of {sorted(BACKEND_MULTIPLE)}")
-    if backend in AUTO_TILES and backend in POWER_OF_TWO_BACKENDS:
-        return auto_block_sizes(tokens, backend)
-    size = min(512, tile_limit(tokens, backend))
-    return BlockSizes(size, size)
-
-
 # Tiles per backend before shrinking to short sequences (query x key/value). Pallas TPU: the seed's
 # 3,328 x 1,536 (26 x 12 MXU tiles of 128). XLA: 128 x 128, what the CPU default job runs
 # (conf/kernel/auto.yaml), small enough for fine-grained sparsity. Pallas GPU: 128 x 64, the

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 from kernels.executors.dispatch import attention
 from kernels.masks.geometry import TokenGeometry
 from kernels.masks.layouts import inverse_temporal_permutation, temporal_permutation
-from kernels.plans.block_sizes import BlockSizes, default_block_sizes, plan_backend
+from kernels.plans.block_sizes import BlockSizes, auto_block_sizes, plan_backend
 from kernels.policy.cells import Layer, check_layer, dense_cell
 from kernels.policy.negative_controls import (
     check_negative_control,
@@ -74,7 +74,7 @@ def make_dense_attend(
             attention, bf16), "dot_product_attention" (XLA einsum), "reference" (jnp oracle) or
             "xla_flash" (the CPU's, its own chunks). Backend "reference" always uses "reference".
         backend: "xla", "pallas_tpu", "pallas_gpu" or "reference".
-        block_sizes: tiles for "b0"; default ``default_block_sizes(tokens, backend)``.
+        block_sizes: tiles for "b0"; default ``auto_block_sizes(tokens, backend)``.
         interpret: Pallas interpret mode (CPU tests of the Pallas kernels, ours and splash).
         block_kv_compute: key chunk of "b0" on "pallas_tpu"; None keeps the kernel's default.
         vmem_limit_bytes: scoped VMEM limit of "b0" on "pallas_tpu"; None keeps Mosaic's.
@@ -188,7 +188,7 @@ class AttentionPolicy:
             num_layers: transformer blocks.
             backend: sparse (and default dense) backend: "xla", "pallas_tpu", "pallas_gpu" or
                 "reference".
-            block_sizes: tiles; default ``default_block_sizes(tokens, backend)``.
+            block_sizes: tiles; default ``auto_block_sizes(tokens, backend)``.
             dense_attend: dense executor; default ``make_dense_attend("b0", backend=...)``.
             routing_mode: "sampled" (``schedule.routing_samples`` rows) or "oracle" (all rows).
             seed: routing seed; equal seeds sample equal rows at every (step, layer).
@@ -230,7 +230,7 @@ class AttentionPolicy:
         # The policy builds the run's plans, so it validates their tiles, once per run; the
         # executors do not recheck a prebuilt plan on every call.
         if block_sizes is None:
-            block_sizes = default_block_sizes(geometry.tokens, plan_backend(backend))
+            block_sizes = auto_block_sizes(geometry.tokens, plan_backend(backend))
         block_sizes.validate(geometry.tokens, plan_backend(backend))
         self.block_sizes = block_sizes
         self.dense_attend = dense_attend or make_dense_attend(

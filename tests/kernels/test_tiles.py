@@ -6,7 +6,7 @@ import pytest
 from kernels.masks.band import BandMask, PaddingMask, band_for_density, strided_temporal_mask
 from kernels.masks.geometry import TokenGeometry
 from kernels.masks.tile_grid import padding_tiles, tile_areas
-from kernels.plans.block_sizes import BlockSizes, default_block_sizes
+from kernels.plans.block_sizes import BlockSizes, auto_block_sizes
 from kernels.plans.rounding import round_to_tiles
 from kernels.plans.tiles import build_plan
 from tests.helpers.geometry import preset_tokens
@@ -99,8 +99,8 @@ def test_block_size_validation():
         BlockSizes(80, 8).validate(70)
     with pytest.raises(ValueError, match="variant"):
         build_plan(BandMask(8, 1, 0), BlockSizes(8, 8), "b4")
-    assert default_block_sizes(37) == BlockSizes(40, 40)
-    assert default_block_sizes(100_000) == BlockSizes(512, 512)
+    assert auto_block_sizes(37, "xla") == BlockSizes(40, 40)
+    assert auto_block_sizes(100_000, "xla") == BlockSizes(128, 128)
 
 
 @pytest.mark.parametrize("variant", ["b0", "b1", "b2", "b3"])
