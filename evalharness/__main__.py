@@ -26,6 +26,7 @@ from evalharness.comparison import SWEEP_JOB_TAG, append_summary, failed_jobs, t
 from evalharness.config import check_overrides, multirun_first, register_configs
 from evalharness.evidence import headline_row
 from evalharness.exit_codes import RunFailed
+from evalharness.metric_names import Metric
 from evalharness.refusal import CONFIG_ERRORS, PreflightRefusal
 from evalharness.run import GateFailed, run
 from evalharness.tracking import multihost, redact_logs, redacted
@@ -98,7 +99,7 @@ def main(cfg: DictConfig) -> float | None:
     if multirun and cfg.logger.kind == "none" and multihost.is_primary():
         row = {**headline_row(metrics), SWEEP_JOB_TAG: hydra_cfg.job.num, "status": "FINISHED"}
         append_summary(hydra_cfg.sweep.dir, {**row, "gate_passed": metrics.get("gate_passed")})
-    return metrics.get("speedup")
+    return metrics.get(Metric.SPEEDUP)
 
 
 def _worst(codes: list[int]) -> int:

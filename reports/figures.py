@@ -19,6 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from evalharness.metric_names import Metric
 from reports.sources import Artifacts, ReportRun, of_kind  # noqa: E402
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ def _psnr(value: float | None) -> float | None:
 
 def _floor(runs: Sequence[ReportRun]) -> float | None:
     """The lowest finite dense-vs-dense noise floor among ``runs`` (None when none was run)."""
-    floors = [_psnr(r.metrics.get("noise_floor_psnr_db")) for r in runs]
+    floors = [_psnr(r.metrics.get(Metric.NOISE_FLOOR_PSNR_DB)) for r in runs]
     finite = [f for f in floors if f is not None and math.isfinite(f)]
     return min(finite) if finite else None
 
@@ -88,9 +89,9 @@ def pareto_figure(runs: Sequence[ReportRun], path: Path) -> Path | None:
     the frontier. Infinite PSNR (identical videos) is drawn at the top edge and labelled.
     """
     points = [
-        (r, float(r.metrics["speedup"]), _psnr(r.metrics.get("psnr_db")))
+        (r, float(r.metrics[Metric.SPEEDUP]), _psnr(r.metrics.get(Metric.PSNR_DB)))
         for r in runs
-        if r.metrics.get("speedup") is not None and r.metrics.get("psnr_db") is not None
+        if r.metrics.get(Metric.SPEEDUP) is not None and r.metrics.get(Metric.PSNR_DB) is not None
     ]
     if not points:
         return None

@@ -35,6 +35,7 @@ from evalharness.estimates import (
     SEED_SPEEDUP,
 )
 from evalharness.formatting import markdown_table
+from evalharness.metric_names import Metric
 from reports.sources import ReportRun, of_kind
 
 SEED_MODEL = "wan2.1-t2v-14b"
@@ -128,7 +129,7 @@ def end_to_end_rows(runs: Sequence[ReportRun]) -> list[dict[str, Any]]:
         rows.append(
             {
                 "resolution": res,
-                "speedup": _cell(SEED_SPEEDUP[res], m.get("speedup"), "{:.2f}x"),
+                Metric.SPEEDUP: _cell(SEED_SPEEDUP[res], m.get(Metric.SPEEDUP), "{:.2f}x"),
                 "dense": _cell(SEED_DENSE_LOOP_S[res], m.get("dense_median_s"), "{:,.1f}"),
                 "sparse": _cell(SEED_SPARSE_LOOP_S[res], m.get("sparse_median_s"), "{:,.1f}"),
                 "share": _cell(SEED_ATTENTION_SHARE[res], _attention_share(runs, res), "{:.1%}"),
@@ -160,7 +161,7 @@ def kernel_row(runs: Sequence[ReportRun]) -> dict[str, Any] | None:
 
 _END_TO_END = (
     ("resolution", "resolution", "{}"),
-    ("speedup seed / ours", "speedup", "{}"),
+    ("speedup seed / ours", Metric.SPEEDUP, "{}"),
     ("dense loop s seed / ours", "dense", "{}"),
     ("sparse loop s seed / ours", "sparse", "{}"),
     ("attention share seed / ours", "share", "{}"),

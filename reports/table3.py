@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from evalharness.formatting import format_cell
+from evalharness.metric_names import Metric
 from reports.sources import ReportRun, of_kind
 from reports.tables import PROVENANCE_COLUMNS, Table, fixed, mark_mixed_machines, provenance
 from reports.verdict import gap_text, gate_outcome
@@ -58,7 +59,7 @@ def controls(runs: Sequence[ReportRun]) -> list[str]:
 
 def psnr_cell(run: ReportRun) -> str:
     """PSNR in dB, with ``[lcb, ucb]`` when the run is a suite of more than one pair."""
-    psnr = format_cell(run.metrics.get("psnr_db"), "{:.2f}")
+    psnr = format_cell(run.metrics.get(Metric.PSNR_DB), "{:.2f}")
     low, high = run.metrics.get("psnr_db_lcb"), run.metrics.get("psnr_db_ucb")
     if run.metrics.get("pairs", 1) > 1 and low is not None and high is not None:
         return f"{psnr} [{format_cell(low, '{:.2f}')}, {format_cell(high, '{:.2f}')}]"
@@ -77,12 +78,12 @@ def row(run: ReportRun, names: Sequence[str]) -> dict[str, Any]:
         "pairs": m.get("pairs"),
         "dense_median_s": m.get("dense_median_s"),
         "sparse_median_s": m.get("sparse_median_s"),
-        "speedup": m.get("speedup"),
+        Metric.SPEEDUP: m.get(Metric.SPEEDUP),
         "psnr": psnr_cell(run),
-        "psnr_worst_frame_db": m.get("psnr_worst_frame_db"),
-        "ssim_frames": m.get("ssim_frames"),
-        "noise_floor_psnr_db": m.get("noise_floor_psnr_db"),
-        "gap_to_noise_floor_db": gap_text(m.get("gap_to_noise_floor_db")),
+        Metric.PSNR_WORST_FRAME_DB: m.get(Metric.PSNR_WORST_FRAME_DB),
+        Metric.SSIM_FRAMES: m.get(Metric.SSIM_FRAMES),
+        Metric.NOISE_FLOOR_PSNR_DB: m.get(Metric.NOISE_FLOOR_PSNR_DB),
+        Metric.GAP_TO_NOISE_FLOOR_DB: gap_text(m.get(Metric.GAP_TO_NOISE_FLOOR_DB)),
         "schedule_kept_fraction": m.get("schedule_kept_fraction"),
         "density": run.params.get("schedule.density"),
         "gate": gate_outcome(run),
@@ -101,11 +102,11 @@ def table3_columns(rows: Sequence[dict[str, Any]], names: Sequence[str]) -> tupl
         ("schedule", "schedule", "{}"),
         ("dense median s", "dense_median_s", seconds),
         ("sparse median s", "sparse_median_s", seconds),
-        ("speedup × (fastest dense)", "speedup", "{:.3f}"),
+        ("speedup × (fastest dense)", Metric.SPEEDUP, "{:.3f}"),
         ("PSNR dB [interval]", "psnr", "{}"),
-        ("worst-frame PSNR dB", "psnr_worst_frame_db", "{:.2f}"),
-        ("noise floor dB", "noise_floor_psnr_db", "{:.2f}"),
-        ("gap to floor dB", "gap_to_noise_floor_db", "{}"),
+        ("worst-frame PSNR dB", Metric.PSNR_WORST_FRAME_DB, "{:.2f}"),
+        ("noise floor dB", Metric.NOISE_FLOOR_PSNR_DB, "{:.2f}"),
+        ("gap to floor dB", Metric.GAP_TO_NOISE_FLOOR_DB, "{}"),
         ("kept pairs, whole run", "schedule_kept_fraction", "{:.3f}"),
         ("gate", "gate", "{}"),
     )
@@ -114,7 +115,7 @@ def table3_columns(rows: Sequence[dict[str, Any]], names: Sequence[str]) -> tupl
         ("tokens", "tokens", "{:,.0f}"),
         ("steps", "steps", "{}"),
         ("pairs", "pairs", "{:.0f}"),
-        ("SSIM", "ssim_frames", "{:.4f}"),
+        ("SSIM", Metric.SSIM_FRAMES, "{:.4f}"),
         ("band density (sparse layers)", "density", "{}"),
         *((f"speedup × vs {n}", f"speedup_vs_{n}", "{:.3f}") for n in names),
         *PROVENANCE_COLUMNS,

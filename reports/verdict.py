@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from evalharness.formatting import format_cell, markdown_code, markdown_text
+from evalharness.metric_names import Metric
 from reports.sources import ReportRun
 from reports.tables import Table
 
@@ -24,12 +25,17 @@ WORTH_IT = "worth it at these thresholds"
 NOTHING_GATED = "no thresholds set: nothing gated"
 # Gated metric -> (the param holding its threshold, words for it in a verdict, unit, format).
 GATED = {
-    "speedup": ("gate.min_speedup", "speedup", "x", "{:.2f}"),
-    "psnr_db": ("gate.min_psnr_db", "PSNR", " dB", "{:.2f}"),
-    "psnr_worst_frame_db": ("gate.min_worst_frame_psnr_db", "worst-frame PSNR", " dB", "{:.2f}"),
+    Metric.SPEEDUP: ("gate.min_speedup", Metric.SPEEDUP, "x", "{:.2f}"),
+    Metric.PSNR_DB: ("gate.min_psnr_db", "PSNR", " dB", "{:.2f}"),
+    Metric.PSNR_WORST_FRAME_DB: (
+        "gate.min_worst_frame_psnr_db",
+        "worst-frame PSNR",
+        " dB",
+        "{:.2f}",
+    ),
 }
 # Runs logged before ``psnr_db`` existed carry the same figure as ``psnr_video_db``.
-_OLDER_NAMES = {"psnr_db": "psnr_video_db"}
+_OLDER_NAMES = {Metric.PSNR_DB: Metric.PSNR_VIDEO_DB}
 _UNSET = ("", "none", "null", "nan")
 # MLflow stores an infinite metric (identical videos) as the largest float.
 _MLFLOW_INF = 1e300
@@ -95,7 +101,7 @@ def _miss(run: ReportRun, metric: str, threshold: float) -> str | None:
     """How ``run`` misses ``metric``'s threshold ("worst-frame PSNR by 0.75 dB"), or None."""
     _, words, unit, fmt = GATED[metric]
     value = gated_value(run, metric)
-    if metric == "speedup" and run.metrics.get("dense_timing_reused"):
+    if metric == Metric.SPEEDUP and run.metrics.get(Metric.DENSE_TIMING_REUSED):
         return "speedup (dense timings reused from another process: not comparable)"
     if value is None or math.isnan(value):
         return f"{words} (not measured)"
@@ -142,7 +148,7 @@ def _against(run: ReportRun, metric: str, text: str) -> str:
 def speedup_text(run: ReportRun) -> str:
     """The headline speedup, with the 95% interval over a suite's pairs when there is one."""
     m = run.metrics
-    text = format_cell(m.get("speedup"), "{:.2f}")
+    text = format_cell(m.get(Metric.SPEEDUP), "{:.2f}")
     low, high = m.get("speedup_lcb"), m.get("speedup_ucb")
     if m.get("pairs", 1) > 1 and low is not None and high is not None:
         text += f" [{format_cell(low, '{:.2f}')}, {format_cell(high, '{:.2f}')}]"
@@ -151,15 +157,15 @@ def speedup_text(run: ReportRun) -> str:
 
 def verdict_row(run: ReportRun) -> dict[str, Any]:
     """The verdict table's cells of one harness run."""
-    psnr = format_cell(gated_value(run, "psnr_db"), "{:.2f}")
-    worst = format_cell(gated_value(run, "psnr_worst_frame_db"), "{:.2f}")
+    psnr = format_cell(gated_value(run, Metric.PSNR_DB), "{:.2f}")
+    worst = format_cell(gated_value(run, Metric.PSNR_WORST_FRAME_DB), "{:.2f}")
     return {
         "schedule": f"{run.tags.get('schedule', '?')} @ {run.tags.get('resolution', '?')}",
-        "speedup": _against(run, "speedup", speedup_text(run)),
-        "psnr": _against(run, "psnr_db", psnr),
-        "worst": _against(run, "psnr_worst_frame_db", worst),
-        "gap": gap_text(run.metrics.get("gap_to_noise_floor_db")),
-        "ssim": run.metrics.get("ssim_frames"),
+        Metric.SPEEDUP: _against(run, Metric.SPEEDUP, speedup_text(run)),
+        "psnr": _against(run, Metric.PSNR_DB, psnr),
+        "worst": _against(run, Metric.PSNR_WORST_FRAME_DB, worst),
+        "gap": gap_text(run.metrics.get(Metric.GAP_TO_NOISE_FLOOR_DB)),
+        "ssim": run.metrics.get(Metric.SSIM_FRAMES),
         "gate": gate_outcome(run),
         "verdict": verdict(run),
     }
@@ -176,7 +182,7 @@ def gap_text(gap: float | None) -> str:
 
 VERDICT_COLUMNS = (
     ("schedule @ resolution", "schedule", "{}"),
-    ("speedup × (vs fastest dense)", "speedup", "{}"),
+    ("speedup × (vs fastest dense)", Metric.SPEEDUP, "{}"),
     ("PSNR dB", "psnr", "{}"),
     ("worst-frame PSNR dB", "worst", "{}"),
     ("gap to noise floor dB", "gap", "{}"),
@@ -192,10 +198,10 @@ def sentence(run: ReportRun) -> str:
     schedule, resolution = run.tags.get("schedule", "?"), run.tags.get("resolution", "?")
     name = f"{markdown_code(schedule)} at {markdown_text(resolution)}"
     speed = f"{speedup_text(run)}x the speed of the fastest dense control"
-    psnr = format_cell(gated_value(run, "psnr_db"), "{:.2f}")
-    worst = format_cell(gated_value(run, "psnr_worst_frame_db"), "{:.2f}")
+    psnr = format_cell(gated_value(run, Metric.PSNR_DB), "{:.2f}")
+    worst = format_cell(gated_value(run, Metric.PSNR_WORST_FRAME_DB), "{:.2f}")
     quality = f"PSNR {psnr} dB (worst frame {worst} dB)"
-    gap = m.get("gap_to_noise_floor_db")
+    gap = m.get(Metric.GAP_TO_NOISE_FLOOR_DB)
     if gap is not None and math.isfinite(gap) and abs(gap) < _MLFLOW_INF:
         side = "below" if gap > 0 else "above"
         quality += f", {abs(gap):.2f} dB {side} the dense-vs-dense noise floor"

@@ -29,7 +29,8 @@ ALLOWED_TOP_LEVEL = {
 MAX_MODULE_LINES = 450
 
 # evalharness: rooms along a run's stages, bottom first, and the rooms each may import (besides
-# itself). Base modules (``formatting``, ``refusal``, ``exit_codes``, ``machine``) and the thin top (``run``, ``__main__``) are
+# itself). Base modules (``formatting``, ``refusal``, ``exit_codes``, ``machine``, ``metric_names``)
+# and the thin top (``run``, ``__main__``) are
 # rooms of one module. Every entry names only rooms before it, so the table has no cycle.
 HARNESS_ROOMS: dict[str, set[str]] = {
     "__init__": set(),  # the package itself: models.accelerator_env's libtpu guard runs first
@@ -37,16 +38,17 @@ HARNESS_ROOMS: dict[str, set[str]] = {
     "refusal": set(),
     "exit_codes": set(),
     "machine": set(),
+    "metric_names": set(),
     "config": set(),
     "estimates": {"formatting", "machine"},
-    "tracking": {"refusal", "exit_codes", "machine"},
+    "tracking": {"refusal", "exit_codes", "machine", "metric_names"},
     "assembly": {"config"},
     "admission": {"config", "estimates", "assembly", "formatting", "refusal", "exit_codes"},
-    "arms": {"tracking"},
-    "evidence": {"config", "assembly", "arms", "formatting", "machine"},
-    "gate": {"config", "evidence", "tracking", "exit_codes"},
+    "arms": {"tracking", "metric_names"},
+    "evidence": {"config", "assembly", "arms", "formatting", "machine", "metric_names"},
+    "gate": {"config", "evidence", "tracking", "exit_codes", "metric_names"},
     "comparison": {"config", "tracking", "assembly", "admission", "arms", "evidence"}
-    | {"formatting", "exit_codes"},
+    | {"formatting", "exit_codes", "metric_names"},
     "bench": {
         "config",
         "estimates",
@@ -59,6 +61,7 @@ HARNESS_ROOMS: dict[str, set[str]] = {
         "formatting",
         "exit_codes",
         "machine",
+        "metric_names",
     },
     "run": {
         "config",
@@ -73,13 +76,13 @@ HARNESS_ROOMS: dict[str, set[str]] = {
         "exit_codes",
     },
     "__main__": {"config", "tracking", "admission", "evidence", "comparison", "refusal"}
-    | {"exit_codes", "run"},
+    | {"exit_codes", "run", "metric_names"},
     # The schedule search: each trial is a run (``run``), planned by admission.
     "search": {"config", "estimates", "tracking", "assembly", "admission", "evidence"}
-    | {"formatting", "refusal", "exit_codes", "run"},
+    | {"formatting", "refusal", "exit_codes", "run", "metric_names"},
 }
 # What the reports package may read of the harness (only through each room's ``__init__``).
-REPORTS_READ = {"config", "estimates", "tracking", "formatting", "bench"}
+REPORTS_READ = {"config", "estimates", "tracking", "formatting", "bench", "metric_names"}
 MAX_HARNESS_TOP_LEVEL_MODULES = 12
 
 

@@ -12,6 +12,8 @@ from typing import Any, Protocol
 
 import jax
 
+from evalharness.metric_names import Metric
+
 # Injected so tests can drive the timers with fake clocks and count the synchronisations.
 Clock = Callable[[], float]
 Block = Callable[[Any], Any]
@@ -270,7 +272,7 @@ def timing_metrics(
         metrics[f"speedup_vs_{name}"] = arm.times.median_s / sparse_s
     # The kernel effect, whatever the dense arm's executor (B0 on a TPU, xla_flash on a CPU).
     metrics["speedup_vs_dense_arm"] = dense.times.median_s / sparse_s
-    metrics["speedup"] = min(arm.times.median_s for arm in controls.values()) / sparse_s
+    metrics[Metric.SPEEDUP] = min(arm.times.median_s for arm in controls.values()) / sparse_s
     metrics["dense_controls"] = len(controls)
     return metrics
 

@@ -53,6 +53,7 @@ from evalharness.evidence import frame_quality
 from evalharness.formatting import markdown_table
 from evalharness.gate import check_gate
 from evalharness.machine import machine_info
+from evalharness.metric_names import Metric
 from kernels.policy.negative_controls import NEGATIVE_CONTROLS
 from models.pipeline import DenoiseLoop, uses_guidance
 from models.samplers import default_flow_shift, make_sampler
@@ -64,10 +65,10 @@ DEFAULT_MIN_PSNR_DB = 25.0  # the CI gate's threshold (.ci/run)
 ROW_NAMES = {"none": "correct"}
 COLUMNS = (
     ("arm", "arm", "{}"),
-    ("psnr_db (gated)", "psnr_db", "{:.2f}"),
-    ("worst frame dB", "psnr_worst_frame_db", "{:.2f}"),
+    ("psnr_db (gated)", Metric.PSNR_DB, "{:.2f}"),
+    ("worst frame dB", Metric.PSNR_WORST_FRAME_DB, "{:.2f}"),
     ("mean frame dB", "psnr_frames_db", "{:.2f}"),
-    ("SSIM", "ssim_frames", "{:.4f}"),
+    ("SSIM", Metric.SSIM_FRAMES, "{:.4f}"),
     ("heads temporal", "temporal_fraction", "{:.3f}"),
     ("gate", "gate", "{}"),
 )
@@ -166,10 +167,10 @@ def measure_controls(
         latents = _denoise(cfg, inputs, attend)
         quality = frame_quality(dense_frames, inputs.components.decode(latents))
         metrics = {
-            "psnr_db": quality.video_psnr_db,
-            "psnr_worst_frame_db": quality.worst_psnr_db,
+            Metric.PSNR_DB: quality.video_psnr_db,
+            Metric.PSNR_WORST_FRAME_DB: quality.worst_psnr_db,
             "psnr_frames_db": quality.mean_psnr_db,
-            "ssim_frames": quality.mean_ssim,
+            Metric.SSIM_FRAMES: quality.mean_ssim,
         }
         gate = check_gate(metrics, min_psnr_db=min_psnr_db, min_speedup=None)
         fraction = None

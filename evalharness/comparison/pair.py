@@ -44,6 +44,7 @@ from evalharness.evidence import (
     save_routing_stats,
     store_dense_arms,
 )
+from evalharness.metric_names import Metric
 from evalharness.tracking import Tracker, log_frame_curves, log_routing_curve
 from kernels.policy.routing_stats import RoutingStats
 from models.samplers import Sampler
@@ -198,7 +199,7 @@ def compare_pair(
     quality, metrics = _quality(comparison, out.folder, dense, sparse)
     metrics.update(_speed_and_setup(comparison, dense, sparse))
     metrics.update(routing_check)
-    metrics["dense_timing_reused"] = int(cached is not None)
+    metrics[Metric.DENSE_TIMING_REUSED] = int(cached is not None)
     timing = "fresh, interleaved (dense, sparse, noise floor round-robin)"
     if cached is not None:
         timing = (

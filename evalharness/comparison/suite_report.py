@@ -19,34 +19,35 @@ from typing import Any
 from evalharness.config import EvalConfig
 from evalharness.evidence import CONFIDENCE, SUMMARIZED, gate_section, suite_metrics
 from evalharness.formatting import format_cell, markdown_table, markdown_text
+from evalharness.metric_names import Metric
 
 # Per-pair columns of ``pairs.csv`` and the report's pair table: (title, key, format).
 PAIR_COLUMNS = (
     ("pair", "pair", "{}"),
     ("seed", "seed", "{}"),
-    ("PSNR dB", "psnr_db", "{:.2f}"),
-    ("worst frame dB", "psnr_worst_frame_db", "{:.2f}"),
-    ("SSIM", "ssim_frames", "{:.4f}"),
+    ("PSNR dB", Metric.PSNR_DB, "{:.2f}"),
+    ("worst frame dB", Metric.PSNR_WORST_FRAME_DB, "{:.2f}"),
+    ("SSIM", Metric.SSIM_FRAMES, "{:.4f}"),
     ("dense median s", "dense_median_s", "{:.3f}"),
     ("sparse median s", "sparse_median_s", "{:.3f}"),
-    ("speedup", "speedup", "{:.3f}x"),
+    (Metric.SPEEDUP, Metric.SPEEDUP, "{:.3f}x"),
     ("vs", "dense_control", "{}"),
-    ("gap to floor dB", "gap_to_noise_floor_db", "{:.2f}"),
+    ("gap to floor dB", Metric.GAP_TO_NOISE_FLOOR_DB, "{:.2f}"),
     ("dense arm", "dense_cache", "{}"),
     ("prompt", "prompt", "{}"),
 )
 # Context metrics shown beside the headline as their mean over pairs.
 AVERAGED = (
-    "noise_floor_psnr_db",
-    "gap_to_noise_floor_db",
+    Metric.NOISE_FLOOR_PSNR_DB,
+    Metric.GAP_TO_NOISE_FLOOR_DB,
     "codec_psnr_db",
     "psnr_ffmpeg_db",
 )
 _TITLES = {
-    "psnr_db": "PSNR dB",
-    "psnr_worst_frame_db": "worst-frame PSNR dB",
-    "ssim_frames": "SSIM",
-    "speedup": "speedup",
+    Metric.PSNR_DB: "PSNR dB",
+    Metric.PSNR_WORST_FRAME_DB: "worst-frame PSNR dB",
+    Metric.SSIM_FRAMES: "SSIM",
+    Metric.SPEEDUP: Metric.SPEEDUP,
 }
 
 
@@ -65,18 +66,20 @@ def parent_metrics(per_pair: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         out.pop(key, None)
     stats = suite_metrics(per_pair)
     out.update(stats)
-    for name in ("psnr_db", "ssim_frames", "speedup"):
+    for name in (Metric.PSNR_DB, Metric.SSIM_FRAMES, Metric.SPEEDUP):
         if f"{name}_mean" in stats:
             out[name] = stats[f"{name}_mean"]
     if "psnr_worst_frame_db_worst" in stats:
-        out["psnr_worst_frame_db"] = stats["psnr_worst_frame_db_worst"]
+        out[Metric.PSNR_WORST_FRAME_DB] = stats["psnr_worst_frame_db_worst"]
     for name in ("dense_median_s", "sparse_median_s"):
         if all(name in m for m in per_pair):
             out[name] = statistics.median(float(m[name]) for m in per_pair)
     for name in AVERAGED:
         if all(name in m for m in per_pair):
             out[name] = statistics.fmean(float(m[name]) for m in per_pair)
-    out["dense_timing_reused"] = max(int(m.get("dense_timing_reused", 0)) for m in per_pair)
+    out[Metric.DENSE_TIMING_REUSED] = max(
+        int(m.get(Metric.DENSE_TIMING_REUSED, 0)) for m in per_pair
+    )
     return out
 
 
@@ -102,7 +105,7 @@ def summary_table(metrics: Mapping[str, Any]) -> str:
     for name in SUMMARIZED:
         if f"{name}_mean" not in metrics:
             continue
-        fmt = "{:.4f}" if name == "ssim_frames" else "{:.3f}"
+        fmt = "{:.4f}" if name == Metric.SSIM_FRAMES else "{:.3f}"
         cell = lambda stat, n=name, f=fmt: format_cell(metrics.get(f"{n}_{stat}"), f)  # noqa: E731
         rows.append(
             {

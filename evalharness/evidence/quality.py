@@ -34,6 +34,7 @@ from evalharness.evidence.video import (
     ffmpeg_executable,
     viewable_path,
 )
+from evalharness.metric_names import Metric
 
 
 class ArmOutput(Protocol):
@@ -310,22 +311,24 @@ def quality_metrics(sparse: VideoQuality, noise_floor: VideoQuality | None) -> d
         noise_floor: the second dense executor against the dense arm, or None.
     """
     metrics = {
-        "psnr_db": sparse.frames.video_psnr_db,
-        "psnr_worst_frame_db": sparse.frames.worst_psnr_db,
+        Metric.PSNR_DB: sparse.frames.video_psnr_db,
+        Metric.PSNR_WORST_FRAME_DB: sparse.frames.worst_psnr_db,
         "psnr_frames_db": sparse.frames.mean_psnr_db,
-        "psnr_video_db": sparse.frames.video_psnr_db,
-        "ssim_frames": sparse.frames.mean_ssim,
+        Metric.PSNR_VIDEO_DB: sparse.frames.video_psnr_db,
+        Metric.SSIM_FRAMES: sparse.frames.mean_ssim,
         "psnr_ffmpeg_db": sparse.encoded.average_db,
         "codec_psnr_db": sparse.codec.psnr_db,
     }
     if noise_floor is not None:
         floor_db = noise_floor.frames.video_psnr_db
-        metrics["noise_floor_psnr_db"] = floor_db
+        metrics[Metric.NOISE_FLOOR_PSNR_DB] = floor_db
         metrics["noise_floor_psnr_worst_frame_db"] = noise_floor.frames.worst_psnr_db
         metrics["noise_floor_psnr_frames_db"] = noise_floor.frames.mean_psnr_db
         metrics["noise_floor_ssim_frames"] = noise_floor.frames.mean_ssim
         metrics["noise_floor_psnr_ffmpeg_db"] = noise_floor.encoded.average_db
         metrics["noise_floor_max_abs_latent_diff"] = noise_floor.max_abs_latent_diff
-        metrics["gap_to_noise_floor_db"] = gap_to_noise_floor(floor_db, metrics["psnr_db"])
+        metrics[Metric.GAP_TO_NOISE_FLOOR_DB] = gap_to_noise_floor(
+            floor_db, metrics[Metric.PSNR_DB]
+        )
     metrics["max_abs_latent_diff"] = sparse.max_abs_latent_diff
     return metrics

@@ -22,6 +22,7 @@ from evalharness.evidence.dense_cache import arm_meta  # noqa: E402
 from evalharness.evidence.quality import CodecNoise, FFmpegPSNR, FrameQuality, VideoQuality  # noqa: E402
 from evalharness.evidence.video import encode_lossless, encode_mp4, lossless_path, side_by_side  # noqa: E402
 from evalharness.formatting import format_cell, markdown_table, markdown_text  # noqa: E402
+from evalharness.metric_names import Metric
 
 # Name patterns of the video files (viewable mp4s, lossless mkvs), which
 # ``logger.log_videos=false`` keeps out of MLflow.
@@ -50,14 +51,14 @@ HEADLINE_METRICS = (
     HeadlineMetric("schedule_kept_fraction", "kept fraction", "{:.3f}"),
     HeadlineMetric("dense_median_s", "dense median s", "{:.3f}"),
     HeadlineMetric("sparse_median_s", "sparse median s", "{:.3f}"),
-    HeadlineMetric("speedup", "speedup", "{:.3f}x"),
+    HeadlineMetric(Metric.SPEEDUP, Metric.SPEEDUP, "{:.3f}x"),
     HeadlineMetric("dense_control", "vs", "{}"),
     HeadlineMetric("speedup_vs_dense_arm", "speedup vs dense arm", "{:.3f}x"),
-    HeadlineMetric("psnr_db", "PSNR dB", "{:.2f}"),
-    HeadlineMetric("psnr_worst_frame_db", "worst frame dB", "{:.2f}"),
-    HeadlineMetric("noise_floor_psnr_db", "noise floor dB", "{:.2f}"),
-    HeadlineMetric("gap_to_noise_floor_db", "gap to floor dB", "{:.2f}"),
-    HeadlineMetric("ssim_frames", "SSIM", "{:.4f}"),
+    HeadlineMetric(Metric.PSNR_DB, "PSNR dB", "{:.2f}"),
+    HeadlineMetric(Metric.PSNR_WORST_FRAME_DB, "worst frame dB", "{:.2f}"),
+    HeadlineMetric(Metric.NOISE_FLOOR_PSNR_DB, "noise floor dB", "{:.2f}"),
+    HeadlineMetric(Metric.GAP_TO_NOISE_FLOOR_DB, "gap to floor dB", "{:.2f}"),
+    HeadlineMetric(Metric.SSIM_FRAMES, "SSIM", "{:.4f}"),
     HeadlineMetric("dense_cache", "dense arm", "{}"),
 )
 _HEADLINE_BY_KEY = {h.key: h for h in HEADLINE_METRICS}
@@ -211,16 +212,16 @@ _TIMING_ROWS = (
 )
 # (title, metric key, format, unit); the key None marks the compile row, which shows two metrics.
 _REPORT_ROWS = (
-    ("Speedup over the fastest dense control", "speedup", "{:.3f}", "x"),
+    ("Speedup over the fastest dense control", Metric.SPEEDUP, "{:.3f}", "x"),
     ("Fastest dense control", "dense_control", "{}", ""),
     ("Speedup over our dense arm (kernel effect)", "speedup_vs_dense_arm", "{:.3f}", "x"),
-    ("PSNR, raw frames (gated; from the mean MSE)", "psnr_db", "{:.2f}", " dB"),
-    ("PSNR, worst frame", "psnr_worst_frame_db", "{:.2f}", " dB"),
+    ("PSNR, raw frames (gated; from the mean MSE)", Metric.PSNR_DB, "{:.2f}", " dB"),
+    ("PSNR, worst frame", Metric.PSNR_WORST_FRAME_DB, "{:.2f}", " dB"),
     ("PSNR, per frame (mean of dB)", "psnr_frames_db", "{:.2f}", " dB"),
-    ("SSIM, per frame (mean)", "ssim_frames", "{:.4f}", ""),
-    ("Noise floor: dense vs dense, raw-frame PSNR", "noise_floor_psnr_db", "{:.2f}", " dB"),
+    ("SSIM, per frame (mean)", Metric.SSIM_FRAMES, "{:.4f}", ""),
+    ("Noise floor: dense vs dense, raw-frame PSNR", Metric.NOISE_FLOOR_PSNR_DB, "{:.2f}", " dB"),
     ("Noise floor: worst frame", "noise_floor_psnr_worst_frame_db", "{:.2f}", " dB"),
-    ("Gap to the noise floor (floor - sparse)", "gap_to_noise_floor_db", "{:.2f}", " dB"),
+    ("Gap to the noise floor (floor - sparse)", Metric.GAP_TO_NOISE_FLOOR_DB, "{:.2f}", " dB"),
     ("PSNR, FFmpeg on the lossless videos (cross-check)", "psnr_ffmpeg_db", "{:.2f}", " dB"),
     ("Codec noise: dense.mp4 vs its raw frames", "codec_psnr_db", "{:.2f}", " dB"),
     (

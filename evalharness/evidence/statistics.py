@@ -12,10 +12,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from evalharness.metric_names import Metric
+
 # Statistics of a metric across pairs, in metric-name suffix order; ``gate.on`` names one.
 STATISTICS = ("mean", "std", "worst", "lcb", "ucb")
 # Metrics summarized across pairs; larger is better for each, so "worst" is the minimum.
-SUMMARIZED = ("psnr_db", "psnr_worst_frame_db", "ssim_frames", "speedup")
+SUMMARIZED = (Metric.PSNR_DB, Metric.PSNR_WORST_FRAME_DB, Metric.SSIM_FRAMES, Metric.SPEEDUP)
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 2000
 

@@ -17,11 +17,9 @@ from typing import Any
 from evalharness import exit_codes
 from evalharness.config import limit_problem
 from evalharness.gate.verdict import (
-    PSNR_METRIC,
-    SPEEDUP_METRIC,
-    WORST_FRAME_PSNR_METRIC,
     check_gate,
 )
+from evalharness.metric_names import Metric
 from evalharness.tracking import (
     RUN_KIND_TAG,
     TrackingUnavailable,
@@ -113,11 +111,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--tracking-uri", help="default: sqlite database under --output-root")
     parser.add_argument("--output-root", default="outputs")
-    parser.add_argument("--min-psnr-db", type=float, help=f"threshold on {PSNR_METRIC}")
+    parser.add_argument("--min-psnr-db", type=float, help=f"threshold on {Metric.PSNR_DB}")
     parser.add_argument(
-        "--min-worst-frame-psnr-db", type=float, help=f"threshold on {WORST_FRAME_PSNR_METRIC}"
+        "--min-worst-frame-psnr-db", type=float, help=f"threshold on {Metric.PSNR_WORST_FRAME_DB}"
     )
-    parser.add_argument("--min-speedup", type=float, help=f"threshold on {SPEEDUP_METRIC}")
+    parser.add_argument("--min-speedup", type=float, help=f"threshold on {Metric.SPEEDUP}")
     parser.add_argument(
         "--on",
         choices=("mean", "lcb", "worst"),

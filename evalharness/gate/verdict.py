@@ -21,14 +21,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from evalharness.evidence import statistic_name
+from evalharness.metric_names import Metric
 
-PSNR_METRIC = "psnr_db"
-WORST_FRAME_PSNR_METRIC = "psnr_worst_frame_db"
-SPEEDUP_METRIC = "speedup"
-REUSED_TIMING_METRIC = "dense_timing_reused"
 # Runs logged before ``psnr_db`` existed carry the same figure (raw frames, from the mean squared
 # error over the video) as ``psnr_video_db``; the gate reads it there.
-_OLDER_NAMES = {PSNR_METRIC: "psnr_video_db"}
+_OLDER_NAMES = {Metric.PSNR_DB: Metric.PSNR_VIDEO_DB}
 
 
 @dataclass(frozen=True)
@@ -77,18 +74,18 @@ def check_gate(
         metric fails its threshold, and so does every metric against a NaN or infinite
         threshold; an infinite metric (identical frames) passes a finite one.
     """
-    statistic_name(PSNR_METRIC, on)  # refuses an unknown statistic before anything is read
+    statistic_name(Metric.PSNR_DB, on)  # refuses an unknown statistic before anything is read
     failures = []
-    if min_speedup is not None and metrics.get(REUSED_TIMING_METRIC):
+    if min_speedup is not None and metrics.get(Metric.DENSE_TIMING_REUSED):
         failures.append(
-            f"{SPEEDUP_METRIC}: the dense medians were reused from another process "
+            f"{Metric.SPEEDUP}: the dense medians were reused from another process "
             "(reuse_dense_timing=true), so no speedup threshold can pass; rerun without "
             "reuse_dense_timing to time dense and sparse side by side"
         )
     for name, threshold in (
-        (PSNR_METRIC, min_psnr_db),
-        (WORST_FRAME_PSNR_METRIC, min_worst_frame_psnr_db),
-        (SPEEDUP_METRIC, min_speedup),
+        (Metric.PSNR_DB, min_psnr_db),
+        (Metric.PSNR_WORST_FRAME_DB, min_worst_frame_psnr_db),
+        (Metric.SPEEDUP, min_speedup),
     ):
         if threshold is None:
             continue

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evalharness.formatting import markdown_table
+from evalharness.metric_names import Metric
 from evalharness.search.objectives import Reading
 
 KNOBS = ("density", "first_times_fp", "first_layers_fp", "routing_samples", "variant")
@@ -183,7 +184,7 @@ def front_table(points: Sequence[TrialPoint], psnr_label: str) -> str:
     metrics = list(dict.fromkeys(r.metric for p in points for r in p.readings))
     columns = [("trial", "trial", "{}"), ("reference", "reference", "{}")]
     columns += [(k, k, "{:g}" if k not in ("variant",) else "{}") for k in KNOBS]
-    columns += [("speedup", "speedup", "{:.3f}"), (psnr_label, "psnr", "{:.2f}")]
+    columns += [(Metric.SPEEDUP, Metric.SPEEDUP, "{:.3f}"), (psnr_label, "psnr", "{:.2f}")]
     columns += [(m, m, "{:.3f}") for m in metrics if m != psnr_label]
     columns += [("feasible", "feasible", "{}"), ("front", "front", "{}")]
     columns += [("recommended", "recommended", "{}")]

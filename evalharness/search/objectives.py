@@ -17,10 +17,8 @@ from typing import Any
 
 from evalharness.config import GateConfig
 from evalharness.evidence import statistic_name
+from evalharness.metric_names import Metric
 
-SPEEDUP = "speedup"
-PSNR = "psnr_db"
-WORST_FRAME_PSNR = "psnr_worst_frame_db"
 # A constraint that could not be read (a missing or NaN metric): far beyond any real violation,
 # finite so that every storage keeps it.
 UNMET = 1e6
@@ -58,9 +56,9 @@ class Reading:
 def thresholds(gate: GateConfig) -> dict[str, float]:
     """The gate's thresholds that are set, by metric name before the statistic."""
     pairs = {
-        PSNR: gate.min_psnr_db,
-        WORST_FRAME_PSNR: gate.min_worst_frame_psnr_db,
-        SPEEDUP: gate.min_speedup,
+        Metric.PSNR_DB: gate.min_psnr_db,
+        Metric.PSNR_WORST_FRAME_DB: gate.min_worst_frame_psnr_db,
+        Metric.SPEEDUP: gate.min_speedup,
     }
     return {name: float(value) for name, value in pairs.items() if value is not None}
 
@@ -99,8 +97,8 @@ def objective_values(metrics: Mapping[str, Any], statistic: str) -> tuple[float,
     Raises:
         ValueError: the trial measured neither (it cannot be placed on the front).
     """
-    speedup = read_metric(metrics, SPEEDUP, "mean")[1]
-    psnr_name, psnr = read_metric(metrics, PSNR, statistic)
+    speedup = read_metric(metrics, Metric.SPEEDUP, "mean")[1]
+    psnr_name, psnr = read_metric(metrics, Metric.PSNR_DB, statistic)
     if math.isnan(speedup) or math.isnan(psnr):
         raise ValueError(
             f"the trial's metrics lack speedup or {psnr_name} (speedup={speedup}, "

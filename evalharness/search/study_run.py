@@ -24,11 +24,12 @@ from evalharness import exit_codes
 from evalharness.config import to_config
 from evalharness.evidence import code_version
 from evalharness.exit_codes import Terminated, signals_deferred
+from evalharness.metric_names import Metric
 from evalharness.refusal import PreflightRefusal
 from evalharness.search import storage
 from evalharness.search.density_floor import check_density_floor
 from evalharness.search.front import no_recommendation_message
-from evalharness.search.objectives import PSNR, objective_values, readings, thresholds
+from evalharness.search.objectives import objective_values, readings, thresholds
 from evalharness.search.parent import NoParent, ParentRun, open_parent
 from evalharness.search.plan import SearchPlan, make_plan
 from evalharness.search.settings import SearchConfig, search_dict, split_search
@@ -114,7 +115,7 @@ class Search:
     @property
     def psnr_label(self) -> str:
         """The PSNR objective's metric, e.g. ``psnr_db_lcb``."""
-        return f"{PSNR}_{self.statistic}"
+        return f"{Metric.PSNR_DB}_{self.statistic}"
 
     @property
     def schedule_name(self) -> str:
@@ -378,7 +379,7 @@ def _tell(s: Search, study: optuna.Study, trial: optuna.Trial, outcome: TrialOut
         trial.set_constraint(r.metric, r.constraint)
     trial.set_user_attr(RUN_ID_ATTR, metrics.get("mlflow_run_id"))
     trial.set_user_attr(RUN_DIR_ATTR, metrics.get("run_dir"))
-    trial.set_user_attr(FLOOR_ATTR, float(metrics.get("noise_floor_psnr_db", float("nan"))))
+    trial.set_user_attr(FLOOR_ATTR, float(metrics.get(Metric.NOISE_FLOOR_PSNR_DB, float("nan"))))
     study.tell(trial, list(values))
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from evalharness.metric_names import Metric
 from evalharness.search.figure import front_figure
 from evalharness.search.front import (
     KNOBS,
@@ -25,7 +26,7 @@ from evalharness.search.front import (
     recommend,
     uncovered_references,
 )
-from evalharness.search.objectives import PSNR, SPEEDUP, Reading
+from evalharness.search.objectives import Reading
 from evalharness.search.schedule_yaml import usage_lines, write_schedule
 
 if TYPE_CHECKING:
@@ -113,8 +114,8 @@ def write_answer(
         points,
         folder / "front.png",
         psnr_label=psnr_label,
-        psnr_threshold=limits.get(PSNR),
-        speedup_threshold=limits.get(SPEEDUP),
+        psnr_threshold=limits.get(Metric.PSNR_DB),
+        speedup_threshold=limits.get(Metric.SPEEDUP),
     )
     best = recommend(points)
     path = None
@@ -147,7 +148,7 @@ def _point_dict(p: TrialPoint) -> dict[str, Any]:
     return {
         "trial": p.number,
         "knobs": dict(p.knobs),
-        "speedup": p.speedup,
+        Metric.SPEEDUP: p.speedup,
         "psnr": p.psnr,
         "feasible": p.feasible,
         "reference": p.reference,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from evalharness.metric_names import Metric
 from evalharness.tracking.redaction import redacted
 
 # Tells harness, benchmark, report and search runs apart in one experiment: filter the runs table
@@ -20,11 +21,11 @@ SEARCH_KIND = "search"  # the parent run of ``python -m evalharness.search``
 SHARED_VIEW_TAG = "mlflow.sharedViewState."
 HEADLINE_VIEW = "harness-headline"
 HEADLINE_COLUMNS = (
-    "speedup",
-    "psnr_db",
-    "psnr_worst_frame_db",
-    "gap_to_noise_floor_db",
-    "ssim_frames",
+    Metric.SPEEDUP,
+    Metric.PSNR_DB,
+    Metric.PSNR_WORST_FRAME_DB,
+    Metric.GAP_TO_NOISE_FLOOR_DB,
+    Metric.SSIM_FRAMES,
     "dense_median_s",
     "sparse_median_s",
 )
@@ -35,7 +36,7 @@ UI_QUERY = f"workflowType=machine_learning&viewStateShareKey={HEADLINE_VIEW}"
 CHART_QUERY = f"{UI_QUERY}&compareRunsMode=CHART"
 # (x metric, y metric) of the headline section's scatter charts: quality against speed, one point
 # per run, the run's name (model-resolution-schedule-id) in the tooltip.
-HEADLINE_SCATTERS = (("speedup", "psnr_db"), ("speedup", "psnr_worst_frame_db"))
+HEADLINE_SCATTERS = ((Metric.SPEEDUP, Metric.PSNR_DB), (Metric.SPEEDUP, Metric.PSNR_WORST_FRAME_DB))
 _HEADLINE_SECTION = "harness-headline-section"
 
 

@@ -5,7 +5,8 @@ import math
 import pytest
 
 from evalharness.gate.cli import main
-from evalharness.gate.verdict import PSNR_METRIC, WORST_FRAME_PSNR_METRIC, check_gate
+from evalharness.gate.verdict import check_gate
+from evalharness.metric_names import Metric
 from evalharness.tracking.mlflow_client import MlflowTracker, default_tracking_uri
 
 
@@ -40,7 +41,7 @@ def test_a_value_exactly_at_the_threshold_passes(metric, threshold, on):
 
 
 def test_gate_reads_raw_frame_psnr_not_the_codec():
-    assert (PSNR_METRIC, WORST_FRAME_PSNR_METRIC) == ("psnr_db", "psnr_worst_frame_db")
+    assert (Metric.PSNR_DB, Metric.PSNR_WORST_FRAME_DB) == ("psnr_db", "psnr_worst_frame_db")
     # The default job: 52.6 dB on the raw frames, 37.6 dB through two CRF-18 encodes.
     job = {"psnr_db": 52.6, "psnr_ffmpeg_db": 37.6, "speedup": 1.5}
     assert check_gate(job, min_psnr_db=45, min_speedup=None).passed
