@@ -7,7 +7,7 @@ import numbers
 import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 import jax
@@ -29,12 +29,16 @@ class RunTimes:
         timed_from: wall-clock time (``time.time()``, epoch seconds) the first timed run started;
             None for timings recorded before it was kept.
         timed_until: wall-clock time the last timed run ended; None likewise.
+        cpu_s: this process's CPU seconds of every run (less disturbed than wall time by other
+            processes on a shared machine; benchmarks print it beside the wall time); empty when
+            not recorded. Not part of equality: two timings of the same runs are equal.
     """
 
     runs_s: tuple[float, ...]
     steps: int = 1
     timed_from: float | None = None
     timed_until: float | None = None
+    cpu_s: tuple[float, ...] = field(default=(), compare=False)
 
     @property
     def median_s(self) -> float:
@@ -77,6 +81,7 @@ class RunTimes:
             int(data["steps"]),
             data.get("timed_from"),
             data.get("timed_until"),
+            tuple(data.get("cpu_s", ())),
         )
 
 
@@ -107,6 +112,7 @@ class RunRecorder:
         block: waits for every output array of a run (``jax.block_until_ready``); without it the
             clock would stop at dispatch, not at completion.
         wall_clock: epoch seconds for the timed window (``time.time``).
+        cpu_clock: this process's CPU seconds (``time.process_time``), read outside the bracket.
     """
 
     def __init__(
@@ -116,10 +122,13 @@ class RunRecorder:
         clock: Clock = time.perf_counter,
         block: Block = jax.block_until_ready,
         wall_clock: Clock = time.time,
+        cpu_clock: Clock = time.process_time,
     ) -> None:
         self.steps = steps
         self.clock, self.block, self.wall_clock = clock, block, wall_clock
+        self.cpu_clock = cpu_clock
         self.runs_s: list[float] = []
+        self.cpu_s: list[float] = []
         self.timed_from: float | None = None
         self.timed_until: float | None = None
 
@@ -132,10 +141,12 @@ class RunRecorder:
         # The wall-clock reads sit outside the timed bracket, so they never count in a run.
         if self.timed_from is None:
             self.timed_from = self.wall_clock()
+        cpu_start = self.cpu_clock()
         start = self.clock()
         result = fn(*args)
         self.block(result)
         self.runs_s.append(self.clock() - start)
+        self.cpu_s.append(self.cpu_clock() - cpu_start)
         self.timed_until = self.wall_clock()
         return result
 
@@ -147,7 +158,9 @@ class RunRecorder:
         """
         if not self.runs_s:
             raise ValueError("no timed runs were recorded")
-        return RunTimes(tuple(self.runs_s), self.steps, self.timed_from, self.timed_until)
+        return RunTimes(
+            tuple(self.runs_s), self.steps, self.timed_from, self.timed_until, tuple(self.cpu_s)
+        )
 
 
 def timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float]:
@@ -167,6 +180,7 @@ def time_interleaved(
     clock: Clock = time.perf_counter,
     block: Block = jax.block_until_ready,
     wall_clock: Clock = time.time,
+    cpu_clock: Clock = time.process_time,
     on_round: Callable[[int], None] = lambda done: None,
 ) -> dict[str, RunTimes]:
     """Times already-compiled, already-warm computations in round-robin rounds.
@@ -185,6 +199,7 @@ def time_interleaved(
         clock: monotonic seconds (injected by tests).
         block: waits for a run's outputs (injected by tests).
         wall_clock: epoch seconds for each computation's timed window (injected by tests).
+        cpu_clock: this process's CPU seconds (injected by tests).
         on_round: called with the number of finished rounds after each round (progress), outside
             every timed bracket.
 
@@ -199,7 +214,9 @@ def time_interleaved(
         raise ValueError("nothing to time: no computations were given")
     steps = steps or {}
     recorders = {
-        name: RunRecorder(steps.get(name, 1), clock=clock, block=block, wall_clock=wall_clock)
+        name: RunRecorder(
+            steps.get(name, 1), clock=clock, block=block, wall_clock=wall_clock, cpu_clock=cpu_clock
+        )
         for name in calls
     }
     for done in range(1, warm_runs + 1):

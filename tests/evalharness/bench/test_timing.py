@@ -1,8 +1,6 @@
 """Benchmark timing on a fake clock, and the kernel table's fraction of ideal and its slow-baseline
 flag on synthetic rows (no JAX work is timed here)."""
 
-import types
-
 import pytest
 
 from evalharness.bench import timing
@@ -43,24 +41,19 @@ class FakeClock:
 
         return call
 
-    def install(self, monkeypatch) -> None:
-        fake_time = types.SimpleNamespace(
-            perf_counter=lambda: self.wall, process_time=lambda: self.cpu
-        )
-        fake_jax = types.SimpleNamespace(block_until_ready=self.block)
-        monkeypatch.setattr(timing, "time", fake_time)
-        monkeypatch.setattr(timing, "jax", fake_jax)
+    def clocks(self) -> dict:
+        """The timer's injected clocks and block."""
+        return {"clock": lambda: self.wall, "cpu_clock": lambda: self.cpu, "block": self.block}
 
     def block(self, value):
         self.blocked.append(value)
         return value
 
 
-def test_time_call_excludes_the_warm_up_and_takes_medians(monkeypatch):
+def test_the_warm_up_is_excluded_and_medians_taken():
     # A 1000 ms warm-up (the compile) that must not reach any statistic.
     clock = FakeClock({"a": [1000.0, 5.0, 1.0, 3.0, 2.0, 4.0]})
-    clock.install(monkeypatch)
-    stats = timing.time_call(clock.fn("a"), runs=5)
+    stats = timing.time_interleaved({"a": clock.fn("a")}, runs=5, **clock.clocks())["a"]
     assert stats["runs"] == 5
     assert stats["median_ms"] == pytest.approx(3.0)
     assert stats["min_ms"] == pytest.approx(1.0)
@@ -71,15 +64,15 @@ def test_time_call_excludes_the_warm_up_and_takes_medians(monkeypatch):
     assert clock.blocked == [("a", i) for i in range(1, 7)]
 
 
-def test_time_call_even_runs_median_and_refuses_zero_runs(monkeypatch):
+def test_even_runs_median_and_zero_runs_refused():
     clock = FakeClock({"a": [50.0, 4.0, 1.0, 2.0, 8.0]})
-    clock.install(monkeypatch)
-    assert timing.time_call(clock.fn("a"), runs=4)["median_ms"] == pytest.approx(3.0)
+    stats = timing.time_interleaved({"a": clock.fn("a")}, runs=4, **clock.clocks())
+    assert stats["a"]["median_ms"] == pytest.approx(3.0)
     with pytest.raises(ValueError, match="runs=0"):
-        timing.time_call(clock.fn("a"), runs=0)
+        timing.time_interleaved({"a": clock.fn("a")}, runs=0)
 
 
-def test_time_interleaved_warms_all_then_runs_round_robin(monkeypatch):
+def test_time_interleaved_warms_all_then_runs_round_robin():
     clock = FakeClock(
         {
             "a": [900.0, 10.0, 30.0, 20.0],
@@ -87,9 +80,8 @@ def test_time_interleaved_warms_all_then_runs_round_robin(monkeypatch):
             "c": [700.0, 7.0, 7.0, 100.0],
         }
     )
-    clock.install(monkeypatch)
     fns = {name: clock.fn(name) for name in ("a", "b", "c")}
-    stats = timing.time_interleaved(fns, runs=3)
+    stats = timing.time_interleaved(fns, runs=3, **clock.clocks())
     # Warm-ups first (a, b, c), then three rounds of a, b, c: never one variant's runs in a row.
     assert clock.calls == ["a", "b", "c"] * 4
     assert len(clock.blocked) == 12
