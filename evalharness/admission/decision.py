@@ -104,7 +104,7 @@ def admit(cfg: EvalConfig) -> Admission:
         tcfg,
         geometry,
         steps=cfg.steps,
-        cfg_batch=samples_per_step(cfg),
+        guidance_batch=samples_per_step(cfg),
         warm_runs=cfg.warm_runs,
         kept_fraction=nominal_kept_fraction(cfg, geometry, tcfg.num_layers),
         noise_floor=cfg.noise_floor,

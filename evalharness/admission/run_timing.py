@@ -102,7 +102,7 @@ def time_of(
         video,
         target,
         steps=cfg.steps,
-        cfg_batch=samples_per_step(cfg),
+        guidance_batch=samples_per_step(cfg),
         warm_runs=cfg.warm_runs,
         noise_floor=cfg.noise_floor,
         param_dtype=cfg.model.param_dtype.value,

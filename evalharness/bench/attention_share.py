@@ -163,7 +163,7 @@ def preflight(args: argparse.Namespace, resolution: str) -> None:
         config,
         video,
         steps=1,
-        cfg_batch=args.batch,
+        guidance_batch=args.batch,
         warm_runs=args.runs,
         kept_fraction=0.0,  # the second arm: everything but self-attention
         noise_floor=False,

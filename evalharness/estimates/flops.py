@@ -18,10 +18,10 @@ def dtype_bytes(name: str, value: str) -> int:
     return _DTYPE_BYTES[value]
 
 
-def parameter_count(cfg: WanTransformerConfig) -> int:
+def parameter_count(tcfg: WanTransformerConfig) -> int:
     """Transformer parameters (weights and biases), from the architecture alone."""
-    d, f, t = cfg.dim, cfg.ffn_dim, cfg.text_dim
-    patch = cfg.in_channels * cfg.patch_size[0] * cfg.patch_size[1] * cfg.patch_size[2]
+    d, f, t = tcfg.dim, tcfg.ffn_dim, tcfg.text_dim
+    patch = tcfg.in_channels * tcfg.patch_size[0] * tcfg.patch_size[1] * tcfg.patch_size[2]
     linear = lambda i, o: i * o + o  # noqa: E731
     block = (
         4 * linear(d, d)  # self-attention q, k, v, o
@@ -35,19 +35,19 @@ def parameter_count(cfg: WanTransformerConfig) -> int:
     )
     embed = (
         linear(patch, d)
-        + linear(cfg.freq_dim, d)
+        + linear(tcfg.freq_dim, d)
         + linear(d, d)
         + linear(d, 6 * d)
         + linear(t, d)
         + linear(d, d)
     )
-    head = linear(d, cfg.out_channels * patch // cfg.in_channels) + 2 * d
-    return cfg.num_layers * block + embed + head
+    head = linear(d, tcfg.out_channels * patch // tcfg.in_channels) + 2 * d
+    return tcfg.num_layers * block + embed + head
 
 
-def step_flops(cfg: WanTransformerConfig, tokens: int, batch: int) -> tuple[float, float]:
+def step_flops(tcfg: WanTransformerConfig, tokens: int, batch: int) -> tuple[float, float]:
     """(self-attention FLOPs, total FLOPs) of one forward over ``batch`` samples."""
-    d, f, n, text = cfg.dim, cfg.ffn_dim, tokens, cfg.text_len
+    d, f, n, text = tcfg.dim, tcfg.ffn_dim, tokens, tcfg.text_len
     attention = 4.0 * n * n * d  # q k^T and p v: 2 n^2 d each
     per_layer = (
         8.0 * n * d * d  # q, k, v, o projections
@@ -57,7 +57,7 @@ def step_flops(cfg: WanTransformerConfig, tokens: int, batch: int) -> tuple[floa
         + 4.0 * n * text * d  # cross attention
         + 4.0 * n * d * f  # FFN
     )
-    return batch * cfg.num_layers * attention, batch * cfg.num_layers * per_layer
+    return batch * tcfg.num_layers * attention, batch * tcfg.num_layers * per_layer
 
 
 @dataclass(frozen=True)
@@ -92,11 +92,11 @@ class FlopCount:
 
 
 def count_flops(
-    cfg: WanTransformerConfig,
+    tcfg: WanTransformerConfig,
     geometry: VideoGeometry,
     *,
     steps: int,
-    cfg_batch: int,
+    guidance_batch: int,
     warm_runs: int,
     kept_fraction: float,
     noise_floor: bool,
@@ -105,16 +105,16 @@ def count_flops(
     """Counts the FLOPs of a comparison's loops.
 
     Args:
-        cfg: transformer architecture.
+        tcfg: transformer architecture.
         geometry: video size.
         steps: denoising steps.
-        cfg_batch: samples per step (2 with classifier-free guidance, else 1).
+        guidance_batch: samples per step (2 with classifier-free guidance, else 1).
         warm_runs: timed runs per arm (plus one warm-up run each).
         kept_fraction: the schedule's overall kept fraction of attention pairs.
         noise_floor: whether a second dense arm runs.
         pairs: (prompt, seed) pairs; every pair runs every arm.
     """
-    attention, total = step_flops(cfg, geometry.tokens, cfg_batch)
+    attention, total = step_flops(tcfg, geometry.tokens, guidance_batch)
     sparse = total - attention * (1.0 - kept_fraction)
     dense_arms = 2 if noise_floor else 1
     runs = warm_runs + 1

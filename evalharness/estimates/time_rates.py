@@ -138,7 +138,7 @@ def seed_loop_parts(
     work = step_work(
         tcfg,
         VideoGeometry(81, 720, 1280),
-        cfg_batch=2,
+        guidance_batch=2,
         forwards=1,
         devices=8,
         param_dtype="bfloat16",

@@ -106,7 +106,7 @@ def step_work(
     tcfg: WanTransformerConfig,
     geometry: VideoGeometry,
     *,
-    cfg_batch: int,
+    guidance_batch: int,
     forwards: int,
     devices: int,
     param_dtype: str,
@@ -118,7 +118,7 @@ def step_work(
     Args:
         tcfg: transformer architecture.
         geometry: the video.
-        cfg_batch: samples per step (2 with classifier-free guidance).
+        guidance_batch: samples per step (2 with classifier-free guidance).
         forwards: model calls per step (2 with ``guidance_passes=separate``).
         devices: P.
         param_dtype: parameter dtype name.
@@ -131,17 +131,17 @@ def step_work(
     n_dev = -(-n // p)
     heads = tcfg.num_attention_heads
     padded = -(-heads // p) * p
-    attention, total = step_flops(tcfg, n, cfg_batch)
-    per_block = cfg_batch * n_dev * (16 * tcfg.dim + 2 * tcfg.ffn_dim) * act
+    attention, total = step_flops(tcfg, n, guidance_batch)
+    per_block = guidance_batch * n_dev * (16 * tcfg.dim + 2 * tcfg.ffn_dim) * act
     weights = parameter_count(tcfg) * weight
     away = (p - 1) / p
-    tensor = cfg_batch * n_dev * padded * tcfg.attention_head_dim * act
+    tensor = guidance_batch * n_dev * padded * tcfg.attention_head_dim * act
     return StepWork(
         matmul_flops=(total - attention) / p,
         attention_flops=attention * padded / heads / p,
         call_tokens=n,
         calls=tcfg.num_layers * forwards,
-        qkv_elements=tcfg.num_layers * cfg_batch * n * padded / p * tcfg.attention_head_dim,
+        qkv_elements=tcfg.num_layers * guidance_batch * n * padded / p * tcfg.attention_head_dim,
         exchange_bytes=4 * tensor * away * tcfg.num_layers if p > 1 else 0.0,
         gather_bytes=weights * away * forwards if gathers and p > 1 else 0.0,
         hbm_bytes=weights * forwards + tcfg.num_layers * per_block,
@@ -311,7 +311,7 @@ def estimate_time(
     target: DeviceTarget,
     *,
     steps: int,
-    cfg_batch: int,
+    guidance_batch: int,
     warm_runs: int,
     noise_floor: bool,
     param_dtype: str,
@@ -330,7 +330,7 @@ def estimate_time(
         geometry: the video.
         target: the device (``evalharness.estimates.targets.get_target``).
         steps: denoising steps.
-        cfg_batch: samples per step (2 with classifier-free guidance).
+        guidance_batch: samples per step (2 with classifier-free guidance).
         warm_runs: timed runs of the dense and sparse arms.
         noise_floor: whether the noise-floor arm runs.
         param_dtype: parameter dtype name.
@@ -346,7 +346,12 @@ def estimate_time(
         The ``TimeEstimate``.
     """
     p = devices or target.devices
-    sizes = {"cfg_batch": cfg_batch, "forwards": forwards, "devices": p, "gathers": gathers}
+    sizes = {
+        "guidance_batch": guidance_batch,
+        "forwards": forwards,
+        "devices": p,
+        "gathers": gathers,
+    }
     work = step_work(tcfg, geometry, param_dtype=param_dtype, dtype=dtype, **sizes)
     peak = target.peak_flops[str(dtype)]
     compute = work.matmul_flops / (peak * rates.matmul_efficiency)

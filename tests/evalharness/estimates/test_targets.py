@@ -74,7 +74,7 @@ def test_14b_720p_on_v6e_8_takes_minutes_per_arm():
         geometry,
         get_target("tpu-v6e-8"),
         steps=40,
-        cfg_batch=2,
+        guidance_batch=2,
         warm_runs=3,
         noise_floor=True,
         param_dtype="bfloat16",
@@ -113,7 +113,9 @@ def test_heads_padded_to_the_device_count_are_timed_as_computed():
     # 1.3B's 12 heads over 8 chips are padded to 16: a third more attention than 12 heads.
     cfg = get_transformer_config("wan2.1-t2v-1.3b")
     geometry = VideoGeometry(81, 1088, 1920)
-    options = dict(cfg_batch=2, forwards=1, param_dtype="bfloat16", dtype="bfloat16", gathers=True)
+    options = dict(
+        guidance_batch=2, forwards=1, param_dtype="bfloat16", dtype="bfloat16", gathers=True
+    )
     work = step_work(cfg, geometry, devices=8, **options)
     attention, _ = step_flops(cfg, geometry.tokens, 2)
     assert work.attention_flops == pytest.approx(attention * 16 / 12 / 8)
@@ -145,7 +147,7 @@ def _tiny_estimate(target, dtype: str):
         VideoGeometry(5, 16, 16),
         target,
         steps=1,
-        cfg_batch=1,
+        guidance_batch=1,
         warm_runs=0,
         noise_floor=False,
         param_dtype=dtype,
