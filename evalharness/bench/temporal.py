@@ -1,4 +1,11 @@
-"""Temporal heads: permute -> band -> un-permute versus the strided mask evaluated in place."""
+"""Temporal heads: the run's own permute -> band -> un-permute against the strided mask in place.
+
+The permuted path is ``kernels.policy.AttentionPolicy.sparse_attention``, the function a run's
+sparse cells execute (routing aside): every head flagged temporal, its tokens gathered into the
+temporal layout, the band run by the schedule's executor, the outputs gathered back. The
+alternative SVG's layout change avoids is the strided temporal mask evaluated in frame-major
+order, whose kept pairs scatter over every tile.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +16,11 @@ from evalharness.bench.backends import XLA, Backend
 from evalharness.bench.inputs import random_qkv
 from evalharness.bench.kernel_table import plan_row
 from evalharness.bench.timing import time_interleaved
-from kernels.masks.band import band_for_density, strided_temporal_mask
+from kernels.masks.band import strided_temporal_mask
 from kernels.masks.geometry import TokenGeometry
-from kernels.masks.layouts import from_head_layouts, to_head_layouts
 from kernels.plans.block_sizes import BlockSizes
 from kernels.plans.tiles import build_plan
+from kernels.policy import AttentionPolicy, SparsitySchedule
 
 
 def temporal_comparison(
@@ -30,30 +37,46 @@ def temporal_comparison(
 ) -> list[dict]:
     """Both ways of running every head as a temporal head with the exact mask.
 
-    The permuted path includes the gathers into and out of the temporal layout (selected per head
-    with the routing flags, all True here). Both paths compute the same pairs, so their outputs
-    must agree; the largest difference is reported. Both run on ``backend``, timed round-robin
-    (``time_interleaved``).
+    Both paths compute the same pairs, so their outputs must agree; the largest difference is
+    reported. Both run on ``backend``, timed round-robin (``time_interleaved``).
+
+    Args:
+        geometry: token geometry.
+        density: the band's kept fraction.
+        block_sizes: tiles of both plans.
+        heads, head_dim, dtype: the synthetic q, k, v ([1, tokens, heads, head_dim]).
+        runs: timed rounds.
+        variant: the sparse executor ("b1"-"b3").
+        backend: where both run.
 
     Returns:
         Two dicts ("permute_band_unpermute", "strided_in_place") with timing and tile stats.
     """
     q, k, v = random_qkv(geometry.tokens, heads, head_dim, dtype)
-    flags = jnp.ones((heads,), bool)
-    band = build_plan(band_for_density(geometry, density), block_sizes, variant)
+    schedule = SparsitySchedule(
+        "temporal-bench", first_times_fp=0.0, density=density, variant=variant
+    )
+    launch = backend.launch(block_sizes.block_q, head_dim)
+    policy = AttentionPolicy(
+        schedule, geometry, num_steps=1, num_layers=1, backend=backend.name,
+        block_sizes=block_sizes, interpret=backend.interpret, **launch,
+    )  # fmt: skip
+    every_head = jnp.ones((1, heads), bool)
     strided = build_plan(strided_temporal_mask(geometry, density), block_sizes, variant)
 
     @jax.jit
     def permuted(q, k, v):
-        q, k, v = (to_head_layouts(x, geometry, flags) for x in (q, k, v))
-        return from_head_layouts(backend.attend(q, k, v, band), geometry, flags)
+        return policy.sparse_attention(q, k, v, every_head)
 
     @jax.jit
     def in_place(q, k, v):
         return backend.attend(q, k, v, strided)
 
     difference = float(jnp.max(jnp.abs(permuted(q, k, v).astype(jnp.float32) - in_place(q, k, v))))
-    paths = {"permute_band_unpermute": (permuted, band), "strided_in_place": (in_place, strided)}
+    paths = {
+        "permute_band_unpermute": (permuted, policy.plan),
+        "strided_in_place": (in_place, strided),
+    }
     timings = time_interleaved(
         {name: (lambda fn=fn: fn(q, k, v)) for name, (fn, _) in paths.items()}, runs
     )
