@@ -148,7 +148,8 @@ ARCHITECTURE_FIELDS: tuple[str, ...] = tuple(
 )
 
 
-# The architecture of the tiny CPU models: the two seeded ones and the one trained on shapes.
+# The architecture of the tiny CPU models: the two seeded ones, and (with four blocks) the one
+# trained on shapes, which needs the depth to draw a prompt's direction (docs/models.md).
 _TINY = WanTransformerConfig(
     num_attention_heads=4,
     attention_head_dim=64,
@@ -172,7 +173,7 @@ _PRESETS: dict[str, WanTransformerConfig] = {
     "tiny-random": _TINY,
     # The same architecture trained on moving shapes (python -m models.training), read from
     # the checkpoint folder that command exports (model.checkpoint=DIR/checkpoint).
-    "tiny-shapes": _TINY,
+    "tiny-shapes": dataclasses.replace(_TINY, num_layers=4),
 }
 
 # Presets of the tiny architecture: the tiny UMT5 and VAE, whole-clip VAE decode, weights
@@ -193,8 +194,9 @@ def get_transformer_config(name: str) -> WanTransformerConfig:
 
     Args:
         name: one of ``transformer_config_names()``: "wan2.1-t2v-1.3b", "wan2.1-t2v-14b",
-            "tiny", "tiny-random" or "tiny-shapes" (one architecture; their weights differ:
-            planted, random, trained on moving shapes).
+            "tiny", "tiny-random" or "tiny-shapes" (one architecture, four blocks instead of two
+            for the trained one; their weights differ: planted, random, trained on moving
+            shapes).
 
     Raises:
         ValueError: for an unknown name (the message lists the known ones).

@@ -107,8 +107,9 @@ class TrainSettings:
             track (``models.shapes_data.object_tracks``; 1: anywhere in the frame). Near the
             centre, where the object starts and ends says its direction even at the highest
             noise, the only place the prompt's direction word changes the flow loss.
-        num_layers, num_heads, head_dim, ffn_dim, text_len: the transformer's size (the tiny
-            preset's by default); ``text_dim`` is the tiny UMT5's width.
+        num_layers, num_heads, head_dim, ffn_dim, text_len: the transformer's size (the
+            ``tiny-shapes`` preset's by default: four blocks of 4 heads x 64); ``text_dim`` is the
+            tiny UMT5's width.
         vae_base_dim: the VAE's base channel count (the tiny preset's 8 by default).
         checkpoint_every: steps between resumable checkpoints.
     """
@@ -144,7 +145,7 @@ class TrainSettings:
     freeze_text_encoder: int = 0
     two_shape_prob: float = 0.15
     track_spread: float = 1.0
-    num_layers: int = 2
+    num_layers: int = 4
     num_heads: int = 4
     head_dim: int = 64
     ffn_dim: int = 512
@@ -224,7 +225,7 @@ class TrainSettings:
     def transformer_config(self) -> WanTransformerConfig:
         """The transformer's architecture: the tiny preset's, resized by these settings."""
         return dataclasses.replace(
-            get_transformer_config("tiny"),
+            get_transformer_config("tiny-shapes"),
             num_layers=self.num_layers,
             num_attention_heads=self.num_heads,
             attention_head_dim=self.head_dim,
@@ -249,15 +250,17 @@ class TrainSettings:
 
 
 PRESETS: dict[str, TrainSettings] = {
-    # The shipped model's recipe (docs/models.md): many small clips first, prompts said in part,
-    # the text encoder frozen, tracks near the centre; estimated 84 minutes on a quiet 2-core CPU
-    # from the stages' measured rates (VAE 34, pools 7 + 7, coarse 18.5, full size 18).
+    # The best plan measured so far (docs/models.md): four blocks, 12,000 steps on many small
+    # clips (what met the fidelity bar at 17 x 96 x 160), prompts said in part, the text encoder
+    # frozen, tracks near the centre, then 1,200 full-size steps. About three hours on a quiet
+    # 2-core CPU from the stages' measured rates (VAE 34 min, pools 7 + 6, coarse 77, full size
+    # 53); at full size it has not yet met the bar (direction 25% after 600 steps).
     "full": TrainSettings(
-        coarse_steps=5000,
+        coarse_steps=12000,
         attribute_dropout=0.25,
         freeze_text_encoder=1,
         track_spread=0.3,
-        transformer_steps=600,
+        transformer_steps=1200,
     ),
     # Seconds on a CPU: a small video, a one-block transformer, a few steps of each stage.
     "smoke": TrainSettings(

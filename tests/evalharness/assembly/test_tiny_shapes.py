@@ -33,7 +33,7 @@ def test_an_export_of_the_training_command_runs_as_the_tiny_architecture(tmp_pat
         metrics={},
     )
     config = ModelConfig(name="tiny-shapes", checkpoint=str(folder))
-    assert transformer_config_for(config) == get_transformer_config("tiny")
+    assert transformer_config_for(config) == get_transformer_config("tiny-shapes")
     parts = build_components(config, "float32", tmp_path / "cache")
     assert parts.tiling is None  # the tiny VAE decodes the whole latent, as the seeded presets
     assert parts.identity.startswith("tiny-shapes|transformer=")
