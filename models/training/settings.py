@@ -254,7 +254,7 @@ PRESETS: dict[str, TrainSettings] = {
     # clips (what met the fidelity bar at 17 x 96 x 160), prompts said in part, the text encoder
     # frozen, tracks near the centre, then 1,200 full-size steps. About three hours on a quiet
     # 2-core CPU from the stages' measured rates (VAE 34 min, pools 7 + 6, coarse 77, full size
-    # 53); at full size it has not yet met the bar (direction 25% after 600 steps).
+    # 53); at full size it does not yet meet the bar (direction 21% after the 1,200 steps).
     "full": TrainSettings(
         coarse_steps=12000,
         attribute_dropout=0.25,
