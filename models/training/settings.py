@@ -22,6 +22,9 @@ from models.vae import WanVAEConfig
 UNCONDITIONAL_PROMPTS = ("", "blurry, low quality, static, distorted")
 
 
+# The architecture the training builds by default: the ``tiny-shapes`` preset's.
+_SHAPES = get_transformer_config("tiny-shapes")
+
 _MAY_BE_ZERO = ("seed", "warmup_steps", "vae_clip_steps", "coarse_steps", "freeze_text_encoder")
 
 
@@ -145,11 +148,11 @@ class TrainSettings:
     freeze_text_encoder: int = 0
     two_shape_prob: float = 0.15
     track_spread: float = 1.0
-    num_layers: int = 4
-    num_heads: int = 4
-    head_dim: int = 64
-    ffn_dim: int = 512
-    text_len: int = 128
+    num_layers: int = _SHAPES.num_layers
+    num_heads: int = _SHAPES.num_attention_heads
+    head_dim: int = _SHAPES.attention_head_dim
+    ffn_dim: int = _SHAPES.ffn_dim
+    text_len: int = _SHAPES.text_len
     vae_base_dim: int = 8
     checkpoint_every: int = 100
 
@@ -223,9 +226,10 @@ class TrainSettings:
         return coarse, full
 
     def transformer_config(self) -> WanTransformerConfig:
-        """The transformer's architecture: the tiny preset's, resized by these settings."""
+        """The transformer's architecture: the ``tiny-shapes`` preset's, resized by these
+        settings."""
         return dataclasses.replace(
-            get_transformer_config("tiny-shapes"),
+            _SHAPES,
             num_layers=self.num_layers,
             num_attention_heads=self.num_heads,
             attention_head_dim=self.head_dim,
