@@ -31,6 +31,14 @@ def save_checkpoint(path: Path, step: int, *nodes: nnx.Module | nnx.Optimizer) -
     os.replace(partial, path)
 
 
+def saved_step(path: Path) -> int | None:
+    """The step ``path`` was saved at, without loading its arrays (None when there is no file)."""
+    if not Path(path).is_file():
+        return None
+    with np.load(path) as data:
+        return int(data["step"])
+
+
 def restore_checkpoint(path: Path, *nodes: nnx.Module | nnx.Optimizer) -> int:
     """Loads ``path`` into ``nodes`` (in place) and returns the step it was saved at.
 

@@ -34,7 +34,8 @@ from models.shapes_language import ATTRIBUTES, parse_prompt, partial_prompt
 from models.text_encoder import UMT5Encoder
 from models.tiny_components import TINY_UMT5_CONFIG
 from models.tokenizer import WordTokenizer, tokenize_batch
-from models.training.loop import learning_rate_schedule, run_steps
+from models.training.checkpoints import saved_step
+from models.training.loop import checkpoint_path, learning_rate_schedule, run_steps
 from models.training.settings import UNCONDITIONAL_PROMPTS, FlowPhase, TrainSettings
 from models.training.tracking import MetricLogger
 from models.training.vae_stage import to_unit
@@ -248,10 +249,18 @@ def train_phases(
     *,
     progress: bool = True,
 ) -> TextToVideo:
-    """Every phase in order, each from its own pool, each continuing from the one before."""
+    """Every phase in order, each from its own pool, each continuing from the one before.
+
+    A finished phase only reloads its weights, so its pool is neither read nor encoded again: a
+    run folder keeps working when its pools (the bulk of its size) are deleted, or when only its
+    checkpoints were copied from the machine that trained it.
+    """
     model = None
     for phase in settings.flow_phases():
-        pool, prompts = latent_pool(autoencoder, settings, run_dir, phase, progress=progress)
+        if saved_step(checkpoint_path(run_dir, phase.name)) == phase.steps:
+            pool, prompts = np.empty((0,), np.float16), []
+        else:
+            pool, prompts = latent_pool(autoencoder, settings, run_dir, phase, progress=progress)
         model = train_flow(
             settings, run_dir, logger, pool, prompts, phase=phase, model=model, progress=progress
         )

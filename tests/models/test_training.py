@@ -23,6 +23,7 @@ from models.training.flow_stage import (
     flow_loss,
     prompt_tokenizer,
     train_flow,
+    train_phases,
 )
 from models.training.settings import UNCONDITIONAL_PROMPTS, preset
 from models.training.tracking import CallbackLogger
@@ -165,6 +166,19 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(trained, tmp_path):
         jax.tree.leaves(nnx.state(model)), jax.tree.leaves(nnx.state(resumed)), strict=True
     ):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_a_finished_phase_reloads_its_weights_without_its_pool(tmp_path):
+    settings = dataclasses.replace(preset("smoke"), transformer_steps=2, latent_clips=2)
+    autoencoder = WanAutoencoder(settings.vae_config(), rngs=nnx.Rngs(0))
+    trained = train_phases(autoencoder, settings, tmp_path, _silent(), progress=False)
+    (tmp_path / "latents.npy").unlink()
+    reloaded = train_phases(autoencoder, settings, tmp_path, _silent(), progress=False)
+    assert not (tmp_path / "latents.npy").exists()
+    for a, b in zip(
+        jax.tree.leaves(nnx.state(trained)), jax.tree.leaves(nnx.state(reloaded)), strict=True
+    ):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 def test_the_tokenizer_file_gives_the_word_tokenizer_ids(tmp_path):
