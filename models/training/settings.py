@@ -1,7 +1,7 @@
 """Every setting of a training run, as one frozen dataclass with named presets.
 
-``full`` is the shipped model's plan (about 90 minutes on a quiet 2-core CPU; see
-``docs/models.md``); ``smoke`` trains a few steps of a much smaller model for tests. A run's
+``full`` is the shipped model's plan (its VAE about 35 minutes on a quiet 2-core CPU, its
+transformer minutes on one accelerator chip and hours on a CPU; see ``docs/models.md``); ``smoke`` trains a few steps of a much smaller model for tests. A run's
 settings are written beside its checkpoints and its exported weights, and a resumed run must
 have the same ones.
 """
@@ -254,17 +254,23 @@ class TrainSettings:
 
 
 PRESETS: dict[str, TrainSettings] = {
-    # The best plan measured so far (docs/models.md): four blocks, 12,000 steps on many small
-    # clips (what met the fidelity bar at 17 x 96 x 160), prompts said in part, the text encoder
-    # frozen, tracks near the centre, then 1,200 full-size steps. About three hours on a quiet
-    # 2-core CPU from the stages' measured rates (VAE 34 min, pools 7 + 6, coarse 77, full size
-    # 53); at full size it does not yet meet the bar (direction 21% after the 1,200 steps).
+    # The shipped model's plan (docs/models.md): four blocks; 12,000 steps on many small clips
+    # (what met the fidelity bar at 17 x 96 x 160), prompts said in part, the text encoder
+    # frozen, tracks near the centre, then 4,000 full-size steps on 1,536 clips. The VAE takes
+    # about 35 minutes on a quiet 2-core CPU; the transformer's phases are the bulk: on one TPU
+    # v5e chip about 6 and 5 minutes (35 and 12.7 steps a second, measured), on a 2-core CPU
+    # about 2.6 and 12 hours (scaled from 0.39 s per coarse step of 4 clips and 2.65 s per
+    # full-size step of 2, measured).
     "full": TrainSettings(
         coarse_steps=12000,
+        coarse_batch=8,
         attribute_dropout=0.25,
         freeze_text_encoder=1,
         track_spread=0.3,
-        transformer_steps=1200,
+        latent_clips=1536,
+        transformer_steps=4000,
+        transformer_batch=8,
+        checkpoint_every=500,
     ),
     # Seconds on a CPU: a small video, a one-block transformer, a few steps of each stage.
     "smoke": TrainSettings(

@@ -13,6 +13,7 @@ from flax import nnx
 
 from models.checkpoint import checkpoint_prompt_encoder, checkpoint_vae, locate_checkpoint
 from models.loading import load_transformer
+from models.shapes_data import make_clip
 from models.tokenizer import TokenizerJsonTokenizer
 from models.training import flow_stage
 from models.training.__main__ import main
@@ -166,6 +167,18 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(trained, tmp_path):
         jax.tree.leaves(nnx.state(model)), jax.tree.leaves(nnx.state(resumed)), strict=True
     ):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_clips_rendered_in_several_processes_are_the_sequential_ones(monkeypatch):
+    settings = dataclasses.replace(preset("smoke"), latent_clips=5, track_spread=0.5)
+    phase = settings.flow_phases()[-1]
+    monkeypatch.setattr(flow_stage, "rendering_processes", lambda: 2)
+    parallel = list(flow_stage.rendered_clips(phase, settings))
+    assert len(parallel) == 5
+    for i, (spec, frames) in enumerate(parallel):
+        expected_spec, expected = make_clip(i, "train", 5, 32, 48, settings.two_shape_prob, 0.5)
+        assert spec == expected_spec
+        np.testing.assert_array_equal(frames, expected)
 
 
 def test_a_finished_phase_reloads_its_weights_without_its_pool(tmp_path):
