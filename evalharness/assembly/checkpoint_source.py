@@ -88,8 +88,8 @@ def fetch_checkpoint(model: ModelConfig) -> WanCheckpoint:
     if not model.checkpoint and model.name in TINY_PRESETS:
         raise ValueError(
             f"model={model.name} needs its weights: train them with python -m models.training "
-            "--out DIR (about 90 minutes on 2 cores), then set model.checkpoint=DIR/checkpoint; "
-            "or use model=tiny (seeded, no checkpoint)"
+            "--out DIR (hours on a CPU, minutes on an accelerator), then set "
+            "model.checkpoint=DIR/checkpoint; or use model=tiny (seeded, no checkpoint)"
         )
     if not model.checkpoint:
         raise ValueError(
