@@ -1,9 +1,9 @@
 """Every setting of a training run, as one frozen dataclass with named presets.
 
-``full`` is the shipped model's plan (its VAE about 35 minutes on a quiet 2-core CPU, its
-transformer minutes on one accelerator chip and hours on a CPU; see ``docs/models.md``); ``smoke`` trains a few steps of a much smaller model for tests. A run's
-settings are written beside its checkpoints and its exported weights, and a resumed run must
-have the same ones.
+``full`` is the plan for the shipped model (its VAE about 35 minutes on a quiet 2-core CPU,
+its transformer minutes on one accelerator chip and hours on a CPU; see ``docs/models.md``);
+``smoke`` trains a few steps of a much smaller model for tests. A run's settings are written
+beside its checkpoints and its exported weights, and a resumed run must have the same ones.
 """
 
 from __future__ import annotations
@@ -254,9 +254,9 @@ class TrainSettings:
 
 
 PRESETS: dict[str, TrainSettings] = {
-    # The shipped model's plan (docs/models.md): four blocks; 12,000 steps on many small clips
-    # (what met the fidelity bar at 17 x 96 x 160), prompts said in part, the text encoder
-    # frozen, tracks near the centre, then 4,000 full-size steps on 1,536 clips. The VAE takes
+    # The plan for the shipped model, not yet trained to its end (docs/models.md): four
+    # blocks; 12,000 steps on many small clips (what met the fidelity bar at 17 x 96 x 160),
+    # prompts said in part, the text encoder frozen, tracks near the centre, then 4,000 full-size steps on 1,536 clips. The VAE takes
     # about 35 minutes on a quiet 2-core CPU; the transformer's phases are the bulk: on one TPU
     # v5e chip about 6 and 5 minutes (35 and 12.7 steps a second, measured), on a 2-core CPU
     # about 2.6 and 12 hours (scaled from 0.39 s per coarse step of 4 clips and 2.65 s per
