@@ -1,6 +1,6 @@
 """``python -m evalharness``: a matched dense-vs-sparse comparison configured by Hydra.
 
-With no arguments it runs the embedded default (the tiny model at the CPU preset, balanced
+With no arguments it runs the embedded default (the trained tiny model at the CPU preset, balanced
 schedule). Exit codes (``evalharness.exit_codes``): 0 done; 1 the comparison ran and missed a
 gate threshold; 2 refused before any work (a bad setting or override, checkpoint, plan, tracking
 store or output folder); 3 a dry run that fits but over ``max_minutes``; 4 the run failed while

@@ -166,22 +166,23 @@ _PRESETS: dict[str, WanTransformerConfig] = {
     "wan2.1-t2v-14b": WanTransformerConfig(
         num_attention_heads=40, attention_head_dim=128, ffn_dim=13824, num_layers=40
     ),
+    # The default: trained here on moving shapes (python -m models.training), its weights
+    # shipped in the package (models.shipped_weights); model.checkpoint=DIR/checkpoint reads a
+    # folder that command exported instead.
+    "tiny": dataclasses.replace(_TINY, num_layers=4),
     # Seeded weights with planted spatial and temporal attention heads (models.planted_heads):
-    # the CPU default, whose sparse arm visibly breaks when attention goes to the wrong keys.
-    "tiny": _TINY,
+    # a construction whose sparse arm visibly breaks when attention goes to the wrong keys.
+    "tiny-planted": _TINY,
     # The same architecture with plain seeded random weights (diffuse attention).
     "tiny-random": _TINY,
-    # The same architecture trained on moving shapes (python -m models.training), read from
-    # the checkpoint folder that command exports (model.checkpoint=DIR/checkpoint).
-    "tiny-shapes": dataclasses.replace(_TINY, num_layers=4),
 }
 
 # Presets of the tiny architecture: the tiny UMT5 and VAE, whole-clip VAE decode, weights
 # replicated on a mesh, float32 on a CPU or TPU.
-TINY_PRESETS: tuple[str, ...] = ("tiny", "tiny-random", "tiny-shapes")
+TINY_PRESETS: tuple[str, ...] = ("tiny", "tiny-planted", "tiny-random")
 
 # Presets whose weights are built from ``model.seed`` instead of read from a checkpoint.
-SEEDED_PRESETS: tuple[str, ...] = ("tiny", "tiny-random")
+SEEDED_PRESETS: tuple[str, ...] = ("tiny-planted", "tiny-random")
 
 
 def transformer_config_names() -> tuple[str, ...]:
@@ -194,9 +195,9 @@ def get_transformer_config(name: str) -> WanTransformerConfig:
 
     Args:
         name: one of ``transformer_config_names()``: "wan2.1-t2v-1.3b", "wan2.1-t2v-14b",
-            "tiny", "tiny-random" or "tiny-shapes" (one architecture, four blocks instead of two
-            for the trained one; their weights differ: planted, random, trained on moving
-            shapes).
+            "tiny", "tiny-planted" or "tiny-random" (one architecture, four blocks instead of
+            two for the trained one; their weights differ: trained on moving shapes, planted,
+            random).
 
     Raises:
         ValueError: for an unknown name (the message lists the known ones).

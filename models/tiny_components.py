@@ -1,10 +1,11 @@
-"""Tiny transformer, VAE, UMT5 encoder and tokenizer with seeded weights for the CPU default.
+"""Tiny transformer, VAE, UMT5 encoder and tokenizer with seeded weights (the seeded presets).
 
 Same classes and functions as a real checkpoint (``WanTransformer``, ``WanVAE`` +
 ``decode_to_frames``, ``UMT5Encoder`` inside a ``PromptEncoder``); only the sizes and the weights'
-origin differ. The transformer of preset ``tiny`` has planted spatial and temporal attention heads
-(``models.planted_heads``); ``tiny-random`` keeps the plain random draw. The tiny UMT5's
-``d_model`` (64) is the tiny transformer's ``text_dim``; the VAE keeps 16 latent channels.
+origin differ. The transformer of preset ``tiny-planted`` has planted spatial and temporal
+attention heads (``models.planted_heads``); ``tiny-random`` keeps the plain random draw. The tiny
+UMT5's ``d_model`` (64) is the tiny transformer's ``text_dim``; the VAE keeps 16 latent channels
+(the trained ``tiny`` has the same encoder and VAE sizes).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ TINY_UMT5_CONFIG = UMT5Config(
 
 
 def tiny_transformer(
-    name: str = "tiny",
+    name: str = "tiny-planted",
     seed: int = 0,
     *,
     param_dtype=jnp.float32,
@@ -63,7 +64,7 @@ def tiny_transformer(
     """The tiny Wan transformer (2 blocks, 4 heads x 64) with seeded weights.
 
     Args:
-        name: "tiny" (planted spatial / temporal heads, ``models.planted_heads``) or
+        name: "tiny-planted" (planted spatial / temporal heads, ``models.planted_heads``) or
             "tiny-random" (the plain random draw).
         seed: weight seed.
         param_dtype: weights dtype.
@@ -77,7 +78,7 @@ def tiny_transformer(
     model = nnx.jit(
         lambda: WanTransformer(config, rngs=nnx.Rngs(seed), param_dtype=param_dtype, dtype=dtype)
     )()
-    if name == "tiny":
+    if name == "tiny-planted":
         plant_heads(model)
     return to_scanned(model) if scan_layers else model
 
@@ -87,7 +88,7 @@ def tiny_identity(name: str, seed: int) -> str:
     seed (``tiny|planted-v1|seed=0``, ``tiny-random|seed=0``)."""
     if name not in SEEDED_PRESETS:
         raise ValueError(f"name={name!r}; the seeded presets are {SEEDED_PRESETS}")
-    recipe = f"|planted-v{PLANTED_VERSION}" if name == "tiny" else ""
+    recipe = f"|planted-v{PLANTED_VERSION}" if name == "tiny-planted" else ""
     return f"{name}{recipe}|seed={seed}"
 
 

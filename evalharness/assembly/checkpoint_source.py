@@ -16,8 +16,9 @@ from pathlib import Path
 
 from evalharness.config import EvalConfig, ModelConfig
 from models.checkpoint import WanCheckpoint, locate_checkpoint
-from models.config import SEEDED_PRESETS, TINY_PRESETS
+from models.config import SEEDED_PRESETS
 from models.hub import HubSnapshot, fetch_snapshot, is_hub_id, locate_snapshot
+from models.shipped_weights import shipped_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -85,17 +86,15 @@ def fetch_checkpoint(model: ModelConfig) -> WanCheckpoint:
         ValueError: no checkpoint for a Wan preset; ``CheckpointError``: a missing or unreadable
             part (named, with the download that completes a hub cache), or a hub failure.
     """
-    if not model.checkpoint and model.name in TINY_PRESETS:
-        raise ValueError(
-            f"model={model.name} needs its weights: train them with python -m models.training "
-            "--out DIR (hours on a CPU, minutes on an accelerator), then set "
-            "model.checkpoint=DIR/checkpoint; or use model=tiny (seeded, no checkpoint)"
-        )
+    shipped = shipped_checkpoint(model.name)
+    if not model.checkpoint and shipped is not None:
+        return locate_checkpoint(shipped)
     if not model.checkpoint:
         raise ValueError(
             f"model={model.name} needs its weights: set model.checkpoint=/path/to/"
             "Wan2.1-T2V-*-Diffusers (a diffusers-format folder) or a hub repository id "
-            "(model.checkpoint=Wan-AI/Wan2.1-T2V-1.3B-Diffusers), or use model=tiny"
+            "(model.checkpoint=Wan-AI/Wan2.1-T2V-1.3B-Diffusers), or use model=tiny (shipped "
+            "with the package)"
         )
     snapshot = hub_snapshot(model, weights=True)
     if snapshot is None:

@@ -54,9 +54,9 @@ class Components:
     """Transformer, prompt encoder and VAE of one model, with the identity used in cache keys.
 
     ``identity`` is :func:`models.tiny_components.tiny_identity` for a seeded preset
-    (``tiny|planted-v1|seed=<seed>``, ``tiny-random|seed=<seed>``: their weights follow from the
-    name, the seed and the code, which the cache key hashes apart) and
-    :func:`checkpoint_identity` for a checkpoint (``tiny-shapes`` included).
+    (``tiny-planted|planted-v1|seed=<seed>``, ``tiny-random|seed=<seed>``: their weights follow
+    from the name, the seed and the code, which the cache key hashes apart) and
+    :func:`checkpoint_identity` for a checkpoint (``tiny`` included).
     """
 
     name: str
@@ -191,7 +191,7 @@ def checkpoint_identity(name: str, checkpoint: WanCheckpoint) -> str:
 def build_components(
     model: ModelConfig, dtype: DType | str, cache_dir: str | Path, mesh: Mesh | None = None
 ) -> Components:
-    """Builds (``tiny``, ``tiny-random``) or loads (a checkpoint: ``tiny-shapes``, a Wan
+    """Builds (``tiny-planted``, ``tiny-random``) or loads (a checkpoint: ``tiny``, a Wan
     folder) the transformer, prompt encoder and VAE.
 
     Args:
@@ -214,7 +214,7 @@ def build_components(
 def _tiny_components(
     model: ModelConfig, dtypes: tuple, prompts_cache: Path, mesh: Mesh | None
 ) -> Components:
-    """A seeded preset (``tiny``: planted heads; ``tiny-random``: plain random weights),
+    """A seeded preset (``tiny-planted``: planted heads; ``tiny-random``: plain random weights),
     replicated on the mesh if there is one."""
     param_dtype, compute = dtypes
     cfg = get_transformer_config(model.name)

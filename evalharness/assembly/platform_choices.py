@@ -88,7 +88,7 @@ def backend_for(backend: KernelBackend | str, platform: str) -> str:
 def compute_dtype_for(dtype: ComputeDType | str, model_name: str, platform: str) -> ComputeDType:
     """``auto`` is bfloat16 for Wan models (the seed's setting) and on a GPU for every model
     (cuDNN flash attention, the GPU's dense arm, is bfloat16-only); float32 for the tiny presets
-    (``tiny``, ``tiny-random``, ``tiny-shapes``) on a CPU or TPU."""
+    (``tiny``, ``tiny-planted``, ``tiny-random``) on a CPU or TPU."""
     _check_platform(platform)
     dtype = ComputeDType(dtype)
     if dtype is not ComputeDType.auto:

@@ -13,7 +13,8 @@ Weights are random (seeded): the share depends on shapes, not on values. A size 
 fit this device, or take longer than ``--max-minutes``, is refused before anything is allocated.
 
 Usage:
-    python -m evalharness.bench.attention_share --model tiny --resolution cpu [--runs 5] [--json]
+    python -m evalharness.bench.attention_share --model tiny-random --resolution cpu [--runs 5] \
+        [--json]
     python -m evalharness.bench.attention_share --model wan2.1-t2v-1.3b --resolution 480p 720p \\
         --dtype bfloat16 --mlflow        # on an accelerator; one MLflow run per resolution
 """
@@ -283,7 +284,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m evalharness.bench.attention_share", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--model", default="tiny", choices=transformer_config_names())
+    parser.add_argument("--model", default="tiny-random", choices=transformer_config_names())
     parser.add_argument(
         "--resolution",
         nargs="+",

@@ -20,7 +20,7 @@ for small token counts (CPU presets); larger ones are refused.
 
 Usage:
     python -m evalharness.bench.head_mass [--at first middle last] [--json] [OVERRIDE ...]
-    python -m evalharness.bench.head_mass model=tiny-shapes model.checkpoint=DIR/checkpoint
+    python -m evalharness.bench.head_mass model=tiny model.checkpoint=DIR/checkpoint  # your own
 """
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ class BenchShape:
         return VideoGeometry(self.frames, self.height, self.width)
 
 
-TINY = get_transformer_config("tiny")
+TINY = get_transformer_config("tiny-planted")
 SHAPES = {
     "cpu": BenchShape("cpu", {}, 33, 192, 320),  # the default job: 2,160 tokens
     "tiny-8640": BenchShape("tiny-8640", {}, 33, 384, 640),

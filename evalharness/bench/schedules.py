@@ -318,7 +318,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run a Pallas backend in interpret mode off its platform (times the interpreter)",
     )
-    parser.add_argument("--model", default="tiny", choices=transformer_config_names())
+    parser.add_argument("--model", default="tiny-random", choices=transformer_config_names())
     parser.add_argument("--dtype", default="float32", choices=sorted(_DTYPES))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--schedule-dir", default=str(_DEFAULT_SCHEDULE_DIR))

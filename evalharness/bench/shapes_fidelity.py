@@ -1,7 +1,8 @@
 """``python -m evalharness.bench.shapes_fidelity``: does a model trained on shapes draw its prompt?
 
-Runs the job's dense arm (model, resolution, sampler, steps, guidance, dense executor; the model a
-``tiny-shapes`` checkpoint from ``python -m models.training``) on held-out (prompt, seed) pairs of
+Runs the job's dense arm (model, resolution, sampler, steps, guidance, dense executor; the model
+the default ``tiny``, shipped, or a folder exported by ``python -m models.training``) on
+held-out (prompt, seed) pairs of
 the moving-shapes data (``models.shapes_data.held_out_specs``: combinations training never saw),
 decodes each video and reads it with
 ``models.shapes_detector``: the dominant non-background colour, the direction of its centroid's
@@ -17,8 +18,8 @@ The summary gives each as a share of pairs beside the thresholds a learned defau
 timed.
 
 Usage:
-    python -m evalharness.bench.shapes_fidelity model=tiny-shapes model.checkpoint=DIR/checkpoint \
-        [--pairs 24] [--json] [OVERRIDE ...]
+    python -m evalharness.bench.shapes_fidelity [--pairs 24] [--json] [OVERRIDE ...]
+    python -m evalharness.bench.shapes_fidelity model.checkpoint=DIR/checkpoint  # your own
 """
 
 from __future__ import annotations

@@ -11,21 +11,33 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-# Varied on purpose: motion, a camera move, a static scene, rendered text, fine texture and a
-# crowd: what makes spatial and temporal attention heads work differently.
+# The default model's language: moving shapes (``models.shapes_data``), every prompt a held-out
+# combination the trained ``tiny`` never saw whole; each suite mixes shapes, colours, speeds,
+# straight and diagonal motion and backgrounds. ``scenes`` speaks to a real Wan checkpoint: motion,
+# a camera move, a static scene, rendered text, fine texture and a crowd, what makes spatial and
+# temporal heads work differently.
 BUILT_IN_SUITES: dict[str, tuple[str, ...]] = {
+    "smoke": (
+        "a red circle moves quickly up on a dark blue background",
+        "a yellow circle moves quickly down on a black background",
+        "a magenta square moves quickly to the right on a dark grey background",
+    ),
     "varied": (
+        "a red circle moves quickly up on a dark blue background",
+        "a yellow circle moves quickly down on a black background",
+        "a magenta square moves quickly to the right on a dark grey background",
+        "a white triangle moves slowly diagonally down and to the left on a black background",
+        "a cyan square moves slowly diagonally up and to the right on a purple to black "
+        "gradient background",
+        "a red square moves quickly up on a purple to black gradient background",
+    ),
+    "scenes": (
         "A red fox trotting through fresh snow in a pine forest at sunrise",
         "A slow camera pan across a harbour at dusk, boats rocking, city lights coming on",
         "A still life of apples and a ceramic jug on a wooden table, soft window light",
         'A neon sign that reads "OPEN 24 HOURS" flickering above a rainy street at night',
         "Close-up of ocean waves breaking over dark volcanic rocks, spray in the wind",
         "A busy crosswalk seen from above, hundreds of people crossing in every direction",
-    ),
-    "smoke": (
-        "A red fox trotting through fresh snow in a pine forest at sunrise",
-        "A slow camera pan across a harbour at dusk, boats rocking, city lights coming on",
-        'A neon sign that reads "OPEN 24 HOURS" flickering above a rainy street at night',
     ),
 }
 

@@ -86,7 +86,7 @@ class DType(enum.StrEnum):
 
 class ComputeDType(enum.StrEnum):
     """Compute dtype; ``auto`` is bfloat16 for checkpoint models and on a GPU (cuDNN flash attention,
-    the GPU's dense arm, is bfloat16-only), float32 for ``tiny`` on a CPU or TPU."""
+    the GPU's dense arm, is bfloat16-only), float32 for the tiny presets on a CPU or TPU."""
 
     auto = "auto"
     float32 = "float32"
@@ -137,16 +137,19 @@ class ModelConfig:
     """Which transformer (plus VAE and text encoder) to run.
 
     Attributes:
-        name: preset name: ``tiny`` (seeded weights with planted spatial and temporal heads, no
-            checkpoint, ``models.planted_heads``), ``tiny-random`` (the same, purely random),
+        name: preset name: ``tiny`` (trained on moving shapes, its weights shipped in the
+            package, ``models.shipped_weights``), ``tiny-planted`` (seeded weights with planted
+            spatial and temporal heads, no checkpoint, ``models.planted_heads``),
+            ``tiny-random`` (the planted model's architecture, purely random),
             ``wan2.1-t2v-1.3b`` or ``wan2.1-t2v-14b``.
         checkpoint: a diffusers-format ``Wan2.1-T2V-*-Diffusers`` folder, or a hub repository id
             (``Wan-AI/Wan2.1-T2V-1.3B-Diffusers``, fetched into the huggingface_hub cache;
-            ``models.hub``); required for Wan presets.
+            ``models.hub``); required for Wan presets; for ``tiny``, a folder exported by
+            ``python -m models.training`` instead of the shipped weights.
         revision: a hub checkpoint's branch, tag or commit (None: ``main``); a run replaces it
             with the commit it resolved to, which the config, MLflow and the cache key record.
         param_dtype: dtype of the weights.
-        seed: seed of the random weights of the ``tiny`` preset.
+        seed: seed of the weights of the seeded presets (``tiny-planted``, ``tiny-random``).
         scan_layers: ``true`` runs the transformer's blocks as one scanned layer over stacked
             weights (compile time independent of depth), ``false`` as an unrolled loop, ``auto``
             per platform (``evalharness.assembly.platform_choices.scan_layers_for``).
@@ -300,7 +303,8 @@ class EvalConfig:
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     gate: GateConfig = field(default_factory=GateConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
-    prompt: str = "A red fox trotting through fresh snow in a pine forest at sunrise"
+    # A held-out prompt of the default model (``model=tiny``, trained on moving shapes).
+    prompt: str = "a red circle moves quickly up on a dark blue background"
     # A prompt suite instead of ``prompt``: a built-in suite's name or a text file, one prompt per
     # line (``evalharness.config.pairs``).
     prompts: str | None = None

@@ -8,7 +8,8 @@ the sampler are memory-bound and small, and a shared host's other jobs take turn
 the noise floor's ``dot_product_attention`` materialises the whole ``[B, H, N, N]`` score matrix
 where ``xla_flash`` tiles it, and the VAE's 3-D convolutions reach a fraction of the matmul rate.
 Each factor is the mean of what runs measured over what the FLOP model gives at the matmul rate
-this VM reaches (150 GFLOP/s float32; the model: the ``tiny`` preset at ``cpu``, 2,160 tokens, 10
+this VM reaches (150 GFLOP/s float32; the model: the ``tiny-planted`` preset at ``cpu``, 2,160
+tokens, 10
 steps, a 2.11 s dense loop, 1.67 s for ``conservative``'s sparse loop, 1.26 s for
 ``aggressive``'s, 2.88 s for a decode at 14%):
 
@@ -23,7 +24,8 @@ Compiling (once per run, per arm; seconds, ``compile_<arm>_s`` and the log's ``c
 of the same runs): the dense loop 2.0 to 2.7 s, the sparse loop 3.8 to 6.1 s, the noise floor 1.4
 to 2.4 s, the routing-recording loop 5.1 to 12.8 s, the VAE decoder about 4 s (the first pair's
 dense decode over the next ones'). Compile time barely depends on the host's matmul rate (it is
-the compiler's own work), so these are seconds, not factors; they are the ``tiny`` preset's. A
+the compiler's own work), so these are seconds, not factors; they are the ``tiny-planted``
+preset's. A
 loop loaded from JAX's persistent compilation cache (a search's later trials) takes 0.1 to 0.8 s.
 
 Measured on this workplace's 2-core x86_64 CI VM, 2026-12-02, under a load of 1.5 to 5 (other

@@ -22,8 +22,8 @@ from models.vae import WanVAEConfig
 UNCONDITIONAL_PROMPTS = ("", "blurry, low quality, static, distorted")
 
 
-# The architecture the training builds by default: the ``tiny-shapes`` preset's.
-_SHAPES = get_transformer_config("tiny-shapes")
+# The architecture the training builds by default: the ``tiny`` preset's.
+_SHAPES = get_transformer_config("tiny")
 
 _MAY_BE_ZERO = ("seed", "warmup_steps", "vae_clip_steps", "coarse_steps", "freeze_text_encoder")
 
@@ -111,7 +111,7 @@ class TrainSettings:
             centre, where the object starts and ends says its direction even at the highest
             noise, the only place the prompt's direction word changes the flow loss.
         num_layers, num_heads, head_dim, ffn_dim, text_len: the transformer's size (the
-            ``tiny-shapes`` preset's by default: four blocks of 4 heads x 64); ``text_dim`` is the
+            ``tiny`` preset's by default: four blocks of 4 heads x 64); ``text_dim`` is the
             tiny UMT5's width.
         vae_base_dim: the VAE's base channel count (the tiny preset's 8 by default).
         checkpoint_every: steps between resumable checkpoints.
@@ -226,7 +226,7 @@ class TrainSettings:
         return coarse, full
 
     def transformer_config(self) -> WanTransformerConfig:
-        """The transformer's architecture: the ``tiny-shapes`` preset's, resized by these
+        """The transformer's architecture: the ``tiny`` preset's, resized by these
         settings."""
         return dataclasses.replace(
             _SHAPES,

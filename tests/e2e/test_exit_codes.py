@@ -147,7 +147,7 @@ def test_a_full_disk_during_the_run_fails_it_naming_the_setting(tmp_path, monkey
 
 # Each bad input: the exit code and the start of its one error line (no traceback).
 BAD_INPUTS = [
-    ("model=nope", "error: no model named 'nope'; the choices are tiny, tiny-random, tiny-shapes"),
+    ("model=nope", "error: no model named 'nope'; the choices are tiny, tiny-planted, tiny-random"),
     ("warm_runs=abc", "error: warm_runs='abc' is not a valid value for warm_runs"),
     ("warm_runs=0", "error: steps=2 and warm_runs=0 must both be >= 1"),
     ("guidance_scale=-3", "error: guidance_scale=-3.0 must be a finite number >= 0"),

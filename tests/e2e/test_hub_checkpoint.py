@@ -103,7 +103,7 @@ def test_a_run_missing_a_file_is_refused_before_any_folder(tmp_path, monkeypatch
     listing = dict(files)
     del files["vae/diffusion_pytorch_model.safetensors"]
     write_snapshot(cache, SMALL_REPO, files, listed=listing)
-    tiny = model_configs.get_transformer_config("tiny")
+    tiny = model_configs.get_transformer_config("tiny-planted")
     monkeypatch.setitem(model_configs._PRESETS, "wan-small", tiny)
     cfg = small_config(
         tmp_path,
@@ -128,7 +128,7 @@ def _small_wan_checkpoint(root: Path) -> Path:
     from diffusers import WanTransformer3DModel
 
     write_locatable_checkpoint(root)
-    tiny = model_configs.get_transformer_config("tiny")
+    tiny = model_configs.get_transformer_config("tiny-planted")
     torch.manual_seed(0)
     transformer = WanTransformer3DModel(
         num_attention_heads=tiny.num_attention_heads,

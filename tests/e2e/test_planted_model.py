@@ -83,7 +83,7 @@ def test_the_constant_vectors_give_the_documented_margins():
 @pytest.fixture(scope="module")
 def planted():
     """The planted model's q, k, v of both blocks on a guided batch of noise at t = 900."""
-    model = tiny_transformer("tiny", 0)
+    model = tiny_transformer("tiny-planted", 0)
     keys = jax.random.split(jax.random.key(5), 2)
     latents = jnp.broadcast_to(jax.random.normal(keys[0], (1, 16, 9, 24, 40)), (2, 16, 9, 24, 40))
     context = jax.random.normal(keys[1], (2, model.config.text_len, model.config.text_dim))
@@ -161,7 +161,7 @@ def test_the_real_router_picks_the_planted_layout_for_every_head(planted, schedu
 def test_tiny_and_tiny_random_share_the_draw_not_the_attention_or_the_identity(planted, tmp_path):
     model, _ = planted
     random = tiny_transformer("tiny-random", 0)
-    assert transformer_config_for(ModelConfig(name="tiny")) == random.config == model.config
+    assert transformer_config_for(ModelConfig(name="tiny-planted")) == random.config == model.config
     # One seeded draw: everything but the self-attention's planted parts is shared.
     for path in (("ffn", "proj_in", "kernel"), ("attn2", "to_q", "kernel")):
         np.testing.assert_array_equal(_param(model, path), _param(random, path))
@@ -170,8 +170,8 @@ def test_tiny_and_tiny_random_share_the_draw_not_the_attention_or_the_identity(p
     )
     assert not np.any(_param(random, ("attn1", "to_q", "bias")))  # plain init: zero bias
     assert np.any(_param(model, ("attn1", "to_q", "bias")))
-    identities = {tiny_identity(name, 0) for name in ("tiny", "tiny-random")}
-    assert len(identities) == 2 and tiny_identity("tiny", 1) not in identities
+    identities = {tiny_identity(name, 0) for name in ("tiny-planted", "tiny-random")}
+    assert len(identities) == 2 and tiny_identity("tiny-planted", 1) not in identities
     cfg = compose_config([f"output_root={tmp_path}", f"cache_dir={tmp_path}"])
     keys = {dense_arm_key(cfg, identity, 3.0, code="c", environment={}) for identity in identities}
     assert len(keys) == 2
@@ -204,11 +204,13 @@ def _gate(row):
 
 @pytest.mark.slow  # end to end: run by .ci/run's second step (pytest -m slow)
 def test_a_broken_arm_fails_the_default_gate_and_the_correct_arm_passes(tmp_path):
-    """The default job end to end (model, resolution, schedule, sampler, guidance, tiles), one
-    dense arm, the correct sparse arm and the broken arm closest to the gate (every head spatial:
-    temporal heads lose the frames between the previous one and the sink)."""
-    cfg = compose_config([f"output_root={tmp_path}/o", f"cache_dir={tmp_path}/c"])
-    assert (cfg.model.name, cfg.resolution.name, cfg.schedule.name) == ("tiny", "cpu", "balanced")
+    """The default job on the planted model end to end (resolution, schedule, sampler, guidance,
+    tiles), one dense arm, the correct sparse arm and the broken arm closest to the gate (every
+    head spatial: temporal heads lose the frames between the previous one and the sink)."""
+    cfg = compose_config(
+        ["model=tiny-planted", f"output_root={tmp_path}/o", f"cache_dir={tmp_path}/c"]
+    )
+    assert (cfg.resolution.name, cfg.schedule.name) == ("cpu", "balanced")
     correct, broken = measure_controls(cfg, ["none", "all_spatial"])
     assert _gate(correct).passed and correct["psnr_db"] > 40, correct
     assert correct["temporal_fraction"] == 0.5  # two of four heads per block are temporal
@@ -218,7 +220,9 @@ def test_a_broken_arm_fails_the_default_gate_and_the_correct_arm_passes(tmp_path
 
 @pytest.mark.slow
 def test_every_broken_arm_fails_the_default_gate(tmp_path):
-    cfg = compose_config([f"output_root={tmp_path}/o", f"cache_dir={tmp_path}/c"])
+    cfg = compose_config(
+        ["model=tiny-planted", f"output_root={tmp_path}/o", f"cache_dir={tmp_path}/c"]
+    )
     rows = measure_controls(cfg)
     assert sound(rows), rows
     assert all(row["psnr_db"] < 22 for row in rows if row["control"] != "none"), rows

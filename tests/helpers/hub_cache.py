@@ -147,7 +147,7 @@ def wan_repository_listing(preset: str) -> dict[str, bytes]:
     }
 
 
-def write_locatable_checkpoint(root: Path, preset: str = "tiny") -> Path:
+def write_locatable_checkpoint(root: Path, preset: str = "tiny-planted") -> Path:
     """A folder ``models.checkpoint.locate_checkpoint`` accepts: ``preset``'s transformer config
     with a one-tensor safetensors file, the tiny VAE and UMT5, a tokenizer file (not a model)."""
     transformer = root / "transformer"

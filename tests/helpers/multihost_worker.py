@@ -44,7 +44,7 @@ def main() -> None:
     try:
         # Each process's own sweep tag (only process 0 logs): never a mismatch by itself.
         logger = {"tags": {"sweep": f"id-of-process-{me}"}}
-        multihost.same_config({"model": "tiny", "seed": str(seed), "logger": logger})
+        multihost.same_config({"model": "tiny-planted", "seed": str(seed), "logger": logger})
         report["mismatch"] = None
     except multihost.ConfigMismatch as error:
         report["mismatch"] = str(error)

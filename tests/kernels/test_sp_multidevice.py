@@ -66,7 +66,7 @@ def _qkv(heads: int = 3, batch: int = 2, head_dim: int = 16):
 
 @pytest.fixture(scope="module")
 def tiny():
-    config = get_transformer_config("tiny")
+    config = get_transformer_config("tiny-planted")
     model = WanTransformer(config, rngs=nnx.Rngs(0))
     keys = jax.random.split(jax.random.key(1), 3)
     latents = jax.random.normal(keys[0], LATENT_SHAPE)
@@ -168,7 +168,7 @@ def test_fsdp_parameters_give_the_same_denoising(tiny):
     sampler = make_sampler("euler", STEPS, 3.0)
     place_params(model, mesh)
     want = DenoiseLoop(model, sampler)(latents, context, None)
-    sharded = WanTransformer(get_transformer_config("tiny"), rngs=nnx.Rngs(0))
+    sharded = WanTransformer(get_transformer_config("tiny-planted"), rngs=nnx.Rngs(0))
     place_params(sharded, mesh, "fsdp", min_size=0)  # split every 2-D weight of the tiny model
     kernel = sharded.blocks[0].attn1.to_q.kernel[...]
     assert kernel.sharding.shard_shape(kernel.shape) == (32, 256)  # [dim / 8, dim]
@@ -183,7 +183,9 @@ def test_scanned_fsdp_model_routes_and_denoises_as_the_unrolled_oracle(tiny, ora
     _, latents, context, _ = tiny
     want, want_routing = oracle["sparse"]
     mesh = make_mesh(8)
-    scanned = WanTransformer(get_transformer_config("tiny"), rngs=nnx.Rngs(0), scan_layers=True)
+    scanned = WanTransformer(
+        get_transformer_config("tiny-planted"), rngs=nnx.Rngs(0), scan_layers=True
+    )
     place_params(scanned, mesh, "fsdp", min_size=0)
     kernel = scanned.blocks.attn1.to_q.kernel[...]
     assert kernel.sharding.shard_shape(kernel.shape) == (2, 32, 256)  # [layers, dim / 8, dim]

@@ -172,7 +172,7 @@ def test_config_mismatch_lists_fields(saved):
     with pytest.raises(ValueError, match="ffn_dim: requested 128, config.json 96.*num_layers"):
         load_transformer(folder, config=wanted)
     with pytest.raises(ValueError, match="num_attention_heads: requested 4, config.json 2"):
-        load_transformer(folder, config="tiny")
+        load_transformer(folder, config="tiny-planted")
     with pytest.warns(UserWarning, match="num_layers: requested 3, config.json 2"):
         model = load_transformer(folder, config=wanted, on_config_mismatch="warn")
     assert model.config.num_layers == 2 and len(model.blocks) == 2

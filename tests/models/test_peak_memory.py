@@ -91,7 +91,7 @@ def test_umt5_on_the_host_cpu_in_bfloat16_counts_the_float32_conversion():
 @pytest.mark.parametrize(
     ("config", "latent_hw", "batch"),
     [(TINY_VAE_CONFIG, (8, 12), 2), (WanVAEConfig(), (4, 6), 1)],
-    ids=["tiny", "wan21"],
+    ids=["tiny-planted", "wan21"],
 )
 def test_vae_chunk_peak_is_within_25_percent_of_xla(config, latent_hw, batch):
     vae = nnx.eval_shape(lambda: WanVAE(config, rngs=nnx.Rngs(0)))

@@ -180,7 +180,7 @@ def test_separate_passes_hold_about_half_the_activations_of_the_joint_batch() ->
     from models.config import get_transformer_config
     from models.transformer import WanTransformer
 
-    cfg = get_transformer_config("tiny")
+    cfg = get_transformer_config("tiny-planted")
     wan = WanTransformer(cfg, rngs=nnx.Rngs(0), param_dtype=jnp.float32, dtype=jnp.float32)
     attend = make_dense_attend("b0", backend="xla", block_sizes=BlockSizes(256, 256))
     latents = jax.ShapeDtypeStruct((1, cfg.in_channels, 9, 64, 64), jnp.float32)
@@ -290,7 +290,7 @@ def test_tiny_wan_transformer_denoises_like_the_reference() -> None:
     from models.config import get_transformer_config
     from models.transformer import WanTransformer
 
-    cfg = get_transformer_config("tiny")
+    cfg = get_transformer_config("tiny-planted")
     wan = WanTransformer(cfg, rngs=nnx.Rngs(0), param_dtype=jnp.float32, dtype=jnp.float32)
     keys = jax.random.split(jax.random.key(0), 3)
     latents = jax.random.normal(keys[0], (1, cfg.in_channels, 2, 4, 4))

@@ -41,7 +41,7 @@ DENSE = SparsitySchedule("dense", 0.0, 0.0, 1.0, sparse=False)
 @pytest.fixture(scope="module")
 def pair():
     """(config, unrolled, scanned) tiny models from one seed, float32."""
-    config = get_transformer_config("tiny")
+    config = get_transformer_config("tiny-planted")
     unrolled = WanTransformer(config, rngs=nnx.Rngs(0))
     scanned = WanTransformer(config, rngs=nnx.Rngs(0), scan_layers=True)
     return config, unrolled, scanned
@@ -179,8 +179,8 @@ def test_scan_layers_setting_per_platform():
 
 
 def test_planted_tiny_model_scanned_holds_the_planted_weights():
-    unrolled = tiny_transformer("tiny", 0)
-    scanned = tiny_transformer("tiny", 0, scan_layers=True)
+    unrolled = tiny_transformer("tiny-planted", 0)
+    scanned = tiny_transformer("tiny-planted", 0, scan_layers=True)
     assert scanned.scan_layers and not unrolled.scan_layers
     want = stack_blocks(list(unrolled.blocks))
     for a, b in zip(

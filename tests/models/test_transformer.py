@@ -21,7 +21,8 @@ from models.rope import apply_rope, rope_axis_dims, rope_tables
 from models.transformer import WanTransformer
 from tests.helpers.numerics import assert_allclose
 
-# A config smaller than "tiny" keeps these tests quick; head_dim 32 exercises an uneven RoPE split.
+# A config smaller than "tiny-planted" keeps these tests quick; head_dim 32 exercises an uneven
+# RoPE split.
 SMALL = WanTransformerConfig(
     num_attention_heads=2,
     attention_head_dim=32,
@@ -54,7 +55,7 @@ def small_model():
     [
         ("wan2.1-t2v-1.3b", 30, 12, 1536, 8960, 4096),
         ("wan2.1-t2v-14b", 40, 40, 5120, 13824, 4096),
-        ("tiny", 2, 4, 256, 512, 64),
+        ("tiny-planted", 2, 4, 256, 512, 64),
     ],
 )
 def test_presets(name, layers, heads, dim, ffn, text_dim):
@@ -76,7 +77,7 @@ def test_unknown_preset_lists_known_names():
 
 
 def test_config_is_frozen_and_validated():
-    cfg = get_transformer_config("tiny")
+    cfg = get_transformer_config("tiny-planted")
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.num_layers = 3
     with pytest.raises(ValueError, match="qk_norm='rms_norm'"):

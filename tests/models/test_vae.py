@@ -213,7 +213,7 @@ def test_real_vae_1440p_fits_16_gib_only_with_tiling():
     assert 0.2 * GiB < tile["weights"] < 0.35 * GiB  # ~73M decoder parameters in float32
 
 
-@pytest.mark.parametrize("name", ["tiny", "tiny-random", "tiny-shapes"])
+@pytest.mark.parametrize("name", ["tiny-planted", "tiny-random", "tiny"])
 def test_tiny_presets_decode_in_one_call(name):
     assert decode_tiling(name) is None
 

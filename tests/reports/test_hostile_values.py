@@ -141,7 +141,7 @@ def test_a_report_from_a_hostile_store_inlines_no_file(tmp_path, secret):
 
 def _cfg(prompt: str) -> SimpleNamespace:
     return SimpleNamespace(
-        model=SimpleNamespace(name="tiny"),
+        model=SimpleNamespace(name="tiny-planted"),
         resolution=SimpleNamespace(name="cpu"),
         schedule=SimpleNamespace(name="balanced"),
         prompt=prompt,

@@ -83,7 +83,9 @@ def test_the_kernel_at_the_seed_shape_is_read_from_the_kernel_table():
 
 
 def test_the_section_appears_only_with_seed_runs_and_says_what_is_missing():
-    tiny = ReportRun("t", "tiny", {}, {"speedup": 1.2}, {"model": "tiny", "schedule": "balanced"})
+    tiny = ReportRun(
+        "t", "tiny-planted", {}, {"speedup": 1.2}, {"model": "tiny-planted", "schedule": "balanced"}
+    )
     assert seed_section([tiny]) == []
     text = "\n".join(seed_section([tiny, _harness("1440p", 3, speedup=1.7)]))
     assert "## Against the seed's measurements" in text

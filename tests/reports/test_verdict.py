@@ -46,7 +46,7 @@ def _run(params: dict | None = None, tags: dict | None = None, **metrics: float)
         "tiny-cpu-aggressive",
         {**UNSET, "schedule.density": "0.5", **(params or {})},
         {**METRICS, **metrics},
-        {"schedule": "aggressive", "resolution": "cpu", "model": "tiny", **(tags or {})},
+        {"schedule": "aggressive", "resolution": "cpu", "model": "tiny-planted", **(tags or {})},
     )
 
 

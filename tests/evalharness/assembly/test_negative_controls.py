@@ -170,7 +170,7 @@ def test_the_harness_gives_the_control_to_the_sparse_arm_only(tmp_path):
 
     cfg = platform_choices.resolve(to_config(small_config(tmp_path)))
     video = VideoGeometry(cfg.resolution.frames, cfg.resolution.height, cfg.resolution.width)
-    tcfg = get_transformer_config("tiny")
+    tcfg = get_transformer_config("tiny-planted")
     assert build_attention(cfg, video, tcfg).sparse.negative_control == "none"
     broken = dataclasses.replace(cfg, negative_control=NegativeControl("all_temporal"))
     setup = build_attention(broken, video, tcfg)

@@ -104,7 +104,7 @@ def test_schedule_and_placement_records():
     ]
     result = {
         "machine": MACHINE,
-        "model": "tiny (random weights)",
+        "model": "tiny-random (random weights)",
         "dtype": "float32",
         "interpret": False,
         "geometry": {"frames": 5, "height": 8, "width": 8, "tokens": 320, "pixels": [17, 128, 128]},
@@ -116,7 +116,7 @@ def test_schedule_and_placement_records():
         "arms": arms,
     }
     record = schedules.record(result, schedules.resolution_label(17, 128, 128))
-    assert record.tags == {"model": "tiny", "resolution": "17x128x128px", "backend": "xla"}
+    assert record.tags == {"model": "tiny-random", "resolution": "17x128x128px", "backend": "xla"}
     assert record.metrics()["aggressive.speedup_vs_dense"] == 2.0
     assert "aggressive.wall_ms" not in record.metrics()
     assert schedules.resolution_label(33, 192, 320) == "cpu"

@@ -21,7 +21,7 @@ def test_plain_arm_refused_at_1p3b_480p_on_an_h200_sized_device():
 
 @pytest.mark.parametrize("device_bytes", [None, int(104.85 * GIB)])
 def test_plain_arm_kept_at_the_cpu_preset(device_bytes):
-    assert schedules.plain_arm_problem("tiny", 1_920, device_bytes) is None
+    assert schedules.plain_arm_problem("tiny-planted", 1_920, device_bytes) is None
 
 
 def test_no_plain_flag_parses():

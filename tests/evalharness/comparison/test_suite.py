@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
+from evalharness.config import EvalConfig
 from evalharness.config.pairs import BUILT_IN_SUITES, load_prompts, run_pairs
 from evalharness.evidence.statistics import statistic_name, suite_metrics, summarize
 from evalharness.gate.verdict import check_gate
+from models.shapes_data import held_out_specs
 
 
 def test_pairs_of_a_built_in_suite_and_seeds_are_prompt_major():
@@ -26,6 +28,16 @@ def test_pairs_of_a_built_in_suite_and_seeds_are_prompt_major():
     (single,) = run_pairs("a fox", 42)
     assert (single.prompt, single.seed, single.name) == ("a fox", 42, "p0-s42")
     assert len(BUILT_IN_SUITES["varied"]) >= 4
+
+
+@pytest.mark.parametrize("suite", ["smoke", "varied"])
+def test_the_default_models_suites_hold_only_prompts_it_never_trained_on(suite):
+    held_out = {spec.prompt for spec in held_out_specs()}
+    assert set(BUILT_IN_SUITES[suite]) <= held_out
+
+
+def test_the_default_prompt_is_held_out_from_the_default_models_training():
+    assert EvalConfig().prompt in {spec.prompt for spec in held_out_specs()}
 
 
 def test_prompt_file_skips_blank_and_comment_lines(tmp_path):
@@ -185,7 +197,12 @@ def test_suite_logs_child_runs_under_one_parent(suite_run):
     assert parent.data.metrics["psnr_db_lcb"] == pytest.approx(metrics["psnr_db_lcb"])
     assert "suite" in parent.data.tags
     # The UI's compare view groups by these, and opens the experiment in its model view.
-    grouping = {"model": "tiny", "resolution": "test", "schedule": "balanced", "backend": "xla"}
+    grouping = {
+        "model": "tiny-planted",
+        "resolution": "test",
+        "schedule": "balanced",
+        "backend": "xla",
+    }
     assert grouping.items() <= parent.data.tags.items()
     experiment_tags = client.get_experiment(parent.info.experiment_id).tags
     assert experiment_tags["mlflow.experimentKind"] == "custom_model_development"

@@ -113,7 +113,7 @@ def _expected_params(tmp_path) -> dict:
         "parallel.sequence": 0,
         "parallel.permute_placement": "head_local",
         "parallel.distributed": None,
-        "prompt": "A red fox trotting through fresh snow in a pine forest at sunrise",
+        "prompt": "a red circle moves quickly up on a dark blue background",
         "prompts": None,
         "negative_prompt": "blurry, low quality, static, distorted",
         "seed": 42,

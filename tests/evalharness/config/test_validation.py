@@ -25,7 +25,7 @@ def test_a_misspelt_setting_names_the_closest_one(arg, suggestion):
 @pytest.mark.parametrize(
     "args",
     [
-        ["warm_runs=1", "model=tiny", "model.checkpoint=/x", "kernel.block_q=8"],
+        ["warm_runs=1", "model=tiny-planted", "model.checkpoint=/x", "kernel.block_q=8"],
         ["experiment=seed_720p", "schedule=aggressive", "schedule.first_times_fp=0.2"],
         ["+logger.tags.team=video", "logger.tags.team=video", "~noise_floor"],
         ["-m", "schedule=conservative,aggressive", "hydra/launcher=basic", "hydra.run.dir=x"],
@@ -117,7 +117,7 @@ def test_values_hydra_reads_pass_the_value_check(arg):
     [
         ("schedule=nonexistent", "no schedule named 'nonexistent'; the choices are aggressive, "),
         ("schedule=balanced,agressive", "did you mean schedule=aggressive?"),
-        ("model=tiny-shape", "did you mean model=tiny-shapes?"),
+        ("model=tiny-plant", "did you mean model=tiny-planted?"),
         ("resolution=4k", "the choices are 1080p, 1440p, 480p, 720p, cpu"),
     ],
 )

@@ -50,7 +50,7 @@ def test_a_host_too_small_is_a_problem_and_an_undocumented_one_is_not_checked(mo
 
 
 def test_seeded_weights_read_nothing_on_the_host():
-    tiny = dataclasses.replace(get_transformer_config("tiny"))
+    tiny = dataclasses.replace(get_transformer_config("tiny-planted"))
     host = size_host(
         "tpu-v6e-8", tiny, TINY_UMT5_CONFIG, VideoGeometry(33, 192, 320), arms=2,
         reads_checkpoint=False,

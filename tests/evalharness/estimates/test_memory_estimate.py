@@ -24,7 +24,7 @@ from kernels.policy.routing import route_rows
 from models.config import get_transformer_config
 from models.video_geometry import VideoGeometry
 
-TINY = get_transformer_config("tiny")
+TINY = get_transformer_config("tiny-planted")
 CPU_VIDEO = VideoGeometry(33, 192, 320)  # the default job: 2,160 tokens
 ARMS = ("dense", "noise_floor", "sparse")
 

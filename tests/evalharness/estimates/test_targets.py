@@ -101,7 +101,7 @@ def test_14b_720p_on_v6e_8_takes_minutes_per_arm():
 
 
 def test_small_model_on_a_big_device_is_memory_bound():
-    cfg = get_transformer_config("tiny")
+    cfg = get_transformer_config("tiny-planted")
     timing = _tiny_estimate(get_target("h200"), "bfloat16")
     # 8 tokens: reading 2.2M bf16 weights (0.9 us at 4.8 TB/s) outlasts 90 MFLOPs (0.2 us).
     assert timing.bound == {"dense": "memory", "sparse": "memory"}
@@ -143,7 +143,7 @@ def test_the_h200_limit_is_the_allocators_as_this_environment_sets_it(monkeypatc
 def _tiny_estimate(target, dtype: str):
     """The tiny preset's one-step estimate at 8 tokens on ``target``."""
     return estimate_time(
-        get_transformer_config("tiny"),
+        get_transformer_config("tiny-planted"),
         VideoGeometry(5, 16, 16),
         target,
         steps=1,

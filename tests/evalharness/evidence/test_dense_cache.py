@@ -30,7 +30,7 @@ from tests.helpers.cache_key import (
 
 def test_cache_hit_and_invalidation(tmp_path):
     cache = ArmCache(tmp_path)
-    fields = {"model": "tiny", "steps": 4, "seed": 1, "prompt": "fox"}
+    fields = {"model": "tiny-planted", "steps": 4, "seed": 1, "prompt": "fox"}
     key = cache_key(fields)
     assert cache.load(key) is None
     cache.store(key, {"latents": np.arange(6.0).reshape(2, 3)}, {"median_s": 1.5})
@@ -71,7 +71,7 @@ def test_an_entry_is_on_disk_before_it_becomes_visible(tmp_path, monkeypatch):
 
 def test_a_stale_entry_is_replaced_only_after_it_is_discarded(tmp_path):
     cache = ArmCache(tmp_path)
-    key = cache_key({"model": "tiny"})
+    key = cache_key({"model": "tiny-planted"})
     cache.store(key, {"latents": np.zeros(3)}, {"run": "old"})
     cache.store(key, {"latents": np.ones(3)}, {"run": "new"})  # the first entry stays
     assert cache.load(key)[1] == {"run": "old"}

@@ -115,7 +115,7 @@ def test_arm_videos_one_to_watch_one_to_measure(tmp_path):
 def _report_cfg(**gate):
     thresholds = {"min_psnr_db": None, "min_speedup": None, **gate}
     return SimpleNamespace(
-        model=SimpleNamespace(name="tiny"),
+        model=SimpleNamespace(name="tiny-planted"),
         resolution=SimpleNamespace(name="cpu"),
         schedule=SimpleNamespace(name="balanced"),
         prompt="a fox",
