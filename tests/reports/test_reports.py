@@ -88,7 +88,7 @@ def test_benchmarks_are_mlflow_runs_with_stable_names(logged):
     assert "sweep.png" in {a.path for a in logged.list_artifacts(runs["tile_sweep"].info.run_id)}
     share = runs["attention_share"]
     assert (
-        share.data.tags["resolution"] == "9x64x64px" and share.data.tags["model"] == "tiny-planted"
+        share.data.tags["resolution"] == "9x64x64px" and share.data.tags["model"] == "tiny-random"
     )
     assert 0.0 < share.data.metrics["9x64x64px.analytic_flop_share"] < 1.0
 

@@ -198,7 +198,7 @@ def test_suite_logs_child_runs_under_one_parent(suite_run):
     assert "suite" in parent.data.tags
     # The UI's compare view groups by these, and opens the experiment in its model view.
     grouping = {
-        "model": "tiny-planted",
+        "model": "tiny",
         "resolution": "test",
         "schedule": "balanced",
         "backend": "xla",
