@@ -12,11 +12,10 @@ from pathlib import Path
 
 _WEIGHTS = Path(__file__).resolve().parent / "weights"
 
-# Preset name -> its folder under models/weights/.
-_SHIPPED: dict[str, str] = {"tiny": "tiny"}
+# The presets whose weights ship, each in models/weights/<preset>/.
+SHIPPED_PRESETS: tuple[str, ...] = ("tiny",)
 
 
 def shipped_checkpoint(preset: str) -> Path | None:
     """The packaged checkpoint folder of ``preset``; None when the preset ships no weights."""
-    folder = _SHIPPED.get(preset)
-    return None if folder is None else _WEIGHTS / folder
+    return _WEIGHTS / preset if preset in SHIPPED_PRESETS else None

@@ -16,16 +16,15 @@ from pathlib import Path
 # straight and diagonal motion and backgrounds. ``scenes`` speaks to a real Wan checkpoint: motion,
 # a camera move, a static scene, rendered text, fine texture and a crowd, what makes spatial and
 # temporal heads work differently.
+_SMOKE = (
+    "a red circle moves quickly up on a dark blue background",
+    "a yellow circle moves quickly down on a black background",
+    "a magenta square moves quickly to the right on a dark grey background",
+)
 BUILT_IN_SUITES: dict[str, tuple[str, ...]] = {
-    "smoke": (
-        "a red circle moves quickly up on a dark blue background",
-        "a yellow circle moves quickly down on a black background",
-        "a magenta square moves quickly to the right on a dark grey background",
-    ),
+    "smoke": _SMOKE,
     "varied": (
-        "a red circle moves quickly up on a dark blue background",
-        "a yellow circle moves quickly down on a black background",
-        "a magenta square moves quickly to the right on a dark grey background",
+        *_SMOKE,
         "a white triangle moves slowly diagonally down and to the left on a black background",
         "a cyan square moves slowly diagonally up and to the right on a purple to black "
         "gradient background",

@@ -1,6 +1,6 @@
 """Every setting of a training run, as one frozen dataclass with named presets.
 
-``full`` is the plan for the shipped model (its VAE about 35 minutes on a quiet 2-core CPU,
+``full`` is the shipped model's plan (its VAE about 35 minutes on a quiet 2-core CPU,
 its transformer minutes on one accelerator chip and hours on a CPU; see ``docs/models.md``);
 ``smoke`` trains a few steps of a much smaller model for tests. A run's settings are written
 beside its checkpoints and its exported weights, and a resumed run must have the same ones.
@@ -254,7 +254,7 @@ class TrainSettings:
 
 
 PRESETS: dict[str, TrainSettings] = {
-    # The plan for the shipped model, not yet trained to its end (docs/models.md): four
+    # The plan the shipped model was trained with (models/weights/tiny, docs/models.md): four
     # blocks; 12,000 steps on many small clips (what met the fidelity bar at 17 x 96 x 160),
     # prompts said in part, the text encoder frozen, tracks near the centre, then 4,000
     # full-size steps on 1,536 clips. The VAE takes about 35 minutes on a quiet 2-core CPU; the
