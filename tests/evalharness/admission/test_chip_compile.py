@@ -125,7 +125,7 @@ def test_the_whole_loop_is_compiled_on_the_eight_chip_mesh_with_its_all_to_all(
     assert "compiled for TPU v6 lite 2x4 by libtpu " in _verdict_line(report)
     assert "each arm's whole denoising loop (every layer, 8 chips on the sequence mesh" in report
     # A TPU scans the layers by default: the program holds one layer's body, unrolled every layer.
-    layers = 1 if scan_layers == "auto" else get_transformer_config("tiny-planted").num_layers
+    layers = 1 if scan_layers == "auto" else get_transformer_config("tiny").num_layers
     # q, k and v to heads and the output back: four all-to-all per layer; the sparse arm's
     # program holds its dense branch's exchange and its sparse branch's.
     dense = re.search(r"dense: (\d+) all-to-all", report)
