@@ -22,9 +22,15 @@ import jax.numpy as jnp
 from omegaconf import DictConfig, OmegaConf
 
 from evalharness import tracking
-from evalharness.admission import admit, check_output_folders, io_hint
+from evalharness.admission import Admission, admit, check_output_folders, io_hint
 from evalharness.arms import PreparedArm, rebind_arm
-from evalharness.assembly import build_components, checkpoint_tags, pin_revision, platform_choices
+from evalharness.assembly import (
+    Components,
+    build_components,
+    checkpoint_tags,
+    pin_revision,
+    platform_choices,
+)
 from evalharness.comparison import (
     Comparison,
     PairInputs,
@@ -135,17 +141,21 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
                 logger.kind, logger.tracking_uri, logger.experiment_name, cfg.output_root
             )
             check_output_folders(cfg, len(pairs))
-        comparison = _preflight(cfg, progress)  # nothing is allocated before this passes
+        plan = admit(cfg)  # nothing is allocated before this passes
     except PreflightRefusal as error:
         refusal = error
     multihost.refuse_together(refusal)
     run_dir, tracker = _open_run(cfg, primary)
-    comparison.run_dir, comparison.tracker = run_dir, tracker
     try:
         with closed_on_error(tracker):
-            _record_start(comparison)
-            metrics, per_pair = _compare(comparison, pairs)
-            metrics.update(comparison.flops.as_metrics())
+            _record_start(cfg, plan, run_dir, tracker)
+            components = _build_model(cfg, plan, progress)
+            inputs, text_encode_s = _encode_prompts(cfg, plan, components, progress, pairs)
+            comparison = Comparison(
+                cfg, plan, progress, run_dir, tracker, components, text_encode_s
+            )
+            metrics, per_pair = _compare(comparison, inputs)
+            metrics.update(plan.flops.as_metrics())
             metrics["total_wall_s"] = time.perf_counter() - started
             gate = _finish(comparison, metrics, per_pair)
             if primary:
@@ -196,12 +206,6 @@ def _end_badly(err: BaseException, cfg: EvalConfig, run_dir: Path) -> NoReturn:
     raise RunFailed(message, str(run_dir)) from err
 
 
-def _preflight(cfg: EvalConfig, progress: Progress) -> Comparison:
-    """Estimates the cost, refuses what does not fit, and builds the attention functions."""
-    a = admit(cfg)
-    return Comparison(cfg, a.geometry, a.sampler, a.shift, a.attention, a.flops, progress, a.sizing)
-
-
 def _open_run(cfg: EvalConfig, primary: bool = True) -> tuple[Path, Tracker]:
     """Creates the run folder and the tracker's run; on a process other than the primary, a
     scratch folder (removed when the run ends) and no tracker."""
@@ -233,21 +237,19 @@ def _open_run(cfg: EvalConfig, primary: bool = True) -> tuple[Path, Tracker]:
     return run_dir, tracker
 
 
-def _record_start(comparison: Comparison) -> None:
+def _record_start(cfg: EvalConfig, plan: Admission, run_dir: Path, tracker: Tracker) -> None:
     """``config.yaml``, then the config as params, the mesh, environment tags and the estimate."""
-    resolved = redacted_values(to_plain_dict(comparison.cfg))  # logger.tracking_uri's password
-    (comparison.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(resolved))
-    tracker = comparison.tracker
+    resolved = redacted_values(to_plain_dict(cfg))  # logger.tracking_uri's password
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(resolved))
     tracker.log_params(flatten(resolved))
-    if comparison.attention.mesh is not None:
-        tracker.log_params(describe_mesh(comparison.attention.mesh))
-    cfg = comparison.cfg
+    if plan.attention.mesh is not None:
+        tracker.log_params(describe_mesh(plan.attention.mesh))
     tags = {
         **cfg.logger.tags,  # the user's (and a multirun's sweep tags); the harness's own win
         **environment_tags(),
         **run_tags(cfg),
         **checkpoint_tags(cfg.model),
-        "run_dir": str(comparison.run_dir.resolve()),
+        "run_dir": str(run_dir.resolve()),
     }
     if cfg.prompts is not None or cfg.seeds is not None:
         tags["suite"] = f"prompts={cfg.prompts or 'prompt'} seeds={cfg.seeds or [cfg.seed]}"
@@ -255,16 +257,13 @@ def _record_start(comparison: Comparison) -> None:
         # A deliberately broken sparse arm: the run must never be read as a schedule's result.
         tags["negative_control"] = cfg.negative_control.value
     tracker.set_tags(tags)
-    tracker.log_metrics(comparison.flops.as_metrics())
-    if comparison.sizing is not None:
-        tracker.log_metrics(comparison.sizing.as_metrics())
-        sizing_md = (
-            comparison.sizing.memory.to_markdown() + "\n\n" + comparison.sizing.budget_markdown()
-        )
-        (comparison.run_dir / "memory_plan.md").write_text(sizing_md.rstrip() + "\n")
-        # The estimate beside what the run will measure (its loops' medians, decode_s, wall).
-        time_md = comparison.sizing.timing.to_markdown()
-        (comparison.run_dir / "time_plan.md").write_text(time_md.rstrip() + "\n")
+    tracker.log_metrics(plan.flops.as_metrics())
+    sizing = plan.sizing
+    tracker.log_metrics(sizing.as_metrics())
+    sizing_md = sizing.memory.to_markdown() + "\n\n" + sizing.budget_markdown()
+    (run_dir / "memory_plan.md").write_text(sizing_md.rstrip() + "\n")
+    # The estimate beside what the run will measure (its loops' medians, decode_s, wall).
+    (run_dir / "time_plan.md").write_text(sizing.timing.to_markdown().rstrip() + "\n")
 
 
 def _finish(
@@ -295,8 +294,8 @@ def _finish(
     return gate
 
 
-def _compare(comparison: Comparison, pairs: list[Pair]) -> tuple[dict, list[dict]]:
-    """The comparison proper: the model, every pair's inputs, the arms compiled once, then each
+def _compare(comparison: Comparison, inputs: list[PairInputs]) -> tuple[dict, list[dict]]:
+    """The comparison proper: the arms compiled once on the first pair's inputs, then each
     pair compared (``evalharness.comparison.pair.compare_pair``) on the same compiled loops.
 
     Returns:
@@ -304,8 +303,7 @@ def _compare(comparison: Comparison, pairs: list[Pair]) -> tuple[dict, list[dict
         of :func:`evalharness.evidence.statistics.suite_metrics`; for a suite, the statistics across pairs
         (``evalharness.comparison.suite_report.parent_metrics``).
     """
-    _build_model(comparison)
-    inputs = _encode_prompts(comparison, pairs)
+    pairs = [item.pair for item in inputs]
     for pair in pairs:  # a damaged dense-cache entry is set aside now, before anything compiles
         comparison.cache.check(comparison.dense_key(pair))
     cached = _reused_dense_arms(comparison, pairs)
@@ -355,21 +353,24 @@ def _run_pair(
     return metrics
 
 
-def _build_model(comparison: Comparison) -> None:
+def _build_model(cfg: EvalConfig, plan: Admission, progress: Progress) -> Components:
     """Transformer, prompt encoder and VAE, on the mesh when there is one."""
-    comparison.progress.phase("build model")
-    cfg = comparison.cfg
+    progress.phase("build model")
     # On a mesh the weights are placed (or, for checkpoints, streamed) onto it here, before any
     # DenoiseLoop captures them.
-    comparison.components = build_components(
-        cfg.model, cfg.dtype, cfg.cache_dir, comparison.attention.mesh
-    )
+    return build_components(cfg.model, cfg.dtype, cfg.cache_dir, plan.attention.mesh)
 
 
-def _encode_prompts(comparison: Comparison, pairs: list[Pair]) -> list[PairInputs]:
-    """Every pair's prompt embeddings (each prompt encoded once, timed) and its initial noise."""
-    comparison.progress.phase("encode prompts")
-    cfg, components = comparison.cfg, comparison.components
+def _encode_prompts(
+    cfg: EvalConfig,
+    plan: Admission,
+    components: Components,
+    progress: Progress,
+    pairs: list[Pair],
+) -> tuple[list[PairInputs], float]:
+    """Every pair's prompt embeddings (each prompt encoded once) and its initial noise, and the
+    seconds the encoding took."""
+    progress.phase("encode prompts")
     texts = list(dict.fromkeys(pair.prompt for pair in pairs))
     start = time.perf_counter()
     # One encoder load (on a cache miss) for every prompt, released before the denoising loop.
@@ -378,9 +379,9 @@ def _encode_prompts(comparison: Comparison, pairs: list[Pair]) -> list[PairInput
         negative = None
         if uses_guidance(cfg.guidance_scale, cfg.negative_prompt):
             negative = jnp.asarray(components.encode([cfg.negative_prompt]))
-    comparison.text_encode_s = time.perf_counter() - start
-    shape = (1, *comparison.geometry.latent_shape())
-    return [
+    text_encode_s = time.perf_counter() - start
+    shape = (1, *plan.geometry.latent_shape())
+    inputs = [
         PairInputs(
             pair,
             jax.random.normal(jax.random.key(pair.seed), shape, jnp.float32),
@@ -389,6 +390,7 @@ def _encode_prompts(comparison: Comparison, pairs: list[Pair]) -> list[PairInput
         )
         for pair in pairs
     ]
+    return inputs, text_encode_s
 
 
 def _reused_dense_arms(comparison: Comparison, pairs: list[Pair]) -> dict[int, DenseArms] | None:
@@ -432,7 +434,7 @@ def _prepare_arms(
 ) -> dict[str, PreparedArm]:
     """Every timed arm compiled and run once on the first pair, in the order the timing rounds
     take them (only the sparse arm when ``dense`` is False: the dense timings are reused)."""
-    attention = comparison.attention
+    attention = comparison.plan.attention
     arms = {}
     if dense:
         arms["dense"] = comparison.prepare_arm("dense", attention.dense, inputs)

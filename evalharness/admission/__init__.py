@@ -4,7 +4,7 @@ the compile check of each arm's attention, and the dry run (alone, or a sweep's 
 """
 
 from evalharness.admission import preflight
-from evalharness.admission.decision import admit
+from evalharness.admission.decision import Admission, admit
 from evalharness.admission.dry_run_report import (
     DryRunPlan,
     checkpoint_optional,
@@ -19,6 +19,7 @@ from evalharness.admission.sizing import RunSizing, estimate_run_time, size_run
 from evalharness.estimates import FlopCount
 
 __all__ = [
+    "Admission",
     "DryRunPlan",
     "FlopCount",
     "EXPORT_PLATFORMS",

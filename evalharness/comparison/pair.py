@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import jax
 
-from evalharness.admission import FlopCount, RunSizing
+from evalharness.admission import Admission
 from evalharness.arms import (
     ArmResult,
     PreparedArm,
@@ -29,7 +29,7 @@ from evalharness.arms import (
     timed_window_tags,
     timing_metrics,
 )
-from evalharness.assembly import AttentionSetup, Components
+from evalharness.assembly import Components
 from evalharness.comparison.progress import Progress
 from evalharness.config import EvalConfig, Pair
 from evalharness.evidence import (
@@ -47,46 +47,35 @@ from evalharness.evidence import (
 from evalharness.metric_names import Metric
 from evalharness.tracking import Tracker, log_frame_curves, log_routing_curve
 from kernels.policy.routing_stats import RoutingStats
-from models.samplers import Sampler
-from models.video_geometry import VideoGeometry
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Comparison:
-    """Everything a run reads and fills in, step by step.
+    """A run's comparison stage, complete when created: what preflight admitted, where the run
+    writes, the model, and how long its prompts took to encode.
 
     Attributes:
         cfg: the validated configuration.
-        geometry: the video's pixel and latent sizes.
-        sampler: the sampler every arm shares.
-        shift: the sampler's flow shift.
-        attention: the dense, noise-floor and sparse attention functions.
-        flops: the comparison's FLOP count.
+        plan: preflight's admission (geometry, sampler and shift, attention functions, FLOP
+            count, per-device sizing).
         progress: phase bar.
-        sizing: preflight's per-device memory table and kernel budgets on this host.
-        run_dir: the run folder every file goes to (set once the run is opened).
-        tracker: the experiment tracker (set once the run is opened).
-        components: transformer, prompt encoder and VAE (set by the "build model" step).
+        run_dir: the run folder every file goes to.
+        tracker: the experiment tracker's run.
+        components: transformer, prompt encoder and VAE.
         text_encode_s: seconds spent encoding the prompts.
-        recording_arm: the routing-recording loop, compiled for the first pair and rebound to
-            the next ones (set by the first pair's routing statistics).
+        recorder: the routing-recording loop, compiled when the first pair needs it.
     """
 
     cfg: EvalConfig
-    geometry: VideoGeometry
-    sampler: Sampler
-    shift: float
-    attention: AttentionSetup
-    flops: FlopCount
+    plan: Admission
     progress: Progress
-    sizing: RunSizing | None = None
-    run_dir: Path | None = None
-    tracker: Tracker | None = None
-    components: Components | None = None
-    text_encode_s: float = float("nan")
-    recording_arm: PreparedArm | None = None
+    run_dir: Path
+    tracker: Tracker
+    components: Components
+    text_encode_s: float
+    recorder: RoutingRecorder = field(default_factory=lambda: RoutingRecorder(), compare=False)
 
     def prepare_arm(self, label: str, attend: Any, inputs: PairInputs) -> PreparedArm:
         """Compiles one arm on the shared model and sampler for ``inputs``' shapes and runs it
@@ -95,7 +84,7 @@ class Comparison:
         return prepare_arm(
             label,
             self.components.transformer,
-            self.sampler,
+            self.plan.sampler,
             guidance_scale=self.cfg.guidance_scale,
             attend=attend,
             noise=inputs.noise,
@@ -108,12 +97,30 @@ class Comparison:
     def dense_key(self, pair: Pair) -> str:
         """The dense-arm cache key of one pair."""
         # step_callback keeps its default, False: no timed loop carries one (``prepare_arm``).
-        return dense_arm_key(pair_config(self.cfg, pair), self.components.identity, self.shift)
+        return dense_arm_key(pair_config(self.cfg, pair), self.components.identity, self.plan.shift)
 
     @property
     def cache(self) -> ArmCache:
         """The dense-arm cache."""
         return ArmCache(Path(self.cfg.cache_dir) / "dense_arms")
+
+
+class RoutingRecorder:
+    """The run's routing-recording loop: compiled for the first pair that records, rebound to the
+    next ones. Each run overwrites every sparse (step, layer) cell of the recorder, so a rebound
+    run needs no reset."""
+
+    def __init__(self) -> None:
+        self._arm: PreparedArm | None = None
+
+    def run(self, comparison: Comparison, inputs: PairInputs) -> PreparedArm:
+        """The recording loop run on ``inputs`` (its latents and the recorder's cells)."""
+        if self._arm is None:
+            attend = comparison.plan.attention.recording
+            self._arm = comparison.prepare_arm("sparse (recording routing)", attend, inputs)
+        else:
+            self._arm = rebind_arm(self._arm, inputs.args, on_event=comparison.progress.event)
+        return self._arm
 
 
 def pair_config(cfg: EvalConfig, pair: Pair) -> EvalConfig:
@@ -260,22 +267,16 @@ def _routing_statistics(
     Raises:
         RuntimeError: the recorded run's latents differ from the sparse arm's beyond rounding.
     """
-    attention = comparison.attention
-    if attention.recording is None or not comparison.cfg.routing_stats:
+    if comparison.plan.attention.recording is None or not comparison.cfg.routing_stats:
         return None, {}
-    # A separate run records routing, so recording never slows the timed sparse arm. Each run
-    # overwrites every sparse (step, layer) cell of the recorder, so a rebound run needs no reset.
-    if comparison.recording_arm is None:
-        recorded = comparison.prepare_arm("sparse (recording routing)", attention.recording, inputs)
-    else:
-        recorded = rebind_arm(
-            comparison.recording_arm, inputs.args, on_event=comparison.progress.event
-        )
-    comparison.recording_arm = recorded
+    # A separate run records routing, so recording never slows the timed sparse arm.
+    recorded = comparison.recorder.run(comparison, inputs)
     diff = check_same_latents(
         recorded.latents, sparse.latents, comparison.cfg.dtype.value, what="routing-recording run"
     )
-    return attention.collect_stats(), {"routing_recording_max_abs_latent_diff": diff}
+    return comparison.plan.attention.collect_stats(), {
+        "routing_recording_max_abs_latent_diff": diff
+    }
 
 
 def _quality(
@@ -313,9 +314,9 @@ def _speed_and_setup(comparison: Comparison, dense: DenseArms, sparse: ArmResult
     metrics["dense_control"] = fastest_control(metrics)
     metrics["text_encode_s"] = comparison.text_encode_s
     metrics.update(dense.metrics())
-    metrics["tokens"] = comparison.geometry.tokens
+    metrics["tokens"] = comparison.plan.geometry.tokens
     metrics["schedule"] = comparison.cfg.schedule.name
-    metrics.update(comparison.attention.describe())
+    metrics.update(comparison.plan.attention.describe())
     return metrics
 
 
@@ -335,7 +336,7 @@ def _write_artifacts(
     log_frame_curves(tracker, quality.frames.psnr_db, quality.frames.ssim)
     metrics: dict[str, Any] = {}
     if stats is not None:
-        save_routing_stats(stats, folder, comparison.attention.schedule.name)
+        save_routing_stats(stats, folder, comparison.plan.attention.schedule.name)
         log_routing_curve(tracker, stats.temporal_fraction())  # [steps, layers], NaN where dense
         metrics["routing_temporal_fraction"] = stats.overall_temporal_fraction()
     run_folder.write_timings(folder, dense.dense, sparse)

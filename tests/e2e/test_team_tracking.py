@@ -51,7 +51,7 @@ def no_preflight(monkeypatch):
     def reached(*_args, **_kwargs):
         raise AssertionError("the run reached preflight: the tracking store was not refused first")
 
-    monkeypatch.setattr(run_module, "_preflight", reached)
+    monkeypatch.setattr(run_module, "admit", reached)
 
 
 def _refusal(tmp_path: Path, tracking_uri: str) -> tuple[str, float]:

@@ -37,7 +37,9 @@ def test_the_noise_floor_arm_is_prepared_with_the_noise_floor_attention():
     prepared = []
 
     class Comparison:
-        attention = SimpleNamespace(dense="dense attend", sparse="sparse", noise_floor="floor")
+        plan = SimpleNamespace(
+            attention=SimpleNamespace(dense="dense attend", sparse="sparse", noise_floor="floor")
+        )
         cfg = SimpleNamespace(noise_floor=True)
 
         def prepare_arm(self, label, attend, inputs):
