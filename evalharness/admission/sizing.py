@@ -35,7 +35,7 @@ from evalharness.admission.run_timing import (
     vae_config,
 )
 from evalharness.admission.step_compile import StepProgram
-from evalharness.assembly import pallas_options
+from evalharness.assembly import kernel_options
 from evalharness.config import EvalConfig, token_geometry
 from evalharness.estimates import (
     DeviceTarget,
@@ -293,7 +293,7 @@ def _single_device_attends(
     options = {
         "backend": kernel.backend.value,
         "block_sizes": BlockSizes(kernel.block_q, kernel.block_kv),
-        **pallas_options(cfg),
+        "options": kernel_options(cfg),
     }
     dense = make_dense_attend(kernel.dense_executor.value, **options)
     floor = make_dense_attend(kernel.noise_floor_executor.value, **options)

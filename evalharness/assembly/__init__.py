@@ -6,8 +6,8 @@ from evalharness.assembly import platform_choices
 from evalharness.assembly.attention_setup import (
     AttentionSetup,
     build_attention,
+    kernel_options,
     nominal_kept_fraction,
-    pallas_options,
     sequence_devices,
 )
 from evalharness.assembly.checkpoint_source import (
@@ -28,7 +28,7 @@ __all__ = [
     "fetch_checkpoint",
     "host_platform",
     "nominal_kept_fraction",
-    "pallas_options",
+    "kernel_options",
     "pin_revision",
     "platform_choices",
     "sequence_devices",

@@ -15,6 +15,7 @@ from typing import Any
 import jax
 
 from evalharness.config import EvalConfig, KernelBackend, NegativeControl, token_geometry
+from kernels.executors.dispatch import KernelOptions
 from kernels.executors.xla_blocksparse import visit_groups
 from kernels.masks.geometry import TokenGeometry
 from kernels.parallel.attend import parallelize
@@ -133,7 +134,7 @@ def build_attention(
         block_sizes=block_sizes,
         dense_attend=dense,
         seed=cfg.seed,
-        **pallas_options(cfg),
+        options=kernel_options(cfg),
     )
     # The control is part of the sparse arm only: the dense arms (and their cache key) never see it.
     control = {"negative_control": NegativeControl(cfg.negative_control).value}
@@ -164,22 +165,23 @@ def build_attention(
     )
 
 
-def pallas_options(cfg: EvalConfig) -> dict[str, int | None]:
-    """The Pallas kernels' settings: the TPU kernel's compute chunk and VMEM limit, the GPU
-    kernel's warps and pipelining stages (each ignored by the other backends)."""
-    return {
-        "block_kv_compute": cfg.kernel.block_kv_compute,
-        "vmem_limit_bytes": cfg.kernel.vmem_limit_bytes,
-        "num_warps": cfg.kernel.num_warps,
-        "num_stages": cfg.kernel.num_stages,
-    }
+def kernel_options(cfg: EvalConfig) -> KernelOptions:
+    """The kernels' backend settings: the Pallas TPU kernel's compute chunk and VMEM limit, the
+    Pallas GPU kernel's warps and pipelining stages (each ignored by the other backends)."""
+    kernel = cfg.kernel
+    return KernelOptions(
+        block_kv_compute=kernel.block_kv_compute,
+        vmem_limit_bytes=kernel.vmem_limit_bytes,
+        num_warps=kernel.num_warps,
+        num_stages=kernel.num_stages,
+    )
 
 
 def _dense_attends(cfg: EvalConfig, backend: str, block_sizes: BlockSizes) -> tuple[Any, Any]:
     """The dense arm's and the noise floor's attention functions."""
     return tuple(
         make_dense_attend(
-            executor.value, backend=backend, block_sizes=block_sizes, **pallas_options(cfg)
+            executor.value, backend=backend, block_sizes=block_sizes, options=kernel_options(cfg)
         )
         for executor in (cfg.kernel.dense_executor, cfg.kernel.noise_floor_executor)
     )

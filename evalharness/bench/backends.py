@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from kernels.executors import pallas_gpu_budget
-from kernels.executors.dispatch import BACKENDS, attention
+from kernels.executors.dispatch import BACKENDS, KernelOptions, attention
 from kernels.plans.block_sizes import BlockSizes, auto_block_sizes
 from kernels.plans.tiles import TilePlan
 
@@ -161,6 +161,10 @@ class Backend:
             stages = pallas_gpu_budget.DEFAULT_NUM_STAGES
         return {"num_warps": warps, "num_stages": stages}
 
+    def kernel_options(self, block_q: int, head_dim: int) -> KernelOptions:
+        """The options a b0-b3 call runs with: interpret mode and ``launch``'s warps and stages."""
+        return KernelOptions(interpret=self.interpret, **self.launch(block_q, head_dim))
+
     def check_tiles(self, block_sizes: BlockSizes, tokens: int, head_dim: int, dtype) -> None:
         """Raises ValueError unless ``block_sizes`` suit this backend for the sequence.
 
@@ -181,10 +185,8 @@ class Backend:
 
     def attend(self, q: jax.Array, k: jax.Array, v: jax.Array, plan: TilePlan) -> jax.Array:
         """b0-b3 by ``plan`` on this backend (traceable)."""
-        launch = self.launch(plan.block_sizes.block_q, q.shape[3])
-        return attention(
-            q, k, v, plan, variant=None, backend=self.name, interpret=self.interpret, **launch
-        )
+        options = self.kernel_options(plan.block_sizes.block_q, q.shape[3])
+        return attention(q, k, v, plan, variant=None, backend=self.name, options=options)
 
     def sparse_fn(self, plan: TilePlan) -> Callable[[jax.Array, jax.Array, jax.Array], jax.Array]:
         """``attend`` with ``plan``, jitted."""
@@ -195,9 +197,8 @@ class Backend:
     ) -> Callable[[jax.Array, jax.Array, jax.Array], jax.Array]:
         """A dense control (default this backend's), jitted; splash follows interpret mode."""
         variant = self.dense_control if variant is None else variant
-        return jax.jit(
-            lambda q, k, v: attention(q, k, v, None, variant=variant, interpret=self.interpret)
-        )
+        options = KernelOptions(interpret=self.interpret)
+        return jax.jit(lambda q, k, v: attention(q, k, v, None, variant=variant, options=options))
 
 
 XLA = Backend()

@@ -47,6 +47,7 @@ from evalharness.bench.mlflow_record import (
 from evalharness.config import CONF_DIR, load_resolution, token_geometry
 from evalharness.formatting import markdown_table
 from evalharness.machine import machine_info
+from kernels.executors.dispatch import KernelOptions
 from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes
 from kernels.policy.attention_policy import AttentionPolicy
@@ -139,7 +140,7 @@ def _schedule_arm(setup: _Setup, schedule: SparsitySchedule, args: argparse.Name
         backend=args.backend,
         block_sizes=tiles,
         seed=args.seed,
-        interpret=args.interpret,
+        options=KernelOptions(interpret=args.interpret),
     )
     compiled, seconds = _compile(setup, policy)
     arm = {

@@ -56,10 +56,9 @@ def temporal_comparison(
     schedule = SparsitySchedule(
         "temporal-bench", first_times_fp=0.0, density=density, variant=variant
     )
-    launch = backend.launch(block_sizes.block_q, head_dim)
     policy = AttentionPolicy(
         schedule, geometry, num_steps=1, num_layers=1, backend=backend.name,
-        block_sizes=block_sizes, interpret=backend.interpret, **launch,
+        block_sizes=block_sizes, options=backend.kernel_options(block_sizes.block_q, head_dim),
     )  # fmt: skip
     every_head = jnp.ones((1, heads), bool)
     strided = build_plan(strided_temporal_mask(geometry, density), block_sizes, variant)

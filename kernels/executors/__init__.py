@@ -23,9 +23,13 @@ from kernels.executors.dense_memory import dense_executor_temp_bytes, grows_quad
 from kernels.executors.dispatch import (
     ALL_VARIANTS,
     BACKENDS,
+    DEFAULT_KERNEL_OPTIONS,
     DENSE_PEERS,
     SUPPORTED_DTYPES,
+    Kernel,
+    KernelOptions,
     attention,
+    make_attention,
 )
 from kernels.executors.pallas_tpu_visits import PARTIAL_PREDICATE, VisitSlots, build_visit_slots
 from kernels.executors.reference import reference_attention
@@ -39,12 +43,15 @@ from kernels.executors.xla_blocksparse import (
 __all__ = [
     "ALL_VARIANTS",
     "BACKENDS",
+    "DEFAULT_KERNEL_OPTIONS",
     "DENSE_PEERS",
     "PARTIAL_PREDICATE",
     "SPLASH_BLOCK_KV",
     "SPLASH_BLOCK_KV_COMPUTE",
     "SPLASH_BLOCK_Q",
     "SUPPORTED_DTYPES",
+    "Kernel",
+    "KernelOptions",
     "SplashTiles",
     "VisitGroup",
     "VisitGroups",
@@ -57,6 +64,7 @@ __all__ = [
     "cudnn_attention",
     "dense_executor_temp_bytes",
     "grows_quadratically",
+    "make_attention",
     "reference_attention",
     "splash_attention",
     "splash_tiles",

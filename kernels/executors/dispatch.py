@@ -20,6 +20,9 @@ Variants:
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -74,23 +77,96 @@ def _pallas_backend(backend: str):
     return module
 
 
-def _dense_peer(
-    q: jax.Array,
-    k: jax.Array,
-    v: jax.Array,
-    variant: str,
-    block_sizes: BlockSizes | None,
-    block_kv_compute: int | None,
-    interpret: bool,
-) -> jax.Array:
-    """One of ``DENSE_PEERS`` on [batch, tokens, heads, head_dim] (mask already refused)."""
-    if variant == "splash":
-        return splash_attention(
-            q, k, v, block_sizes=block_sizes, block_kv_compute=block_kv_compute, interpret=interpret
+@dataclasses.dataclass(frozen=True)
+class KernelOptions:
+    """How a backend runs a kernel, apart from its tiles; each backend reads only its own fields.
+
+    Attributes:
+        interpret: Pallas interpret mode (the Pallas kernels, ours and splash, run on a CPU);
+            ignored by "xla".
+        block_kv_compute: key chunk per online-softmax update of the Pallas TPU kernel (b0-b3 on
+            "pallas_tpu", and "splash"); None keeps the kernel's default.
+        vmem_limit_bytes: scoped VMEM limit of b0-b3 on "pallas_tpu"; None keeps Mosaic's.
+        num_warps: warps per program of b0-b3 on "pallas_gpu"; None picks by tile and head_dim
+            (``kernels.executors.pallas_gpu_budget.default_num_warps``).
+        num_stages: software-pipelining stages of b0-b3 on "pallas_gpu"; None keeps the
+            kernel's default.
+    """
+
+    interpret: bool = False
+    block_kv_compute: int | None = None
+    vmem_limit_bytes: int | None = None
+    num_warps: int | None = None
+    num_stages: int | None = None
+
+
+# The options a kernel gets when none are given: compiled (not interpreted), each kernel's defaults.
+DEFAULT_KERNEL_OPTIONS = KernelOptions()
+
+Kernel = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
+
+
+def make_attention(
+    tokens: int,
+    mask=None,
+    *,
+    variant: str | None = "b2",
+    block_sizes: BlockSizes | None = None,
+    backend: str = "xla",
+    options: KernelOptions = DEFAULT_KERNEL_OPTIONS,
+    rounding_tolerance: float | None = 0.01,
+) -> Kernel:
+    """Scaled dot-product attention for ``tokens``-long sequences, built once: the request is
+    checked and the tile plan built here, so the returned kernel only runs.
+
+    Args:
+        tokens: the sequence length N every call has.
+        mask: None (dense), a mask from ``kernels.masks.band`` over ``tokens`` tokens, or a
+            prebuilt ``TilePlan`` (then ``variant`` must match it or be None and ``block_sizes``
+            must be None or equal; its tiles are not revalidated: whoever built the plan
+            validated them).
+        variant: one of ``ALL_VARIANTS``; "b0" ignores the mask (dense); ``DENSE_PEERS`` and
+            "xla_flash" refuse one.
+        block_sizes: tiles for b0-b3 (default ``auto_block_sizes(tokens, backend)``), for
+            "splash" (default ``kernels.executors.dense_controls.splash_tiles``) and the (query
+            chunk, key block) of "xla_flash" (default ``kernels.executors.xla_flash.flash_blocks``).
+        backend: "xla", "pallas_tpu" or "pallas_gpu" (b0-b3 only; "xla_flash" is XLA anyway).
+        options: the backend's own settings (``KernelOptions``).
+        rounding_tolerance: b3 only, see ``kernels.plans.rounding.round_to_tiles``.
+
+    Returns:
+        ``kernel(q, k, v) -> out``: q, k, v [batch, tokens, heads, head_dim], float32 or
+        bfloat16 (unscaled); out in q's dtype.
+
+    Raises:
+        ValueError: an unknown variant or backend, a mask over another length, a mask given to a
+            dense control, or tiles that do not suit ``tokens`` on ``backend``.
+    """
+    variant, mask, plan = _checked_request(mask, variant, block_sizes, backend, tokens)
+    if variant == "reference":
+        return _checked(tokens, lambda q, k, v: reference_attention(q, k, v, mask))
+    if not EXECUTORS[variant].tiled:
+        if mask is not None:
+            raise ValueError(
+                f"variant={variant!r} is a dense control (a dense peer); pass mask=None, or use "
+                "b1-b3 for masked attention"
+            )
+        return _checked(tokens, _dense_peer(variant, block_sizes, options))
+    if plan is None:
+        # Whoever builds a plan validates its tiles; a prebuilt plan was validated by its builder
+        # (e.g. the attention policy, once per run), so it is not rechecked here.
+        if block_sizes is None:
+            block_sizes = auto_block_sizes(tokens, backend)
+        block_sizes.validate(tokens, backend)
+        plan = build_plan(
+            PaddingMask(tokens) if mask is None else mask,
+            block_sizes,
+            variant,
+            rounding_tolerance if variant == "b3" else 0.01,
         )
-    if variant == "cudnn":
-        return cudnn_attention(q, k, v)
-    return jax.nn.dot_product_attention(q, k, v, implementation="xla")
+    return _checked(
+        tokens, functools.partial(_run_plan, plan=plan, backend=backend, options=options)
+    )
 
 
 def attention(
@@ -99,99 +175,66 @@ def attention(
     v: jax.Array,
     mask=None,
     *,
-    variant: str = "b2",
+    variant: str | None = "b2",
     block_sizes: BlockSizes | None = None,
     backend: str = "xla",
-    interpret: bool = False,
+    options: KernelOptions = DEFAULT_KERNEL_OPTIONS,
     rounding_tolerance: float | None = 0.01,
-    block_kv_compute: int | None = None,
-    vmem_limit_bytes: int | None = None,
-    num_warps: int | None = None,
-    num_stages: int | None = None,
 ) -> jax.Array:
-    """Scaled dot-product attention under a mask, by the chosen variant and backend.
-
-    Args:
-        q: [batch, tokens, heads, head_dim], float32 or bfloat16 (unscaled).
-        k: [batch, tokens, heads, head_dim], same dtype.
-        v: [batch, tokens, heads, head_dim], same dtype.
-        mask: None (dense), a mask from ``kernels.masks.band`` with ``tokens`` equal to the sequence
-            length, or a prebuilt ``TilePlan`` (then ``variant`` must match it or be None and
-            ``block_sizes`` must be None or equal; its tiles are not revalidated: whoever built
-            the plan validated them).
-        variant: one of ``ALL_VARIANTS``; "b0" ignores the mask (dense); ``DENSE_PEERS`` and
-            "xla_flash" refuse one.
-        block_sizes: tiles for b0-b3 (default ``auto_block_sizes(tokens, backend)``), for
-            "splash" (default ``kernels.executors.dense_controls.splash_tiles``) and the (query
-            chunk, key block) of "xla_flash" (default ``kernels.executors.xla_flash.flash_blocks``).
-        backend: "xla", "pallas_tpu" or "pallas_gpu" (b0-b3 only; "xla_flash" is XLA anyway).
-        interpret: Pallas interpret mode (runs the Pallas kernels, ours and splash, on CPU);
-            ignored by "xla".
-        rounding_tolerance: b3 only, see ``kernels.plans.rounding.round_to_tiles``.
-        block_kv_compute: key chunk per online-softmax update of the Pallas kernels (b0-b3 on
-            "pallas_tpu", and "splash"); None keeps their default. Ignored elsewhere.
-        vmem_limit_bytes: scoped VMEM limit for b0-b3 on "pallas_tpu"; None keeps Mosaic's
-            default. Ignored elsewhere.
-        num_warps: warps per program of b0-b3 on "pallas_gpu"; None picks by tile and head_dim
-            (``kernels.executors.pallas_gpu_budget.default_num_warps``). Ignored elsewhere.
-        num_stages: software-pipelining stages of b0-b3 on "pallas_gpu"; None keeps the
-            kernel's default. Ignored elsewhere.
-
-    Returns:
-        [batch, tokens, heads, head_dim] in q's dtype.
-    """
+    """One call of :func:`make_attention`'s kernel, built for ``q``'s length (the arguments are
+    :func:`make_attention`'s)."""
     _validate_qkv(q, k, v)
-    n = q.shape[1]
-    variant, mask, plan = _checked_request(mask, variant, block_sizes, backend, n)
-    if variant == "reference":
-        return reference_attention(q, k, v, mask)
-    if not EXECUTORS[variant].tiled:
-        if mask is not None:
-            raise ValueError(
-                f"variant={variant!r} is a dense control (a dense peer); pass mask=None, or use "
-                "b1-b3 for masked attention"
-            )
-        if variant == "xla_flash":
-            return flash_attention(q, k, v, block_sizes=block_sizes)
-        return _dense_peer(q, k, v, variant, block_sizes, block_kv_compute, interpret)
-    if plan is None:
-        # Whoever builds a plan validates its tiles; a prebuilt plan was validated by its builder
-        # (e.g. the attention policy, once per run), so it is not rechecked on every call.
-        if block_sizes is None:
-            block_sizes = auto_block_sizes(n, backend)
-        block_sizes.validate(n, backend)
-        plan = build_plan(
-            PaddingMask(n) if mask is None else mask,
-            block_sizes,
-            variant,
-            rounding_tolerance if variant == "b3" else 0.01,
-        )
-    return _run_plan(
-        q,
-        k,
-        v,
-        plan,
-        backend,
-        interpret=interpret,
-        block_kv_compute=block_kv_compute,
-        vmem_limit_bytes=vmem_limit_bytes,
-        num_warps=num_warps,
-        num_stages=num_stages,
+    kernel = make_attention(
+        q.shape[1],
+        mask,
+        variant=variant,
+        block_sizes=block_sizes,
+        backend=backend,
+        options=options,
+        rounding_tolerance=rounding_tolerance,
     )
+    return kernel(q, k, v)
+
+
+def _checked(tokens: int, run: Kernel) -> Kernel:
+    """``run`` behind the checks of q, k and v every call needs (shapes, dtypes, length)."""
+
+    def kernel(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+        _validate_qkv(q, k, v)
+        if q.shape[1] != tokens:
+            raise ValueError(
+                f"q has {q.shape[1]} tokens; this kernel was built for {tokens}: build one for "
+                "this sequence's length"
+            )
+        return run(q, k, v)
+
+    return kernel
+
+
+def _dense_peer(variant: str, block_sizes: BlockSizes | None, options: KernelOptions) -> Kernel:
+    """One of the untiled dense executors (``DENSE_PEERS`` and "xla_flash") as a kernel."""
+    if variant == "xla_flash":
+        return functools.partial(flash_attention, block_sizes=block_sizes)
+    if variant == "splash":
+        return functools.partial(
+            splash_attention,
+            block_sizes=block_sizes,
+            block_kv_compute=options.block_kv_compute,
+            interpret=options.interpret,
+        )
+    if variant == "cudnn":
+        return cudnn_attention
+    return functools.partial(jax.nn.dot_product_attention, implementation="xla")
 
 
 def _run_plan(
     q: jax.Array,
     k: jax.Array,
     v: jax.Array,
+    *,
     plan: TilePlan,
     backend: str,
-    *,
-    interpret: bool,
-    block_kv_compute: int | None,
-    vmem_limit_bytes: int | None,
-    num_warps: int | None,
-    num_stages: int | None,
+    options: KernelOptions,
 ) -> jax.Array:
     """A tile plan (b0-b3) executed on ``backend``, each backend given its own options."""
     if backend == "pallas_gpu":
@@ -201,9 +244,9 @@ def _run_plan(
             v,
             plan,
             variant=plan.variant,
-            interpret=interpret,
-            num_warps=num_warps,
-            num_stages=num_stages,
+            interpret=options.interpret,
+            num_warps=options.num_warps,
+            num_stages=options.num_stages,
         )
     if backend == "pallas_tpu":
         return _pallas_backend(backend).pallas_blocksparse_attention(
@@ -212,9 +255,9 @@ def _run_plan(
             v,
             plan,
             variant=plan.variant,
-            interpret=interpret,
-            block_kv_compute=block_kv_compute,
-            vmem_limit_bytes=vmem_limit_bytes,
+            interpret=options.interpret,
+            block_kv_compute=options.block_kv_compute,
+            vmem_limit_bytes=options.vmem_limit_bytes,
         )
     d = q.shape[3]
     if d % _XLA_HEAD_DIM_MULTIPLE or d > _XLA_MAX_HEAD_DIM:

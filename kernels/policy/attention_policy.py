@@ -31,7 +31,12 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from kernels.executors.dispatch import attention
+from kernels.executors.dispatch import (
+    DEFAULT_KERNEL_OPTIONS,
+    Kernel,
+    KernelOptions,
+    make_attention,
+)
 from kernels.masks.geometry import TokenGeometry
 from kernels.masks.layouts import inverse_temporal_permutation, temporal_permutation
 from kernels.plans.block_sizes import BlockSizes, auto_block_sizes, plan_backend
@@ -60,13 +65,10 @@ def make_dense_attend(
     *,
     backend: str = "xla",
     block_sizes: BlockSizes | None = None,
-    interpret: bool = False,
-    block_kv_compute: int | None = None,
-    vmem_limit_bytes: int | None = None,
-    num_warps: int | None = None,
-    num_stages: int | None = None,
+    options: KernelOptions = DEFAULT_KERNEL_OPTIONS,
 ) -> Callable[..., jax.Array]:
-    """A dense ``attend`` function from the kernels executors.
+    """A dense ``attend`` function from the kernels executors, its kernel built once per sequence
+    length.
 
     Args:
         executor: one of ``DENSE_EXECUTORS`` except "auto": "b0" (tiled online softmax on
@@ -75,11 +77,8 @@ def make_dense_attend(
             "xla_flash" (the CPU's, its own chunks). Backend "reference" always uses "reference".
         backend: "xla", "pallas_tpu", "pallas_gpu" or "reference".
         block_sizes: tiles for "b0"; default ``auto_block_sizes(tokens, backend)``.
-        interpret: Pallas interpret mode (CPU tests of the Pallas kernels, ours and splash).
-        block_kv_compute: key chunk of "b0" on "pallas_tpu"; None keeps the kernel's default.
-        vmem_limit_bytes: scoped VMEM limit of "b0" on "pallas_tpu"; None keeps Mosaic's.
-        num_warps: warps per program of "b0" on "pallas_gpu"; None picks by tile and head_dim.
-        num_stages: pipelining stages of "b0" on "pallas_gpu"; None keeps the kernel's default.
+        options: the kernels' backend settings (``KernelOptions``: interpret mode, the Pallas
+            TPU kernel's key chunk and VMEM limit, the Pallas GPU kernel's warps and stages).
 
     Returns:
         ``attend(q, k, v, *, step, layer) -> out`` ignoring step and layer.
@@ -98,26 +97,23 @@ def make_dense_attend(
         raise ValueError(f"executor={executor!r}; use one of {DENSE_EXECUTORS[1:]}")
     if backend == "reference":
         executor = "reference"
+    kernels: dict[int, Kernel] = {}
+
+    def kernel_for(tokens: int) -> Kernel:
+        if tokens not in kernels:
+            if executor == "b0":
+                kernels[tokens] = make_attention(
+                    tokens, variant="b0", block_sizes=block_sizes, backend=backend, options=options
+                )
+            else:  # splash, xla_flash keep their own tiles: the policy's are the b0/band ones
+                kernels[tokens] = make_attention(
+                    tokens, variant=executor, options=KernelOptions(interpret=options.interpret)
+                )
+        return kernels[tokens]
 
     def dense_attend(q, k, v, *, step=None, layer=None):
         del step, layer
-        if executor == "b0":
-            return attention(
-                q,
-                k,
-                v,
-                None,
-                variant="b0",
-                block_sizes=block_sizes,
-                backend=backend,
-                interpret=interpret,
-                block_kv_compute=block_kv_compute,
-                vmem_limit_bytes=vmem_limit_bytes,
-                num_warps=num_warps,
-                num_stages=num_stages,
-            )
-        # splash, xla_flash keep their own tiles: the policy's tiles are the b0/band ones.
-        return attention(q, k, v, None, variant=executor, interpret=interpret)
+        return kernel_for(q.shape[1])(q, k, v)
 
     return dense_attend
 
@@ -171,12 +167,8 @@ class AttentionPolicy:
         routing_mode: str = "sampled",
         seed: int = 0,
         record_stats: bool = False,
-        interpret: bool = False,
         rounding_tolerance: float | None = None,
-        block_kv_compute: int | None = None,
-        vmem_limit_bytes: int | None = None,
-        num_warps: int | None = None,
-        num_stages: int | None = None,
+        options: KernelOptions = DEFAULT_KERNEL_OPTIONS,
         negative_control: str = "none",
     ) -> None:
         """Builds the policy and its host-side plans (nothing is traced).
@@ -193,16 +185,10 @@ class AttentionPolicy:
             routing_mode: "sampled" (``schedule.routing_samples`` rows) or "oracle" (all rows).
             seed: routing seed; equal seeds sample equal rows at every (step, layer).
             record_stats: send routing to the host (``stats``); for one extra, untimed run.
-            interpret: Pallas interpret mode.
             rounding_tolerance: b3 rounding tolerance (None accepts what the tiles allow; the
                 rounded density is what ``schedule.overall_kept_fraction`` reports).
-            block_kv_compute: key chunk of the Pallas TPU kernel (sparse executor and the
-                default dense b0); ignored by the other backends.
-            vmem_limit_bytes: scoped VMEM limit of the Pallas TPU kernel; ignored elsewhere.
-            num_warps: warps per program of the Pallas GPU kernel (sparse executor and the
-                default dense b0); None picks by tile and head_dim; ignored elsewhere.
-            num_stages: pipelining stages of the Pallas GPU kernel; None keeps its default;
-                ignored elsewhere.
+            options: the kernels' backend settings (``KernelOptions``) of the sparse executor
+                and the default dense b0.
             negative_control: one of ``NEGATIVE_CONTROLS``; anything but ``none`` breaks the
                 sparse cells on purpose (dense cells are untouched).
 
@@ -222,11 +208,7 @@ class AttentionPolicy:
         self.backend = backend
         self.routing_mode = routing_mode
         self.seed = seed
-        self.interpret = interpret
-        self.block_kv_compute = block_kv_compute
-        self.vmem_limit_bytes = vmem_limit_bytes
-        self.num_warps = num_warps
-        self.num_stages = num_stages
+        self.options = options
         # The policy builds the run's plans, so it validates their tiles, once per run; the
         # executors do not recheck a prebuilt plan on every call.
         if block_sizes is None:
@@ -234,19 +216,25 @@ class AttentionPolicy:
         block_sizes.validate(geometry.tokens, plan_backend(backend))
         self.block_sizes = block_sizes
         self.dense_attend = dense_attend or make_dense_attend(
-            "b0",
-            backend=backend,
-            block_sizes=block_sizes,
-            interpret=interpret,
-            block_kv_compute=block_kv_compute,
-            vmem_limit_bytes=vmem_limit_bytes,
-            num_warps=num_warps,
-            num_stages=num_stages,
+            "b0", backend=backend, block_sizes=block_sizes, options=options
         )
         self.recorder = RoutingRecorder(num_steps, num_layers) if record_stats else None
         self.batch_offset = 0  # where this call's samples sit in the step's batch (records)
         self.plan = schedule.tile_plan(geometry, block_sizes, rounding_tolerance)
         self.routing_mask = None if self.plan is None else self.plan.logical_mask
+        # The band's kernel, built once from the run's plan (the reference backend computes the
+        # same logical mask densely).
+        self.band_kernel = None
+        if self.plan is not None:
+            band = (self.plan.logical_mask, "reference") if backend == "reference" else None
+            mask, variant = band or (self.plan, self.plan.variant)
+            self.band_kernel = make_attention(
+                geometry.tokens,
+                mask,
+                variant=variant,
+                backend="xla" if backend == "reference" else backend,
+                options=options,
+            )
         if self.plan is not None:
             schedule.warn_if_dense(num_steps, num_layers)
 
@@ -420,23 +408,9 @@ class AttentionPolicy:
         Returns:
             [batch, tokens, heads, head_dim] in the same per-head layouts.
         """
-        if self.plan is None:
+        if self.band_kernel is None:
             raise ValueError(f"schedule {self.schedule.name!r} is not sparse; it has no band")
-        if self.backend == "reference":
-            return attention(q, k, v, self.plan.logical_mask, variant="reference")
-        return attention(
-            q,
-            k,
-            v,
-            self.plan,
-            variant=self.plan.variant,
-            backend=self.backend,
-            interpret=self.interpret,
-            block_kv_compute=self.block_kv_compute,
-            vmem_limit_bytes=self.vmem_limit_bytes,
-            num_warps=self.num_warps,
-            num_stages=self.num_stages,
-        )
+        return self.band_kernel(q, k, v)
 
 
 def _check_routing(routing_mode: str, seed: int) -> None:

@@ -20,7 +20,7 @@ from kernels.executors.dense_controls import (
     splash_tiles,
 )
 from kernels.executors.dense_memory import dense_executor_temp_bytes, grows_quadratically
-from kernels.executors.dispatch import attention
+from kernels.executors.dispatch import KernelOptions, attention
 from kernels.executors.reference import reference_attention
 from kernels.masks.band import band_for_density
 from kernels.masks.geometry import TokenGeometry
@@ -55,7 +55,7 @@ def _assert_matches_oracle(out, q, k, v, dtype):
 )
 def test_dense_executors_match_the_oracle(executor, dtype):
     q, k, v = _qkv(SHAPE, dtype, seed=1)
-    attend = make_dense_attend(executor, interpret=True)
+    attend = make_dense_attend(executor, options=KernelOptions(interpret=True))
     out = jax.jit(lambda q, k, v: attend(q, k, v, step=0, layer=0))(q, k, v)
     _assert_matches_oracle(out, q, k, v, dtype)
 
@@ -73,8 +73,7 @@ def test_splash_with_several_tiles_matches_the_oracle(block_sizes, block_kv_comp
         v,
         variant="splash",
         block_sizes=block_sizes,
-        block_kv_compute=block_kv_compute,
-        interpret=True,
+        options=KernelOptions(interpret=True, block_kv_compute=block_kv_compute),
     )
     _assert_matches_oracle(out, q, k, v, jnp.float32)
 
@@ -164,7 +163,7 @@ def test_dense_controls_refuse_a_mask(variant):
     geometry = TokenGeometry(2, 4, 4)
     q, k, v = _qkv((1, geometry.tokens, 1, 64), jnp.bfloat16)
     with pytest.raises(ValueError, match="is a dense control"):
-        attention(q, k, v, band_for_density(geometry, 0.5), variant=variant, interpret=True)
+        attention(q, k, v, band_for_density(geometry, 0.5), variant=variant)
 
 
 def test_platform_rule_and_equal_pair_refusal():
@@ -202,7 +201,7 @@ def test_pallas_options_reach_the_kernel(monkeypatch):
     monkeypatch.setattr(pallas_tpu, "pallas_blocksparse_attention", record)
     geometry = TokenGeometry(4, 8, 16)  # 512 tokens
     q, k, v = _qkv((1, geometry.tokens, 2, 64), jnp.float32)
-    options = {"block_kv_compute": 128, "vmem_limit_bytes": 64 * 2**20}
+    options = KernelOptions(block_kv_compute=128, vmem_limit_bytes=64 * 2**20)
     policy = AttentionPolicy(
         SparsitySchedule("s", 0.0, 0.0, 0.5, variant="b2"),
         geometry,
@@ -210,12 +209,12 @@ def test_pallas_options_reach_the_kernel(monkeypatch):
         num_layers=1,
         backend="pallas_tpu",
         block_sizes=BlockSizes(128, 128),
-        **options,
+        options=options,
     )
     policy.execute_band(q, k, v)
     policy.dense_attend(q, k, v, step=0, layer=0)
     assert seen == [("b2", 128, 64 * 2**20), ("b0", 128, 64 * 2**20)]
-    make_dense_attend("b0", backend="xla", **options)(q, k, v)  # ignored off the Pallas backend
+    make_dense_attend("b0", backend="xla", options=options)(q, k, v)  # ignored off Pallas
     assert len(seen) == 2
 
 
@@ -225,8 +224,7 @@ def test_pallas_b0_with_a_compute_chunk_matches_the_oracle():
         "b0",
         backend="pallas_tpu",
         block_sizes=BlockSizes(256, 256),
-        interpret=True,
-        block_kv_compute=128,
+        options=KernelOptions(interpret=True, block_kv_compute=128),
     )
     _assert_matches_oracle(attend(q, k, v), q, k, v, jnp.float32)
 

@@ -191,3 +191,26 @@ def test_single_group_with_padded_visit_lists(variant):
     q, k, v = _qkv((1, geometry.tokens, 2, 64), jnp.float32, 3)
     out = blocksparse_attention(q, k, v, plan, max_groups=1)
     assert_allclose(out, reference_attention(q, k, v, plan.logical_mask), atol=1e-5)
+
+
+def test_a_kernel_is_planned_once_and_runs_only_its_length(monkeypatch):
+    # make_attention builds the tile plan when it is made; calls only run it.
+    from kernels.executors import dispatch
+
+    geometry = TokenGeometry(3, 4, 4)
+    mask = band_for_density(geometry, 0.5)
+    plans = []
+    real_build = dispatch.build_plan
+    monkeypatch.setattr(dispatch, "build_plan", lambda *a: plans.append(a) or real_build(*a))
+    kernel = dispatch.make_attention(
+        geometry.tokens, mask, variant="b2", block_sizes=BlockSizes(16, 16)
+    )
+    q, k, v = _qkv((2, geometry.tokens, 2, 64), jnp.float32)
+    first, second = kernel(q, k, v), kernel(q, k, v)
+    assert len(plans) == 1
+    expected = reference_attention(q, k, v, mask)
+    assert_allclose(first, expected, **TOLERANCE[jnp.float32])
+    np.testing.assert_array_equal(np.asarray(first), np.asarray(second))
+    short = _qkv((2, geometry.tokens - 8, 2, 64), jnp.float32)
+    with pytest.raises(ValueError, match=f"built for {geometry.tokens}"):
+        kernel(*short)

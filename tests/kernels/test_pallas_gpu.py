@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from kernels.executors import pallas_gpu
-from kernels.executors.dispatch import attention
+from kernels.executors.dispatch import KernelOptions, attention
 from kernels.executors.pallas_gpu import pallas_gpu_blocksparse_attention
 from kernels.executors.pallas_gpu_visits import (
     encode_for_kernel,
@@ -219,7 +219,9 @@ def test_dispatch_runs_the_kernel_under_jit_with_default_gpu_tiles():
     mask = BandMask(tokens, 90, 30)
     q, k, v = _qkv(4, 1, tokens, 2, 128, jnp.float32)
     run = jax.jit(
-        lambda q, k, v: attention(q, k, v, mask, variant="b2", backend="pallas_gpu", interpret=True)
+        lambda q, k, v: attention(
+            q, k, v, mask, variant="b2", backend="pallas_gpu", options=KernelOptions(interpret=True)
+        )
     )
     _check(run(q, k, v), q, k, v, mask)
 

@@ -305,7 +305,7 @@ def test_random_shapes_blocks_and_density(
 
 def test_executor_dispatch_runs_the_kernel():
     """``kernels.executors.dispatch.attention(backend="pallas_tpu")`` reaches this kernel, under jit."""
-    from kernels.executors.dispatch import attention
+    from kernels.executors.dispatch import KernelOptions, attention
 
     tokens = 256
     mask = BandMask(tokens, 100, 32)
@@ -319,7 +319,7 @@ def test_executor_dispatch_runs_the_kernel():
             variant="b2",
             block_sizes=BlockSizes(128, 128),
             backend="pallas_tpu",
-            interpret=True,
+            options=KernelOptions(interpret=True),
         )
     )
     _check(run(q, k, v), q, k, v, mask)

@@ -9,6 +9,7 @@ import pytest
 from flax import nnx
 
 from evalharness.evidence.routing_plots import plot_temporal_fraction
+from kernels.executors.dispatch import KernelOptions
 from kernels.executors.reference import reference_attention
 from kernels.masks.band import StridedTemporalMask, band_for_density
 from kernels.masks.geometry import TokenGeometry
@@ -254,7 +255,7 @@ def test_pallas_backends_in_interpret_mode_match_the_reference(backend, tiles):
             num_layers=1,
             backend=name,
             block_sizes=tiles,
-            interpret=True,
+            options=KernelOptions(interpret=True),
         ).sparse_attention(q, k, v, temporal)
         for name in (backend, "reference")
     ]
@@ -275,7 +276,7 @@ def test_pallas_gpu_launch_settings_reach_the_kernel(monkeypatch):
     monkeypatch.setattr(pallas_gpu, "pallas_gpu_blocksparse_attention", record)
     geometry = TokenGeometry(4, 8, 16)
     q, k, v = random_qkv(geometry, batch=1, heads=2, head_dim=64)
-    options = {"num_warps": 4, "num_stages": 3}
+    options = KernelOptions(num_warps=4, num_stages=3)
     policy = AttentionPolicy(
         SparsitySchedule("s", 0.0, 0.0, 0.5, variant="b2"),
         geometry,
@@ -283,15 +284,15 @@ def test_pallas_gpu_launch_settings_reach_the_kernel(monkeypatch):
         num_layers=1,
         backend="pallas_gpu",
         block_sizes=BlockSizes(128, 64),
-        **options,
+        options=options,
     )
     policy.execute_band(q, k, v)
     policy.dense_attend(q, k, v, step=0, layer=0)
-    make_dense_attend("b0", backend="pallas_gpu", block_sizes=BlockSizes(64, 64), **options)(
+    make_dense_attend("b0", backend="pallas_gpu", block_sizes=BlockSizes(64, 64), options=options)(
         q, k, v
     )
     assert seen == [("b2", 4, 3), ("b0", 4, 3), ("b0", 4, 3)]
-    make_dense_attend("b0", backend="xla", **options)(q, k, v)  # ignored off the Pallas backend
+    make_dense_attend("b0", backend="xla", options=options)(q, k, v)  # ignored off Pallas
     assert len(seen) == 3
 
 
