@@ -2,7 +2,8 @@
 
 Stages, in order, each resumable from its own checkpoint in ``DIR/checkpoints/``:
 
-1. ``vae``: the autoencoder on crops; its latent statistics from full-size clips;
+1. ``vae``: the autoencoder on crops; its latent statistics from full-size clips; then
+   ``vae-decoder`` (when ``vae_decoder_steps`` > 0): the decoder alone, the encoder frozen;
 2. ``transformer``: the text encoder and transformer with flow matching, in phases (an optional
    coarse one on many small clips, ``transformer-coarse``, then the full-size one), each on a
    pool of clips encoded once (``DIR/latents-transformer-coarse.npy``, ``DIR/latents.npy``);
@@ -136,7 +137,7 @@ def train(args: argparse.Namespace, argv: list[str]) -> Path | None:
     """Runs the stages; returns the exported folder (None when stopped earlier)."""
     from models.training.export import export_checkpoint, folder_megabytes
     from models.training.flow_stage import train_phases
-    from models.training.vae_stage import train_vae
+    from models.training.vae_stage import fine_tune_decoder, train_vae
 
     settings = settings_from(args)
     run_dir = Path(args.out)
@@ -145,6 +146,10 @@ def train(args: argparse.Namespace, argv: list[str]) -> Path | None:
     with _logger(args, settings) as base:
         recorder = _Recorder(base)
         autoencoder = train_vae(settings, run_dir, recorder, progress=progress)
+        if settings.vae_decoder_steps:
+            autoencoder = fine_tune_decoder(
+                autoencoder, settings, run_dir, recorder, progress=progress
+            )
         if args.stop_after == "vae":
             return None
         model = train_phases(autoencoder, settings, run_dir, recorder, progress=progress)

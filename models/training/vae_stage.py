@@ -27,10 +27,12 @@ from models.shapes_data import draw_clip, make_clip, object_tracks, render_clip
 from models.training.loop import learning_rate_schedule, run_steps
 from models.training.settings import TrainSettings
 from models.training.tracking import MetricLogger
+from models.vae import WanVAE
 from models.vae_blocks import AttentionBlock, ResidualBlock
-from models.vae_encoder import WanAutoencoder, with_latent_statistics
+from models.vae_encoder import WanAutoencoder, decode_whole_clip, with_latent_statistics
 
 STAGE = "vae"
+DECODER_STAGE = "vae-decoder"
 
 
 def to_unit(frames: np.ndarray) -> np.ndarray:
@@ -64,10 +66,13 @@ def _crop(
     return frames[t0 : t0 + tc, y0 : y0 + size, x0 : x0 + size]
 
 
-def crop_batch(settings: TrainSettings, step: int) -> np.ndarray:
-    """The crops of step ``step``: float32 ``[B, T, S, S, 3]`` in [-1, 1] (deterministic)."""
+def crop_batch(
+    settings: TrainSettings, step: int, shape: tuple[int, int, int] | None = None
+) -> np.ndarray:
+    """The crops of step ``step``: float32 ``[B, T, S, S, 3]`` in [-1, 1] (deterministic), of
+    ``shape`` ``(batch, frames, size)`` (default ``crop_shape(settings, step)``)."""
     rng = np.random.default_rng([settings.seed, 1, step])
-    batch, tc, size = crop_shape(settings, step)
+    batch, tc, size = crop_shape(settings, step) if shape is None else shape
     crops = [_crop(settings, rng, int(rng.integers(2**31)), tc, size) for _ in range(batch)]
     return to_unit(np.stack(crops))
 
@@ -169,5 +174,53 @@ def train_vae(
     model = with_latent_statistics(model, tuple(mean), tuple(std))
     logger.log_metrics(
         {"vae_heldout_psnr_db": reconstruction_psnr(model, settings, 8)}, settings.vae_steps
+    )
+    return model
+
+
+def _decoder_loss(decoder: WanVAE, z: jax.Array, video: jax.Array) -> jax.Array:
+    return jnp.mean((decode_whole_clip(decoder, z) - video) ** 2)
+
+
+@nnx.jit
+def _decoder_step(decoder, optimizer, z, video):
+    loss, grads = nnx.value_and_grad(_decoder_loss)(decoder, z, video)
+    optimizer.update(decoder, grads)
+    return loss
+
+
+def fine_tune_decoder(
+    model: WanAutoencoder,
+    settings: TrainSettings,
+    run_dir: Path,
+    logger: MetricLogger,
+    *,
+    progress: bool = True,
+) -> WanAutoencoder:
+    """Trains the decoder alone on whole-length crops (``vae_decoder_*`` settings), the encoder
+    frozen: its latents, their statistics and the transformer's pools are unchanged.
+
+    The crops continue the VAE stage's crop stream after its last step (step ``vae_steps + i``).
+    Returns ``model`` with its decoder trained (or resumed, or reloaded when done).
+    """
+    schedule = learning_rate_schedule(
+        settings.vae_decoder_lr, settings.warmup_steps, settings.vae_decoder_steps
+    )
+    tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=0.0))
+    optimizer = nnx.Optimizer(model.decoding, tx, wrt=nnx.Param)
+    shape = (settings.vae_decoder_batch, settings.frames, settings.vae_decoder_crop_size)
+
+    def step(i: int) -> dict[str, float]:
+        video = jnp.asarray(crop_batch(settings, settings.vae_steps + i, shape))
+        z = _encode_mean(model, video)
+        return {"vae_decoder_mse": float(_decoder_step(model.decoding, optimizer, z, video))}
+
+    run_steps(
+        DECODER_STAGE, settings.vae_decoder_steps, step, run_dir, settings.checkpoint_every,
+        logger, (model.decoding, optimizer), progress=progress,
+    )  # fmt: skip
+    psnr = reconstruction_psnr(model, settings, 8)
+    logger.log_metrics(
+        {"vae_heldout_psnr_db": psnr}, settings.vae_steps + settings.vae_decoder_steps
     )
     return model

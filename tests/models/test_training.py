@@ -31,6 +31,7 @@ from models.training.tracking import CallbackLogger
 from models.training.vae_stage import (
     crop_batch,
     crop_shape,
+    fine_tune_decoder,
     train_vae,
     zero_init_residual_branches,
 )
@@ -315,3 +316,20 @@ def test_the_vae_reconstruction_error_falls(tmp_path):
     settings = dataclasses.replace(preset("smoke"), vae_steps=24, vae_clip_steps=0)
     train_vae(settings, tmp_path, logger, progress=False)
     assert np.mean(errors[-4:]) < 0.5 * np.mean(errors[:4]), errors
+
+
+def test_the_decoder_stage_trains_the_decoder_and_keeps_the_latents(tmp_path):
+    settings = dataclasses.replace(preset("smoke"), vae_decoder_steps=6, checkpoint_every=3)
+    model = WanAutoencoder(settings.vae_config(), rngs=nnx.Rngs(0))
+    video = jnp.asarray(crop_batch(settings, 0, (1, settings.frames, 32)))
+    latents = np.asarray(model.moments(video)[0])
+    decoder = [np.asarray(x) for x in jax.tree.leaves(nnx.state(model.decoding, nnx.Param))]
+    errors = []
+    logger = CallbackLogger(
+        lambda name, value, step: errors.append(value) if name == "vae_decoder_mse" else None
+    )
+    fine_tune_decoder(model, settings, tmp_path, logger, progress=False)
+    assert len(errors) == 6 and (tmp_path / "checkpoints" / "vae-decoder.npz").is_file()
+    np.testing.assert_array_equal(np.asarray(model.moments(video)[0]), latents)
+    after = jax.tree.leaves(nnx.state(model.decoding, nnx.Param))
+    assert any(not np.array_equal(a, np.asarray(b)) for a, b in zip(decoder, after, strict=True))
