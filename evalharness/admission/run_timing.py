@@ -173,8 +173,10 @@ class CompiledWork:
             "text encoding": source("text encoding", self.encode_flops),
             "VAE decode": source("VAE decode", self.decode_flops),
             "compile": (
-                f"the programs this dry run compiled (each arm's loop; the text encoder and VAE "
-                f"under shared), seconds measured on {self.compiled_on}; the target's host "
+                f"the programs the run compiles (each arm's loop; the text encoder and VAE "
+                f"under shared), seconds measured on {self.compiled_on} (a program kept in "
+                "<cache_dir>/chip_programs/ from an earlier dry run keeps its first compile's "
+                "seconds); the target's host "
                 "compiles the same programs in a time not known here (XLA compiles a program "
                 "largely on one core, so a faster core is faster), so this machine's figure "
                 "stands in"
