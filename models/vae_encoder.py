@@ -25,7 +25,8 @@ import numpy as np
 from flax import nnx
 from safetensors.numpy import save_file
 
-from models.vae import WanVAE, WanVAEConfig
+from models.safetensors_reader import find_weight_files, load_torch_layout, read_json
+from models.vae import VAE_WEIGHT_STEMS, WanVAE, WanVAEConfig
 from models.vae_blocks import (
     CausalConv3d,
     ChannelRMSNorm,
@@ -233,6 +234,32 @@ def save_autoencoder(autoencoder: WanAutoencoder, folder: str | Path, dtype=None
         for path, value in nnx.to_flat_state(nnx.state(autoencoder, nnx.Param))
     }
     save_torch_layout_flat(flat, folder / "diffusion_pytorch_model.safetensors", dtype)
+
+
+def load_autoencoder(folder: str | Path, *, param_dtype=jnp.float32) -> WanAutoencoder:
+    """Reads what :func:`save_autoencoder` wrote: encoder, decoder and latent statistics.
+
+    Raises:
+        WeightsError (a ValueError): a missing folder or file, or names or shapes that do not
+            match the config (every parameter is checked before any is replaced).
+    """
+    folder = Path(folder)
+    config = WanVAEConfig.from_dict(
+        read_json(folder / "config.json"), source=str(folder / "config.json")
+    )
+    model = nnx.eval_shape(
+        lambda: WanAutoencoder(config, rngs=nnx.Rngs(0), param_dtype=param_dtype)
+    )
+    names = [
+        ".".join(str(p) for p in path)
+        for path, node in nnx.iter_graph(model)
+        if isinstance(node, nnx.Param)
+    ]
+    # The decoder's parameters are stored at the top level, as diffusers names them.
+    aliases = {n: (n.removeprefix("decoding."),) for n in names if n.startswith("decoding.")}
+    files = find_weight_files(folder, VAE_WEIGHT_STEMS)
+    load_torch_layout(model, files, dtype=param_dtype, aliases=aliases)
+    return model
 
 
 def save_torch_layout_flat(flat: dict, path: Path, dtype=None) -> None:

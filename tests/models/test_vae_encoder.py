@@ -1,5 +1,5 @@
 """The Wan VAE's encoder (parity with diffusers' AutoencoderKLWan.encode), the whole-clip decode
-training uses (equal to the harness's chunked decode), and the saved folder's decoder."""
+training uses (equal to the harness's chunked decode), and the saved folder read back."""
 
 from __future__ import annotations
 
@@ -7,10 +7,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from safetensors.numpy import load_file, save_file
 
 from models.tiny_components import TINY_VAE_CONFIG
 from models.vae import decode_unclipped, load_vae
-from models.vae_encoder import WanAutoencoder, decode_whole_clip, save_autoencoder
+from models.vae_encoder import (
+    WanAutoencoder,
+    decode_whole_clip,
+    load_autoencoder,
+    save_autoencoder,
+)
 from tests.helpers.numerics import assert_allclose
 
 
@@ -50,3 +56,24 @@ def test_the_saved_folder_loads_as_the_harness_decoder(autoencoder, tmp_path):
     assert vae.config == TINY_VAE_CONFIG
     z = jnp.asarray(np.random.default_rng(2).standard_normal((1, 2, 4, 6, 16)), jnp.float32)
     assert_allclose(decode_unclipped(vae, z), decode_unclipped(autoencoder.decoding, z), atol=1e-6)
+
+
+def test_the_saved_folder_loads_back_as_the_whole_autoencoder(autoencoder, tmp_path):
+    save_autoencoder(autoencoder, tmp_path)
+    loaded = load_autoencoder(tmp_path)
+    assert loaded.config == autoencoder.config
+    saved = nnx.to_flat_state(nnx.state(autoencoder, nnx.Param))
+    back = dict(nnx.to_flat_state(nnx.state(loaded, nnx.Param)))
+    assert len(back) == len(saved) > 0
+    for path, value in saved:
+        assert np.array_equal(np.asarray(back[path].get_value()), np.asarray(value.get_value()))
+
+
+def test_a_folder_with_a_missing_tensor_is_refused_naming_it(autoencoder, tmp_path):
+    save_autoencoder(autoencoder, tmp_path)
+    weights = tmp_path / "diffusion_pytorch_model.safetensors"
+    tensors = load_file(str(weights))
+    del tensors["encoder.conv_in.weight"]
+    save_file(tensors, str(weights))
+    with pytest.raises(ValueError, match="encoder.conv_in.weight"):
+        load_autoencoder(tmp_path)

@@ -1,0 +1,147 @@
+"""What every training command shares: its settings from a preset and ``--set`` overrides, its
+run folder, where its metrics go, and how a failure becomes an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import logging
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from models.training.checkpoints import CheckpointMismatch
+from models.training.settings import TrainSettings, preset, read_settings
+from models.training.tracking import (
+    DEFAULT_EXPERIMENT,
+    DEFAULT_TRACKING_URI,
+    CallbackLogger,
+    MetricLogger,
+    mlflow_run,
+)
+
+# The harness's exit codes (evalharness/exit_codes.py; models imports nothing of the harness).
+EXIT_REFUSED, EXIT_FAILED, EXIT_INTERRUPTED = 2, 4, 130
+
+
+class Refused(ValueError):
+    """Bad usage or settings: nothing was trained."""
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--out``, ``--set``, the MLflow options and ``--quiet``."""
+    parser.add_argument("--out", required=True, help="run folder (created; resumed if present)")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI)
+    parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT)
+    parser.add_argument("--no-mlflow", action="store_true", help="log nowhere")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _parse_value(field: dataclasses.Field, text: str) -> int | float:
+    try:
+        return float(text) if isinstance(field.default, float) else int(text)
+    except ValueError:
+        kind = "a number" if isinstance(field.default, float) else "an integer"
+        raise Refused(f"--set {field.name}={text}: expected {kind}") from None
+
+
+def settings_from(preset_name: str, assignments: list[str], **fixed: int | float) -> TrainSettings:
+    """The preset with ``fixed`` fields, then the ``--set name=value`` assignments, checked."""
+    fields = {f.name: f for f in dataclasses.fields(TrainSettings)}
+    overrides = dict(fixed)
+    for item in assignments:
+        name, sep, text = item.partition("=")
+        if not sep or name not in fields:
+            raise Refused(
+                f"--set {item}: expected name=value with a name among {', '.join(fields)}"
+            )
+        overrides[name] = _parse_value(fields[name], text)
+    try:
+        return preset(preset_name, **overrides)
+    except ValueError as e:
+        raise Refused(str(e)) from None
+
+
+def claim_folder(run_dir: Path, settings: TrainSettings) -> None:
+    """Writes ``settings.json``, or checks that an existing one has the same settings."""
+    path = run_dir / "settings.json"
+    if path.is_file():
+        try:
+            previous = read_settings(path)
+        except (ValueError, TypeError) as e:
+            raise Refused(f"{path} is not a training run's settings ({e})") from None
+        if previous != settings:
+            differ = [
+                f"{k}: {v} in the folder vs {getattr(settings, k)}"
+                for k, v in dataclasses.asdict(previous).items()
+                if getattr(settings, k) != v
+            ]
+            raise Refused(
+                f"{run_dir} was trained with other settings ({'; '.join(differ)}); resume with "
+                "the same preset and --set values, or use a new --out folder"
+            )
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(settings.to_json())
+
+
+class Recorder:
+    """Passes metrics on and keeps each one's latest values (for ``training.json``)."""
+
+    def __init__(self, inner: MetricLogger) -> None:
+        self.inner = inner
+        self.history: dict[str, list[float]] = {}
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        """Hands ``metrics`` on and keeps them."""
+        self.inner.log_metrics(metrics, step)
+        for k, v in metrics.items():
+            self.history.setdefault(k, []).append(float(v))
+
+    def summary(self) -> dict[str, float]:
+        """The last value of each metric, and the mean of the last 50 flow losses."""
+        out = {k: v[-1] for k, v in self.history.items()}
+        if "flow_loss" in self.history:
+            out["flow_loss_last50_mean"] = sum(self.history["flow_loss"][-50:]) / len(
+                self.history["flow_loss"][-50:]
+            )
+        return out
+
+
+@contextlib.contextmanager
+def metric_logger(
+    args: argparse.Namespace, settings: TrainSettings, **params: str
+) -> Iterator[MetricLogger]:
+    """MLflow's run ``train-<out folder name>`` with the settings and ``params`` as parameters,
+    or nowhere with ``--no-mlflow``."""
+    if args.no_mlflow:
+        yield CallbackLogger(lambda *_: None)
+        return
+    values = {k: str(v) for k, v in dataclasses.asdict(settings).items()} | params
+    with mlflow_run(
+        args.tracking_uri, args.experiment, f"train-{Path(args.out).name}", values
+    ) as logger:
+        yield logger
+
+
+def exit_code_of(train: Callable[[], Path | None]) -> int:
+    """Runs ``train``; prints the exported folder as JSON or one error line; returns the exit
+    code (0 done, 2 refused, 4 failed while training, 130 interrupted)."""
+    logging.basicConfig(level=logging.WARNING)
+    try:
+        folder = train()
+    except (Refused, CheckpointMismatch) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_REFUSED
+    except KeyboardInterrupt:
+        print("error: interrupted; run the same command again to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as e:  # a failure while training: one line, no traceback
+        print(f"error: training failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    if folder is not None:
+        print(json.dumps({"checkpoint": str(folder)}))
+    return 0
