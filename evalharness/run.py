@@ -118,33 +118,9 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
         GateFailed: the run finished but missed a gate threshold.
         ValueError, FileNotFoundError: bad configuration or checkpoint, before any generation.
     """
-    cfg = to_config(cfg)
-    # A multi-process run joins before anything else touches JAX (platform_choices reads the platform).
-    multihost.join(cfg.parallel.distributed)
-    # Every ``auto`` becomes this platform's concrete choice here, so the recorded config, the cache
-    # key and the MLflow params name the tiles, executors and dtype that were actually run.
-    cfg = pin_revision(platform_choices.resolve(cfg))  # a hub checkpoint's revision: its commit
-    # Several processes must run one program: a mismatch fails on all of them, before any work.
-    if jax.process_count() > 1:
-        versions = {"code": code_version(), "jax": jax.__version__}
-        multihost.same_config({**to_plain_dict(cfg), "code and jax version": versions})
-    pairs = run_pairs(cfg.prompt, cfg.seed, cfg.prompts, cfg.seeds)
+    started = time.perf_counter()  # the whole wall time, admission included
+    cfg, plan, pairs, progress = _admitted(to_config(cfg))
     primary = multihost.is_primary()
-    progress = Progress(phases(pairs), enabled=cfg.progress.enabled if primary else False)
-    started = time.perf_counter()
-    progress.phase("preflight")
-    refusal = None
-    try:
-        if primary:  # only the primary logs; a wrong URI is refused before the probe compiles
-            logger = cfg.logger
-            check_tracking(
-                logger.kind, logger.tracking_uri, logger.experiment_name, cfg.output_root
-            )
-            check_output_folders(cfg, len(pairs))
-        plan = admit(cfg)  # nothing is allocated before this passes
-    except PreflightRefusal as error:
-        refusal = error
-    multihost.refuse_together(refusal)
     run_dir, tracker = _open_run(cfg, primary)
     try:
         with closed_on_error(tracker):
@@ -168,15 +144,53 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
         progress.close()
         if not primary:  # the other processes' files were scratch: the primary wrote the run's
             shutil.rmtree(run_dir, ignore_errors=True)
-    # Every process exits as the primary's gate says (timings differ a little between processes).
-    passed = multihost.from_primary(gate.passed)
-    if not primary:
+    return _verdict(metrics, gate, run_dir, tracker.run_id)
+
+
+def _admitted(cfg: EvalConfig) -> tuple[EvalConfig, Admission, list[Pair], Progress]:
+    """The config with every ``auto`` pinned, admitted on every process together (a refusal on
+    one process is a refusal on all), its pairs, and the progress display (the primary's)."""
+    # A multi-process run joins before anything else touches JAX (platform_choices reads the platform).
+    multihost.join(cfg.parallel.distributed)
+    # Every ``auto`` becomes this platform's concrete choice here, so the recorded config, the cache
+    # key and the MLflow params name the tiles, executors and dtype that were actually run.
+    cfg = pin_revision(platform_choices.resolve(cfg))  # a hub checkpoint's revision: its commit
+    # Several processes must run one program: a mismatch fails on all of them, before any work.
+    if jax.process_count() > 1:
+        versions = {"code": code_version(), "jax": jax.__version__}
+        multihost.same_config({**to_plain_dict(cfg), "code and jax version": versions})
+    pairs = run_pairs(cfg.prompt, cfg.seed, cfg.prompts, cfg.seeds)
+    primary = multihost.is_primary()
+    progress = Progress(phases(pairs), enabled=cfg.progress.enabled if primary else False)
+    progress.phase("preflight")
+    refusal = plan = None
+    try:
+        if primary:  # only the primary logs; a wrong URI is refused before the probe compiles
+            logger = cfg.logger
+            check_tracking(
+                logger.kind, logger.tracking_uri, logger.experiment_name, cfg.output_root
+            )
+            check_output_folders(cfg, len(pairs))
+        plan = admit(cfg)  # nothing is allocated before this passes
+    except PreflightRefusal as error:
+        refusal = error
+    multihost.refuse_together(refusal)
+    return cfg, plan, pairs, progress
+
+
+def _verdict(
+    metrics: dict[str, Any], gate: GateResult, run_dir: Path, run_id: str | None
+) -> dict[str, Any]:
+    """Every process returns (or raises ``GateFailed``) as the primary's gate says; the
+    primary's metrics gain the run folder and MLflow run and are summarised on screen."""
+    passed = multihost.from_primary(gate.passed)  # timings differ a little between processes
+    if not multihost.is_primary():
         metrics = {"gate_passed": passed, "process_index": jax.process_index()}
         if not passed:
             raise GateFailed("gate failed (process 0's verdict; its log names the metric)", metrics)
         return metrics
     metrics["run_dir"] = str(run_dir)
-    metrics["mlflow_run_id"] = tracker.run_id
+    metrics["mlflow_run_id"] = run_id
     print(run_folder.summary_lines(metrics), flush=True)
     if not passed:
         raise GateFailed("gate failed: " + "; ".join(gate.failures), metrics)

@@ -1,9 +1,11 @@
 """Training the tiny Wan: the flow-matching loss falls, a resumed run equals an uninterrupted one,
-the exported folder loads through the checkpoint path a real Wan folder uses, refusals."""
+the exported folder loads through the checkpoint path a real Wan folder uses, the decoder stage
+run on an export, refusals."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import jax
 import jax.numpy as jnp
@@ -15,7 +17,7 @@ from models.checkpoint import checkpoint_prompt_encoder, checkpoint_vae, locate_
 from models.loading import load_transformer
 from models.shapes_data import make_clip
 from models.tokenizer import TokenizerJsonTokenizer
-from models.training import flow_stage
+from models.training import flow_stage, refine_decoder
 from models.training.__main__ import main
 from models.training.export import export_checkpoint, save_word_tokenizer
 from models.training.flow_stage import (
@@ -26,7 +28,7 @@ from models.training.flow_stage import (
     train_flow,
     train_phases,
 )
-from models.training.settings import UNCONDITIONAL_PROMPTS, preset
+from models.training.settings import UNCONDITIONAL_PROMPTS, TrainSettings, preset
 from models.training.tracking import CallbackLogger
 from models.training.vae_stage import (
     crop_batch,
@@ -36,7 +38,7 @@ from models.training.vae_stage import (
     zero_init_residual_branches,
 )
 from models.vae_blocks import AttentionBlock, ResidualBlock
-from models.vae_encoder import WanAutoencoder, with_latent_statistics
+from models.vae_encoder import WanAutoencoder, load_autoencoder, with_latent_statistics
 
 # The smoke preset, smaller still: one compile of a one-block transformer on 2x2x3 latent tokens.
 SETTINGS = dataclasses.replace(preset("smoke"), transformer_steps=16, checkpoint_every=4)
@@ -333,3 +335,47 @@ def test_the_decoder_stage_trains_the_decoder_and_keeps_the_latents(tmp_path):
     np.testing.assert_array_equal(np.asarray(model.moments(video)[0]), latents)
     after = jax.tree.leaves(nnx.state(model.decoding, nnx.Param))
     assert any(not np.array_equal(a, np.asarray(b)) for a, b in zip(decoder, after, strict=True))
+
+
+def test_the_decoder_stage_refines_an_export_and_records_both_sittings(trained, tmp_path, capsys):
+    model, _, _ = trained
+    without = dataclasses.replace(SETTINGS, vae_decoder_steps=0)
+    source = export_checkpoint(
+        tmp_path / "source",
+        autoencoder=WanAutoencoder(without.vae_config(), rngs=nnx.Rngs(0)),
+        text_encoder=model.text_encoder,
+        transformer=model.transformer,
+        settings=without,
+        command=["python", "-m", "models.training"],
+        metrics={"flow_loss": 1.0},
+    )
+    argv = ["--checkpoint", str(source), "--out", str(tmp_path / "refine"), "--preset", "smoke"]
+    assert refine_decoder.main([*argv, "--no-mlflow", "--quiet"]) == 0
+    folder = tmp_path / "refine" / "checkpoint"
+    record = json.loads((folder / "training.json").read_text())
+    assert TrainSettings(**record["settings"]) == SETTINGS  # the source's, plus smoke's decoder
+    assert record["command"] == ["python", "-m", "models.training"]
+    stage = record["decoder_stage"]
+    assert stage["command"][:3] == ["python", "-m", "models.training.refine_decoder"]
+    assert len(stage["code"]["commit"]) == 40
+    assert stage["metrics"]["vae_heldout_psnr_db"] == record["metrics"]["vae_heldout_psnr_db"]
+    old, new = load_autoencoder(source / "vae"), load_autoencoder(folder / "vae")
+    assert np.array_equal(old.encoder.conv_in.weight[...], new.encoder.conv_in.weight[...])
+    changed = [
+        not np.array_equal(a, b)
+        for a, b in zip(
+            jax.tree.leaves(nnx.state(old.decoding, nnx.Param)),
+            jax.tree.leaves(nnx.state(new.decoding, nnx.Param)),
+            strict=True,
+        )
+    ]
+    assert any(changed)
+    transformer = "transformer/diffusion_pytorch_model.safetensors"
+    assert (folder / transformer).read_bytes() == (source / transformer).read_bytes()
+    # An export that has the stage already, and settings the source fixed, are refused.
+    capsys.readouterr()
+    again = ["--checkpoint", str(folder), "--out", str(tmp_path / "again"), "--no-mlflow"]
+    assert refine_decoder.main(again) == 2
+    assert "was trained with a decoder stage already" in capsys.readouterr().err
+    assert refine_decoder.main([*argv, "--no-mlflow", "--set", "frames=9"]) == 2
+    assert "only the decoder stage's settings" in capsys.readouterr().err
