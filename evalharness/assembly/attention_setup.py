@@ -123,7 +123,7 @@ def build_attention(
     if kernel.backend is KernelBackend.auto or kernel.block_q is None or kernel.block_kv is None:
         raise ValueError("build_attention needs a resolved config; call platform_choices.resolve")
     backend = kernel.backend.value
-    block_sizes = BlockSizes(kernel.block_q, kernel.block_kv)
+    block_sizes = BlockSizes(kernel.block_q, kernel.block_kv, kernel.block_kv_compute)
     schedule = cfg.schedule
     layers = model.num_layers
     dense, noise_floor = _dense_attends(cfg, backend, block_sizes)
@@ -166,11 +166,10 @@ def build_attention(
 
 
 def kernel_options(cfg: EvalConfig) -> KernelOptions:
-    """The kernels' backend settings: the Pallas TPU kernel's compute chunk and VMEM limit, the
+    """The kernels' backend settings apart from the tiles: the Pallas TPU kernel's VMEM limit, the
     Pallas GPU kernel's warps and pipelining stages (each ignored by the other backends)."""
     kernel = cfg.kernel
     return KernelOptions(
-        block_kv_compute=kernel.block_kv_compute,
         vmem_limit_bytes=kernel.vmem_limit_bytes,
         num_warps=kernel.num_warps,
         num_stages=kernel.num_stages,

@@ -79,13 +79,12 @@ def _pallas_backend(backend: str):
 
 @dataclasses.dataclass(frozen=True)
 class KernelOptions:
-    """How a backend runs a kernel, apart from its tiles; each backend reads only its own fields.
+    """How a backend runs a kernel, apart from its tiles (``BlockSizes``, the compute sub-tile
+    included); each backend reads only its own fields.
 
     Attributes:
         interpret: Pallas interpret mode (the Pallas kernels, ours and splash, run on a CPU);
             ignored by "xla".
-        block_kv_compute: key chunk per online-softmax update of the Pallas TPU kernel (b0-b3 on
-            "pallas_tpu", and "splash"); None keeps the kernel's default.
         vmem_limit_bytes: scoped VMEM limit of b0-b3 on "pallas_tpu"; None keeps Mosaic's.
         num_warps: warps per program of b0-b3 on "pallas_gpu"; None picks by tile and head_dim
             (``kernels.executors.pallas_gpu_budget.default_num_warps``).
@@ -94,7 +93,6 @@ class KernelOptions:
     """
 
     interpret: bool = False
-    block_kv_compute: int | None = None
     vmem_limit_bytes: int | None = None
     num_warps: int | None = None
     num_stages: int | None = None
@@ -219,7 +217,7 @@ def _dense_peer(variant: str, block_sizes: BlockSizes | None, options: KernelOpt
         return functools.partial(
             splash_attention,
             block_sizes=block_sizes,
-            block_kv_compute=options.block_kv_compute,
+            block_kv_compute=None if block_sizes is None else block_sizes.block_kv_compute,
             interpret=options.interpret,
         )
     if variant == "cudnn":
@@ -256,7 +254,7 @@ def _run_plan(
             plan,
             variant=plan.variant,
             interpret=options.interpret,
-            block_kv_compute=options.block_kv_compute,
+            block_kv_compute=plan.block_sizes.block_kv_compute,
             vmem_limit_bytes=options.vmem_limit_bytes,
         )
     d = q.shape[3]
@@ -278,7 +276,7 @@ def _checked_request(
         variant = plan.variant if variant is None else variant
         if variant != plan.variant:
             raise ValueError(f"variant={variant!r} but the TilePlan is for {plan.variant!r}")
-        if block_sizes is not None and block_sizes != plan.block_sizes:
+        if block_sizes is not None and not block_sizes.same_tiles(plan.block_sizes):
             raise ValueError(f"block_sizes={block_sizes} but the plan uses {plan.block_sizes}")
         mask = plan.logical_mask
     if variant not in ALL_VARIANTS:

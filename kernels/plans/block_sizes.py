@@ -49,21 +49,32 @@ def plan_backend(backend: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class BlockSizes:
-    """Query and key/value tile sizes.
+    """Query and key/value tile sizes, and the key sub-tile of each online-softmax update.
 
     Attributes:
         block_q: BQ, query rows per tile.
         block_kv: BKV, key/value rows per tile.
+        block_kv_compute: key rows per online-softmax update inside a key/value tile, on the
+            Pallas TPU kernels (b0-b3 on "pallas_tpu", and splash); None keeps the kernel's
+            default, gcd(block_kv, 512). The kernels check that it divides ``block_kv`` in
+            multiples of 128; the other executors ignore it.
     """
 
     block_q: int
     block_kv: int
+    block_kv_compute: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("block_q", "block_kv"):
+        for name in ("block_q", "block_kv", "block_kv_compute"):
             value = getattr(self, name)
+            if value is None and name == "block_kv_compute":
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"BlockSizes.{name}={value!r}: expected a positive int")
+
+    def same_tiles(self, other: BlockSizes) -> bool:
+        """Whether ``other`` cuts the sequence into the same tiles (the compute sub-tile aside)."""
+        return (self.block_q, self.block_kv) == (other.block_q, other.block_kv)
 
     def validate(self, tokens: int, backend: str = "xla") -> None:
         """Raises ValueError unless these tiles suit ``tokens`` on ``backend``.

@@ -53,7 +53,10 @@ class TileMask(PredicateMask):
 
     def tile_counts(self, block_sizes: BlockSizesLike) -> np.ndarray:
         """Kept real pairs per tile (only for the block sizes the mask is aligned to)."""
-        if block_sizes != self.block_sizes:
+        if (block_sizes.block_q, block_sizes.block_kv) != (
+            self.block_sizes.block_q,
+            self.block_sizes.block_kv,
+        ):
             raise ValueError(
                 f"TileMask aligned to {self.block_sizes} cannot be tiled with {block_sizes}"
             )

@@ -22,9 +22,10 @@ from kernels.executors.dense_controls import (
 from kernels.executors.dense_memory import dense_executor_temp_bytes, grows_quadratically
 from kernels.executors.dispatch import KernelOptions, attention
 from kernels.executors.reference import reference_attention
-from kernels.masks.band import band_for_density
+from kernels.masks.band import PaddingMask, band_for_density
 from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes
+from kernels.plans.tiles import build_plan
 from kernels.policy import DENSE_EXECUTORS, AttentionPolicy, SparsitySchedule, make_dense_attend
 from tests.helpers.numerics import assert_allclose
 from tests.helpers.paths import REPO_ROOT
@@ -61,10 +62,9 @@ def test_dense_executors_match_the_oracle(executor, dtype):
 
 
 @pytest.mark.parametrize(
-    ("block_sizes", "block_kv_compute"),
-    [(BlockSizes(128, 256), None), (BlockSizes(256, 128), 128), (None, 128)],
+    "block_sizes", [BlockSizes(128, 256), BlockSizes(256, 128, 128), BlockSizes(256, 256, 128)]
 )
-def test_splash_with_several_tiles_matches_the_oracle(block_sizes, block_kv_compute):
+def test_splash_with_several_tiles_matches_the_oracle(block_sizes):
     # Several query and key tiles per head, padded keys in the last key tile.
     q, k, v = _qkv(SHAPE, jnp.float32, seed=2)
     out = attention(
@@ -73,7 +73,7 @@ def test_splash_with_several_tiles_matches_the_oracle(block_sizes, block_kv_comp
         v,
         variant="splash",
         block_sizes=block_sizes,
-        options=KernelOptions(interpret=True, block_kv_compute=block_kv_compute),
+        options=KernelOptions(interpret=True),
     )
     _assert_matches_oracle(out, q, k, v, jnp.float32)
 
@@ -201,14 +201,14 @@ def test_pallas_options_reach_the_kernel(monkeypatch):
     monkeypatch.setattr(pallas_tpu, "pallas_blocksparse_attention", record)
     geometry = TokenGeometry(4, 8, 16)  # 512 tokens
     q, k, v = _qkv((1, geometry.tokens, 2, 64), jnp.float32)
-    options = KernelOptions(block_kv_compute=128, vmem_limit_bytes=64 * 2**20)
+    options = KernelOptions(vmem_limit_bytes=64 * 2**20)
     policy = AttentionPolicy(
         SparsitySchedule("s", 0.0, 0.0, 0.5, variant="b2"),
         geometry,
         num_steps=1,
         num_layers=1,
         backend="pallas_tpu",
-        block_sizes=BlockSizes(128, 128),
+        block_sizes=BlockSizes(128, 128, block_kv_compute=128),
         options=options,
     )
     policy.execute_band(q, k, v)
@@ -223,8 +223,8 @@ def test_pallas_b0_with_a_compute_chunk_matches_the_oracle():
     attend = make_dense_attend(
         "b0",
         backend="pallas_tpu",
-        block_sizes=BlockSizes(256, 256),
-        options=KernelOptions(interpret=True, block_kv_compute=128),
+        block_sizes=BlockSizes(256, 256, block_kv_compute=128),
+        options=KernelOptions(interpret=True),
     )
     _assert_matches_oracle(attend(q, k, v), q, k, v, jnp.float32)
 
@@ -307,3 +307,12 @@ def test_splash_is_imported_lazily():
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, check=False
     )
     assert result.stdout.strip() == "False", result.stderr
+
+
+def test_a_plan_runs_with_tiles_that_differ_only_in_the_compute_sub_tile():
+    q, k, v = _qkv((1, 512, 2, 64), jnp.float32, seed=5)
+    plan = build_plan(PaddingMask(512), BlockSizes(256, 256, block_kv_compute=128), "b0")
+    out = attention(q, k, v, plan, variant=None, block_sizes=BlockSizes(256, 256))
+    _assert_matches_oracle(out, q, k, v, jnp.float32)
+    with pytest.raises(ValueError, match="but the plan uses"):
+        attention(q, k, v, plan, variant=None, block_sizes=BlockSizes(128, 256))
