@@ -30,15 +30,13 @@ import sys
 from pathlib import Path
 
 from models.training.run_folder import (
-    EXIT_REFUSED,
     Recorder,
     add_common_arguments,
     claim_folder,
-    exit_code_of,
+    command_main,
     metric_logger,
     settings_from,
 )
-from models.training.settings import PRESETS
 
 STAGES = ("vae", "transformer", "export")
 
@@ -86,7 +84,6 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train the tiny Wan on moving-shapes clips and export a diffusers folder.",
     )
     add_common_arguments(parser)
-    parser.add_argument("--preset", default="full", choices=sorted(PRESETS))
     parser.add_argument("--stop-after", choices=STAGES[:-1], default=None)
     return parser
 
@@ -94,11 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as e:  # argparse printed its own usage line
-        return 0 if e.code == 0 else EXIT_REFUSED
-    return exit_code_of(lambda: train(args, argv))
+    return command_main(build_parser(), argv, lambda args: train(args, argv))
 
 
 if __name__ == "__main__":

@@ -24,16 +24,15 @@ import sys
 from pathlib import Path
 
 from models.training.run_folder import (
-    EXIT_REFUSED,
     Recorder,
     Refused,
     add_common_arguments,
     claim_folder,
-    exit_code_of,
+    command_main,
     metric_logger,
     settings_from,
 )
-from models.training.settings import PRESETS, TrainSettings
+from models.training.settings import TrainSettings
 
 DECODER_FIELDS = tuple(
     f.name for f in dataclasses.fields(TrainSettings) if f.name.startswith("vae_decoder_")
@@ -118,18 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--checkpoint", required=True, help="an exported folder")
     add_common_arguments(parser)
-    parser.add_argument("--preset", default="full", choices=sorted(PRESETS))
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as e:  # argparse printed its own usage line
-        return 0 if e.code == 0 else EXIT_REFUSED
-    return exit_code_of(lambda: refine(args, argv))
+    return command_main(build_parser(), argv, lambda args: refine(args, argv))
 
 
 if __name__ == "__main__":

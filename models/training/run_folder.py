@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from models.training.checkpoints import CheckpointMismatch
-from models.training.settings import TrainSettings, preset, read_settings
+from models.training.settings import PRESETS, TrainSettings, preset, read_settings
 from models.training.tracking import (
     DEFAULT_EXPERIMENT,
     DEFAULT_TRACKING_URI,
@@ -31,8 +31,9 @@ class Refused(ValueError):
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--out``, ``--set``, the MLflow options and ``--quiet``."""
+    """``--out``, ``--preset``, ``--set``, the MLflow options and ``--quiet``."""
     parser.add_argument("--out", required=True, help="run folder (created; resumed if present)")
+    parser.add_argument("--preset", default="full", choices=sorted(PRESETS))
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI)
     parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT)
@@ -127,12 +128,20 @@ def metric_logger(
         yield logger
 
 
-def exit_code_of(train: Callable[[], Path | None]) -> int:
-    """Runs ``train``; prints the exported folder as JSON or one error line; returns the exit
-    code (0 done, 2 refused, 4 failed while training, 130 interrupted)."""
+def command_main(
+    parser: argparse.ArgumentParser,
+    argv: list[str],
+    train: Callable[[argparse.Namespace], Path | None],
+) -> int:
+    """Parses ``argv`` and runs ``train(args)``; prints the exported folder as JSON or one error
+    line; returns the exit code (0 done, 2 refused, 4 failed while training, 130 interrupted)."""
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse printed its own usage line
+        return 0 if e.code == 0 else EXIT_REFUSED
     logging.basicConfig(level=logging.WARNING)
     try:
-        folder = train()
+        folder = train(args)
     except (Refused, CheckpointMismatch) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_REFUSED

@@ -26,12 +26,17 @@ def test_without_a_checkpoint_it_reads_the_weights_shipped_in_the_package():
     assert shipped_checkpoint("tiny-planted") is None
 
 
-def test_the_shipped_weights_record_the_command_and_settings_that_trained_them():
+def test_the_shipped_weights_record_the_commands_and_settings_that_trained_them():
     record = json.loads((shipped_checkpoint("tiny") / "training.json").read_text())
     assert record["command"][1:4] == ["-m", "models.training", "--out"]
     assert "--preset" in record["command"] and "full" in record["command"]
     assert TrainSettings(**record["settings"]) == preset("full")
     assert len(record["code"]["commit"]) == 40
+    # The full preset's decoder stage ran later, on the first sitting's export.
+    decoder = record["decoder_stage"]
+    assert decoder["command"][1:3] == ["-m", "models.training.refine_decoder"]
+    assert len(decoder["code"]["commit"]) == 40
+    assert not decoder["code"]["models_changed_since_commit"]
 
 
 @pytest.mark.slow  # exports and loads a full-size tiny model (8 s)
