@@ -37,13 +37,13 @@ from evalharness.comparison import (
     PairOutput,
     Progress,
     compare_pair,
+    reused_dense_arms,
     suite_report,
 )
 from evalharness.config import EvalConfig, Pair, run_pairs, to_config, to_plain_dict
 from evalharness.evidence import (
     DenseArms,
     code_version,
-    load_dense_arms,
     run_folder,
     run_status,
     suite_metrics,
@@ -320,7 +320,7 @@ def _compare(comparison: Comparison, inputs: list[PairInputs]) -> tuple[dict, li
     pairs = [item.pair for item in inputs]
     for pair in pairs:  # a damaged dense-cache entry is set aside now, before anything compiles
         comparison.cache.check(comparison.dense_key(pair))
-    cached = _reused_dense_arms(comparison, pairs)
+    cached = reused_dense_arms(comparison, pairs)
     comparison.progress.phase("compile arms")
     compiled = _prepare_arms(comparison, inputs[0], dense=cached is None)
     per_pair = []
@@ -405,42 +405,6 @@ def _encode_prompts(
         for pair in pairs
     ]
     return inputs, text_encode_s
-
-
-def _reused_dense_arms(comparison: Comparison, pairs: list[Pair]) -> dict[int, DenseArms] | None:
-    """With ``reuse_dense_timing=true``, every pair's cached dense arms (timings included), so the
-    dense arms are neither compiled nor timed; None when not asked, or when a pair has no cached
-    timing (then every arm is timed afresh, and the log says which pair missed)."""
-    if not comparison.cfg.reuse_dense_timing:
-        return None
-    found: dict[int, DenseArms] | None = {}
-    for pair in pairs:
-        arms = load_dense_arms(comparison.cache, comparison.dense_key(pair))
-        if arms is None or arms.dense.times is None:
-            log.warning(
-                "reuse_dense_timing=true, but the dense-arm cache has no timed entry for %s "
-                "(prompt %r, seed %d): timing every arm afresh, side by side",
-                pair.name,
-                pair.prompt,
-                pair.seed,
-            )
-            found = None
-            break
-        found[pair.index] = arms
-    # Every process must run the same arms: reuse only when every host's cache holds them.
-    if not multihost.everywhere(found is not None):
-        if found is not None:
-            log.warning(
-                "reuse_dense_timing=true, but another process's dense-arm cache misses: timing "
-                "every arm afresh, side by side"
-            )
-        return None
-    log.warning(
-        "reuse_dense_timing=true: dense medians come from the cache (an earlier process); the "
-        "speedup compares timings taken under different loads, and the gate refuses a speedup "
-        "threshold on it"
-    )
-    return found
 
 
 def _prepare_arms(

@@ -165,27 +165,6 @@ def block_memory(
     return _analyse(forward, states, *inputs, device=device)
 
 
-def block_activation_bytes(
-    tcfg: WanTransformerConfig,
-    *,
-    batch: int,
-    tokens_per_device: int,
-    dtype: str,
-    param_dtype: str | None = None,
-) -> int:
-    """Live activation bytes of one block forward on one device (``BlockMemory.activation_bytes``).
-
-    Args: as ``block_memory``.
-    """
-    return block_memory(
-        tcfg,
-        batch=batch,
-        tokens_per_device=tokens_per_device,
-        dtype=str(dtype),
-        param_dtype=None if param_dtype is None else str(param_dtype),
-    ).activation_bytes
-
-
 def compiled_temp_bytes(fn: Callable[..., jax.Array], *shapes: jax.ShapeDtypeStruct) -> int:
     """Temporaries XLA plans for ``jax.jit(fn)`` at ``shapes`` (nothing runs or is allocated).
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from evalharness.refusal import PreflightRefusal
 from evalharness.tracking import redacted
@@ -119,8 +119,3 @@ def open_study(
     return optuna.create_study(
         study_name=name, storage=storage, sampler=sampler, directions=list(DIRECTIONS)
     )
-
-
-def study_attrs(study: optuna.Study) -> dict[str, Any]:
-    """The study's own attributes (the MLflow parent run, the settings it started with)."""
-    return dict(study.user_attrs)
