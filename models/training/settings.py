@@ -275,11 +275,11 @@ PRESETS: dict[str, TrainSettings] = {
     # blocks; 12,000 steps on many small clips (what met the fidelity bar at 17 x 96 x 160),
     # prompts said in part, the text encoder frozen, tracks near the centre, then 4,000
     # full-size steps on 1,536 clips; 600 decoder steps after the VAE (the shipped folder got
-    # them from models.training.refine_decoder, about 25 minutes on a 2-core CPU). The VAE takes
-    # about 35 minutes on a quiet 2-core CPU; the
-    # transformer's phases are the bulk: on one TPU v5e chip about 6 and 5 minutes (35 and 12.7
-    # steps a second, measured), on a 2-core CPU about 2.6 and 12 hours (scaled from 0.39 s per
-    # coarse step of 4 clips and 2.65 s per full-size step of 2, measured).
+    # them from models.training.refine_decoder, 27 minutes on a 2-core CPU). The VAE takes
+    # about 35 minutes on a quiet 2-core CPU; the transformer's phases are the bulk: on one TPU
+    # v5e chip about 6 and 5 minutes (35 and 12.7 steps a second, measured), on a 2-core CPU
+    # about 2.6 and 12 hours (scaled from 0.39 s per coarse step of 4 clips and 2.65 s per
+    # full-size step of 2, measured).
     "full": TrainSettings(
         vae_decoder_steps=600,
         coarse_steps=12000,
