@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
+import traceback
 from collections.abc import Mapping
 from typing import Any, overload
 from urllib.parse import unquote, urlsplit
@@ -83,9 +84,11 @@ def connection_uri(shown: str, known: str | None) -> str:
 
 
 def redact_logs() -> None:
-    """Makes every log record of this process carry its message with :func:`redacted` applied,
-    whichever handler prints it (Hydra reconfigures its handlers for each job, and its launcher
-    logs each job's overrides, a tracking URI among them). Calling it again changes nothing."""
+    """Makes every log record of this process carry its message, and its traceback when it has
+    one (``log.exception``: an exception's message may quote a URI), with :func:`redacted`
+    applied, whichever handler prints it (Hydra reconfigures its handlers for each job, and its
+    launcher logs each job's overrides, a tracking URI among them). Calling it again changes
+    nothing."""
     make_record = logging.getLogRecordFactory()
     if getattr(make_record, "redacts", False):
         return
@@ -99,6 +102,11 @@ def redact_logs() -> None:
         shown = redacted(message)
         if shown != message:
             record.msg, record.args = shown, None
+        if record.exc_info and record.exc_info[0] is not None:
+            # The text a Formatter would write (formatException: no final newline), redacted; a
+            # Formatter prints a record's exc_text as it is.
+            text = "".join(traceback.format_exception(*record.exc_info)).removesuffix("\n")
+            record.exc_text = redacted(text)
         return record
 
     redacting_record.redacts = True  # type: ignore[attr-defined]

@@ -2,6 +2,7 @@
 a text the harness writes down, while the real URI still connects; MLflow params and tags, the
 run's description, log records and a closed stale run all go through it."""
 
+import io
 import logging
 from types import SimpleNamespace
 
@@ -109,6 +110,24 @@ def test_log_records_are_redacted_whichever_handler_prints_them(caplog):
         "\t#0 : logger.tracking_uri=http://a:***@h",
         "100% of 3",
     ]
+
+
+def test_a_logged_traceback_is_redacted():
+    redact_logs()
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    logger = logging.getLogger("evalharness.test_traceback")
+    logger.addHandler(handler)
+    try:
+        try:
+            raise ConnectionError(f"cannot reach postgresql://ana:{PW}@db/mlflow")
+        except ConnectionError:
+            logger.exception("the run failed before its folder was created")
+    finally:
+        logger.removeHandler(handler)
+    shown = stream.getvalue()
+    assert "ConnectionError: cannot reach postgresql://ana:***@db/mlflow" in shown
+    assert "Traceback (most recent call last)" in shown and PW not in shown
 
 
 class _RecordingClient:
