@@ -34,7 +34,7 @@ from kernels.executors.reference import reference_attention
 from kernels.executors.xla_blocksparse import blocksparse_attention
 from kernels.executors.xla_flash import flash_attention
 from kernels.masks.band import PaddingMask
-from kernels.plans.block_sizes import BlockSizes, auto_block_sizes
+from kernels.plans.block_sizes import BlockSizes, auto_block_sizes, same_tiles
 from kernels.plans.tiles import TilePlan, build_plan
 from kernels.registry import EXECUTORS, TILED_BACKENDS, executor_names
 
@@ -276,7 +276,7 @@ def _checked_request(
         variant = plan.variant if variant is None else variant
         if variant != plan.variant:
             raise ValueError(f"variant={variant!r} but the TilePlan is for {plan.variant!r}")
-        if block_sizes is not None and not block_sizes.same_tiles(plan.block_sizes):
+        if block_sizes is not None and not same_tiles(block_sizes, plan.block_sizes):
             raise ValueError(f"block_sizes={block_sizes} but the plan uses {plan.block_sizes}")
         mask = plan.logical_mask
     if variant not in ALL_VARIANTS:

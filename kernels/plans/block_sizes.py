@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from kernels.masks.protocols import BlockSizesLike
+
 # Smallest tile granularity per backend: the XLA path only needs sublane-friendly sizes; the Pallas
 # TPU kernel feeds the MXU, whose tiles are 128 wide; the Pallas GPU (Triton) kernel's blocks are
 # tensor-core operands of at least 16 rows, and Triton tensors have power-of-two shapes.
@@ -47,6 +49,11 @@ def plan_backend(backend: str) -> str:
     return "xla" if backend == "reference" else backend
 
 
+def same_tiles(a: BlockSizesLike, b: BlockSizesLike) -> bool:
+    """Whether ``a`` and ``b`` cut a sequence into the same tiles (a compute sub-tile aside)."""
+    return (a.block_q, a.block_kv) == (b.block_q, b.block_kv)
+
+
 @dataclasses.dataclass(frozen=True)
 class BlockSizes:
     """Query and key/value tile sizes, and the key sub-tile of each online-softmax update.
@@ -71,10 +78,6 @@ class BlockSizes:
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"BlockSizes.{name}={value!r}: expected a positive int")
-
-    def same_tiles(self, other: BlockSizes) -> bool:
-        """Whether ``other`` cuts the sequence into the same tiles (the compute sub-tile aside)."""
-        return (self.block_q, self.block_kv) == (other.block_q, other.block_kv)
 
     def validate(self, tokens: int, backend: str = "xla") -> None:
         """Raises ValueError unless these tiles suit ``tokens`` on ``backend``.

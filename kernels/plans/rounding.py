@@ -19,7 +19,7 @@ import numpy as np
 
 from kernels.masks.protocols import BlockSizesLike, Mask, PredicateMask
 from kernels.masks.tile_grid import tile_areas
-from kernels.plans.block_sizes import BlockSizes
+from kernels.plans.block_sizes import BlockSizes, same_tiles
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -53,10 +53,7 @@ class TileMask(PredicateMask):
 
     def tile_counts(self, block_sizes: BlockSizesLike) -> np.ndarray:
         """Kept real pairs per tile (only for the block sizes the mask is aligned to)."""
-        if (block_sizes.block_q, block_sizes.block_kv) != (
-            self.block_sizes.block_q,
-            self.block_sizes.block_kv,
-        ):
+        if not same_tiles(block_sizes, self.block_sizes):
             raise ValueError(
                 f"TileMask aligned to {self.block_sizes} cannot be tiled with {block_sizes}"
             )
