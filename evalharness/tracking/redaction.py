@@ -1,4 +1,5 @@
-"""Passwords out of everything the harness writes down: the one rule for showing a tracking URI.
+"""Passwords out of everything the harness writes down, by the one rule for showing a tracking
+URI (``models.uri_redaction.redacted``).
 
 A tracking URI may carry a password (``postgresql+psycopg://user:PASSWORD@host/db``,
 ``http://user:PASSWORD@host``) or a secret query parameter (``?password=...``, ``?token=...``).
@@ -12,52 +13,12 @@ libpq ``PGPASSWORD``/``PGPASSFILE`` for PostgreSQL (``docs/mlflow.md``).
 from __future__ import annotations
 
 import logging
-import re
 import traceback
 from collections.abc import Mapping
-from typing import Any, overload
-from urllib.parse import unquote, urlsplit
+from typing import Any
 
-MASK = "***"
-# ``scheme://user:password@``: the password runs to the authority's last ``@`` (as urlsplit reads
-# it), so a password holding an unencoded ``@`` or ``:`` is hidden whole. Hydra writes an override
-# back with each ``:`` escaped (``postgresql\://user\:password@``): a backslash may precede them.
-_USERINFO = re.compile(
-    r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*\\?://[^/?#\s:@\\]*)(?P<colon>\\?:)[^/?#\s]*@"
-)
-# A query parameter whose name says it holds a secret: ``?password=``, ``&sslpassword=``,
-# ``?token=``, ``&access_token=``, ``?api_key=``, ``&client_secret=``.
-_SECRET_PARAM = re.compile(
-    r"(?P<head>[?&;][^=&#\s]*(?:password|passwd|pwd|token|secret|api_?key)\\?=)[^&#\s]*",
-    re.IGNORECASE,
-)
-
-
-@overload
-def redacted(text: str, secret_of: str | None = None) -> str: ...
-
-
-@overload
-def redacted(text: None, secret_of: str | None = None) -> None: ...
-
-
-def redacted(text: str | None, secret_of: str | None = None) -> str | None:
-    """``text`` with the password of every URI in it, and the value of every secret query
-    parameter, replaced by ``***``; None stays None.
-
-    Args:
-        text: a URI, or any text that may hold URIs (a message, a note, a YAML dump).
-        secret_of: a URI whose password is also hidden wherever it appears on its own (a driver's
-            error message may quote the password without its URI), percent-encoded or not.
-    """
-    if text is None:
-        return None
-    shown = _USERINFO.sub(rf"\g<head>\g<colon>{MASK}@", text)
-    shown = _SECRET_PARAM.sub(rf"\g<head>{MASK}", shown)
-    password = urlsplit(secret_of).password if secret_of else None
-    for form in {password, unquote(password or "")} - {None, "", MASK}:
-        shown = shown.replace(form, MASK)
-    return shown
+# The rule itself lives beside the models so that the training command shares it.
+from models.uri_redaction import redacted as redacted
 
 
 def redacted_values(value: Any) -> Any:

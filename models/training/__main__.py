@@ -35,6 +35,7 @@ from models.training.run_folder import (
     claim_folder,
     command_main,
     metric_logger,
+    recorded_command,
     settings_from,
 )
 
@@ -69,7 +70,7 @@ def train(args: argparse.Namespace, argv: list[str]) -> Path | None:
             text_encoder=model.text_encoder,
             transformer=model.transformer,
             settings=settings,
-            command=["python", "-m", "models.training", *argv],
+            command=recorded_command("models.training", argv),
             metrics=recorder.summary(),
         )
         size = folder_megabytes(folder)

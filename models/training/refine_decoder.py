@@ -30,6 +30,7 @@ from models.training.run_folder import (
     claim_folder,
     command_main,
     metric_logger,
+    recorded_command,
     settings_from,
 )
 from models.training.settings import TrainSettings
@@ -100,7 +101,7 @@ def refine(args: argparse.Namespace, argv: list[str]) -> Path:
     record["settings"] = dataclasses.asdict(settings)
     record["metrics"] = {**record.get("metrics", {}), "vae_heldout_psnr_db": after}
     record["decoder_stage"] = {
-        "command": ["python", "-m", "models.training.refine_decoder", *argv],
+        "command": recorded_command("models.training.refine_decoder", argv),
         "code": code_version(),
         "source": str(source),
         "metrics": {"vae_heldout_psnr_db_before": before, **recorder.summary()},

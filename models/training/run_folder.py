@@ -21,6 +21,7 @@ from models.training.tracking import (
     MetricLogger,
     mlflow_run,
 )
+from models.uri_redaction import redacted
 
 # The harness's exit codes (evalharness/exit_codes.py; models imports nothing of the harness).
 EXIT_REFUSED, EXIT_FAILED, EXIT_INTERRUPTED = 2, 4, 130
@@ -49,10 +50,10 @@ def _parse_value(field: dataclasses.Field, text: str) -> int | float:
         raise Refused(f"--set {field.name}={text}: expected {kind}") from None
 
 
-def settings_from(preset_name: str, assignments: list[str], **fixed: int | float) -> TrainSettings:
-    """The preset with ``fixed`` fields, then the ``--set name=value`` assignments, checked."""
+def settings_from(preset_name: str, assignments: list[str]) -> TrainSettings:
+    """The preset with the ``--set name=value`` assignments, checked."""
     fields = {f.name: f for f in dataclasses.fields(TrainSettings)}
-    overrides = dict(fixed)
+    overrides = {}
     for item in assignments:
         name, sep, text = item.partition("=")
         if not sep or name not in fields:
@@ -128,13 +129,19 @@ def metric_logger(
         yield logger
 
 
+def recorded_command(module: str, argv: list[str]) -> list[str]:
+    """The command line as ``training.json`` records it, a tracking URI's password hidden."""
+    return ["python", "-m", module, *(redacted(arg) for arg in argv)]
+
+
 def command_main(
     parser: argparse.ArgumentParser,
     argv: list[str],
     train: Callable[[argparse.Namespace], Path | None],
 ) -> int:
     """Parses ``argv`` and runs ``train(args)``; prints the exported folder as JSON or one error
-    line; returns the exit code (0 done, 2 refused, 4 failed while training, 130 interrupted)."""
+    line (the tracking URI's password hidden); returns the exit code (0 done, 2 refused, 4
+    failed while training, 130 interrupted)."""
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse printed its own usage line
@@ -143,13 +150,14 @@ def command_main(
     try:
         folder = train(args)
     except (Refused, CheckpointMismatch) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {redacted(str(e), args.tracking_uri)}", file=sys.stderr)
         return EXIT_REFUSED
     except KeyboardInterrupt:
         print("error: interrupted; run the same command again to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as e:  # a failure while training: one line, no traceback
-        print(f"error: training failed: {type(e).__name__}: {e}", file=sys.stderr)
+        shown = redacted(f"{type(e).__name__}: {e}", args.tracking_uri)
+        print(f"error: training failed: {shown}", file=sys.stderr)
         return EXIT_FAILED
     if folder is not None:
         print(json.dumps({"checkpoint": str(folder)}))

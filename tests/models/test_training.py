@@ -4,6 +4,7 @@ run on an export, refusals."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 
@@ -17,7 +18,7 @@ from models.checkpoint import checkpoint_prompt_encoder, checkpoint_vae, locate_
 from models.loading import load_transformer
 from models.shapes_data import make_clip
 from models.tokenizer import TokenizerJsonTokenizer
-from models.training import flow_stage, refine_decoder
+from models.training import flow_stage, refine_decoder, run_folder
 from models.training.__main__ import main
 from models.training.export import export_checkpoint, save_word_tokenizer
 from models.training.flow_stage import (
@@ -379,3 +380,20 @@ def test_the_decoder_stage_refines_an_export_and_records_both_sittings(trained, 
     assert "was trained with a decoder stage already" in capsys.readouterr().err
     assert refine_decoder.main([*argv, "--no-mlflow", "--set", "frames=9"]) == 2
     assert "only the decoder stage's settings" in capsys.readouterr().err
+
+
+def test_a_tracking_uri_password_is_neither_recorded_nor_printed(capsys):
+    secret = "postgresql://ana:s3cr3t-Planted@db/mlflow"
+    argv = ["--out", "x", "--tracking-uri", secret]
+    recorded = run_folder.recorded_command("models.training", argv)
+    assert recorded[-1] == "postgresql://ana:***@db/mlflow"
+
+    def fails(args):
+        raise ConnectionError(f"could not connect to {args.tracking_uri} (password s3cr3t-Planted)")
+
+    parser = argparse.ArgumentParser()
+    run_folder.add_common_arguments(parser)
+    assert run_folder.command_main(parser, argv, fails) == run_folder.EXIT_FAILED
+    err = capsys.readouterr().err
+    assert "could not connect to postgresql://ana:***@db/mlflow (password ***)" in err
+    assert "s3cr3t-Planted" not in err
