@@ -28,6 +28,7 @@ from evalharness import exit_codes
 from evalharness.admission.advice import checked_advice
 from evalharness.admission.dry_run_sweep import summary_row
 from evalharness.admission.kernel_checks import EXPORT_PLATFORMS
+from evalharness.admission.phase_compile import PHASE_ROWS
 from evalharness.admission.sizing import RunSizing, quadratic_arms, size_run
 from evalharness.assembly import pin_revision, platform_choices, transformer_config_for
 from evalharness.config import ChipCompileMode, EvalConfig, to_config
@@ -292,12 +293,16 @@ def _phases_source(sizing: RunSizing) -> str:
     """Whose figures the text encoder and VAE rows are."""
     if not sizing.phases:
         return "the text encoder and VAE rows are our arithmetic (our model)"
+    compiled = [f"the {PHASE_ROWS[phase]}" for phase in sizing.phases]
     seconds = ", ".join(
         f"{phase} {p.program.compile_s:,.0f} s" for phase, p in sizing.phases.items()
     )
+    ours = [f"the {row}" for phase, row in PHASE_ROWS.items() if phase not in sizing.phases]
+    rest = f"; {' and '.join(ours)} row is our arithmetic (our model)" if ours else ""
+    it = "them" if len(compiled) > 1 else "it"
     return (
-        "the text encoder and the VAE decode compiled too, as the run calls them, on the chip "
-        f"that runs them ({seconds})"
+        f"{' and '.join(compiled)} compiled too, as the run calls {it}, on the chip that runs "
+        f"{it} ({seconds}){rest}"
     )
 
 

@@ -86,7 +86,8 @@ class PhaseProgram:
 def compile_phases(
     cfg: EvalConfig, tcfg: WanTransformerConfig, video: VideoGeometry, compiler: TpuCompiler
 ) -> dict[str, PhaseProgram]:
-    """The text encoder's and the VAE decode's programs compiled for ``compiler``'s chip.
+    """The programs ``cfg.chip_compile_phases`` names (the text encoder's, the VAE decode's)
+    compiled for ``compiler``'s chip.
 
     Args:
         cfg: the run's config.
@@ -95,17 +96,20 @@ def compile_phases(
         compiler: the compile-only topology (its first chip is where the run puts them).
 
     Returns:
-        ``{"encode": ..., "decode": ...}``.
+        ``{"encode": ..., "decode": ...}``, the phases compiled only.
 
     Raises:
         Exception: whatever the compiler raises (HBM).
     """
     described = compiler.describe()
-    with heartbeat(f"the text encoder for {described}"):
-        encode = _compile_encoder(cfg, tcfg, compiler)
-    with heartbeat(f"the VAE decode for {described}"):
-        decode = _compile_decoder(cfg, video, compiler)
-    return {"encode": encode, "decode": decode}
+    programs = {}
+    for phase in cfg.chip_compile_phases.phases:
+        with heartbeat(f"the {PHASE_ROWS[phase]} for {described}"):
+            if phase == "encode":
+                programs[phase] = _compile_encoder(cfg, tcfg, compiler)
+            else:
+                programs[phase] = _compile_decoder(cfg, video, compiler)
+    return programs
 
 
 def _compile_encoder(
@@ -254,22 +258,22 @@ def compiled_work(
     phases: Mapping[str, PhaseProgram],
     described: str,
 ) -> CompiledWork | None:
-    """The chip compiler's FLOPs of the two phases and every compile's seconds on this machine
-    (None without both phases compiled).
+    """The chip compiler's FLOPs of the phases it compiled and every compile's seconds on this
+    machine (None when nothing was compiled).
 
     Args:
         loops: arm -> its compiled loop's figures (empty when the loops were not compiled).
-        phases: ``compile_phases``' programs.
+        phases: ``compile_phases``' programs (those ``chip_compile_phases`` names).
         described: the compiler, in words.
     """
-    if set(phases) != set(PHASE_ROWS):
+    if not loops and not phases:
         return None
     seconds = {arm: program.compile_s for arm, program in loops.items()}
     seconds["shared"] = sum(p.program.compile_s for p in phases.values())
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     return CompiledWork(
-        encode_flops=phases["encode"].total_flops,
-        decode_flops=phases["decode"].total_flops,
+        encode_flops=phases["encode"].total_flops if "encode" in phases else None,
+        decode_flops=phases["decode"].total_flops if "decode" in phases else None,
         compile_s=seconds,
         compiled_on=f"this machine ({os.cpu_count()} cores, load average {load:.1f})",
         compiled_by=described,

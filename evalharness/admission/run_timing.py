@@ -119,10 +119,11 @@ def time_of(
         loops = dataclasses.replace(loops, runs={**loops.runs, "sparse": loops.runs["sparse"] - 1})
     dtype = cfg.dtype.value
     work = _run_work(cfg, tcfg, video, pairs)
-    if compiled is not None:  # a compiler whose cost analysis counts nothing leaves ours
-        counted = {"text_flops": samples_per_step(cfg) * compiled.encode_flops,
+    if compiled is not None:  # a phase not compiled, or counted as nothing, leaves ours
+        prompts = samples_per_step(cfg)
+        counted = {"text_flops": compiled.encode_flops and prompts * compiled.encode_flops,
                    "decode_flops": compiled.decode_flops}  # fmt: skip
-        work = dataclasses.replace(work, **{k: v for k, v in counted.items() if v > 0})
+        work = dataclasses.replace(work, **{k: v for k, v in counted.items() if v})
     once, sources = run_rows(
         work,
         loops.runs,
@@ -142,17 +143,17 @@ class CompiledWork:
     """What compiling for the target's chip measured of the work outside the loops.
 
     Attributes:
-        encode_flops: XLA's cost analysis of encoding one prompt on the chip (0 when the
-            compiler counts none: XLA's GPU compiler counts none in these programs, and our
-            count then stands).
-        decode_flops: of one arm's whole decode (every tile) on the chip (0 likewise).
+        encode_flops: XLA's cost analysis of encoding one prompt on the chip; None when the
+            text encoder was not compiled (``chip_compile_phases``), 0 when the compiler counts
+            none (XLA's GPU compiler counts none in these programs); our count stands for both.
+        decode_flops: of one arm's whole decode (every tile) on the chip (None and 0 likewise).
         compile_s: column (an arm, or ``shared``) -> seconds its compiles took on this machine.
         compiled_on: this machine, in words (cores, load), for the compile row's source.
         compiled_by: the chip's compiler, in words.
     """
 
-    encode_flops: float
-    decode_flops: float
+    encode_flops: float | None
+    decode_flops: float | None
     compile_s: dict[str, float]
     compiled_on: str
     compiled_by: str
@@ -164,9 +165,10 @@ class CompiledWork:
         compiling = {c: self.compile_s.get(c, 0.0) for c in columns}
         by = f"XLA's cost analysis by {self.compiled_by}"
         none = f"ours: {by} counts no FLOPs in this program"
+        absent = "ours: not compiled for the chip; chip_compile_phases=encoder_and_vae compiles it"
 
-        def source(row: str, flops: float) -> str:
-            return f"{sources[row]} ({by if flops > 0 else none})"
+        def source(row: str, flops: float | None) -> str:
+            return f"{sources[row]} ({absent if flops is None else by if flops > 0 else none})"
 
         return {**once, "compile": compiling}, {
             **sources,
@@ -177,9 +179,9 @@ class CompiledWork:
                 f"under shared), seconds measured on {self.compiled_on} (a program kept in "
                 "<cache_dir>/chip_programs/ from an earlier dry run keeps its first compile's "
                 "seconds); the target's host "
-                "compiles the same programs in a time not known here (XLA compiles a program "
-                "largely on one core, so a faster core is faster), so this machine's figure "
-                "stands in"
+                "compiles the same programs in a time not known here (a VAE decode's compile "
+                "kept 1.8 of a 2-core machine's cores busy, so more and faster cores compile "
+                "faster), so this machine's figure stands in"
             ),
         }
 

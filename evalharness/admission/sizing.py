@@ -234,13 +234,11 @@ def _whole_run_on_chip(
     problems: list[str],
 ) -> tuple[MemoryTable, dict[str, PhaseProgram], CompiledWork | None]:
     """The memory table, the phase programs and what the time table takes from the compiler:
-    with the loops compiled for the chip and ``chip_compile_phases`` set, the text encoder and
-    the VAE decode compiled too (all three phases the compiler's); with the loops alone, their
-    compiled table (its text encoder and VAE rows ours); nothing compiled, our model's table."""
+    with the loops compiled for the chip, their table with the phases ``chip_compile_phases``
+    names compiled too (the text encoder by default; a phase not compiled keeps our row) and
+    every compile's seconds; nothing compiled, our model's table."""
     if chip.memory is None:
         return model_memory, {}, None
-    if not cfg.chip_compile_phases:
-        return chip.memory, {}, None
     memory, phases = phases_for_chip(cfg, tcfg, video, chip.compiler, chip.memory, problems)
     loops = {arm: step.program for arm, step in chip.steps.items()}
     return memory, phases, compiled_work(loops, phases, chip.compiled_by or "")

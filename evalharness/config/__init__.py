@@ -15,6 +15,7 @@ from evalharness.config.resolutions import (
 )
 from evalharness.config.schemas import (
     ChipCompileMode,
+    ChipPhases,
     ComputeDType,
     DenseExecutor,
     DType,
@@ -61,6 +62,7 @@ __all__ = [
     "ParallelConfig",
     "PermutePlacement",
     "ChipCompileMode",
+    "ChipPhases",
     "ProgressMode",
     "RESOLUTION_DIR",
     "Resolution",

@@ -112,6 +112,25 @@ class ChipCompileMode(enum.StrEnum):
     off = "off"
 
 
+class ChipPhases(enum.StrEnum):
+    """Which of the two programs a run calls outside its denoising loop a dry run also compiles
+    for the chip (with ``chip_compile=step``): ``encoder``, the text encoder (UMT5-XXL: about 20
+    s on a 2-core machine; the encode phase is the peak of 14B runs at 720p and 1080p);
+    ``encoder_and_vae``, the VAE's tile decode too (4.5-8 minutes for a TPU on a 2-core machine,
+    so not the default); ``none``, neither. A program not compiled keeps our model's row."""
+
+    none = "none"
+    encoder = "encoder"
+    encoder_and_vae = "encoder_and_vae"
+
+    @property
+    def phases(self) -> tuple[str, ...]:
+        """The phases compiled: ``encode``, ``decode``."""
+        return {"none": (), "encoder": ("encode",), "encoder_and_vae": ("encode", "decode")}[
+            self.value
+        ]
+
+
 class ProgressMode(enum.StrEnum):
     """Progress bars: ``auto`` draws them only when stderr is a terminal."""
 
@@ -341,10 +360,8 @@ class EvalConfig:
     target: str | None = None  # dry-run device: tpu-v6e-1, tpu-v6e-8, h200, cpu (None: this host)
     # What a TPU target's dry run compiles for the chip, with libtpu installed (ChipCompileMode).
     chip_compile: ChipCompileMode = ChipCompileMode.step
-    # Whether that chip compile also compiles the text encoder and the VAE decode (our model's
-    # rows otherwise): off by default, since the VAE decode's TPU compile ran past 25 minutes for
-    # 14B at 720p on a 2-core machine.
-    chip_compile_phases: bool = False
+    # What that chip compile compiles beside the loops (ChipPhases): the text encoder by default.
+    chip_compile_phases: ChipPhases = ChipPhases.encoder
 
 
 def schema(node_type: type) -> DictConfig:

@@ -64,7 +64,7 @@ def _program(args: int, out: int, temp: int, code: int, seconds: float) -> Compi
 
 @pytest.mark.slow
 def test_both_phases_compile_as_the_run_calls_them(tmp_path):
-    cfg, tcfg, video = _config(tmp_path)
+    cfg, tcfg, video = _config(tmp_path, "chip_compile_phases=encoder_and_vae")
     phases = compile_phases(cfg, tcfg, video, HOST)
     assert set(phases) == set(PHASE_ROWS)
     for phase in phases.values():
@@ -167,7 +167,7 @@ def test_a_tpu_dry_run_compiles_the_text_encoder_and_the_vae_for_the_chip(tmp_pa
         "dry_run=true",
         "target=tpu-v6e-1",
         "chip_compile=step",
-        "chip_compile_phases=true",
+        "chip_compile_phases=encoder_and_vae",
         # The embedded default's geometry (the small config's 8 x 8 tiles suit no TPU), with tiles
         # its 2,160 tokens hold (the TPU's auto tiles are the seed's, wider than its band).
         "kernel.block_q=512",
@@ -181,6 +181,35 @@ def test_a_tpu_dry_run_compiles_the_text_encoder_and_the_vae_for_the_chip(tmp_pa
         row = next(line for line in report.splitlines() if line.startswith(f"- {component}:"))
         assert "compiled by TPU v6 lite 1x1 by libtpu" in row and "our model" not in row
     assert "| compile |" in report
+
+
+def test_the_default_compiles_the_text_encoder_alone(tmp_path):
+    cfg, tcfg, video = _config(tmp_path)
+    assert compile_phases(cfg, tcfg, video, HOST).keys() == {"encode"}
+    cfg, tcfg, video = _config(tmp_path, "chip_compile_phases=none")
+    assert compile_phases(cfg, tcfg, video, HOST) == {}
+
+
+@pytest.mark.slow
+def test_a_phase_not_compiled_keeps_our_flops_and_the_compile_row_stays(tmp_path):
+    cfg, tcfg, video = _config(tmp_path, "dtype=float32")
+    target = get_target("h200")
+    ours = time_of(cfg, tcfg, video, target, 1, None)
+    encoder_only = {"encode": _phases()["encode"]}
+    timing = time_of(
+        cfg, tcfg, video, target, 1, None, compiled_work({"dense": _Loop(30.0)}, encoder_only, "X")
+    )
+    assert timing.once["VAE decode"] == ours.once["VAE decode"]
+    assert "not compiled for the chip" in timing.once_sources["VAE decode"]
+    assert timing.once["text encoding"] != ours.once["text encoding"]
+    assert timing.once["compile"]["dense"] == 30.0 and timing.once["compile"]["shared"] == 40.0
+    # The loops alone compiled: both phases ours, the loops' compile row still there.
+    loops_only = time_of(
+        cfg, tcfg, video, target, 1, None, compiled_work({"dense": _Loop(30.0)}, {}, "X")
+    )
+    assert loops_only.once["text encoding"] == ours.once["text encoding"]
+    assert loops_only.once["compile"]["dense"] == 30.0
+    assert compiled_work({}, {}, "X") is None
 
 
 def test_a_programs_figures_are_kept_and_read_back_for_the_same_program(tmp_path):

@@ -16,6 +16,7 @@ from omegaconf.errors import ValidationError
 
 from evalharness.assembly import platform_choices
 from evalharness.config.schemas import (
+    ChipPhases,
     DenseExecutor,
     DType,
     EvalConfig,
@@ -37,6 +38,7 @@ from tests.helpers.harness_config import small_config
 from tests.helpers.schedules import SCHEDULE_NAMES, load_schedule
 
 CHOICES = (
+    ChipPhases,
     DType,
     KernelBackend,
     DenseExecutor,
@@ -45,6 +47,7 @@ CHOICES = (
     LoggerKind,
     PermutePlacement,
     SparseVariant,
+    ChipPhases,
 )
 
 # (dotted key, a value outside its choices, the valid values in the error message)
@@ -67,6 +70,8 @@ BAD_CHOICES = [
     ("progress", "maybe", "[auto, on, off]"),
     ("logger.kind", "wandb", "[mlflow, none]"),
     ("parallel.permute_placement", "after", "[head_local, before_exchange]"),
+    # The setting was a boolean; ``True`` is refused with the three values that replace it.
+    ("chip_compile_phases", "True", "[none, encoder, encoder_and_vae]"),
 ]
 
 
@@ -138,7 +143,7 @@ def _expected_params(tmp_path) -> dict:
         "dry_run": False,
         "target": None,
         "chip_compile": "step",
-        "chip_compile_phases": False,
+        "chip_compile_phases": "encoder",
     }
 
 
