@@ -108,6 +108,7 @@ def test_14b_at_1440p_aggressive_fits_eight_v6e_chips(tmp_path):
 
 
 @pytest.mark.slow  # end to end: run by .ci/run's second step (pytest -m slow)
+@without_gpu_compiler
 def test_14b_at_1440p_fits_one_h200_with_separate_guidance_passes(tmp_path):
     """302,400 tokens on one device: the joint guidance batch peaks at 160 GiB and the refusal
     names the fix; the two passes one after the other halve every activation and fit."""
