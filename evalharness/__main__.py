@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -26,7 +25,7 @@ from evalharness.comparison import SWEEP_JOB_TAG, append_summary, failed_jobs, t
 from evalharness.config import check_overrides, multirun_first, register_configs
 from evalharness.evidence import headline_row
 from evalharness.exit_codes import RunFailed
-from evalharness.metric_names import Metric
+from evalharness.metric_names import Metric, RunMetrics
 from evalharness.refusal import CONFIG_ERRORS, PreflightRefusal
 from evalharness.run import GateFailed, run
 from evalharness.tracking import multihost, redact_logs, redacted
@@ -47,7 +46,7 @@ def _end(code: int, message: str, multirun: bool) -> None:
     _job_codes.append(code)
 
 
-def _run_job(cfg: DictConfig, multirun: bool) -> dict[str, Any] | None:
+def _run_job(cfg: DictConfig, multirun: bool) -> RunMetrics | None:
     """The run, with each way it can end turned into its exit code (module docstring)."""
     try:
         return run(cfg)

@@ -1,13 +1,16 @@
 """The names of a run's headline metrics, as ``metrics.json``, MLflow, the gate, the search and the
-reports spell them: one definition each.
+reports spell them: one definition each, and the typed result that carries them between rooms.
 
 ``Metric`` members are strings (``Metric.SPEEDUP == "speedup"``), so they index the metrics
-mappings and name MLflow metrics as they are.
+mappings and name MLflow metrics as they are; :class:`RunMetrics`' fields are the same names.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
 
 
 class Metric(enum.StrEnum):
@@ -34,3 +37,78 @@ class Metric(enum.StrEnum):
     GAP_TO_NOISE_FLOOR_DB = "gap_to_noise_floor_db"
     DENSE_TIMING_REUSED = "dense_timing_reused"
     PSNR_VIDEO_DB = "psnr_video_db"
+
+
+MetricValue = float | int | str | None
+
+
+@dataclass(frozen=True, eq=False)
+class RunMetrics(Mapping[str, MetricValue]):
+    """What a run (or one pair of a suite) measured: the headline metrics as fields named as
+    ``metrics.json``, MLflow, the gate, the search and the reports name them, and every other
+    figure the run measured or describes itself by (timings of each arm, geometry, executors,
+    statistics across pairs, the FLOP count) in ``others``.
+
+    Frozen: a stage that adds figures makes a new value (:meth:`with_values`). As a read-only
+    mapping it reads every metric by name (``metrics["psnr_db"] == metrics.psnr_db``), which is
+    how the gate reads a statistic (``psnr_db_lcb``) and how files and MLflow are written; a
+    headline field that is None was not measured and is not among its keys.
+
+    Attributes:
+        speedup: :attr:`Metric.SPEEDUP`.
+        psnr_db: :attr:`Metric.PSNR_DB`.
+        psnr_worst_frame_db: :attr:`Metric.PSNR_WORST_FRAME_DB`.
+        ssim_frames: :attr:`Metric.SSIM_FRAMES`.
+        noise_floor_psnr_db: :attr:`Metric.NOISE_FLOOR_PSNR_DB` (None without a noise floor).
+        gap_to_noise_floor_db: :attr:`Metric.GAP_TO_NOISE_FLOOR_DB`.
+        dense_timing_reused: :attr:`Metric.DENSE_TIMING_REUSED`.
+        others: every other metric, by name.
+    """
+
+    speedup: float | None = None
+    psnr_db: float | None = None
+    psnr_worst_frame_db: float | None = None
+    ssim_frames: float | None = None
+    noise_floor_psnr_db: float | None = None
+    gap_to_noise_floor_db: float | None = None
+    dense_timing_reused: int | None = None
+    others: Mapping[str, MetricValue] = field(default_factory=lambda: MappingProxyType({}))
+
+    @classmethod
+    def of(cls, values: Mapping[str, MetricValue]) -> RunMetrics:
+        """The metrics named in ``values`` (a headline metric by its field, the rest as
+        others)."""
+        headline = {k: v for k, v in values.items() if k in _HEADLINE}
+        others = {k: v for k, v in values.items() if k not in _HEADLINE}
+        return cls(**headline, others=MappingProxyType(others))
+
+    def with_values(
+        self, values: Mapping[str, MetricValue] = MappingProxyType({}), **named
+    ) -> RunMetrics:
+        """These metrics with ``values`` and ``named`` added (a name already here is replaced)."""
+        return RunMetrics.of({**self, **values, **named})
+
+    def numeric(self) -> dict[str, float]:
+        """The metrics that are numbers (booleans as 0 and 1): what MLflow logs."""
+        return {k: v for k, v in self.items() if isinstance(v, int | float)}
+
+    def __getitem__(self, name: str) -> MetricValue:
+        if name in _HEADLINE:
+            value = getattr(self, name)
+            if value is None:
+                raise KeyError(name)
+            return value
+        return self.others[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from (name for name in _HEADLINE if getattr(self, name) is not None)
+        yield from self.others
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return f"RunMetrics({dict(self)!r})"
+
+
+_HEADLINE = tuple(f.name for f in fields(RunMetrics) if f.name != "others")

@@ -15,7 +15,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import jax
 import jax.numpy as jnp
@@ -50,6 +50,7 @@ from evalharness.evidence import (
 )
 from evalharness.exit_codes import RunFailed, Terminated
 from evalharness.gate import GateResult, check_gate
+from evalharness.metric_names import RunMetrics
 from evalharness.refusal import PreflightRefusal
 from evalharness.tracking import (
     NullTracker,
@@ -87,7 +88,7 @@ def pair_phase(pair: Pair, count: int) -> str:
 class GateFailed(RuntimeError):
     """The run finished but missed a gate threshold; ``metrics`` holds what it measured."""
 
-    def __init__(self, message: str, metrics: dict[str, Any]) -> None:
+    def __init__(self, message: str, metrics: RunMetrics) -> None:
         super().__init__(message)
         self.metrics = metrics
 
@@ -100,14 +101,15 @@ def make_run_dir(output_root: Path, name: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{stamp}-{name}-", dir=runs))
 
 
-def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
+def run(cfg: EvalConfig | DictConfig | dict) -> RunMetrics:
     """Runs one comparison and returns its metrics.
 
     Args:
         cfg: the configuration (Hydra's DictConfig, a dict, or an ``EvalConfig``).
 
     Returns:
-        Flat metrics (also in ``metrics.json`` of the run folder and in MLflow), plus ``run_dir``.
+        The metrics (also in ``metrics.json`` of the run folder and in MLflow), with ``run_dir``
+        and ``mlflow_run_id`` among them.
 
     Raises:
         preflight.PreflightRefusal: the run would exceed ``max_minutes`` or device memory, or
@@ -130,10 +132,11 @@ def run(cfg: EvalConfig | DictConfig | dict) -> dict[str, Any]:
             comparison = Comparison(
                 cfg, plan, progress, run_dir, tracker, components, text_encode_s
             )
-            metrics, per_pair = _compare(comparison, inputs)
-            metrics.update(plan.flops.as_metrics())
-            metrics["total_wall_s"] = time.perf_counter() - started
-            gate = _finish(comparison, metrics, per_pair)
+            measured, per_pair = _compare(comparison, inputs)
+            measured = measured.with_values(
+                plan.flops.as_metrics(), total_wall_s=time.perf_counter() - started
+            )
+            metrics, gate = _finish(comparison, measured, per_pair)
             if primary:
                 run_status.end_status(run_dir, run_status.FINISHED, gate_passed=gate.passed)
     except BaseException as err:
@@ -179,18 +182,17 @@ def _admitted(cfg: EvalConfig) -> tuple[EvalConfig, Admission, list[Pair], Progr
 
 
 def _verdict(
-    metrics: dict[str, Any], gate: GateResult, run_dir: Path, run_id: str | None
-) -> dict[str, Any]:
+    metrics: RunMetrics, gate: GateResult, run_dir: Path, run_id: str | None
+) -> RunMetrics:
     """Every process returns (or raises ``GateFailed``) as the primary's gate says; the
     primary's metrics gain the run folder and MLflow run and are summarised on screen."""
     passed = multihost.from_primary(gate.passed)  # timings differ a little between processes
     if not multihost.is_primary():
-        metrics = {"gate_passed": passed, "process_index": jax.process_index()}
+        metrics = RunMetrics.of({"gate_passed": passed, "process_index": jax.process_index()})
         if not passed:
             raise GateFailed("gate failed (process 0's verdict; its log names the metric)", metrics)
         return metrics
-    metrics["run_dir"] = str(run_dir)
-    metrics["mlflow_run_id"] = run_id
+    metrics = metrics.with_values(run_dir=str(run_dir), mlflow_run_id=run_id)
     print(run_folder.summary_lines(metrics), flush=True)
     if not passed:
         raise GateFailed("gate failed: " + "; ".join(gate.failures), metrics)
@@ -281,34 +283,37 @@ def _record_start(cfg: EvalConfig, plan: Admission, run_dir: Path, tracker: Trac
 
 
 def _finish(
-    comparison: Comparison, metrics: dict[str, Any], per_pair: list[dict[str, Any]]
-) -> GateResult:
-    """Checks the gate, writes ``metrics.json`` and ``report.md``, and closes the tracker's run."""
+    comparison: Comparison, measured: RunMetrics, per_pair: list[RunMetrics]
+) -> tuple[RunMetrics, GateResult]:
+    """Checks the gate, writes ``metrics.json`` and ``report.md``, and closes the tracker's run;
+    returns the metrics with the gate's verdict among them, and the verdict."""
     cfg, run_dir, tracker = comparison.cfg, comparison.run_dir, comparison.tracker
     gate = check_gate(
-        metrics,
+        measured,
         min_psnr_db=cfg.gate.min_psnr_db,
         min_speedup=cfg.gate.min_speedup,
         min_worst_frame_psnr_db=cfg.gate.min_worst_frame_psnr_db,
         on=cfg.gate.on.value,
     )
-    metrics["gate_passed"] = gate.passed
+    metrics = measured.with_values(gate_passed=gate.passed)
     run_folder.write_metrics(run_dir, metrics)
     if len(per_pair) == 1:
         run_folder.write_report(run_dir, cfg, metrics, gate.failures)
     else:
         suite_report.write_suite_report(run_dir, cfg, metrics, per_pair, gate.failures)
-    tracker.log_metrics({k: v for k, v in metrics.items() if isinstance(v, int | float)})
+    tracker.log_metrics(metrics.numeric())
     headline = run_folder.summary_lines(metrics).splitlines()[0]
     tracker.set_tags({"gate": gate.outcome, **description_tags(tracker, gate.outcome, headline)})
     # A suite's pairs upload their own folders to their child runs.
     exclude = (() if cfg.logger.log_videos else run_folder.VIDEO_PATTERNS) + ("pairs/*",)
     tracker.log_artifacts(run_dir, exclude=exclude)
     tracker.finish("FINISHED")
-    return gate
+    return metrics, gate
 
 
-def _compare(comparison: Comparison, inputs: list[PairInputs]) -> tuple[dict, list[dict]]:
+def _compare(
+    comparison: Comparison, inputs: list[PairInputs]
+) -> tuple[RunMetrics, list[RunMetrics]]:
     """The comparison proper: the arms compiled once on the first pair's inputs, then each
     pair compared (``evalharness.comparison.pair.compare_pair``) on the same compiled loops.
 
@@ -334,7 +339,7 @@ def _compare(comparison: Comparison, inputs: list[PairInputs]) -> tuple[dict, li
         per_pair.append(_run_pair(comparison, item, arms, len(pairs), reused))
     comparison.progress.phase("summary")
     if len(pairs) == 1:
-        return {**per_pair[0], **suite_metrics(per_pair)}, per_pair
+        return per_pair[0].with_values(suite_metrics(per_pair)), per_pair
     return suite_report.parent_metrics(per_pair), per_pair
 
 
@@ -344,7 +349,7 @@ def _run_pair(
     arms: dict[str, PreparedArm],
     count: int,
     cached: DenseArms | None,
-) -> dict[str, Any]:
+) -> RunMetrics:
     """One pair: in the run itself for a single pair, else in its own folder and child run."""
     if count == 1:
         out = PairOutput(comparison.run_dir, comparison.tracker)
@@ -357,10 +362,10 @@ def _run_pair(
     with closed_on_error(child):
         child.log_params({"prompt": pair.prompt, "seed": pair.seed, "pair": pair.index})
         child.set_tags({**run_tags(cfg), "pair": pair.name})
-        metrics = compare_pair(comparison, inputs, arms, out, cached)
-        metrics.update(prompt=pair.prompt, seed=pair.seed, pair=pair.name)
+        measured = compare_pair(comparison, inputs, arms, out, cached)
+        metrics = measured.with_values(prompt=pair.prompt, seed=pair.seed, pair=pair.name)
         run_folder.write_metrics(folder, metrics)
-        child.log_metrics({k: v for k, v in metrics.items() if isinstance(v, int | float)})
+        child.log_metrics(metrics.numeric())
         exclude = () if cfg.logger.log_videos else run_folder.VIDEO_PATTERNS
         child.log_artifacts(folder, exclude=exclude)
     child.finish("FINISHED")

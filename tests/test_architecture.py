@@ -74,6 +74,7 @@ HARNESS_ROOMS: dict[str, set[str]] = {
         "comparison",
         "refusal",
         "exit_codes",
+        "metric_names",
     },
     "__main__": {"config", "tracking", "admission", "evidence", "comparison", "refusal"}
     | {"exit_codes", "run", "metric_names"},

@@ -44,7 +44,7 @@ from evalharness.evidence import (
     save_routing_stats,
     store_dense_arms,
 )
-from evalharness.metric_names import Metric
+from evalharness.metric_names import Metric, RunMetrics
 from evalharness.tracking import Tracker, log_frame_curves, log_routing_curve
 from kernels.policy.routing_stats import RoutingStats
 
@@ -171,7 +171,7 @@ def compare_pair(
     arms: dict[str, PreparedArm],
     out: PairOutput,
     cached: DenseArms | None = None,
-) -> dict[str, Any]:
+) -> RunMetrics:
     """Times the pair's arms round-robin, then decodes, measures and writes its files.
 
     Every run compiles and times its dense arm, its second dense control and its sparse arm in
@@ -223,7 +223,7 @@ def compare_pair(
         }
     )
     metrics.update(_write_artifacts(comparison, out, dense, sparse, quality, stats))
-    return metrics
+    return RunMetrics.of(metrics)
 
 
 def _dense_arms(

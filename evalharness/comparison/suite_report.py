@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import csv
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from evalharness.config import EvalConfig
 from evalharness.evidence import CONFIDENCE, SUMMARIZED, gate_section, suite_metrics
 from evalharness.formatting import format_cell, markdown_table, markdown_text
-from evalharness.metric_names import Metric
+from evalharness.metric_names import Metric, RunMetrics
 
 # Per-pair columns of ``pairs.csv`` and the report's pair table: (title, key, format).
 PAIR_COLUMNS = (
@@ -51,7 +51,7 @@ _TITLES = {
 }
 
 
-def parent_metrics(per_pair: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def parent_metrics(per_pair: Sequence[RunMetrics]) -> RunMetrics:
     """The run's metrics over a suite's pairs (see the module docstring).
 
     Raises:
@@ -80,14 +80,14 @@ def parent_metrics(per_pair: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     out[Metric.DENSE_TIMING_REUSED] = max(
         int(m.get(Metric.DENSE_TIMING_REUSED, 0)) for m in per_pair
     )
-    return out
+    return RunMetrics.of(out)
 
 
 def _same(a: Any, b: Any) -> bool:
     return a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)
 
 
-def write_pairs_csv(run_dir: Path, per_pair: Sequence[Mapping[str, Any]]) -> Path:
+def write_pairs_csv(run_dir: Path, per_pair: Sequence[RunMetrics]) -> Path:
     """``pairs.csv``: one row per pair with the columns of :data:`PAIR_COLUMNS`."""
     path = run_dir / "pairs.csv"
     with path.open("w", newline="", encoding="utf-8") as handle:
@@ -98,7 +98,7 @@ def write_pairs_csv(run_dir: Path, per_pair: Sequence[Mapping[str, Any]]) -> Pat
     return path
 
 
-def summary_table(metrics: Mapping[str, Any]) -> str:
+def summary_table(metrics: RunMetrics) -> str:
     """The statistics across pairs as a Markdown table, one row per summarized metric."""
     rows = []
     level = f"{CONFIDENCE:.0%}"
@@ -129,8 +129,8 @@ def summary_table(metrics: Mapping[str, Any]) -> str:
 def write_suite_report(
     run_dir: Path,
     cfg: EvalConfig,
-    metrics: Mapping[str, Any],
-    per_pair: Sequence[Mapping[str, Any]],
+    metrics: RunMetrics,
+    per_pair: Sequence[RunMetrics],
     gate_failures: Sequence[str],
 ) -> Path:
     """Writes ``pairs.csv`` and ``report.md``: the statistics across pairs, each pair, the gate.

@@ -22,7 +22,7 @@ from evalharness.evidence.dense_cache import arm_meta  # noqa: E402
 from evalharness.evidence.quality import CodecNoise, FFmpegPSNR, FrameQuality, VideoQuality  # noqa: E402
 from evalharness.evidence.video import encode_lossless, encode_mp4, lossless_path, side_by_side  # noqa: E402
 from evalharness.formatting import format_cell, markdown_table, markdown_text  # noqa: E402
-from evalharness.metric_names import Metric
+from evalharness.metric_names import Metric, MetricValue, RunMetrics
 
 # Name patterns of the video files (viewable mp4s, lossless mkvs), which
 # ``logger.log_videos=false`` keeps out of MLflow.
@@ -69,14 +69,14 @@ def headline_columns() -> list[tuple[str, str, str]]:
     return [(h.title, h.key, h.fmt) for h in HEADLINE_METRICS]
 
 
-def headline_row(metrics: Mapping[str, Any]) -> dict[str, Any]:
+def headline_row(metrics: Mapping[str, MetricValue]) -> dict[str, MetricValue]:
     """A run's headline metrics (None where missing) and its run folder, for the sweep table."""
     row = {h.key: metrics.get(h.key) for h in HEADLINE_METRICS}
     row["run_dir"] = metrics.get("run_dir")
     return row
 
 
-def _headline_cell(metrics: Mapping[str, Any], key: str) -> str:
+def _headline_cell(metrics: Mapping[str, MetricValue], key: str) -> str:
     return format_cell(metrics.get(key), _HEADLINE_BY_KEY[key].fmt)
 
 
@@ -169,7 +169,7 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def write_metrics(run_dir: Path, metrics: dict[str, Any]) -> Path:
+def write_metrics(run_dir: Path, metrics: RunMetrics) -> Path:
     """Writes ``metrics.json`` (inf as the string "inf", NaN as null, so it stays valid JSON)."""
     path = run_dir / "metrics.json"
     path.write_text(
@@ -291,7 +291,7 @@ def gate_section(cfg: EvalConfig, gate_failures: Sequence[str]) -> list[str]:
 
 
 def write_report(
-    run_dir: Path, cfg: EvalConfig, metrics: Mapping[str, Any], gate_failures: Sequence[str]
+    run_dir: Path, cfg: EvalConfig, metrics: RunMetrics, gate_failures: Sequence[str]
 ) -> Path:
     """Writes ``report.md``: the comparison in one table, then the settings and the verdict.
 
@@ -326,7 +326,7 @@ def write_report(
     return path
 
 
-def summary_lines(metrics: Mapping[str, Any]) -> str:
+def summary_lines(metrics: RunMetrics) -> str:
     """The few lines printed at the end of a run: headline metrics, then the run folder."""
 
     def cell(key: str) -> str:

@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from evalharness import exit_codes
 from evalharness.exit_codes import RunFailed
+from evalharness.metric_names import RunMetrics
 from evalharness.refusal import CONFIG_ERRORS, PreflightRefusal
 from evalharness.run import GateFailed, run
 
@@ -47,7 +48,7 @@ class TrialOutcome:
     """
 
     code: int
-    metrics: dict[str, Any] | None
+    metrics: RunMetrics | None
     error: str | None = None
 
     @property
