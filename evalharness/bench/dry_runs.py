@@ -14,17 +14,13 @@ import argparse
 import time
 from typing import Any
 
-from hydra import compose, initialize_config_dir
-
-from evalharness import config
 from evalharness.admission import EXPORT_PLATFORMS, checkpoint_optional, size_run
 from evalharness.assembly import platform_choices
-from evalharness.config import register_configs, to_config
+from evalharness.config import compose_run_config, to_config
 from evalharness.estimates import GIB, get_target
 from evalharness.formatting import markdown_table
 from models.config import get_transformer_config
 
-CONF_DIR = str(config.CONF_DIR)  # the string initialize_config_dir takes
 MODELS = ("wan2.1-t2v-1.3b", "wan2.1-t2v-14b")
 RESOLUTIONS = ("720p", "1080p", "1440p")
 TARGETS = ("tpu-v6e-1", "tpu-v6e-8", "h200")
@@ -42,11 +38,7 @@ _COMPILED = {"transformer": "denoising step (compiled)"}
 
 def plan_row(model: str, resolution: str, target_name: str, overrides: list[str]) -> dict[str, Any]:
     """One dry run as a table row."""
-    register_configs()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        raw = compose(
-            "config", overrides=[f"model={model}", f"resolution={resolution}", *overrides]
-        )
+    raw = compose_run_config([f"model={model}", f"resolution={resolution}", *overrides])
     target = get_target(target_name)
     cfg = platform_choices.resolve(to_config(checkpoint_optional(raw)), target.platform)
     start = time.perf_counter()

@@ -38,7 +38,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from hydra import compose, initialize_config_dir
 
 from evalharness.assembly import (
     Components,
@@ -48,7 +47,7 @@ from evalharness.assembly import (
     transformer_config_for,
 )
 from evalharness.bench.markdown_report import report_markdown
-from evalharness.config import CONF_DIR, EvalConfig, NegativeControl, register_configs, to_config
+from evalharness.config import EvalConfig, NegativeControl, compose_run_config, to_config
 from evalharness.evidence import frame_quality
 from evalharness.formatting import markdown_table
 from evalharness.gate import check_gate
@@ -60,7 +59,6 @@ from models.samplers import default_flow_shift, make_sampler
 from models.video_geometry import VideoGeometry
 
 # The repository's Hydra config folder (parents: bench, evalharness, then the repository root).
-_CONF_DIR = str(CONF_DIR)
 DEFAULT_MIN_PSNR_DB = 28.0  # the CI gate's threshold (.ci/run)
 ROW_NAMES = {"none": "correct"}
 COLUMNS = (
@@ -76,10 +74,7 @@ COLUMNS = (
 
 def compose_config(overrides: Sequence[str] = ()) -> EvalConfig:
     """The default job's config with Hydra ``overrides``, resolved for this host."""
-    register_configs()
-    with initialize_config_dir(config_dir=_CONF_DIR, version_base="1.3"):
-        composed = compose("config", overrides=list(overrides))
-    return platform_choices.resolve(to_config(composed))
+    return platform_choices.resolve(to_config(compose_run_config(overrides)))
 
 
 @dataclasses.dataclass

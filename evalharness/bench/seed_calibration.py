@@ -14,12 +14,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from hydra import compose, initialize_config_dir
-
 from evalharness.admission import checkpoint_optional, estimate_run_time
 from evalharness.assembly import platform_choices
-from evalharness.bench.dry_runs import CONF_DIR
-from evalharness.config import register_configs, to_config
+from evalharness.config import compose_run_config, to_config
 from evalharness.estimates import (
     CONTRADICTION,
     SEED_RESOLUTIONS,
@@ -35,9 +32,7 @@ from models.config import get_transformer_config
 
 def predict(resolution: str) -> dict[str, float]:
     """Our estimate of the seed's setting at ``resolution``."""
-    register_configs()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        raw = compose("config", overrides=[f"experiment=seed_{resolution}"])
+    raw = compose_run_config([f"experiment=seed_{resolution}"])
     target = get_target(SEED_TARGET)
     cfg = platform_choices.resolve(to_config(checkpoint_optional(raw)), target.platform)
     tcfg = get_transformer_config(cfg.model.name)

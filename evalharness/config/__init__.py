@@ -2,6 +2,7 @@
 the (prompt, seed) pairs a run compares. Imports nothing else of the harness.
 """
 
+from evalharness.config.compose import compose_run_config
 from evalharness.config.conf_dir import CONF_DIR
 from evalharness.config.limits import limit_problem
 from evalharness.config.overrides import check_overrides, multirun_first
@@ -42,6 +43,7 @@ from evalharness.config.schemas import (
 
 __all__ = [
     "CONF_DIR",
+    "compose_run_config",
     "check_overrides",
     "multirun_first",
     "BUILT_IN_SUITES",

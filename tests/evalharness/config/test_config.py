@@ -285,3 +285,17 @@ def test_pallas_gpu_kernel_group_and_its_launch_settings(tmp_path):
 def test_launch_settings_must_be_positive(tmp_path, setting, value):
     with pytest.raises(ValueError, match=f"kernel.{setting}={value}: expected a positive int"):
         to_config(small_config(tmp_path, "kernel=pallas_gpu", f"kernel.{setting}={value}"))
+
+
+def test_the_tools_compose_the_runs_config_and_defaults():
+    from evalharness.config import compose_run_config
+
+    composed = compose_run_config()
+    assert (composed.model.name, composed.schedule.name, composed.resolution.name) == (
+        "tiny",
+        "balanced",
+        "cpu",
+    )
+    assert to_config(compose_run_config(["schedule=aggressive"])).schedule.name == "aggressive"
+    with pytest.raises(ConfigCompositionException, match="schedule"):
+        compose_run_config(["schedule=nonexistent"])
