@@ -11,12 +11,16 @@ estimated minutes, and for a job in the seed's setting (14B on ``tpu-v6e-8`` at 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evalharness import exit_codes
 from evalharness.config import EvalConfig
 from evalharness.estimates import in_seed_setting, rates_for, seed_prediction, seed_row
 from evalharness.formatting import markdown_table
+from models.config import WanTransformerConfig
+
+if TYPE_CHECKING:  # sizing imports this module's caller; the type is only named here
+    from evalharness.admission.sizing import RunSizing
 
 VERDICTS = {
     exit_codes.OK: "fits",
@@ -41,7 +45,9 @@ COLUMNS = (
 )
 
 
-def summary_row(cfg: EvalConfig, tcfg: Any, sizing: Any, code: int) -> dict[str, Any]:
+def summary_row(
+    cfg: EvalConfig, tcfg: WanTransformerConfig, sizing: RunSizing, code: int
+) -> dict[str, str | float]:
     """One job's line: what was planned, the verdict, and the loop times beside the seed's.
 
     Args:
@@ -52,7 +58,7 @@ def summary_row(cfg: EvalConfig, tcfg: Any, sizing: Any, code: int) -> dict[str,
     """
     memory, gib = sizing.memory, 2**30
     peak = max(memory.peak(arm) for arm in memory.arms)
-    row: dict[str, Any] = {
+    row: dict[str, str | float] = {
         "model": cfg.model.name,
         "resolution": cfg.resolution.name,
         "schedule": cfg.schedule.name,

@@ -60,12 +60,12 @@ class AttentionSetup:
     layers: int
     mesh: Any = None  # the sequence-parallel mesh, or None on one device
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, float | int | str]:
         """Metrics that describe the sparse side (densities, dense cells, routing cost)."""
         sparse = self.schedule.sparse
         density = self.schedule.sparse_density(self.geometry, self.block_sizes) if sparse else 1.0
         plan = self.sparse.plan
-        out: dict[str, Any] = {
+        out: dict[str, float | int | str] = {
             "schedule_kept_fraction": self.kept_fraction,
             "mask_density": density,
             "mask_target_density": self.schedule.target_density(self.geometry),

@@ -44,7 +44,7 @@ from evalharness.evidence import (
     save_routing_stats,
     store_dense_arms,
 )
-from evalharness.metric_names import Metric, RunMetrics
+from evalharness.metric_names import Metric, MetricValue, RunMetrics
 from evalharness.tracking import Tracker, log_frame_curves, log_routing_curve
 from kernels.policy.routing_stats import RoutingStats
 
@@ -281,7 +281,7 @@ def _routing_statistics(
 
 def _quality(
     comparison: Comparison, folder: Path, dense: DenseArms, sparse: ArmResult
-) -> tuple[VideoQuality, dict[str, Any]]:
+) -> tuple[VideoQuality, dict[str, float]]:
     """Encodes the videos and measures the sparse arm (and the noise floor) against the dense arm."""
     videos = run_folder.write_arm_videos(
         folder, dense.dense, sparse, dense.noise_floor, comparison.cfg
@@ -301,14 +301,16 @@ def _quality(
     return sparse_q, quality_metrics(sparse_q, floor_q)
 
 
-def _speed_and_setup(comparison: Comparison, dense: DenseArms, sparse: ArmResult) -> dict[str, Any]:
+def _speed_and_setup(
+    comparison: Comparison, dense: DenseArms, sparse: ArmResult
+) -> dict[str, MetricValue]:
     """Timing metrics, where the dense arm came from, and what the sparse side was."""
     kernel = comparison.cfg.kernel
     executors = {
         "dense": kernel.dense_executor.value,
         "noise_floor": kernel.noise_floor_executor.value,
     }
-    metrics: dict[str, Any] = timing_metrics(
+    metrics: dict[str, MetricValue] = timing_metrics(
         dense.dense, sparse, dense.noise_floor, executors=executors
     )
     metrics["dense_control"] = fastest_control(metrics)
@@ -327,14 +329,14 @@ def _write_artifacts(
     sparse: ArmResult,
     quality: VideoQuality,
     stats: RoutingStats | None,
-) -> dict[str, Any]:
+) -> dict[str, float]:
     """Side-by-side video, per-frame quality, routing statistics and timings; returns the
     metrics only these files' inputs give (the overall routing fraction)."""
     folder, tracker = out.folder, out.tracker
     run_folder.write_side_by_side(folder, dense.dense, sparse, comparison.cfg)
     run_folder.write_frame_quality(folder, quality)
     log_frame_curves(tracker, quality.frames.psnr_db, quality.frames.ssim)
-    metrics: dict[str, Any] = {}
+    metrics: dict[str, float] = {}
     if stats is not None:
         save_routing_stats(stats, folder, comparison.plan.attention.schedule.name)
         log_routing_curve(tracker, stats.temporal_fraction())  # [steps, layers], NaN where dense
