@@ -2,7 +2,7 @@
 
 Usage:
     python -m evalharness.bench [run] [--backend xla|pallas_tpu|pallas_gpu] [--interpret]
-        [--frames 21 --height 24 --width 32 | --resolution 720p] [--json] ...
+        [--resolution 720p | --frames 21 --height 24 --width 32] [--json] ...
         kernel table (B0, the platform's dense control, B1, B2, B3 on the backend), tile sweep,
         temporal-head comparison, compiled peak memory at --memory-resolution, acceptance checks.
     python -m evalharness.bench --backend pallas_gpu --resolution 720p --density 0.3887 \
@@ -15,9 +15,13 @@ Usage:
         also logs each part as an MLflow run (tag bench=kernel_table, tile_sweep,
         temporal_heads, kernel_memory; see evalharness.bench.mlflow_record).
 
+What is not given comes from the run's own configuration (``python -m evalharness``'s defaults,
+composed as the run composes them): the geometry is the run's default resolution (``cpu``), the
+band's density what the run's default schedule targets at that geometry, the tiles those a run
+uses on the backend (``auto_block_sizes``).
+
 Backends and their dense controls: xla (dot_product_attention, the XLA einsum), pallas_tpu
-(splash), pallas_gpu (cudnn). Tiles default to 768 x 768 on xla and to the backend's own tiles
-(``auto_block_sizes``) on the Pallas backends. The sweep is BQ at fixed BKV on xla and pallas_tpu,
+(splash), pallas_gpu (cudnn). The sweep is BQ at fixed BKV on xla and pallas_tpu,
 and a BQ x BKV grid on pallas_gpu (tiles the kernel refuses are listed with the reason). A Pallas
 backend off its platform exits with status 2 unless --interpret asks for Pallas interpret mode,
 which times the interpreter (for checking the benchmark, not for timings); the cuDNN row then
@@ -42,12 +46,7 @@ import sys
 import jax
 import jax.numpy as jnp
 
-from evalharness.bench.backends import (
-    Backend,
-    default_tiles,
-    dense_control_problem,
-    platform_problem,
-)
+from evalharness.bench.backends import Backend, dense_control_problem, platform_problem
 from evalharness.bench.checks import acceptance_checks
 from evalharness.bench.kernel_records import kernel_records
 from evalharness.bench.kernel_table import (
@@ -74,20 +73,31 @@ from evalharness.bench.sweep import (
 )
 from evalharness.bench.temporal import temporal_comparison
 from evalharness.bench.tile_stats import tile_stats
-from evalharness.config import load_resolution, resolution_names
+from evalharness.config import compose_run_config, load_resolution, resolution_names, to_config
 from evalharness.machine import machine_info
 from kernels.executors.dispatch import BACKENDS
 from kernels.masks.band import band_for_density
 from kernels.masks.geometry import TokenGeometry
-from kernels.plans.block_sizes import BlockSizes
+from kernels.plans.block_sizes import BlockSizes, auto_block_sizes, tile_limit
 from kernels.plans.tiles import VARIANTS, build_plan
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 PARTS = ("table", "sweep", "temporal", "memory")
-# Without a resolution or a token grid: 21 x 768 = 16,128 tokens, quick to time on a CPU.
-_DEFAULT_GRID = (21, 24, 32)
-# BQ values of the BQ sweep (xla, pallas_tpu) when none are given.
+# BQ values of the BQ sweep (xla, pallas_tpu) when none are given, those the sequence holds.
 _SWEEP_BLOCK_Q = "256,768,1536,2688"
+
+
+def _run_defaults(args: argparse.Namespace) -> None:
+    """Fills what was not given from the run's own configuration (``python -m evalharness``'s
+    defaults, composed as the run composes them): its resolution when no geometry is given, and
+    the band density its schedule targets at that geometry when no ``--density`` is."""
+    if args.density is not None and (args.resolution is not None or args.frames is not None):
+        return
+    run = to_config(compose_run_config())
+    if args.resolution is None and args.frames is None:
+        args.resolution = run.resolution.name
+    if args.density is None:
+        args.density = run.schedule.target_density(_geometry(args))
 
 
 def _geometry(args: argparse.Namespace) -> TokenGeometry:
@@ -111,15 +121,19 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--frames", type=int, help="latent frames F")
     parser.add_argument("--height", type=int, help="token rows Hp")
     parser.add_argument("--width", type=int, help="token columns Wp")
-    parser.add_argument("--density", type=float, default=0.39)
+    parser.add_argument(
+        "--density",
+        type=float,
+        help="the band's kept fraction (default: what the run's schedule targets at the geometry)",
+    )
     parser.add_argument("--backend", choices=BACKENDS, default="xla", help="where b0-b3 run")
     parser.add_argument(
         "--interpret",
         action="store_true",
         help="Pallas interpret mode: run a Pallas backend off its platform (times the interpreter)",
     )
-    parser.add_argument("--block-q", type=int, help="default: 768 on xla, else auto tiles")
-    parser.add_argument("--block-kv", type=int, help="default: 768 on xla, else auto tiles")
+    parser.add_argument("--block-q", type=int, help="default: the run's tiles for the backend")
+    parser.add_argument("--block-kv", type=int, help="default: the run's tiles for the backend")
     parser.add_argument("--num-warps", type=int, help="pallas_gpu: warps (default per tile)")
     parser.add_argument("--num-stages", type=int, help="pallas_gpu: pipelining stages")
     parser.add_argument("--heads", type=int, default=2)
@@ -152,8 +166,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _block_sizes(args: argparse.Namespace, tokens: int) -> BlockSizes:
-    """--block-q/--block-kv, each defaulting to the backend's (``default_tiles``)."""
-    default = default_tiles(args.backend, tokens)
+    """--block-q/--block-kv, each defaulting to the tiles a run uses on the backend
+    (``auto_block_sizes``)."""
+    default = auto_block_sizes(tokens, args.backend)
     return BlockSizes(
         default.block_q if args.block_q is None else args.block_q,
         default.block_kv if args.block_kv is None else args.block_kv,
@@ -268,7 +283,11 @@ def _sweep(
         if plot and plot_tile_sweep(rows, plot):
             result["tile_sweep_plot"] = plot
         return result
-    block_qs = _ints(args.sweep_block_q or _SWEEP_BLOCK_Q)
+    if args.sweep_block_q:
+        block_qs = _ints(args.sweep_block_q)
+    else:
+        limit = tile_limit(geometry.tokens, backend.name)
+        block_qs = tuple(bq for bq in _ints(_SWEEP_BLOCK_Q) if bq <= limit)
     result["bq_sweep"] = block_q_sweep(
         geometry, args.density, block_sizes.block_kv, block_qs, backend=backend, **timed
     )
@@ -388,14 +407,13 @@ def _emit(result: dict, args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (2: the backend cannot run here as asked)."""
     args = parse_bench_args(_parser(), argv)
+    _run_defaults(args)
     if args.command == "tiles":
         return _tiles(args)
     problem = platform_problem(args.backend, args.interpret)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
-    if args.resolution is None and args.frames is None:
-        args.frames, args.height, args.width = _DEFAULT_GRID
     _check_options(args)
     geometry = _geometry(args)
     backend = Backend(args.backend, args.interpret, args.num_warps, args.num_stages)

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 
 from kernels.executors import pallas_gpu_budget
 from kernels.executors.dispatch import BACKENDS, KernelOptions, attention
-from kernels.plans.block_sizes import BlockSizes, auto_block_sizes
+from kernels.plans.block_sizes import BlockSizes
 from kernels.plans.tiles import TilePlan
 
 # Backend -> the dense flash-style executor of its platform that the sparse rows are compared to.
@@ -29,12 +29,6 @@ DENSE_CONTROLS = {"xla": "dot_product_attention", "pallas_tpu": "splash", "palla
 # Backend -> the value of ``jax.default_backend()`` its kernels need without interpret mode.
 PLATFORMS = {"pallas_tpu": "tpu", "pallas_gpu": "gpu"}
 _LABELS = {"xla": "XLA", "pallas_tpu": "Pallas TPU", "pallas_gpu": "Pallas GPU (Triton)"}
-# The XLA default of the benchmark before backends existed: 768 x 768 tiles (21 of them on the
-# default 16,128-token grid), kept so results stay comparable with earlier runs.
-XLA_DEFAULT_TILE = 768
-# Below this many tokens 768 x 768 tiles are too coarse for the mask (at the CPU preset's 2,160
-# tokens rounding to them moves the kept pairs by 14%): the harness's own XLA tiles are used.
-XLA_DEFAULT_MIN_TOKENS = 8 * XLA_DEFAULT_TILE
 
 
 def platform_problem(backend: str, interpret: bool) -> str | None:
@@ -91,24 +85,6 @@ def dense_control_problem(backend: str, dtype, head_dim: int) -> str | None:
     if head_dim % 8 or head_dim > 256:
         return f"cudnn row dropped: cuDNN takes head_dim a multiple of 8 up to 256, not {head_dim}"
     return None
-
-
-def default_tiles(backend: str, tokens: int) -> BlockSizes:
-    """The benchmark's tiles when none are given.
-
-    Args:
-        backend: one of ``kernels.executors.dispatch.BACKENDS``.
-        tokens: sequence length N.
-
-    Returns:
-        768 x 768 on "xla" from ``XLA_DEFAULT_MIN_TOKENS`` tokens (the benchmark's historical
-        default, see ``XLA_DEFAULT_TILE``); otherwise the backend's own tiles
-        (``auto_block_sizes``), which are what a run uses when no tiles are configured (on the
-        Pallas backends always).
-    """
-    if backend == "xla" and tokens >= XLA_DEFAULT_MIN_TOKENS:
-        return BlockSizes(XLA_DEFAULT_TILE, XLA_DEFAULT_TILE)
-    return auto_block_sizes(tokens, backend)
 
 
 @dataclasses.dataclass(frozen=True)

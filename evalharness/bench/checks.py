@@ -14,7 +14,7 @@ from kernels.plans.tiles import VARIANTS
 from kernels.policy.schedule import SPARSE_VARIANTS
 
 SPARSE = VARIANTS
-# GPU thresholds (the pallas_gpu issue): fractions of the ideal speedup 1/density, and B0's
+# GPU thresholds (the Pallas GPU kernel's acceptance): fractions of the ideal speedup 1/density, and B0's
 # allowed slowdown against cuDNN.
 GPU_IDEAL_VS_B0 = 0.90
 GPU_B0_OVER_CUDNN = 1.25

@@ -3,8 +3,10 @@
 Times, round-robin in one process, the CPU's dense executors beside the sparse one on two
 geometries, and prints one table per geometry:
 
-- "issue": 16,128 tokens (21 x 24 x 32), 2 heads x 128, float32, batch 1, the band+sink mask at
-  density 0.39 on 768 x 768 tiles (the kernel benchmark's default geometry);
+- "long": 16,128 tokens (21 x 24 x 32), 2 heads x 128, float32, batch 1, the band+sink mask at
+  density 0.39 on 768 x 768 tiles (a sequence 7.5x the default job's, where the kernels'
+  differences are large; ``python -m evalharness.bench --frames 21 --height 24 --width 32
+  --density 0.39 --block-q 768 --block-kv 768`` times the same kernels);
 - "default": the default job's attention call, 2,160 tokens (9 x 12 x 20), 4 heads x 64, float32,
   batch 2 (the guided pair), the same mask on 128 x 128 tiles (the CPU's auto tiles).
 
@@ -19,17 +21,17 @@ Ratios are paired: each round runs every row once, and a ratio's median is taken
 ratios, so drift on a shared machine cancels. "dot_product_attention" is timed in rounds of its
 own after the others (its ratios are of medians, marked unpaired): it writes the whole
 [B, H, N, N] score array, and inside the rounds it slowed the row after it by up to 17%
-(xla_flash 1,060 -> 1,240 ms at the "issue" geometry). The "GFLOP/s per core" column divides each
+(xla_flash 1,060 -> 1,240 ms at the "long" geometry). The "GFLOP/s per core" column divides each
 row's FLOPs (padding and executed tiles included) by its CPU time, which a loaded machine blurs
 less than wall time.
 
 The checks: xla_flash / torch_sdpa <= 1.2 at both geometries; B3's speedup over
 xla_flash within 1.05x of the ideal over executed pairs (1 / executed-pairs fraction of B3's plan)
-at the "issue" geometry. Beside them, the ceiling: xla_matmuls / torch_sdpa, below which
+at the "long" geometry. Beside them, the ceiling: xla_matmuls / torch_sdpa, below which
 xla_flash / torch_sdpa cannot go however its softmax is written.
 
 Usage:
-    python -m evalharness.bench.dense_cpu [--geometry issue default] [--rounds 5] [--json]
+    python -m evalharness.bench.dense_cpu [--geometry long default] [--rounds 5] [--json]
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ from kernels.plans.tiles import build_plan
 
 # name -> (token grid F x Hp x Wp, batch, heads, head_dim, tiles of b0/b3)
 GEOMETRIES = {
-    "issue": ((21, 24, 32), 1, 2, 128, 768),
+    "long": ((21, 24, 32), 1, 2, 128, 768),
     "default": ((9, 12, 20), 2, 4, 64, 128),
 }
 DENSITY = 0.39
@@ -219,7 +221,7 @@ def _ratio(samples: dict[str, dict], name: str, ref: str) -> dict:
 
 
 def summarize(samples: dict[str, dict], info: dict) -> dict:
-    """Per-row statistics, ratios and the issue's checks for one geometry.
+    """Per-row statistics, ratios and the dense-control checks for one geometry.
 
     Args:
         samples: ``time_rounds``'s or ``time_geometry``'s output.

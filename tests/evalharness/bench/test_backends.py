@@ -10,12 +10,13 @@ import jax.numpy as jnp
 import pytest
 
 from evalharness.bench.__main__ import main as bench_main
-from evalharness.bench.backends import Backend, default_tiles
+from evalharness.bench.backends import Backend
 from evalharness.bench.checks import acceptance_checks, gpu_checks
 from evalharness.bench.sweep import tile_sweep
+from evalharness.config import compose_run_config, load_resolution, to_config
 from kernels.executors import pallas_gpu_budget
 from kernels.masks.geometry import TokenGeometry
-from kernels.plans.block_sizes import BlockSizes, auto_block_sizes
+from kernels.plans.block_sizes import auto_block_sizes
 
 # 2 x 8 x 8 = 128 tokens, one head of 64: the interpreter handles it in about a second per kernel.
 TINY = ["--frames", "2", "--height", "8", "--width", "8", "--heads", "1", "--head-dim", "64"]
@@ -74,15 +75,26 @@ def test_pallas_gpu_interpret_prints_b0_b3_and_drops_cudnn(capsys, tmp_path):
     assert not any(name.endswith("_cpu") for name in checks)  # host CPU time means nothing on GPU
 
 
-def test_block_sizes_default_to_the_backend_tiles(capsys):
-    assert bench_main([*NOTHING, "--json"]) == 0  # xla: today's 768 x 768 on 16,128 tokens
+def test_what_is_not_given_comes_from_the_runs_defaults(capsys):
+    # The run's default job: resolution cpu (9 x 12 x 20 = 2,160 tokens), schedule balanced's
+    # band density there, and the tiles a run uses on xla.
+    assert bench_main([*NOTHING, "--json"]) == 0
     config = json.loads(capsys.readouterr().out)["config"]
-    assert (config["tokens"], config["block_q"], config["block_kv"]) == (16_128, 768, 768)
+    run = to_config(compose_run_config())
+    geometry = load_resolution(run.resolution.name).tokens
+    assert config["tokens"] == geometry.tokens == 2_160
+    assert config["target_density"] == run.schedule.target_density(geometry)
+    tiles = auto_block_sizes(geometry.tokens, "xla")
+    assert (config["block_q"], config["block_kv"]) == (tiles.block_q, tiles.block_kv)
     assert (config["backend"], config["num_warps"], config["dense_control"]) == (
         "xla",
         None,
         "dot_product_attention",
     )
+    # What is given stands.
+    assert bench_main([*NOTHING, "--json", "--density", "0.5", "--block-q", "256"]) == 0
+    config = json.loads(capsys.readouterr().out)["config"]
+    assert (config["target_density"], config["block_q"], config["tokens"]) == (0.5, 256, 2_160)
 
     seed_720p = ["--resolution", "720p", "--density", "0.3887", "--heads", "10"]
     argv = ["--backend", "pallas_gpu", "--interpret", *seed_720p, "--dtype", "bfloat16"]
@@ -90,15 +102,6 @@ def test_block_sizes_default_to_the_backend_tiles(capsys):
     config = json.loads(capsys.readouterr().out)["config"]
     assert (config["tokens"], config["block_q"], config["block_kv"]) == (75_600, 128, 64)
     assert (config["num_warps"], config["head_dim"], config["dtype"]) == (8, 128, "bfloat16")
-    assert default_tiles("pallas_tpu", 75_600) == BlockSizes(3328, 1536)
-
-
-def test_xla_tiles_keep_the_mask_at_every_preset():
-    # 768 x 768 where the benchmark always used them; the harness's own tiles below that, so
-    # `--resolution cpu` (2,160 tokens) does not move the kept pairs by 14%.
-    assert default_tiles("xla", 16_128) == BlockSizes(768, 768)
-    assert default_tiles("xla", 2_160) == auto_block_sizes(2_160, "xla")
-    assert default_tiles("xla", 2_160).block_q < 768
 
 
 def test_launch_options_belong_to_pallas_gpu():

@@ -26,7 +26,7 @@ def test_summarize_checks_the_issue_bounds():
         "torch_sdpa": {"wall_ms": [100.0, 100.0, 100.0], "cpu_ms": [1.0, 1.0, 1.0]},
     }
     info = {
-        "geometry": "issue",
+        "geometry": "long",
         "shape": [1, 16128, 2, 128],
         "tiles": [768, 768],
         "mask_density": 0.39,
@@ -48,7 +48,7 @@ def test_summarize_checks_the_issue_bounds():
 
 def _info(**extra):
     return {
-        "geometry": "issue",
+        "geometry": "long",
         "shape": [1, 16128, 2, 128],
         "tiles": [768, 768],
         "mask_density": 0.39,
