@@ -162,7 +162,7 @@ class Backend:
     def attend(self, q: jax.Array, k: jax.Array, v: jax.Array, plan: TilePlan) -> jax.Array:
         """b0-b3 by ``plan`` on this backend (traceable)."""
         options = self.kernel_options(plan.block_sizes.block_q, q.shape[3])
-        return attention(q, k, v, plan, variant=None, backend=self.name, options=options)
+        return attention(q, k, v, plan, executor=None, backend=self.name, options=options)
 
     def sparse_fn(self, plan: TilePlan) -> Callable[[jax.Array, jax.Array, jax.Array], jax.Array]:
         """``attend`` with ``plan``, jitted."""
@@ -174,7 +174,7 @@ class Backend:
         """A dense control (default this backend's), jitted; splash follows interpret mode."""
         variant = self.dense_control if variant is None else variant
         options = KernelOptions(interpret=self.interpret)
-        return jax.jit(lambda q, k, v: attention(q, k, v, None, variant=variant, options=options))
+        return jax.jit(lambda q, k, v: attention(q, k, v, None, executor=variant, options=options))
 
 
 XLA = Backend()

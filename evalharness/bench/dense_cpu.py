@@ -110,12 +110,12 @@ def _torch_row(row: str, q: jax.Array, k: jax.Array, v: jax.Array, flash) -> Cal
 def _jax_row(row: str, plan, tiles: BlockSizes, flash: BlockSizes) -> Callable:
     """A JAX row's jitted function of (q, k, v)."""
     if row == "b3":
-        return jax.jit(lambda q, k, v: attention(q, k, v, plan, variant="b3"))
+        return jax.jit(lambda q, k, v: attention(q, k, v, plan, executor="b3"))
     if row == "b0":
-        return jax.jit(lambda q, k, v: attention(q, k, v, None, variant="b0", block_sizes=tiles))
+        return jax.jit(lambda q, k, v: attention(q, k, v, None, executor="b0", block_sizes=tiles))
     if row == "xla_matmuls":
         return jax.jit(lambda q, k, v: xla_chunked_matmuls(q, k, v, flash))
-    return jax.jit(lambda q, k, v: attention(q, k, v, None, variant=row))
+    return jax.jit(lambda q, k, v: attention(q, k, v, None, executor=row))
 
 
 def _row_flops(row: str, shape: tuple[int, int, int, int], plan, tiles: BlockSizes, flash) -> float:

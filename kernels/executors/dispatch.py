@@ -1,4 +1,4 @@
-"""The one attention dispatch: q, k, v + mask (or plan) -> out, for every variant and backend.
+"""The one attention dispatch: q, k, v + mask (or plan) -> out, for every executor and backend.
 
 Numerical contract (the model's ``attend`` contract, docs/architecture.md): q, k, v and out are
 [batch, tokens, heads, head_dim]; out = softmax(q k^T / sqrt(head_dim), masked) v per batch and
@@ -108,7 +108,7 @@ def make_attention(
     tokens: int,
     mask=None,
     *,
-    variant: str | None = "b2",
+    executor: str | None = "b2",
     block_sizes: BlockSizes | None = None,
     backend: str = "xla",
     options: KernelOptions = DEFAULT_KERNEL_OPTIONS,
@@ -120,10 +120,11 @@ def make_attention(
     Args:
         tokens: the sequence length N every call has.
         mask: None (dense), a mask from ``kernels.masks.band`` over ``tokens`` tokens, or a
-            prebuilt ``TilePlan`` (then ``variant`` must match it or be None and ``block_sizes``
+            prebuilt ``TilePlan`` (then ``executor`` must match it or be None and ``block_sizes``
             must be None or equal; its tiles are not revalidated: whoever built the plan
             validated them).
-        variant: one of ``ALL_VARIANTS``; "b0" ignores the mask (dense); ``DENSE_PEERS`` and
+        executor: one of ``ALL_VARIANTS`` (a sparse variant b0-b3, a dense peer, or the
+            reference); "b0" ignores the mask (dense); ``DENSE_PEERS`` and
             "xla_flash" refuse one.
         block_sizes: tiles for b0-b3 (default ``auto_block_sizes(tokens, backend)``), for
             "splash" (default ``kernels.executors.dense_controls.splash_tiles``) and the (query
@@ -137,19 +138,19 @@ def make_attention(
         bfloat16 (unscaled); out in q's dtype.
 
     Raises:
-        ValueError: an unknown variant or backend, a mask over another length, a mask given to a
+        ValueError: an unknown executor or backend, a mask over another length, a mask given to a
             dense control, or tiles that do not suit ``tokens`` on ``backend``.
     """
-    variant, mask, plan = _checked_request(mask, variant, block_sizes, backend, tokens)
-    if variant == "reference":
+    executor, mask, plan = _checked_request(mask, executor, block_sizes, backend, tokens)
+    if executor == "reference":
         return _checked(tokens, lambda q, k, v: reference_attention(q, k, v, mask))
-    if not EXECUTORS[variant].tiled:
+    if not EXECUTORS[executor].tiled:
         if mask is not None:
             raise ValueError(
-                f"variant={variant!r} is a dense control (a dense peer); pass mask=None, or use "
+                f"executor={executor!r} is a dense control (a dense peer); pass mask=None, or use "
                 "b1-b3 for masked attention"
             )
-        return _checked(tokens, _dense_peer(variant, block_sizes, options))
+        return _checked(tokens, _dense_peer(executor, block_sizes, options))
     if plan is None:
         # Whoever builds a plan validates its tiles; a prebuilt plan was validated by its builder
         # (e.g. the attention policy, once per run), so it is not rechecked here.
@@ -159,8 +160,8 @@ def make_attention(
         plan = build_plan(
             PaddingMask(tokens) if mask is None else mask,
             block_sizes,
-            variant,
-            rounding_tolerance if variant == "b3" else 0.01,
+            executor,
+            rounding_tolerance if executor == "b3" else 0.01,
         )
     return _checked(
         tokens, functools.partial(_run_plan, plan=plan, backend=backend, options=options)
@@ -173,7 +174,7 @@ def attention(
     v: jax.Array,
     mask=None,
     *,
-    variant: str | None = "b2",
+    executor: str | None = "b2",
     block_sizes: BlockSizes | None = None,
     backend: str = "xla",
     options: KernelOptions = DEFAULT_KERNEL_OPTIONS,
@@ -185,7 +186,7 @@ def attention(
     kernel = make_attention(
         q.shape[1],
         mask,
-        variant=variant,
+        executor=executor,
         block_sizes=block_sizes,
         backend=backend,
         options=options,
@@ -209,18 +210,18 @@ def _checked(tokens: int, run: Kernel) -> Kernel:
     return kernel
 
 
-def _dense_peer(variant: str, block_sizes: BlockSizes | None, options: KernelOptions) -> Kernel:
+def _dense_peer(executor: str, block_sizes: BlockSizes | None, options: KernelOptions) -> Kernel:
     """One of the untiled dense executors (``DENSE_PEERS`` and "xla_flash") as a kernel."""
-    if variant == "xla_flash":
+    if executor == "xla_flash":
         return functools.partial(flash_attention, block_sizes=block_sizes)
-    if variant == "splash":
+    if executor == "splash":
         return functools.partial(
             splash_attention,
             block_sizes=block_sizes,
             block_kv_compute=None if block_sizes is None else block_sizes.block_kv_compute,
             interpret=options.interpret,
         )
-    if variant == "cudnn":
+    if executor == "cudnn":
         return cudnn_attention
     return functools.partial(jax.nn.dot_product_attention, implementation="xla")
 
@@ -267,20 +268,20 @@ def _run_plan(
 
 
 def _checked_request(
-    mask: Any, variant: str | None, block_sizes: BlockSizes | None, backend: str, n: int
+    mask: Any, executor: str | None, block_sizes: BlockSizes | None, backend: str, n: int
 ) -> tuple[str, Any, TilePlan | None]:
-    """The call's (variant, logical mask, prebuilt plan or None), each checked against the others
+    """The call's (executor, logical mask, prebuilt plan or None), each checked against the others
     and against the ``n``-token sequence."""
     plan = mask if isinstance(mask, TilePlan) else None
     if plan is not None:
-        variant = plan.variant if variant is None else variant
-        if variant != plan.variant:
-            raise ValueError(f"variant={variant!r} but the TilePlan is for {plan.variant!r}")
+        executor = plan.variant if executor is None else executor
+        if executor != plan.variant:
+            raise ValueError(f"executor={executor!r} but the TilePlan is for {plan.variant!r}")
         if block_sizes is not None and not same_tiles(block_sizes, plan.block_sizes):
             raise ValueError(f"block_sizes={block_sizes} but the plan uses {plan.block_sizes}")
         mask = plan.logical_mask
-    if variant not in ALL_VARIANTS:
-        raise ValueError(f"variant={variant!r}; use one of {ALL_VARIANTS}")
+    if executor not in ALL_VARIANTS:
+        raise ValueError(f"executor={executor!r}; use one of {ALL_VARIANTS}")
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r}; use one of {BACKENDS}")
     if mask is not None and getattr(mask, "tokens", None) != n:
@@ -288,4 +289,4 @@ def _checked_request(
             f"the mask covers {getattr(mask, 'tokens', None)} tokens but q has {n}; build the "
             "mask for this sequence's geometry"
         )
-    return variant, mask, plan
+    return executor, mask, plan

@@ -103,11 +103,11 @@ def make_dense_attend(
         if tokens not in kernels:
             if executor == "b0":
                 kernels[tokens] = make_attention(
-                    tokens, variant="b0", block_sizes=block_sizes, backend=backend, options=options
+                    tokens, executor="b0", block_sizes=block_sizes, backend=backend, options=options
                 )
             else:  # splash, xla_flash keep their own tiles: the policy's are the b0/band ones
                 kernels[tokens] = make_attention(
-                    tokens, variant=executor, options=KernelOptions(interpret=options.interpret)
+                    tokens, executor=executor, options=KernelOptions(interpret=options.interpret)
                 )
         return kernels[tokens]
 
@@ -231,7 +231,7 @@ class AttentionPolicy:
             self.band_kernel = make_attention(
                 geometry.tokens,
                 mask,
-                variant=variant,
+                executor=variant,
                 backend="xla" if backend == "reference" else backend,
                 options=options,
             )

@@ -71,7 +71,7 @@ def test_splash_with_several_tiles_matches_the_oracle(block_sizes):
         q,
         k,
         v,
-        variant="splash",
+        executor="splash",
         block_sizes=block_sizes,
         options=KernelOptions(interpret=True),
     )
@@ -104,7 +104,7 @@ def test_splash_lowers_for_tpu_at_wan_14b_720p():
     # Mosaic lowering from a CPU: CFG batch 2, 75,600 tokens, 40 heads x 128, bfloat16.
     spec = jax.ShapeDtypeStruct((2, 75_600, 40, 128), jnp.bfloat16)
     exported = export.export(
-        jax.jit(lambda q, k, v: attention(q, k, v, variant="splash")), platforms=["tpu"]
+        jax.jit(lambda q, k, v: attention(q, k, v, executor="splash")), platforms=["tpu"]
     )(spec, spec, spec)
     assert "tpu_custom_call" in exported.mlir_module()
     assert exported.out_avals[0].shape == spec.shape
@@ -113,7 +113,7 @@ def test_splash_lowers_for_tpu_at_wan_14b_720p():
 def test_splash_off_a_tpu_needs_interpret():
     q, k, v = _qkv((1, 128, 1, 128), jnp.float32)
     with pytest.raises(ValueError, match="interpret"):
-        jax.jit(lambda q, k, v: attention(q, k, v, variant="splash"))(q, k, v)
+        jax.jit(lambda q, k, v: attention(q, k, v, executor="splash"))(q, k, v)
 
 
 def test_cudnn_validates_dtype_and_head_dim():
@@ -122,14 +122,14 @@ def test_cudnn_validates_dtype_and_head_dim():
         cudnn_attention(q, k, v)
     q, k, v = _qkv((1, 64, 2, 12), jnp.bfloat16)
     with pytest.raises(ValueError, match="head_dim a multiple of 8"):
-        attention(q, k, v, variant="cudnn")
+        attention(q, k, v, executor="cudnn")
 
 
 @pytest.mark.skipif(jax.default_backend() == "gpu", reason="checks the no-GPU message")
 def test_cudnn_without_a_gpu_names_the_alternatives():
     q, k, v = _qkv((1, 64, 2, 64), jnp.bfloat16)
     with pytest.raises(ValueError, match="needs a CUDA GPU with cuDNN.*'b0'"):
-        attention(q, k, v, variant="cudnn")
+        attention(q, k, v, executor="cudnn")
 
 
 def test_cudnn_lowers_for_cuda_when_detection_is_stubbed(monkeypatch):
@@ -148,7 +148,7 @@ def test_cudnn_lowers_for_cuda_when_detection_is_stubbed(monkeypatch):
     spec = jax.ShapeDtypeStruct((2, 1000, 2, 64), jnp.bfloat16)
     target = "__cudnn$fmhaSoftmax"
     exported = export.export(
-        jax.jit(lambda q, k, v: attention(q, k, v, variant="cudnn")),
+        jax.jit(lambda q, k, v: attention(q, k, v, executor="cudnn")),
         platforms=["cuda"],
         disabled_checks=[export.DisabledSafetyCheck.custom_call(target)],
     )(spec, spec, spec)
@@ -163,7 +163,7 @@ def test_dense_controls_refuse_a_mask(variant):
     geometry = TokenGeometry(2, 4, 4)
     q, k, v = _qkv((1, geometry.tokens, 1, 64), jnp.bfloat16)
     with pytest.raises(ValueError, match="is a dense control"):
-        attention(q, k, v, band_for_density(geometry, 0.5), variant=variant)
+        attention(q, k, v, band_for_density(geometry, 0.5), executor=variant)
 
 
 def test_platform_rule_and_equal_pair_refusal():
@@ -237,7 +237,7 @@ def test_memory_model_matches_the_compiled_temporaries(executor):
     tiles = BlockSizes(512, 512)
     spec = jax.ShapeDtypeStruct((batch, tokens, heads, head_dim), jnp.float32)
     compiled = (
-        jax.jit(lambda q, k, v: attention(q, k, v, variant=executor, block_sizes=tiles))
+        jax.jit(lambda q, k, v: attention(q, k, v, executor=executor, block_sizes=tiles))
         .lower(spec, spec, spec)
         .compile()
     )
@@ -312,7 +312,7 @@ def test_splash_is_imported_lazily():
 def test_a_plan_runs_with_tiles_that_differ_only_in_the_compute_sub_tile():
     q, k, v = _qkv((1, 512, 2, 64), jnp.float32, seed=5)
     plan = build_plan(PaddingMask(512), BlockSizes(256, 256, block_kv_compute=128), "b0")
-    out = attention(q, k, v, plan, variant=None, block_sizes=BlockSizes(256, 256))
+    out = attention(q, k, v, plan, executor=None, block_sizes=BlockSizes(256, 256))
     _assert_matches_oracle(out, q, k, v, jnp.float32)
     with pytest.raises(ValueError, match="but the plan uses"):
-        attention(q, k, v, plan, variant=None, block_sizes=BlockSizes(128, 256))
+        attention(q, k, v, plan, executor=None, block_sizes=BlockSizes(128, 256))

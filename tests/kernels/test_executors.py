@@ -60,7 +60,7 @@ def _check_against_reference(case):
     flags = jnp.asarray(np.arange(case["heads"]) % 2 == 0) & (case["layout"] == "temporal")
     q, k, v = (to_head_layouts(x, geometry, flags) for x in (q, k, v))
     plan = build_plan(mask, case["block_sizes"], variant, None)
-    out = attention(q, k, v, plan, variant=variant)
+    out = attention(q, k, v, plan, executor=variant)
     expected = reference_attention(q, k, v, None if variant == "b0" else plan.logical_mask)
     assert out.dtype == q.dtype
     assert_allclose(
@@ -94,7 +94,7 @@ def test_permuted_band_equals_strided_mask_in_place():
     band = band_for_density(geometry, 0.3)
     moved = [to_head_layouts(x, geometry, flags) for x in (q, k, v)]
     out = from_head_layouts(
-        attention(*moved, band, variant="b2", block_sizes=BlockSizes(8, 16)), geometry, flags
+        attention(*moved, band, executor="b2", block_sizes=BlockSizes(8, 16)), geometry, flags
     )
     strided = reference_attention(q, k, v, strided_temporal_mask(geometry, 0.3))
     spatial = reference_attention(q, k, v, band)
@@ -105,8 +105,8 @@ def test_permuted_band_equals_strided_mask_in_place():
 def test_dense_peers_agree_and_jit_inside_model_call():
     q, k, v = _qkv((2, 40, 2, 64), jnp.float32, 2)
     expected = reference_attention(q, k, v)
-    assert_allclose(attention(q, k, v, variant="dot_product_attention"), expected, atol=1e-5)
-    fn = jax.jit(lambda q, k, v: attention(q, k, v, variant="b0", block_sizes=BlockSizes(16, 8)))
+    assert_allclose(attention(q, k, v, executor="dot_product_attention"), expected, atol=1e-5)
+    fn = jax.jit(lambda q, k, v: attention(q, k, v, executor="b0", block_sizes=BlockSizes(16, 8)))
     assert_allclose(fn(q, k, v), expected, atol=1e-5)
 
 
@@ -127,7 +127,7 @@ def test_memory_stays_linear_in_tokens():
     shape = jax.ShapeDtypeStruct((1, geometry.tokens, 2, 128), jnp.float32)
     plan = build_plan(band_for_density(geometry, 0.39), BlockSizes(512, 512), "b2")
     compiled = (
-        jax.jit(lambda q, k, v: attention(q, k, v, plan, variant=None))
+        jax.jit(lambda q, k, v: attention(q, k, v, plan, executor=None))
         .lower(shape, shape, shape)
         .compile()
     )
@@ -142,9 +142,9 @@ def test_memory_stays_linear_in_tokens():
         ({"head_dim": 12}, "head_dim=12"),
         ({"tokens": 30}, "covers 32 tokens but q has 30"),
         ({"block_sizes": BlockSizes(12, 8)}, "multiple of 8"),
-        ({"variant": "b5"}, "variant='b5'"),
+        ({"executor": "b5"}, "executor='b5'"),
         ({"backend": "cuda"}, "backend='cuda'"),
-        ({"variant": "dot_product_attention"}, "dense peer"),
+        ({"executor": "dot_product_attention"}, "dense peer"),
     ],
 )
 def test_bad_input_errors(kwargs, message):
@@ -160,7 +160,7 @@ def test_plan_variant_mismatch():
     q, k, v = _qkv((1, geometry.tokens, 1, 64), jnp.float32)
     plan = build_plan(band_for_density(geometry, 0.5), BlockSizes(8, 8), "b2")
     with pytest.raises(ValueError, match="TilePlan is for 'b2'"):
-        attention(q, k, v, plan, variant="b1")
+        attention(q, k, v, plan, executor="b1")
 
 
 def test_missing_pallas_backend_is_a_clear_error(monkeypatch):
@@ -176,7 +176,7 @@ def test_missing_pallas_backend_is_a_clear_error(monkeypatch):
     q, k, v = _qkv((1, geometry.tokens, 1, 64), jnp.float32)
     with pytest.raises(ValueError, match="backend='xla'"):
         attention(
-            q, k, v, None, variant="b0", block_sizes=BlockSizes(128, 128), backend="pallas_tpu"
+            q, k, v, None, executor="b0", block_sizes=BlockSizes(128, 128), backend="pallas_tpu"
         )
 
 
@@ -203,7 +203,7 @@ def test_a_kernel_is_planned_once_and_runs_only_its_length(monkeypatch):
     real_build = dispatch.build_plan
     monkeypatch.setattr(dispatch, "build_plan", lambda *a: plans.append(a) or real_build(*a))
     kernel = dispatch.make_attention(
-        geometry.tokens, mask, variant="b2", block_sizes=BlockSizes(16, 16)
+        geometry.tokens, mask, executor="b2", block_sizes=BlockSizes(16, 16)
     )
     q, k, v = _qkv((2, geometry.tokens, 2, 64), jnp.float32)
     first, second = kernel(q, k, v), kernel(q, k, v)

@@ -220,7 +220,13 @@ def test_dispatch_runs_the_kernel_under_jit_with_default_gpu_tiles():
     q, k, v = _qkv(4, 1, tokens, 2, 128, jnp.float32)
     run = jax.jit(
         lambda q, k, v: attention(
-            q, k, v, mask, variant="b2", backend="pallas_gpu", options=KernelOptions(interpret=True)
+            q,
+            k,
+            v,
+            mask,
+            executor="b2",
+            backend="pallas_gpu",
+            options=KernelOptions(interpret=True),
         )
     )
     _check(run(q, k, v), q, k, v, mask)

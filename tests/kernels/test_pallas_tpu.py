@@ -316,7 +316,7 @@ def test_executor_dispatch_runs_the_kernel():
             k,
             v,
             mask,
-            variant="b2",
+            executor="b2",
             block_sizes=BlockSizes(128, 128),
             backend="pallas_tpu",
             options=KernelOptions(interpret=True),

@@ -62,12 +62,12 @@ def test_matches_the_oracle(shape, blocks, dtype):
 def test_dispatch_and_dense_attend_run_it_and_refuse_a_mask():
     q, k, v = _qkv((2, 2160, 4, 64), jnp.float32, seed=3)  # the default job's call
     expected = reference_attention(q, k, v)
-    _assert_matches(attention(q, k, v, variant="xla_flash"), expected, jnp.float32)
+    _assert_matches(attention(q, k, v, executor="xla_flash"), expected, jnp.float32)
     attend = make_dense_attend("xla_flash", block_sizes=BlockSizes(128, 128))  # b0's tiles: unused
     _assert_matches(attend(q, k, v, step=0, layer=0), expected, jnp.float32)
     geometry = TokenGeometry(9, 12, 20)
     with pytest.raises(ValueError, match="is a dense control"):
-        attention(q, k, v, band_for_density(geometry, 0.5), variant="xla_flash")
+        attention(q, k, v, band_for_density(geometry, 0.5), executor="xla_flash")
 
 
 def test_chunk_rule():
@@ -93,7 +93,7 @@ def test_memory_model_bounds_the_compiled_temporaries(shape, dtype):
     b, n, h, d = shape
     spec = jax.ShapeDtypeStruct(shape, dtype)
     compiled = (
-        jax.jit(lambda q, k, v: attention(q, k, v, variant="xla_flash"))
+        jax.jit(lambda q, k, v: attention(q, k, v, executor="xla_flash"))
         .lower(spec, spec, spec)
         .compile()
     )
