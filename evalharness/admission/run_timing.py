@@ -165,9 +165,13 @@ class CompiledWork:
         compiling = {c: self.compile_s.get(c, 0.0) for c in columns}
         by = f"XLA's cost analysis by {self.compiled_by}"
         none = f"ours: {by} counts no FLOPs in this program"
-        absent = "ours: not compiled for the chip; chip_compile_phases=encoder_and_vae compiles it"
+        # The setting that compiles each row's program (ChipPhases).
+        setting = {"text encoding": "encoder", "VAE decode": "encoder_and_vae"}
 
         def source(row: str, flops: float | None) -> str:
+            absent = (
+                f"ours: not compiled for the chip; chip_compile_phases={setting[row]} compiles it"
+            )
             return f"{sources[row]} ({absent if flops is None else by if flops > 0 else none})"
 
         return {**once, "compile": compiling}, {

@@ -200,7 +200,7 @@ def test_a_phase_not_compiled_keeps_our_flops_and_the_compile_row_stays(tmp_path
         cfg, tcfg, video, target, 1, None, compiled_work({"dense": _Loop(30.0)}, encoder_only, "X")
     )
     assert timing.once["VAE decode"] == ours.once["VAE decode"]
-    assert "not compiled for the chip" in timing.once_sources["VAE decode"]
+    assert "chip_compile_phases=encoder_and_vae compiles it" in timing.once_sources["VAE decode"]
     assert timing.once["text encoding"] != ours.once["text encoding"]
     assert timing.once["compile"]["dense"] == 30.0 and timing.once["compile"]["shared"] == 40.0
     # The loops alone compiled: both phases ours, the loops' compile row still there.
@@ -208,6 +208,7 @@ def test_a_phase_not_compiled_keeps_our_flops_and_the_compile_row_stays(tmp_path
         cfg, tcfg, video, target, 1, None, compiled_work({"dense": _Loop(30.0)}, {}, "X")
     )
     assert loops_only.once["text encoding"] == ours.once["text encoding"]
+    assert "chip_compile_phases=encoder compiles it" in loops_only.once_sources["text encoding"]
     assert loops_only.once["compile"]["dense"] == 30.0
     assert compiled_work({}, {}, "X") is None
 
