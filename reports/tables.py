@@ -210,7 +210,7 @@ def table1(runs: Sequence[ReportRun]) -> Table:
         seed = ", ".join(f"{v:.1%} at {k}" for k, v in SEED_ATTENTION_SHARE.items())
         table.notes.append(
             f"no attention_share runs (the seed measured {seed}): run `python -m "
-            "evalharness.bench.attention_share --model tiny-random --resolution cpu --mlflow` (add "
+            "evalharness.bench.attention_share model=tiny-random --mlflow` (add "
             "--tracking-uri/--experiment to match)"
         )
     mark_mixed_machines(table)

@@ -14,7 +14,7 @@ from evalharness.admission.dry_run_report import (
 from evalharness.admission.dry_run_sweep import dry_run_table
 from evalharness.admission.kernel_checks import EXPORT_PLATFORMS
 from evalharness.admission.output_check import check_output_folders, io_hint
-from evalharness.admission.run_timing import reusable_seconds
+from evalharness.admission.run_timing import reusable_seconds, samples_per_call
 from evalharness.admission.sizing import RunSizing, estimate_run_time, size_run
 from evalharness.estimates import FlopCount
 
@@ -34,5 +34,6 @@ __all__ = [
     "estimate_run_time",
     "preflight",
     "reusable_seconds",
+    "samples_per_call",
     "size_run",
 ]

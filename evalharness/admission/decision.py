@@ -96,7 +96,7 @@ def admit(cfg: EvalConfig) -> Admission:
             an arm's compile; nothing was allocated and no weight read.
     """
     require_host_device()
-    geometry = VideoGeometry(cfg.resolution.frames, cfg.resolution.height, cfg.resolution.width)
+    geometry = cfg.resolution.video
     tcfg = transformer_config_for(cfg.model)
     shift = cfg.resolution.flow_shift or default_flow_shift(geometry.height, geometry.width)
     sampler = make_sampler(cfg.sampler.value, cfg.steps, shift)

@@ -44,7 +44,6 @@ from evalharness.estimates import (
 from evalharness.formatting import markdown_table
 from kernels.executors.pallas_gpu_budget import DEFAULT_NUM_STAGES, default_num_warps
 from models.config import get_transformer_config
-from models.video_geometry import VideoGeometry
 
 # A dry run's exit codes (``evalharness.exit_codes``): fitting and time are separate verdicts.
 FITS, DOES_NOT_FIT, OVER_TIME = exit_codes.OK, exit_codes.REFUSED, exit_codes.OVER_TIME
@@ -145,7 +144,7 @@ def checkpoint_optional(cfg: Any) -> Any:
 
 def _tokens(cfg: EvalConfig) -> int:
     res = cfg.resolution
-    return VideoGeometry(res.frames, res.height, res.width).tokens
+    return res.video.tokens
 
 
 def _report(

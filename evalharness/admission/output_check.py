@@ -20,13 +20,12 @@ from pathlib import Path
 
 from evalharness.config import EvalConfig
 from evalharness.refusal import PreflightRefusal
-from models.video_geometry import VideoGeometry
 
 
 def run_bytes(cfg: EvalConfig, pairs: int) -> int:
     """Bytes the run writes under ``output_root`` (module docstring)."""
     res = cfg.resolution
-    video = VideoGeometry(res.frames, res.height, res.width)
+    video = res.video
     raw = res.frames * res.height * res.width * 3
     arms = 3 if cfg.noise_floor else 2
     # latents.npz: each arm's float32 latents.

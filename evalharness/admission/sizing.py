@@ -180,7 +180,7 @@ def size_run(
     Returns:
         The plan; ``problems`` lists every reason it does not fit.
     """
-    video = VideoGeometry(cfg.resolution.frames, cfg.resolution.height, cfg.resolution.width)
+    video = cfg.resolution.video
     batch = samples_per_call(cfg)
     attends, policy = _single_device_attends(cfg, tcfg, video)
     qkv = _per_device_qkv(cfg, tcfg, video, batch, devices)
@@ -249,7 +249,7 @@ def estimate_run_time(
 ) -> tuple[TimeEstimate, SparseWork | None]:
     """The time estimate of ``cfg`` (resolved for ``target.platform``) alone, and what its sparse
     arm executes: no memory table, no compile (``evalharness.bench.seed_calibration``)."""
-    video = VideoGeometry(cfg.resolution.frames, cfg.resolution.height, cfg.resolution.width)
+    video = cfg.resolution.video
     _, policy = _single_device_attends(cfg, tcfg, video)
     sparse = sparse_work(cfg, tcfg, policy)
     return time_of(cfg, tcfg, video, target, devices, sparse), sparse

@@ -6,8 +6,10 @@ from evalharness.assembly import platform_choices
 from evalharness.assembly.attention_setup import (
     AttentionSetup,
     build_attention,
+    dense_attend,
     kernel_options,
     nominal_kept_fraction,
+    run_block_sizes,
     sequence_devices,
 )
 from evalharness.assembly.checkpoint_source import (
@@ -15,7 +17,12 @@ from evalharness.assembly.checkpoint_source import (
     fetch_checkpoint,
     pin_revision,
 )
-from evalharness.assembly.components import Components, build_components, transformer_config_for
+from evalharness.assembly.components import (
+    Components,
+    build_components,
+    dtype_of,
+    transformer_config_for,
+)
 from evalharness.assembly.platform_choices import backend_for, host_platform
 
 __all__ = [
@@ -24,12 +31,15 @@ __all__ = [
     "backend_for",
     "build_attention",
     "build_components",
+    "dense_attend",
+    "dtype_of",
     "checkpoint_tags",
     "fetch_checkpoint",
     "host_platform",
     "nominal_kept_fraction",
     "kernel_options",
     "pin_revision",
+    "run_block_sizes",
     "platform_choices",
     "sequence_devices",
     "transformer_config_for",

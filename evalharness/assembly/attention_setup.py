@@ -9,12 +9,19 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import jax
 
-from evalharness.config import EvalConfig, KernelBackend, NegativeControl, token_geometry
+from evalharness.config import (
+    DenseExecutor,
+    EvalConfig,
+    KernelBackend,
+    NegativeControl,
+    token_geometry,
+)
 from kernels.executors.dispatch import KernelOptions
 from kernels.executors.xla_blocksparse import visit_groups
 from kernels.masks.geometry import TokenGeometry
@@ -123,10 +130,10 @@ def build_attention(
     if kernel.backend is KernelBackend.auto or kernel.block_q is None or kernel.block_kv is None:
         raise ValueError("build_attention needs a resolved config; call platform_choices.resolve")
     backend = kernel.backend.value
-    block_sizes = BlockSizes(kernel.block_q, kernel.block_kv, kernel.block_kv_compute)
+    block_sizes = run_block_sizes(cfg)
     schedule = cfg.schedule
     layers = model.num_layers
-    dense, noise_floor = _dense_attends(cfg, backend, block_sizes)
+    dense, noise_floor = _dense_attends(cfg)
     options = dict(
         num_steps=cfg.steps,
         num_layers=layers,
@@ -176,12 +183,27 @@ def kernel_options(cfg: EvalConfig) -> KernelOptions:
     )
 
 
-def _dense_attends(cfg: EvalConfig, backend: str, block_sizes: BlockSizes) -> tuple[Any, Any]:
+def run_block_sizes(cfg: EvalConfig) -> BlockSizes:
+    """The tiles of a config resolved by ``platform_choices.resolve``."""
+    kernel = cfg.kernel
+    return BlockSizes(kernel.block_q, kernel.block_kv, kernel.block_kv_compute)
+
+
+def dense_attend(cfg: EvalConfig, executor: DenseExecutor) -> Callable[..., Any]:
+    """A dense attention function as the run builds it: ``executor`` on the config's backend, at
+    its tiles, with its kernel options (``cfg`` resolved by ``platform_choices.resolve``)."""
+    return make_dense_attend(
+        executor.value,
+        backend=cfg.kernel.backend.value,
+        block_sizes=run_block_sizes(cfg),
+        options=kernel_options(cfg),
+    )
+
+
+def _dense_attends(cfg: EvalConfig) -> tuple[Any, Any]:
     """The dense arm's and the noise floor's attention functions."""
     return tuple(
-        make_dense_attend(
-            executor.value, backend=backend, block_sizes=block_sizes, options=kernel_options(cfg)
-        )
+        dense_attend(cfg, executor)
         for executor in (cfg.kernel.dense_executor, cfg.kernel.noise_floor_executor)
     )
 

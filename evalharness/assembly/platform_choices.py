@@ -43,7 +43,6 @@ from kernels.executors.dense_controls import check_dense_pair, dense_controls
 from kernels.plans.block_sizes import BlockSizes, auto_block_sizes, plan_backend
 from kernels.registry import PLATFORMS as PLATFORM_TABLE
 from models.config import TINY_PRESETS
-from models.video_geometry import VideoGeometry
 
 PLATFORMS = tuple(PLATFORM_TABLE)
 
@@ -177,7 +176,7 @@ def resolve(cfg: EvalConfig, platform: str | None = None, tokens: int | None = N
     platform = host_platform() if platform is None else platform
     if tokens is None:
         res = cfg.resolution
-        tokens = token_geometry(VideoGeometry(res.frames, res.height, res.width)).tokens
+        tokens = token_geometry(res.video).tokens
     kernel = resolve_kernel(cfg.kernel, platform, tokens)
     dtype = compute_dtype_for(cfg.dtype, cfg.model.name, platform)
     _check_cudnn_dtype(kernel, dtype)

@@ -1,39 +1,46 @@
 """``python -m evalharness.bench.attention_share``: how much of a transformer forward is self-attention.
 
-Times one forward of the Wan transformer twice at a model and resolution: with the platform's
-dense attention (the harness's dense control: b0 on CPU, splash on TPU, cuDNN on GPU, or
-``--executor``), and with self-attention replaced by ``q + k + v`` (same shape, so the q/k/v
-projections, norms, RoPE, output projection, cross-attention and FFN all still run). Both are
-compiled first, then timed in interleaved rounds (``evalharness.arms.timing.time_interleaved``); the
-measured share is ``1 - median(without) / median(with)``. Beside it: the analytic FLOP share of
-self-attention (``evalharness.estimates.flops.step_flops``) and, at 720p / 1080p / 1440p, the seed's
-measured share of a transformer block (Wan 2.1 14B, 81 frames, TPU v6e): 55.5% / 72.5% / 88.2%.
+Times one forward of the Wan transformer twice at the run's model and resolution: with the run's
+dense attention (its dense arm's executor and tiles on this platform, built by
+``evalharness.assembly.dense_attend`` as for the run), and with self-attention replaced by ``q + k
++ v`` (same shape, so the q/k/v projections, norms, RoPE, output projection, cross-attention and
+FFN all still run). Both are compiled first, then timed in interleaved rounds
+(``evalharness.arms.time_interleaved``, ``warm_runs`` rounds); the measured share is ``1 -
+median(without) / median(with)``. Beside it: the analytic FLOP share of self-attention
+(``evalharness.estimates.flops.step_flops``) and, at 720p / 1080p / 1440p, the seed's measured
+share of a transformer block (Wan 2.1 14B, 81 frames, TPU v6e): 55.5% / 72.5% / 88.2%.
 
-Weights are random (seeded): the share depends on shapes, not on values. A size that would not
-fit this device, or take longer than ``--max-minutes``, is refused before anything is allocated.
+The configuration is the run's (``python -m evalharness``'s Hydra config and defaults, overrides
+as positional arguments): model shapes, resolution, dtype, dense executor, guidance batch,
+``warm_runs``, ``seed`` and ``max_minutes``. Weights are random (seeded by ``seed``; no
+checkpoint is read): the share depends on shapes, not on values. A size that would not fit this
+device, or take longer than ``max_minutes``, is refused before anything is allocated.
 
 Usage:
-    python -m evalharness.bench.attention_share --model tiny-random --resolution cpu [--runs 5] \
-        [--json]
-    python -m evalharness.bench.attention_share --model wan2.1-t2v-1.3b --resolution 480p 720p \\
-        --dtype bfloat16 --mlflow        # on an accelerator; one MLflow run per resolution
+    python -m evalharness.bench.attention_share model=tiny-random [--json]
+    python -m evalharness.bench.attention_share model=wan2.1-t2v-1.3b resolution=720p \
+        dtype=bfloat16 --mlflow        # on an accelerator; one MLflow run per invocation
+    python -m evalharness.bench.attention_share resolution.frames=9 resolution.height=64 \
+        resolution.width=64           # a size that is not a preset (labelled 9x64x64px)
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-import re
 import sys
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from evalharness.admission import samples_per_call
 from evalharness.arms import time_interleaved
-from evalharness.assembly import backend_for, host_platform
+from evalharness.assembly import dense_attend, platform_choices
 from evalharness.bench.mlflow_record import (
     BenchRecord,
     add_tracking_args,
@@ -41,7 +48,13 @@ from evalharness.bench.mlflow_record import (
     parse_bench_args,
     tracking_requested,
 )
-from evalharness.config import load_resolution, resolution_names
+from evalharness.config import (
+    EvalConfig,
+    compose_run_config,
+    load_resolution,
+    resolution_names,
+    to_config,
+)
 from evalharness.estimates import (
     SEED_ATTENTION_SHARE,
     SEED_SETUP,
@@ -53,22 +66,13 @@ from evalharness.estimates import (
 )
 from evalharness.formatting import markdown_table
 from evalharness.machine import machine_info
-from kernels.executors.dense_controls import dense_controls
 from kernels.executors.dense_memory import dense_executor_temp_bytes
-from kernels.policy.attention_policy import make_dense_attend
-from kernels.registry import DENSE_EXECUTORS
-from models.attention import dense_attention
-from models.config import get_transformer_config, transformer_config_names
+from models.config import WanTransformerConfig, get_transformer_config
 from models.transformer import WanTransformer
 from models.video_geometry import VideoGeometry
 
-# The seed's measured self-attention share of one transformer block (Wan 2.1 14B, 81 frames,
-# 8 x TPU v6e, splash attention), seed Table 1.
-_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # The share of device memory a run may plan to use (the rest: runtime, fragmentation).
 MEMORY_HEADROOM = 0.85
-# "model": the transformer's own attention (materialised scores); the rest as a run names them.
-EXECUTORS = ("model", *DENSE_EXECUTORS)
 COLUMNS = (
     ("resolution", "resolution", "{}"),
     ("tokens", "tokens", "{:,.0f}"),
@@ -83,27 +87,45 @@ COLUMNS = (
 )
 
 
-_CUSTOM = re.compile(r"^(\d+)x(\d+)x(\d+)px$")
+@dataclasses.dataclass(frozen=True)
+class ShareSetup:
+    """What the benchmark measures, read from the run's configuration.
+
+    Attributes:
+        cfg: the run's config, resolved for this platform (executor, tiles, dtype).
+        model: the transformer's shapes (``cfg.model.name``), weights random.
+        video: the video size (``cfg.resolution``).
+        label: the resolution preset's name, or ``<frames>x<height>x<width>px`` for a size that
+            is not the preset's.
+        batch: samples per model call (2 with joint classifier-free guidance passes).
+    """
+
+    cfg: EvalConfig
+    model: WanTransformerConfig
+    video: VideoGeometry
+    label: str
+    batch: int
+
+    @property
+    def dtype(self) -> jnp.dtype:
+        """The compute and parameter dtype."""
+        return jnp.dtype(self.cfg.dtype.value)
 
 
-def video_geometry(resolution: str) -> VideoGeometry:
-    """A ``conf/resolution`` preset, or a pixel size written ``<frames>x<height>x<width>px``."""
-    match = _CUSTOM.match(resolution)
-    if match:
-        frames, height, width = (int(g) for g in match.groups())
-        return VideoGeometry(frames=frames, height=height, width=width)
-    return load_resolution(resolution).video
+def share_setup(overrides: Sequence[str] = ()) -> ShareSetup:
+    """The run's configuration with Hydra ``overrides``, resolved for this platform.
 
-
-def _resolution_arg(text: str) -> str:
-    """argparse type: a preset name or ``FxHxWpx`` (ArgumentTypeError naming both forms)."""
-    try:
-        video_geometry(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(
-            f"{err} (give a preset, one of {', '.join(resolution_names())}, or FxHxWpx)"
-        ) from None
-    return text
+    Raises:
+        hydra.errors.ConfigCompositionException / ValueError: an unknown or invalid override.
+    """
+    cfg = platform_choices.resolve(to_config(compose_run_config(overrides)))
+    res = cfg.resolution
+    video = res.video
+    label = f"{res.frames}x{res.height}x{res.width}px"
+    if res.name in resolution_names() and load_resolution(res.name).video == video:
+        label = res.name
+    model = get_transformer_config(cfg.model.name)
+    return ShareSetup(cfg, model, video, label, samples_per_call(cfg))
 
 
 def without_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, step, layer) -> jax.Array:
@@ -113,89 +135,67 @@ def without_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, step, layer) 
     return q + k + v
 
 
-def _executor(args: argparse.Namespace) -> tuple[str, str]:
-    """(executor, backend): ``auto`` is the platform's dense arm (``dense_controls``)."""
-    platform = host_platform()
-    executor = dense_controls(platform)[0] if args.executor == "auto" else args.executor
-    return executor, backend_for("auto", platform)
-
-
-def _attend(executor: str, backend: str):
-    if executor == "model":
-        return dense_attention
-    return make_dense_attend(executor, backend=backend)
-
-
-def preflight(args: argparse.Namespace, resolution: str) -> None:
+def preflight(setup: ShareSetup) -> None:
     """Refuses (``SystemExit`` with the numbers and what to change) a size that would not fit
-    this device's memory or ``--max-minutes``; allocates nothing.
+    this device's memory or ``max_minutes``; allocates nothing.
 
-    Memory is judged on a lower bound, the weights and the attention executor's temporaries
-    (both exact for the shapes), so a refusal is never wrong; time on the forwards' FLOPs at this
+    Memory is judged on a lower bound, the weights and the dense executor's temporaries (both
+    exact for the shapes), so a refusal is never wrong; time on the forwards' FLOPs at this
     device's measured matmul throughput, with half again for compiles and warm-up runs.
     """
-    config = get_transformer_config(args.model)
-    video = video_geometry(resolution)
-    executor, backend = _executor(args)
-    item = jnp.dtype(_DTYPES[args.dtype]).itemsize
-    if executor != "model":
-        attention_temp = dense_executor_temp_bytes(
-            executor,
-            batch=args.batch,
-            heads=config.num_attention_heads,
-            tokens=video.tokens,
-            head_dim=config.attention_head_dim,
-            dtype_bytes=item,
-            backend=backend,
-        )
-    else:  # the model's own dense attention materialises float32 [B, H, N, N] scores
-        attention_temp = 2 * 4 * args.batch * config.num_attention_heads * video.tokens**2
+    cfg, config, video = setup.cfg, setup.model, setup.video
+    item = setup.dtype.itemsize
+    attention_temp = dense_executor_temp_bytes(
+        cfg.kernel.dense_executor.value,
+        batch=setup.batch,
+        heads=config.num_attention_heads,
+        tokens=video.tokens,
+        head_dim=config.attention_head_dim,
+        dtype_bytes=item,
+        backend=cfg.kernel.backend.value,
+    )
     weights = parameter_count(config) * item
     need, device = weights + attention_temp, device_memory_bytes()
-    where = f"{args.model} at {resolution} ({video.tokens:,} tokens, batch {args.batch})"
+    where = f"{cfg.model.name} at {setup.label} ({video.tokens:,} tokens, batch {setup.batch})"
     if need > MEMORY_HEADROOM * device:
         raise SystemExit(
             f"attention_share: {where} needs at least {need / 2**30:.1f} GiB (weights "
-            f"{weights / 2**30:.1f}, {executor} attention {attention_temp / 2**30:.1f}) but this "
-            f"device has {device / 2**30:.1f} GiB ({MEMORY_HEADROOM:.0%} usable): use a smaller "
-            "--resolution or --model, --dtype bfloat16, or a device with more memory"
+            f"{weights / 2**30:.1f}, {cfg.kernel.dense_executor.value} attention "
+            f"{attention_temp / 2**30:.1f}) but this device has {device / 2**30:.1f} GiB "
+            f"({MEMORY_HEADROOM:.0%} usable): use a smaller resolution= or model=, "
+            "dtype=bfloat16, or a device with more memory"
         )
     flops = count_flops(
         config,
         video,
         steps=1,
-        guidance_batch=args.batch,
-        warm_runs=args.runs,
+        guidance_batch=setup.batch,
+        warm_runs=cfg.warm_runs,
         kept_fraction=0.0,  # the second arm: everything but self-attention
         noise_floor=False,
     )
-    minutes = 1.5 * flops.total_flops / measure_matmul_flops(args.dtype) / 60.0
-    if minutes > args.max_minutes:
+    minutes = 1.5 * flops.total_flops / measure_matmul_flops(cfg.dtype.value) / 60.0
+    if minutes > cfg.max_minutes:
         raise SystemExit(
             f"attention_share: {where} would take about {minutes:.1f} minutes here (> "
-            f"--max-minutes {args.max_minutes:g}): raise --max-minutes, lower --runs, or run it "
+            f"max_minutes={cfg.max_minutes:g}): raise max_minutes, lower warm_runs, or run it "
             "on an accelerator"
         )
 
 
-def _compiled_forwards(args: argparse.Namespace, resolution: str) -> dict[str, Any]:
+def _compiled_forwards(setup: ShareSetup) -> dict[str, Callable[[], Any]]:
     """Both forwards, compiled and run once; returns name -> zero-argument call."""
-    config = get_transformer_config(args.model)
-    video = video_geometry(resolution)
-    dtype = _DTYPES[args.dtype]
-    executor, backend = _executor(args)
-    model = WanTransformer(config, rngs=nnx.Rngs(args.seed), param_dtype=dtype, dtype=dtype)
+    cfg, config, dtype, batch = setup.cfg, setup.model, setup.dtype, setup.batch
+    dense = dense_attend(cfg, cfg.kernel.dense_executor)
+    model = WanTransformer(config, rngs=nnx.Rngs(cfg.seed), param_dtype=dtype, dtype=dtype)
     graphdef, state = nnx.split(model)
-    keys = jax.random.split(jax.random.key(args.seed), 2)
-    latents = jax.random.normal(keys[0], (args.batch, *video.latent_shape(config.in_channels)))
+    keys = jax.random.split(jax.random.key(cfg.seed), 2)
+    latents = jax.random.normal(keys[0], (batch, *setup.video.latent_shape(config.in_channels)))
     latents = latents.astype(dtype)
-    context = jax.random.normal(keys[1], (args.batch, config.text_len, config.text_dim), dtype)
-    timestep = jnp.full((args.batch,), 500.0, jnp.float32)
+    context = jax.random.normal(keys[1], (batch, config.text_len, config.text_dim), dtype)
+    timestep = jnp.full((batch,), 500.0, jnp.float32)
     calls = {}
-    for name, attend in (
-        ("with_attention", _attend(executor, backend)),
-        ("without_attention", without_attention),
-    ):
+    for name, attend in (("with_attention", dense), ("without_attention", without_attention)):
 
         def forward(state, latents, timestep, context, attend=attend):
             return nnx.merge(graphdef, state)(latents, timestep, context, attend=attend)
@@ -206,53 +206,50 @@ def _compiled_forwards(args: argparse.Namespace, resolution: str) -> dict[str, A
     return calls
 
 
-def measure(args: argparse.Namespace, resolution: str) -> dict[str, Any]:
-    """One resolution's row: both forwards' timings, the measured, analytic and seed shares."""
+def measure(setup: ShareSetup) -> dict[str, Any]:
+    """The row: both forwards' timings, the measured, analytic and seed shares."""
     start = time.perf_counter()
-    calls = _compiled_forwards(args, resolution)
+    calls = _compiled_forwards(setup)
     compile_s = time.perf_counter() - start
-    times = time_interleaved(calls, args.runs)
+    times = time_interleaved(calls, setup.cfg.warm_runs)
     with_t, without_t = times["with_attention"], times["without_attention"]
     per_round = [1.0 - b / a for a, b in zip(with_t.runs_s, without_t.runs_s, strict=True)]
-    config = get_transformer_config(args.model)
-    tokens = video_geometry(resolution).tokens
-    attention_flops, total_flops = step_flops(config, tokens, args.batch)
-    share = 1.0 - without_t.median_s / with_t.median_s
-    row: dict[str, Any] = {"resolution": resolution, "tokens": tokens}
+    tokens = setup.video.tokens
+    attention_flops, total_flops = step_flops(setup.model, tokens, setup.batch)
+    row: dict[str, Any] = {"resolution": setup.label, "tokens": tokens}
     for name, t in times.items():
         row[f"{name}_median_ms"] = 1e3 * t.median_s
         row[f"{name}_min_ms"], row[f"{name}_max_ms"] = 1e3 * t.min_s, 1e3 * t.max_s
     row.update(
         with_attention_range_ms=f"{1e3 * with_t.min_s:.4g}-{1e3 * with_t.max_s:.4g}",
         attention_ms=1e3 * (with_t.median_s - without_t.median_s),
-        attention_share=share,
+        attention_share=1.0 - without_t.median_s / with_t.median_s,
         attention_share_round_min=min(per_round),
         attention_share_round_max=max(per_round),
         share_range=f"{min(per_round):.1%}-{max(per_round):.1%}",
         analytic_flop_share=attention_flops / total_flops,
-        seed_share=SEED_ATTENTION_SHARE.get(resolution),
+        seed_share=SEED_ATTENTION_SHARE.get(setup.label),
         compile_and_warm_s=compile_s,
     )
     return row
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Every ``--resolution`` measured; returns {"config", "rows"}."""
-    executor, backend = _executor(args)
-    rows = [measure(args, resolution) for resolution in args.resolution]
+def run(setup: ShareSetup) -> dict[str, Any]:
+    """The measurement; returns {"config", "rows"} (one row)."""
+    cfg = setup.cfg
     config = {
-        "model": args.model,
-        "weights": f"random (seed {args.seed})",
-        "executor": executor,
-        "backend": backend,
-        "dtype": args.dtype,
-        "batch": args.batch,
-        "runs": args.runs,
+        "model": cfg.model.name,
+        "weights": f"random (seed {cfg.seed})",
+        "executor": cfg.kernel.dense_executor.value,
+        "backend": cfg.kernel.backend.value,
+        "dtype": cfg.dtype.value,
+        "batch": setup.batch,
+        "runs": cfg.warm_runs,
         "without_attention": "q + k + v",
         "seed_setup": SEED_SETUP,
         "machine": machine_info(),
     }
-    return {"config": config, "rows": rows}
+    return {"config": config, "rows": [measure(setup)]}
 
 
 def format_table(result: dict[str, Any]) -> str:
@@ -282,23 +279,14 @@ def records(result: dict[str, Any]) -> list[BenchRecord]:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m evalharness.bench.attention_share", description=__doc__.split("\n")[0]
+        prog="python -m evalharness.bench.attention_share",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--model", default="tiny-random", choices=transformer_config_names())
-    parser.add_argument(
-        "--resolution",
-        nargs="+",
-        default=["cpu"],
-        type=_resolution_arg,
-        help=f"presets ({', '.join(resolution_names())}) or pixel sizes FxHxWpx, e.g. 33x64x64px",
-    )
-    parser.add_argument("--executor", default="auto", choices=EXECUTORS)
-    parser.add_argument("--dtype", default="float32", choices=sorted(_DTYPES))
-    parser.add_argument("--batch", type=int, default=1, help="2 = a classifier-free guidance pair")
-    parser.add_argument("--runs", type=int, default=5, help="timed rounds (>= 3)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-minutes", type=float, default=30.0)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "overrides", nargs="*", help="the run's Hydra overrides, e.g. resolution=720p"
+    )
     add_tracking_args(parser)
     return parser
 
@@ -307,11 +295,11 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code."""
     parser = _parser()
     args = parse_bench_args(parser, argv)
-    if args.runs < 3:
-        parser.error(f"--runs={args.runs}: use at least 3 for a median")
-    for resolution in args.resolution:
-        preflight(args, resolution)  # refuse every size before timing any
-    result = run(args)
+    setup = share_setup(args.overrides)
+    if setup.cfg.warm_runs < 3:
+        parser.error(f"warm_runs={setup.cfg.warm_runs}: use at least 3 for a median")
+    preflight(setup)
+    result = run(setup)
     print(json.dumps(result, indent=1) if args.json else format_table(result))
     if tracking_requested(args):
         log_records(args, records(result))

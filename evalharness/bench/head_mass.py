@@ -167,7 +167,7 @@ def measure(cfg: EvalConfig, at: Sequence[str] = STEP_CHOICES) -> MassReport:
     """The masses of every head of ``cfg``'s model at the sparse steps named by ``at``."""
     if not cfg.schedule.sparse:
         raise ValueError(f"schedule={cfg.schedule.name} is dense; pick a sparse schedule")
-    video = VideoGeometry(cfg.resolution.frames, cfg.resolution.height, cfg.resolution.width)
+    video = cfg.resolution.video
     tcfg = transformer_config_for(cfg.model)
     setup = build_attention(cfg, video, tcfg)
     geometry = setup.geometry

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from evalharness.bench.backends import XLA, Backend
 from evalharness.bench.inputs import random_qkv
-from evalharness.bench.timing import time_interleaved
+from evalharness.bench.timing import time_warm_ms
 from kernels.executors.xla_blocksparse import visit_groups
 from kernels.masks.band import band_for_density
 from kernels.masks.geometry import TokenGeometry
@@ -101,7 +101,7 @@ def kernel_table(
         fns[variant] = lambda fn=fn: fn(q, k, v)
         rows.append(row)
     # Round-robin over the variants: drift on a shared machine affects every row alike.
-    timings = time_interleaved(fns, runs)
+    timings = time_warm_ms(fns, runs)
     for row in rows:
         row.update(timings[row["variant"]])
     add_speedups(rows, mask.density, cpu=backend.name != "pallas_gpu")

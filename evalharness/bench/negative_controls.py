@@ -90,7 +90,7 @@ class _Inputs:
 
 
 def _inputs(cfg: EvalConfig) -> _Inputs:
-    video = VideoGeometry(cfg.resolution.frames, cfg.resolution.height, cfg.resolution.width)
+    video = cfg.resolution.video
     shift = cfg.resolution.flow_shift or default_flow_shift(video.height, video.width)
     components = build_components(cfg.model, cfg.dtype, cfg.cache_dir)
     with components.prompt_encoder.session():

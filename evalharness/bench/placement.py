@@ -1,122 +1,219 @@
 """``python -m evalharness.bench.placement``: where temporal heads are permuted under sequence parallelism.
 
-Times one sparse self-attention call (routing + permutation + head exchange + B3 kernel + exchange
-back) on P devices for both placements, "head_local" (permute after the all-to-all, a local gather)
-and "before_exchange" (permute while the tokens are still sequence-sharded, which needs the whole
-sequence on every device), beside the single-device policy without any exchange. It also prints
-the bytes each placement sends between devices, computed (``kernels.parallel.exchange.exchange_bytes``)
-for the benchmarked shape and for the real 720p geometry of Wan 14B.
+Times one sparse self-attention call (routing + permutation + head exchange + sparse kernel +
+exchange back) on P devices for both placements, "head_local" (permute after the all-to-all, a
+local gather) and "before_exchange" (permute while the tokens are still sequence-sharded, which
+needs the whole sequence on every device), beside the single-device policy without any exchange.
+It also prints the bytes each placement sends between devices, computed
+(``kernels.parallel.exchange.exchange_bytes``) for the benchmarked shape and for the real 720p
+geometry of Wan 14B.
 
-The 720p attention geometry (21 latent frames x 45 x 80 tokens, 40 heads x 128) is scaled to what a
-CPU can time: 21 frames x a small grid (default 8 x 16, 2,688 tokens), 8 heads x 64, float32. On a
-CPU the P devices are threads of one process (``--xla_force_host_platform_device_count``, set here
-before JAX starts), so the "exchange" is a memory copy: the timings rank the placements by the work
-they add, not by interconnect speed, which the byte counts cover.
+What is timed is the run's own configuration (``python -m evalharness``'s, composed as the run
+composes it, Hydra overrides as positional arguments, resolved for this host): the token grid of
+``resolution``, the heads and head_dim of ``model``, the batch of one model call under the run's
+guidance (2 with joint classifier-free guidance), the compute dtype, the band density the
+``schedule`` targets at that grid (every step and layer sparse here, so each call routes), the
+run's tiles for its backend (``kernel``), P from ``parallel.sequence`` and the number of timed
+runs from ``warm_runs``. The heads must divide by P.
+
+The benchmark's one setting of its own: ``parallel.sequence=0`` (the run's default) means every
+local device, and a CPU host has one, so on a CPU the benchmark exposes
+``BENCH_HOST_DEVICES`` (4, dividing the heads of every model preset) host devices, or
+``parallel.sequence=N`` of them when N is given; XLA_FLAGS with
+``--xla_force_host_platform_device_count`` takes precedence. Those devices are threads of one
+process, so the "exchange" is a memory copy: the timings rank the placements by the work they add,
+not by interconnect speed, which the byte counts cover.
 
 Usage:
-    python -m evalharness.bench.placement [--devices 8] [--frames 21 --height 8 --width 16]
-        [--heads 8 --head-dim 64] [--density 0.3887] [--runs 5] [--json]
-        [--mlflow] [--tracking-uri URI] [--experiment NAME]   (an MLflow run, tag bench=placement)
+    python -m evalharness.bench.placement [--json] [OVERRIDE ...]
+    python -m evalharness.bench.placement parallel.sequence=2 warm_runs=5
+    python -m evalharness.bench.placement resolution=720p model=wan2.1-t2v-14b parallel.sequence=8
+    ... [--mlflow] [--tracking-uri URI] [--experiment NAME]   (an MLflow run, tag bench=placement)
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import sys
+from collections.abc import Sequence
 
-# The forced device count must be in XLA_FLAGS before JAX initialises its CPU backend.
-if __name__ == "__main__" and "--xla_force_host_platform_device_count" not in os.environ.get(
-    "XLA_FLAGS", ""
-):
-    _count = next((a.split("=")[1] for a in sys.argv if a.startswith("--devices=")), None)
-    if _count is None and "--devices" in sys.argv:
-        _count = sys.argv[sys.argv.index("--devices") + 1]
-    os.environ["XLA_FLAGS"] = (
-        os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={_count or 8}"
-    ).strip()
+import jax
+import jax.numpy as jnp
 
-import json  # noqa: E402
-
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-
-from evalharness.bench.mlflow_record import (  # noqa: E402
+from evalharness.admission import samples_per_call
+from evalharness.assembly import (
+    kernel_options,
+    platform_choices,
+    run_block_sizes,
+    sequence_devices,
+)
+from evalharness.bench.mlflow_record import (
     BenchRecord,
     add_tracking_args,
     log_records,
     parse_bench_args,
     tracking_requested,
 )
-from evalharness.bench.report import PLACEMENT_COLUMNS  # noqa: E402
-from evalharness.bench.timing import time_interleaved  # noqa: E402
-from evalharness.config import load_resolution  # noqa: E402
-from evalharness.formatting import markdown_table  # noqa: E402
-from evalharness.machine import machine_info  # noqa: E402
-from kernels.masks.geometry import TokenGeometry  # noqa: E402
-from kernels.parallel.attend import PLACEMENTS, SequenceParallelAttend  # noqa: E402
-from kernels.parallel.exchange import exchange_bytes  # noqa: E402
-from kernels.parallel.mesh import make_mesh  # noqa: E402
-from kernels.plans.block_sizes import BlockSizes  # noqa: E402
-from kernels.policy.attention_policy import AttentionPolicy  # noqa: E402
-from kernels.policy.schedule import SparsitySchedule  # noqa: E402
+from evalharness.bench.report import PLACEMENT_COLUMNS
+from evalharness.bench.timing import time_warm_ms
+from evalharness.config import (
+    EvalConfig,
+    compose_run_config,
+    load_resolution,
+    to_config,
+    token_geometry,
+)
+from evalharness.formatting import markdown_table
+from evalharness.machine import machine_info
+from kernels.masks.geometry import TokenGeometry
+from kernels.parallel.attend import PLACEMENTS, SequenceParallelAttend
+from kernels.parallel.exchange import exchange_bytes
+from kernels.parallel.mesh import make_mesh
+from kernels.plans.block_sizes import BlockSizes
+from kernels.policy.attention_policy import AttentionPolicy
+from models.config import get_transformer_config
+
+# Host devices a CPU exposes when ``parallel.sequence`` is 0 (every local device): 4 divides the
+# heads of every model preset (tiny 4, Wan 1.3B 12, Wan 14B 40).
+BENCH_HOST_DEVICES = 4
+_FORCE_FLAG = "--xla_force_host_platform_device_count"
 
 # Wan 2.1 14B at 720p, guided batch of 2 in bfloat16: the shape the byte counts are scaled to.
+_WAN_14B = get_transformer_config("wan2.1-t2v-14b")
 FULL_720P = {
     "batch": 2,
     "tokens": load_resolution("720p").tokens.tokens,
-    "heads": 40,
-    "head_dim": 128,
+    "heads": _WAN_14B.num_attention_heads,
+    "head_dim": _WAN_14B.attention_head_dim,
     "itemsize": 2,
 }
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m evalharness.bench.placement", description=__doc__
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """What the benchmark times, every value read from the run's config.
+
+    Attributes:
+        cfg: the run's config resolved for this host (``platform_choices.resolve``): concrete
+            backend, tiles and compute dtype.
+        geometry: the token grid of ``cfg.resolution`` (latent frames x Hp x Wp).
+        batch: samples in one model call under the run's guidance (``samples_per_call``).
+        heads: the model's attention heads.
+        head_dim: channels per head.
+        devices: P, the devices of ``parallel.sequence`` (0: every local device).
+        block_sizes: the run's tiles for its backend.
+        runs: timed runs of each variant (``warm_runs``).
+    """
+
+    cfg: EvalConfig
+    geometry: TokenGeometry
+    batch: int
+    heads: int
+    head_dim: int
+    devices: int
+    block_sizes: BlockSizes
+    runs: int
+
+    @property
+    def dtype(self) -> jnp.dtype:
+        """The run's compute dtype (float32 for the tiny models on a CPU)."""
+        return jnp.dtype(self.cfg.dtype.value)
+
+
+def compose_config(overrides: Sequence[str] = ()) -> EvalConfig:
+    """The run's config with Hydra ``overrides``, validated but not resolved for a platform
+    (resolving starts JAX, which must not happen before ``expose_host_devices``)."""
+    return to_config(compose_run_config(overrides))
+
+
+def expose_host_devices(cfg: EvalConfig) -> int | None:
+    """Makes a CPU backend hold the devices the benchmark splits the sequence over: those of
+    ``parallel.sequence``, or ``BENCH_HOST_DEVICES`` for its 0 (every local device).
+
+    Returns:
+        The host device count set, or None when XLA_FLAGS already forces one or JAX's backends
+        have started (an in-process caller): their devices then stand.
+    """
+    if _FORCE_FLAG in os.environ.get("XLA_FLAGS", ""):
+        return None
+    count = cfg.parallel.sequence or BENCH_HOST_DEVICES
+    try:
+        jax.config.update("jax_num_cpu_devices", count)
+    except RuntimeError:
+        return None
+    return count
+
+
+def settings(cfg: EvalConfig) -> Settings:
+    """The benchmark's settings from the run's config (``compose_config``).
+
+    Raises:
+        ValueError: a dense schedule, or heads or tokens that do not split over the devices
+            (the message names the setting to change).
+    """
+    if not cfg.schedule.sparse:
+        raise ValueError(f"schedule={cfg.schedule.name} is dense; pick a sparse schedule")
+    cfg = platform_choices.resolve(cfg)
+    res = cfg.resolution
+    geometry = token_geometry(res.video)
+    tcfg = get_transformer_config(cfg.model.name)
+    devices = sequence_devices(cfg)
+    _check_split(cfg, tcfg.num_attention_heads, geometry.tokens, devices)
+    return Settings(
+        cfg=cfg,
+        geometry=geometry,
+        batch=samples_per_call(cfg),
+        heads=tcfg.num_attention_heads,
+        head_dim=tcfg.attention_head_dim,
+        devices=devices,
+        block_sizes=run_block_sizes(cfg),
+        runs=cfg.warm_runs,
     )
-    parser.add_argument("--devices", type=int, default=8)
-    parser.add_argument("--frames", type=int, default=21)
-    parser.add_argument("--height", type=int, default=8)
-    parser.add_argument("--width", type=int, default=16)
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--head-dim", type=int, default=64)
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--density", type=float, default=0.3887)
-    parser.add_argument("--block", type=int, default=256, help="BQ = BKV of the B3 plan")
-    parser.add_argument("--runs", type=int, default=5, help="warm runs (median, min, max)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    add_tracking_args(parser)
-    return parser
 
 
-def _policy(args: argparse.Namespace) -> AttentionPolicy:
-    """Every step and layer sparse: each timed call routes, permutes, exchanges and runs B3."""
-    geometry = TokenGeometry(args.frames, args.height, args.width)
-    schedule = SparsitySchedule("placement", 0.0, 0.0, args.density, variant="b3")
+def _check_split(cfg: EvalConfig, heads: int, tokens: int, devices: int) -> None:
+    """Refuses a device count the heads or the tokens do not divide by."""
+    where = f"parallel.sequence={cfg.parallel.sequence}"
+    if cfg.parallel.sequence == 0:
+        where += f" (every local device: {devices})"
+    if heads % devices:
+        divisors = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0)
+        raise ValueError(
+            f"model={cfg.model.name} has {heads} heads, which do not divide by {where}; set "
+            f"parallel.sequence to one of {divisors}, or pick another model"
+        )
+    if tokens % devices:
+        raise ValueError(
+            f"resolution={cfg.resolution.name} has {tokens} tokens, which do not split over "
+            f"{where}; set parallel.sequence to a divisor of {tokens}"
+        )
+
+
+def _policy(s: Settings) -> AttentionPolicy:
+    """The run's schedule with every step and layer sparse, so each timed call routes,
+    permutes, exchanges and runs the sparse kernel, on the run's backend and tiles."""
+    schedule = dataclasses.replace(s.cfg.schedule, first_times_fp=0.0, first_layers_fp=0.0)
     return AttentionPolicy(
         schedule,
-        geometry,
+        s.geometry,
         num_steps=1,
         num_layers=1,
-        block_sizes=BlockSizes(args.block, args.block),
+        backend=s.cfg.kernel.backend.value,
+        block_sizes=s.block_sizes,
+        seed=s.cfg.seed,
+        options=kernel_options(s.cfg),
     )
 
 
-def _traffic(args: argparse.Namespace, policy: AttentionPolicy, placement: str) -> dict:
-    """Bytes sent per call at the benchmarked shape (float32) and at 720p 14B."""
+def _traffic(s: Settings, policy: AttentionPolicy, placement: str) -> dict:
+    """Bytes sent per call at the benchmarked shape and at 720p 14B."""
     samples = policy.schedule.routing_samples
-    sent = exchange_bytes(
-        args.batch,
-        policy.geometry.tokens,
-        args.heads,
-        args.head_dim,
-        4,
-        args.devices,
-        placement,
-        samples,
-    )
-    full = exchange_bytes(**FULL_720P, devices=args.devices, placement=placement, samples=samples)
+    shape = (s.batch, s.geometry.tokens, s.heads, s.head_dim, s.dtype.itemsize)
+    sent = exchange_bytes(*shape, s.devices, placement, samples)
+    full = exchange_bytes(**FULL_720P, devices=s.devices, placement=placement, samples=samples)
     return {
         "sent_mb": sent["total"] / 1e6,
         "gather_mb": sent["all_gather"] / 1e6,
@@ -124,57 +221,80 @@ def _traffic(args: argparse.Namespace, policy: AttentionPolicy, placement: str) 
     }
 
 
-def _rows(args: argparse.Namespace, policy: AttentionPolicy) -> list[dict]:
-    """Timings of the single-device policy and of each placement on ``args.devices`` devices,
-    timed round-robin (``time_interleaved``): one run of each per round, after every one has
+def _rows(s: Settings, policy: AttentionPolicy) -> list[dict]:
+    """Timings of the single-device policy and of each placement on ``s.devices`` devices,
+    timed round-robin (``time_warm_ms``: the run's timer): one run of each per round, after every one has
     compiled and warmed up."""
-    shape = (args.batch, policy.geometry.tokens, args.heads, args.head_dim)
+    shape = (s.batch, s.geometry.tokens, s.heads, s.head_dim)
     keys = jax.random.split(jax.random.key(0), 3)
-    q, k, v = (jax.random.normal(key, shape, jnp.float32) for key in keys)
+    q, k, v = (jax.random.normal(key, shape, s.dtype) for key in keys)
     step = jnp.int32(0)
     single = jax.jit(lambda q, k, v: policy(q, k, v, step=step, layer=0))
     fns = {"1 device (no exchange)": lambda: single(q, k, v)}
     traffic = {}
-    mesh = make_mesh(args.devices)
+    mesh = make_mesh(s.devices)
     for placement in PLACEMENTS:
         attend = SequenceParallelAttend(policy, mesh, placement=placement)
         fn = jax.jit(lambda q, k, v, attend=attend: attend(q, k, v, step=step, layer=0))
         sharded = [attend.shard_tokens(x) for x in (q, k, v)]
-        name = f"{args.devices} devices, {placement}"
+        name = f"{s.devices} devices, {placement}"
         fns[name] = lambda fn=fn, xs=sharded: fn(*xs)
-        traffic[name] = _traffic(args, policy, placement)
-    timings = time_interleaved(fns, args.runs)
+        traffic[name] = _traffic(s, policy, placement)
+    timings = time_warm_ms(fns, s.runs)
     return [{"variant": name, **timings[name], **traffic.get(name, {})} for name in fns]
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(s: Settings, host_devices: int | None = None) -> dict:
     """Times both placements (and the single-device policy) and computes their traffic.
+
+    Args:
+        s: the settings (``settings``).
+        host_devices: the host device count ``expose_host_devices`` set, for the record.
 
     Returns:
         {"machine", "config", "rows": [one dict per variant]}.
     """
-    policy = _policy(args)
-    rows = _rows(args, policy)
-    geometry = policy.geometry
+    policy = _policy(s)
+    rows = _rows(s, policy)
+    geometry, cfg = s.geometry, s.cfg
     return {
         "machine": machine_info(),
         "config": {
+            "model": cfg.model.name,
+            "resolution": cfg.resolution.name,
+            "schedule": cfg.schedule.name,
             "geometry": f"{geometry.frames} x {geometry.height} x {geometry.width}",
             "tokens": geometry.tokens,
-            "batch": args.batch,
-            "heads": args.heads,
-            "head_dim": args.head_dim,
-            "dtype": "float32",
+            "batch": s.batch,
+            "heads": s.heads,
+            "head_dim": s.head_dim,
+            "dtype": s.dtype.name,
+            "target_density": cfg.schedule.target_density(geometry),
             "density": policy.plan.density,
-            "variant": "b3",
+            "variant": str(policy.plan.variant),
             "backend": policy.backend,
-            "block": args.block,
-            "devices": args.devices,
-            "runs": args.runs,
+            "block_q": s.block_sizes.block_q,
+            "block_kv": s.block_sizes.block_kv,
+            "devices": s.devices,
+            "parallel_sequence": cfg.parallel.sequence,
+            "host_devices": host_devices,
+            "runs": s.runs,
             "full_720p": FULL_720P,
         },
         "rows": rows,
     }
+
+
+def _devices_line(cfg: dict) -> str:
+    """Where P came from: the setting, and the host devices the benchmark exposed."""
+    line = f"Devices: {cfg['devices']}, parallel.sequence={cfg['parallel_sequence']}"
+    if cfg["parallel_sequence"] == 0:
+        line += " (every local device)"
+    if cfg["host_devices"] is not None:
+        line += f"; this benchmark exposed {cfg['host_devices']} host devices"
+        if cfg["parallel_sequence"] == 0:
+            line += ", its default for parallel.sequence=0 on a CPU (BENCH_HOST_DEVICES)"
+    return line + "."
 
 
 def format_table(result: dict) -> str:
@@ -183,19 +303,22 @@ def format_table(result: dict) -> str:
     full = cfg["full_720p"]
     return "\n".join(
         [
-            f"Sparse self-attention call: routing + permutation + exchange + B3 kernel; "
-            f"{cfg['geometry']} tokens ({cfg['tokens']:,}), batch {cfg['batch']}, "
-            f"{cfg['heads']} heads x {cfg['head_dim']}, {cfg['dtype']}, density "
-            f"{cfg['density']:.4f}, tiles {cfg['block']}; median of {cfg['runs']} warm runs, "
+            f"Sparse self-attention call: routing + permutation + exchange + {cfg['variant']} "
+            f"kernel; model {cfg['model']}, resolution {cfg['resolution']}: {cfg['geometry']} "
+            f"tokens ({cfg['tokens']:,}), batch {cfg['batch']} (samples per model call), "
+            f"{cfg['heads']} heads x {cfg['head_dim']}, {cfg['dtype']}, schedule "
+            f"{cfg['schedule']} at density "
+            f"{cfg['density']:.4f} (every step and layer sparse), tiles {cfg['block_q']} x "
+            f"{cfg['block_kv']} ({cfg['backend']}); median of {cfg['runs']} warm runs, "
             "interleaved (one run of each variant per round).",
+            _devices_line(cfg),
             "",
             markdown_table(result["rows"], PLACEMENT_COLUMNS),
             "",
             f"Bytes are all devices together for one call; '720p 14B' is batch {full['batch']}, "
             f"{full['tokens']:,} tokens, {full['heads']} heads x {full['head_dim']}, bfloat16.",
             f"Machine: {machine['processor']}, {machine['cpu_count']} cores, "
-            f"{machine['platform']}, JAX {machine['jax_version']} ({machine['jax_backend']}, "
-            f"{cfg['devices']} forced host devices).",
+            f"{machine['platform']}, JAX {machine['jax_version']} ({machine['jax_backend']}).",
         ]
     )
 
@@ -212,17 +335,38 @@ def record(result: dict) -> BenchRecord:
     )
 
 
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m evalharness.bench.placement",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "overrides", nargs="*", help="Hydra overrides of the run, e.g. parallel.sequence=2"
+    )
+    add_tracking_args(parser)
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit code."""
+    """Entry point; returns the exit code (2 for settings the benchmark cannot run)."""
     args = parse_bench_args(_parser(), argv)
-    if args.devices > jax.device_count():
+    cfg = compose_config(args.overrides)
+    host_devices = expose_host_devices(cfg)
+    try:
+        s = settings(cfg)
+    except ValueError as refusal:
+        print(f"error: {refusal}", file=sys.stderr)
+        return 2
+    if s.devices > jax.device_count():
         print(
-            f"--devices {args.devices}: only {jax.device_count()} devices; set XLA_FLAGS="
-            f"--xla_force_host_platform_device_count={args.devices} before starting Python",
+            f"error: parallel.sequence={s.devices} but only {jax.device_count()} devices; on a "
+            f"CPU set XLA_FLAGS={_FORCE_FLAG}={s.devices} before starting Python",
             file=sys.stderr,
         )
         return 2
-    result = run(args)
+    result = run(s, host_devices)
     print(json.dumps(result, indent=2) if args.json else format_table(result))
     if tracking_requested(args):
         log_records(args, [record(result)])

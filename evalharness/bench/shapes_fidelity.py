@@ -45,7 +45,6 @@ from models.pipeline import DenoiseLoop, uses_guidance
 from models.samplers import default_flow_shift, make_sampler
 from models.shapes_data import ClipSpec, held_out_specs
 from models.shapes_detector import detect
-from models.video_geometry import VideoGeometry
 
 # What a learned default must show (the share of pairs, and the smoothness R²).
 MIN_COLOUR_SHARE = 0.90
@@ -123,7 +122,7 @@ def read_pairs(
 ) -> list[PairReading]:
     """The dense arm of every pair, decoded and read by the detector (one model, loops compiled
     once)."""
-    video = VideoGeometry(cfg.resolution.frames, cfg.resolution.height, cfg.resolution.width)
+    video = cfg.resolution.video
     shift = cfg.resolution.flow_shift or default_flow_shift(video.height, video.width)
     tcfg = transformer_config_for(cfg.model)
     components = build_components(cfg.model, cfg.dtype, cfg.cache_dir)

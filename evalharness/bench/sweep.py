@@ -16,7 +16,7 @@ from evalharness.bench.kernel_table import (
     SLOW_BASELINE,
     plan_row,
 )
-from evalharness.bench.timing import time_interleaved
+from evalharness.bench.timing import time_warm_ms
 from kernels.masks.band import band_for_density
 from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes
@@ -46,7 +46,7 @@ def block_q_sweep(
     """Times ``variant`` (default B2: full/partial split, exact mask) for each BQ.
 
     Every BQ is checked and compiled first; then the BQs are timed round-robin
-    (``time_interleaved``), one run of each per round, so load drift hits every BQ alike.
+    (``time_warm_ms``: the run's timer), one run of each per round, so load drift hits every BQ alike.
 
     Returns:
         One dict per BQ with timing and tile statistics.
@@ -64,7 +64,7 @@ def block_q_sweep(
         row.update(plan_row(plan, backend.name))
         fns[block_q] = lambda fn=fn: fn(q, k, v)
         rows.append(row)
-    timings = time_interleaved(fns, runs)
+    timings = time_warm_ms(fns, runs)
     for row in rows:
         row.update(timings[row["block_q"]])
     return rows
@@ -84,7 +84,7 @@ def tile_sweep(
 ) -> list[dict]:
     """Times B0, B2 and B3 for every BQ x BKV the backend accepts; records the others.
 
-    Each tile's three variants run round-robin (``time_interleaved``), so a tile's fractions of
+    Each tile's three variants run round-robin (``time_warm_ms``: the run's timer), so a tile's fractions of
     ideal compare runs taken under the same load. The ideal is 1 / (the exact mask's density),
     against B0 at the same tiles.
 
@@ -126,7 +126,7 @@ def tile_sweep(
             row["refused"] = None
             compiled = {name: backend.sparse_fn(plan) for name, plan in plans.items()}
             fns = {name: (lambda fn=fn: fn(q, k, v)) for name, fn in compiled.items()}
-            timings = time_interleaved(fns, runs)
+            timings = time_warm_ms(fns, runs)
             for name, timing in timings.items():
                 for key in ("median_ms", "min_ms", "max_ms"):
                     row[f"{name}_{key}"] = timing[key]

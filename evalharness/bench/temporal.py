@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from evalharness.bench.backends import XLA, Backend
 from evalharness.bench.inputs import random_qkv
 from evalharness.bench.kernel_table import plan_row
-from evalharness.bench.timing import time_interleaved
+from evalharness.bench.timing import time_warm_ms
 from kernels.masks.band import strided_temporal_mask
 from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes
@@ -38,7 +38,7 @@ def temporal_comparison(
     """Both ways of running every head as a temporal head with the exact mask.
 
     Both paths compute the same pairs, so their outputs must agree; the largest difference is
-    reported. Both run on ``backend``, timed round-robin (``time_interleaved``).
+    reported. Both run on ``backend``, timed round-robin (``time_warm_ms``: the run's timer).
 
     Args:
         geometry: token geometry.
@@ -76,7 +76,7 @@ def temporal_comparison(
         "permute_band_unpermute": (permuted, policy.plan),
         "strided_in_place": (in_place, strided),
     }
-    timings = time_interleaved(
+    timings = time_warm_ms(
         {name: (lambda fn=fn: fn(q, k, v)) for name, (fn, _) in paths.items()}, runs
     )
     rows = []

@@ -11,10 +11,10 @@ from typing import Any
 
 import jax
 
-from evalharness.arms import time_interleaved as time_runs
+from evalharness.arms import time_interleaved
 
 
-def time_interleaved(
+def time_warm_ms(
     fns: dict[str, Callable[[], Any]],
     runs: int = 5,
     *,
@@ -45,7 +45,7 @@ def time_interleaved(
         raise ValueError(f"runs={runs}; need at least 1")
     for fn in fns.values():
         block(fn())
-    times = time_runs(fns, runs, clock=clock, cpu_clock=cpu_clock, block=block)
+    times = time_interleaved(fns, runs, clock=clock, cpu_clock=cpu_clock, block=block)
     return {
         name: {
             "median_ms": t.median_s * 1e3,

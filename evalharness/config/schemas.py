@@ -27,6 +27,7 @@ from kernels.policy import DENSE_EXECUTORS, POLICY_BACKENDS, SparsitySchedule
 from kernels.policy.negative_controls import NEGATIVE_CONTROLS
 from models.pipeline import GUIDANCE_PASSES
 from models.samplers import SAMPLER_NAMES
+from models.video_geometry import VideoGeometry
 
 
 def _choices(name: str, values: tuple[str, ...], doc: str) -> type[enum.StrEnum]:
@@ -201,6 +202,11 @@ class ResolutionConfig:
     width: int = MISSING
     flow_shift: float | None = None  # None: Wan's rule (3.0 at 480p and below, 5.0 above)
     default_steps: int = 40  # denoising steps when the top-level ``steps`` is not set
+
+    @property
+    def video(self) -> VideoGeometry:
+        """The video size (frames, height, width) the model and the kernels work from."""
+        return VideoGeometry(self.frames, self.height, self.width)
 
 
 @dataclass

@@ -10,7 +10,6 @@ from evalharness.config import EvalConfig, token_geometry
 from evalharness.search.settings import SearchConfig
 from kernels.plans.block_sizes import BlockSizes
 from kernels.policy.schedule import SparsitySchedule
-from models.video_geometry import VideoGeometry
 
 
 def check_density_floor(search: SearchConfig, base: EvalConfig) -> None:
@@ -23,7 +22,7 @@ def check_density_floor(search: SearchConfig, base: EvalConfig) -> None:
             the geometry and tiles allow, or says that none does.
     """
     resolved = platform_choices.resolve(base)
-    video = VideoGeometry(base.resolution.frames, base.resolution.height, base.resolution.width)
+    video = base.resolution.video
     geometry = token_geometry(video)
     tiles = BlockSizes(resolved.kernel.block_q, resolved.kernel.block_kv)
     knob = search.density

@@ -61,7 +61,8 @@ def logged(server, tmp_path_factory):
     tiles = ["--block-q", "32", "--block-kv", "32", "--sweep-block-q", "32,64", "--runs", "1"]
     plot = ["--plot", str(tmp / "sweep.png"), "--skip", "temporal,memory"]
     assert bench_main([*grid, *tiles, *plot, *tracking]) == 0
-    assert attention_share.main(["--resolution", "9x64x64px", "--runs", "3", *tracking]) == 0
+    small = ["model=tiny-random", "resolution.frames=9", "resolution.height=64"]
+    assert attention_share.main([*small, "resolution.width=64", *tracking]) == 0
     return MlflowClient(server)
 
 

@@ -212,14 +212,18 @@ def test_xla_checks_are_unchanged():
 
 
 def test_schedule_benchmark_refuses_pallas_gpu_off_a_gpu_and_knows_the_1p3b_shapes(capsys):
+    from evalharness.bench.schedules import compose_config
     from evalharness.bench.schedules import main as schedules_main
 
     if jax.default_backend() == "gpu":
         pytest.skip("on a GPU the kernel runs")
     with pytest.raises(SystemExit) as exit_info:
-        schedules_main(["--backend", "pallas_gpu", "--model", "wan2.1-t2v-1.3b"])
+        schedules_main(["kernel=pallas_gpu", "model=wan2.1-t2v-1.3b"])
     assert exit_info.value.code == 2
-    assert "--interpret" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "kernel.backend=pallas_gpu needs a GPU" in err and "kernel=xla" in err
     with pytest.raises(SystemExit):
-        schedules_main(["--model", "wan2.1-t2v-2b"])
-    assert "wan2.1-t2v-1.3b" in capsys.readouterr().err
+        schedules_main(["model=wan2.1-t2v-2b"])
+    err = capsys.readouterr().err
+    assert "model/wan2.1-t2v-2b" in err and "wan2.1-t2v-1.3b" in err  # the presets it knows
+    assert compose_config(["model=wan2.1-t2v-1.3b"]).model.name == "wan2.1-t2v-1.3b"

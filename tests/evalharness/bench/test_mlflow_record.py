@@ -86,7 +86,7 @@ def test_kernel_records_one_per_part_with_its_notes(tmp_path):
     assert data["config"]["machine"] == MACHINE and data["rows"][0]["tile"] == "32x64"
 
 
-def test_schedule_and_placement_records():
+def test_schedule_record():
     arms = [
         {
             "schedule": name,
@@ -105,41 +105,58 @@ def test_schedule_and_placement_records():
     result = {
         "machine": MACHINE,
         "model": "tiny-random (random weights)",
+        "resolution": "cpu",
         "dtype": "float32",
-        "interpret": False,
         "geometry": {"frames": 5, "height": 8, "width": 8, "tokens": 320, "pixels": [17, 128, 128]},
         "steps": 2,
         "runs": 3,
         "block_sizes": [8, 8],
         "backend": "xla",
+        "dense_executor": "xla_flash",
+        "sampler": "unipc",
+        "guidance": {"scale": 5.0, "passes": "joint", "batch": 2},
+        "seed": 42,
         "routing_flops_fraction_720p": {"aggressive": 0.01},
         "arms": arms,
     }
-    record = schedules.record(result, schedules.resolution_label(17, 128, 128))
-    assert record.tags == {"model": "tiny-random", "resolution": "17x128x128px", "backend": "xla"}
+    record = schedules.record(result)
+    assert record.bench == "schedules" and record.row_key == "schedule"
+    assert record.tags == {"model": "tiny-random", "resolution": "cpu", "backend": "xla"}
     assert record.metrics()["aggressive.speedup_vs_dense"] == 2.0
     assert "aggressive.wall_ms" not in record.metrics()
-    assert schedules.resolution_label(33, 192, 320) == "cpu"
+    assert record.config["guidance"]["batch"] == 2 and "arms" not in record.config
+    assert record.markdown.startswith("tiny-random (random weights), resolution cpu (17 frames")
 
+
+def test_placement_record():
     config = {
-        "geometry": "21 x 8 x 16",
-        "tokens": 2688,
-        "batch": 1,
-        "heads": 8,
+        "model": "tiny",
+        "resolution": "cpu",
+        "schedule": "balanced",
+        "geometry": "9 x 12 x 20",
+        "tokens": 2160,
+        "batch": 2,
+        "heads": 4,
         "head_dim": 64,
         "dtype": "float32",
-        "density": 0.39,
+        "target_density": 0.35,
+        "density": 0.35,
         "variant": "b3",
         "backend": "xla",
-        "block": 256,
-        "devices": 8,
-        "runs": 5,
+        "block_q": 128,
+        "block_kv": 128,
+        "devices": 4,
+        "parallel_sequence": 0,
+        "host_devices": 4,
+        "runs": 3,
         "full_720p": placement.FULL_720P,
     }
-    rows = [{"variant": "8 devices, head_local", **_timing(3.0), "sent_mb": 1.0}]
+    rows = [{"variant": "4 devices, head_local", **_timing(3.0), "sent_mb": 1.0}]
     placed = placement.record({"machine": MACHINE, "config": config, "rows": rows})
     assert placed.bench == "placement" and placed.tags == {"backend": "xla"}
-    assert placed.metrics()["8 devices_ head_local.sent_mb"] == 1.0
+    assert placed.metrics()["4 devices_ head_local.sent_mb"] == 1.0
+    assert "model tiny, resolution cpu" in placed.markdown
+    assert "this benchmark exposed 4 host devices" in placed.markdown
 
 
 def test_memory_prediction_record():

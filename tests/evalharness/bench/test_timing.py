@@ -53,7 +53,7 @@ class FakeClock:
 def test_the_warm_up_is_excluded_and_medians_taken():
     # A 1000 ms warm-up (the compile) that must not reach any statistic.
     clock = FakeClock({"a": [1000.0, 5.0, 1.0, 3.0, 2.0, 4.0]})
-    stats = timing.time_interleaved({"a": clock.fn("a")}, runs=5, **clock.clocks())["a"]
+    stats = timing.time_warm_ms({"a": clock.fn("a")}, runs=5, **clock.clocks())["a"]
     assert stats["runs"] == 5
     assert stats["median_ms"] == pytest.approx(3.0)
     assert stats["min_ms"] == pytest.approx(1.0)
@@ -66,13 +66,13 @@ def test_the_warm_up_is_excluded_and_medians_taken():
 
 def test_even_runs_median_and_zero_runs_refused():
     clock = FakeClock({"a": [50.0, 4.0, 1.0, 2.0, 8.0]})
-    stats = timing.time_interleaved({"a": clock.fn("a")}, runs=4, **clock.clocks())
+    stats = timing.time_warm_ms({"a": clock.fn("a")}, runs=4, **clock.clocks())
     assert stats["a"]["median_ms"] == pytest.approx(3.0)
     with pytest.raises(ValueError, match="runs=0"):
-        timing.time_interleaved({"a": clock.fn("a")}, runs=0)
+        timing.time_warm_ms({"a": clock.fn("a")}, runs=0)
 
 
-def test_time_interleaved_warms_all_then_runs_round_robin():
+def test_time_warm_ms_warms_all_then_runs_round_robin():
     clock = FakeClock(
         {
             "a": [900.0, 10.0, 30.0, 20.0],
@@ -81,7 +81,7 @@ def test_time_interleaved_warms_all_then_runs_round_robin():
         }
     )
     fns = {name: clock.fn(name) for name in ("a", "b", "c")}
-    stats = timing.time_interleaved(fns, runs=3, **clock.clocks())
+    stats = timing.time_warm_ms(fns, runs=3, **clock.clocks())
     # Warm-ups first (a, b, c), then three rounds of a, b, c: never one variant's runs in a row.
     assert clock.calls == ["a", "b", "c"] * 4
     assert len(clock.blocked) == 12
@@ -94,7 +94,7 @@ def test_time_interleaved_warms_all_then_runs_round_robin():
     assert stats["b"]["cpu_median_ms"] == pytest.approx(1.0)
     assert all(s["runs"] == 3 for s in stats.values())
     with pytest.raises(ValueError, match="runs=0"):
-        timing.time_interleaved(fns, runs=0)
+        timing.time_warm_ms(fns, runs=0)
 
 
 def _rows(ms: dict[str, float], cpu: dict[str, float] | None = None) -> list[dict]:
@@ -186,7 +186,7 @@ def test_executed_pairs_count_whole_tiles_and_padding():
 
 
 def _recording(monkeypatch, module) -> list[list]:
-    """Swaps ``module.time_interleaved`` for a log of each call's names that runs nothing (so
+    """Swaps ``module.time_warm_ms`` for a log of each call's names that runs nothing (so
     nothing compiles) and answers 1 ms for every name."""
     calls: list[list] = []
 
@@ -194,12 +194,12 @@ def _recording(monkeypatch, module) -> list[list]:
         calls.append(list(fns))
         return {name: {"median_ms": 1.0, "runs": runs} for name in fns}
 
-    monkeypatch.setattr(module, "time_interleaved", record)
+    monkeypatch.setattr(module, "time_warm_ms", record)
     return calls
 
 
 def test_sweep_temporal_and_placement_time_their_variants_round_robin(monkeypatch):
-    import argparse
+    import dataclasses
 
     import jax.numpy as jnp
 
@@ -221,10 +221,10 @@ def test_sweep_temporal_and_placement_time_their_variants_round_robin(monkeypatc
     assert rows[0]["max_abs_difference_between_paths"] < 1e-4  # the same pairs either way
 
     calls = _recording(monkeypatch, placement)
-    args = argparse.Namespace(
-        devices=1, frames=5, height=8, width=8, heads=2, head_dim=32, batch=1, density=0.39,
-        block=32, runs=3,
-    )  # fmt: skip
-    rows = placement._rows(args, placement._policy(args))
+    cfg = placement.compose_config(["parallel.sequence=1", "warm_runs=3"])
+    run = dataclasses.replace(
+        placement.settings(cfg), geometry=TokenGeometry(5, 8, 8), block_sizes=BlockSizes(32, 32)
+    )
+    rows = placement._rows(run, placement._policy(run))
     assert calls == [[r["variant"] for r in rows]] and len(rows) == 3
     assert all(r["median_ms"] == 1.0 for r in rows) and "sent_mb" in rows[1]
