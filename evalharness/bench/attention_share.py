@@ -40,7 +40,7 @@ from flax import nnx
 
 from evalharness.admission import samples_per_call
 from evalharness.arms import time_interleaved
-from evalharness.assembly import dense_attend, platform_choices
+from evalharness.assembly import dense_attend
 from evalharness.bench.mlflow_record import (
     BenchRecord,
     add_tracking_args,
@@ -48,12 +48,11 @@ from evalharness.bench.mlflow_record import (
     parse_bench_args,
     tracking_requested,
 )
+from evalharness.bench.run_config import bench_parser, resolved_run_config
 from evalharness.config import (
     EvalConfig,
-    compose_run_config,
     load_resolution,
     resolution_names,
-    to_config,
 )
 from evalharness.estimates import (
     SEED_ATTENTION_SHARE,
@@ -118,7 +117,7 @@ def share_setup(overrides: Sequence[str] = ()) -> ShareSetup:
     Raises:
         hydra.errors.ConfigCompositionException / ValueError: an unknown or invalid override.
     """
-    cfg = platform_choices.resolve(to_config(compose_run_config(overrides)))
+    cfg = resolved_run_config(overrides)
     res = cfg.resolution
     video = res.video
     label = f"{res.frames}x{res.height}x{res.width}px"
@@ -278,15 +277,7 @@ def records(result: dict[str, Any]) -> list[BenchRecord]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m evalharness.bench.attention_share",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument(
-        "overrides", nargs="*", help="the run's Hydra overrides, e.g. resolution=720p"
-    )
+    parser = bench_parser("evalharness.bench.attention_share", __doc__, "resolution=720p")
     add_tracking_args(parser)
     return parser
 

@@ -38,7 +38,7 @@ from flax import nnx
 
 from evalharness.assembly import build_attention, build_components, transformer_config_for
 from evalharness.bench.markdown_report import report_markdown
-from evalharness.bench.negative_controls import compose_config
+from evalharness.bench.run_config import bench_parser, resolved_run_config
 from evalharness.config import EvalConfig
 from evalharness.formatting import markdown_table
 from evalharness.machine import machine_info
@@ -241,24 +241,18 @@ def format_report(report: MassReport, setup: dict) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m evalharness.bench.head_mass",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = bench_parser("evalharness.bench.head_mass", __doc__, "schedule=aggressive")
     parser.add_argument(
         "--at", nargs="+", default=list(STEP_CHOICES), choices=STEP_CHOICES,
         help="which sparse steps (default: first, middle and last)",
     )  # fmt: skip
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. schedule=aggressive")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; exit status 2 on a setting this cannot measure."""
     args = _parser().parse_args(argv)
-    cfg = compose_config(args.overrides)
+    cfg = resolved_run_config(args.overrides)
     try:
         report = measure(cfg, args.at)
     except ValueError as e:

@@ -43,11 +43,11 @@ from evalharness.assembly import (
     Components,
     build_attention,
     build_components,
-    platform_choices,
     transformer_config_for,
 )
 from evalharness.bench.markdown_report import report_markdown
-from evalharness.config import EvalConfig, NegativeControl, compose_run_config, to_config
+from evalharness.bench.run_config import bench_parser, resolved_run_config
+from evalharness.config import EvalConfig, NegativeControl
 from evalharness.evidence import frame_quality
 from evalharness.formatting import markdown_table
 from evalharness.gate import check_gate
@@ -70,11 +70,6 @@ COLUMNS = (
     ("heads temporal", "temporal_fraction", "{:.3f}"),
     ("gate", "gate", "{}"),
 )
-
-
-def compose_config(overrides: Sequence[str] = ()) -> EvalConfig:
-    """The default job's config with Hydra ``overrides``, resolved for this host."""
-    return platform_choices.resolve(to_config(compose_run_config(overrides)))
 
 
 @dataclasses.dataclass
@@ -126,7 +121,7 @@ def measure_controls(
     """One dense arm, then one row per sparse arm (``controls``), each against that dense arm.
 
     Args:
-        cfg: a resolved config (``compose_config``); its own ``negative_control`` is ignored.
+        cfg: a resolved config (``resolved_run_config``); its own ``negative_control`` is ignored.
         controls: names from ``NEGATIVE_CONTROLS`` (``none`` is the correct arm).
         min_psnr_db: the gate's ``psnr_db`` threshold.
         on_event: progress hook, called with one line per phase.
@@ -209,11 +204,7 @@ def format_report(result: dict[str, Any]) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m evalharness.bench.negative_controls",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = bench_parser("evalharness.bench.negative_controls", __doc__, "schedule=aggressive")
     parser.add_argument(
         "--min-psnr-db",
         type=float,
@@ -227,15 +218,13 @@ def _parser() -> argparse.ArgumentParser:
         choices=NEGATIVE_CONTROLS,
         help="arms to run (none is the correct arm); default: all",
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. schedule=aggressive")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; exit status 1 when the verdict is not sound."""
     args = _parser().parse_args(argv)
-    cfg = compose_config(args.overrides)
+    cfg = resolved_run_config(args.overrides)
     rows = measure_controls(
         cfg,
         args.controls,

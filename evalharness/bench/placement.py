@@ -58,6 +58,7 @@ from evalharness.bench.mlflow_record import (
     tracking_requested,
 )
 from evalharness.bench.report import PLACEMENT_COLUMNS
+from evalharness.bench.run_config import bench_parser
 from evalharness.bench.timing import time_warm_ms
 from evalharness.config import (
     EvalConfig,
@@ -336,15 +337,7 @@ def record(result: dict) -> BenchRecord:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m evalharness.bench.placement",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument(
-        "overrides", nargs="*", help="Hydra overrides of the run, e.g. parallel.sequence=2"
-    )
+    parser = bench_parser("evalharness.bench.placement", __doc__, "parallel.sequence=2")
     add_tracking_args(parser)
     return parser
 

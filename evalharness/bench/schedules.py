@@ -48,7 +48,6 @@ from evalharness.assembly import (
     dense_attend,
     dtype_of,
     kernel_options,
-    platform_choices,
     run_block_sizes,
 )
 from evalharness.bench.mlflow_record import (
@@ -58,6 +57,7 @@ from evalharness.bench.mlflow_record import (
     parse_bench_args,
     tracking_requested,
 )
+from evalharness.bench.run_config import bench_parser, resolved_run_config
 from evalharness.config import (
     CONF_DIR,
     EvalConfig,
@@ -118,7 +118,7 @@ def compose_config(overrides: Sequence[str] = ()) -> EvalConfig:
         hydra.errors.HydraException: an unknown key or preset.
     """
     _check_overrides(overrides)
-    return platform_choices.resolve(to_config(compose_run_config(overrides)))
+    return resolved_run_config(overrides)
 
 
 def load_schedules(
@@ -364,17 +364,10 @@ def format_table(result: dict) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m evalharness.bench.schedules",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument(
-        "overrides",
-        nargs="*",
-        help="Hydra overrides of the run's config, e.g. resolution=480p steps=4 warm_runs=5 "
-        "(the weights stay random: no checkpoint is ever loaded)",
+    parser = bench_parser(
+        "evalharness.bench.schedules",
+        __doc__,
+        "resolution=480p steps=4 (the weights stay random: no checkpoint is ever loaded)",
     )
     add_tracking_args(parser)
     return parser

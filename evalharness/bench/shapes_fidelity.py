@@ -37,7 +37,7 @@ import numpy as np
 
 from evalharness.assembly import build_attention, build_components, transformer_config_for
 from evalharness.bench.markdown_report import report_markdown
-from evalharness.bench.negative_controls import compose_config
+from evalharness.bench.run_config import bench_parser, resolved_run_config
 from evalharness.config import EvalConfig
 from evalharness.formatting import markdown_table
 from evalharness.machine import machine_info
@@ -211,15 +211,9 @@ def format_report(
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m evalharness.bench.shapes_fidelity",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = bench_parser("evalharness.bench.shapes_fidelity", __doc__, "steps=20")
     parser.add_argument("--pairs", type=int, default=24, help="held-out pairs (default 24)")
     parser.add_argument("--min-r2", type=float, default=MIN_R2, help="smooth-track R² (0.9)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. steps=20")
     return parser
 
 
@@ -231,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    cfg = compose_config(args.overrides)
+    cfg = resolved_run_config(args.overrides)
     readings = read_pairs(
         cfg, pairs, on_event=lambda message: print(message, file=sys.stderr, flush=True)
     )

@@ -9,12 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from evalharness.bench.negative_controls import (
-    DEFAULT_MIN_PSNR_DB,
-    compose_config,
-    measure_controls,
-    sound,
-)
+from evalharness.bench.negative_controls import DEFAULT_MIN_PSNR_DB, measure_controls, sound
+from evalharness.bench.run_config import resolved_run_config
 from evalharness.bench.shapes_fidelity import held_out_pairs, read_pairs, summarize
 
 # How far under the gate's threshold every broken arm must fall: a gate that a broken arm misses
@@ -24,7 +20,7 @@ MARGIN_DB = 5.0
 
 @pytest.mark.slow  # the dense arm of 24 held-out pairs (about 3.5 minutes on 2 cores)
 def test_the_default_model_draws_the_colour_and_motion_of_held_out_prompts(tmp_path):
-    cfg = compose_config([f"output_root={tmp_path}/o", f"cache_dir={tmp_path}/c"])
+    cfg = resolved_run_config([f"output_root={tmp_path}/o", f"cache_dir={tmp_path}/c"])
     assert cfg.model.name == "tiny" and cfg.model.checkpoint is None  # the shipped weights
     summary = summarize(read_pairs(cfg, held_out_pairs(24)))
     assert summary.meets(), summary
@@ -32,7 +28,7 @@ def test_the_default_model_draws_the_colour_and_motion_of_held_out_prompts(tmp_p
 
 @pytest.mark.slow  # a dense arm and five sparse arms (about 3 minutes on 2 cores)
 def test_every_broken_arm_falls_far_under_the_gate_that_the_default_schedule_passes(tmp_path):
-    cfg = compose_config([f"output_root={tmp_path}/o", f"cache_dir={tmp_path}/c"])
+    cfg = resolved_run_config([f"output_root={tmp_path}/o", f"cache_dir={tmp_path}/c"])
     assert (cfg.model.name, cfg.schedule.name) == ("tiny", "balanced")
     rows = measure_controls(cfg)
     assert sound(rows), rows

@@ -14,7 +14,8 @@ import pytest
 from flax import nnx
 
 from evalharness.assembly.components import transformer_config_for
-from evalharness.bench.negative_controls import compose_config, measure_controls, sound
+from evalharness.bench.negative_controls import measure_controls, sound
+from evalharness.bench.run_config import resolved_run_config
 from evalharness.config.schemas import ModelConfig
 from evalharness.evidence.cache_key import dense_arm_key
 from evalharness.gate.verdict import check_gate
@@ -172,7 +173,7 @@ def test_tiny_and_tiny_random_share_the_draw_not_the_attention_or_the_identity(p
     assert np.any(_param(model, ("attn1", "to_q", "bias")))
     identities = {tiny_identity(name, 0) for name in ("tiny-planted", "tiny-random")}
     assert len(identities) == 2 and tiny_identity("tiny-planted", 1) not in identities
-    cfg = compose_config([f"output_root={tmp_path}", f"cache_dir={tmp_path}"])
+    cfg = resolved_run_config([f"output_root={tmp_path}", f"cache_dir={tmp_path}"])
     keys = {dense_arm_key(cfg, identity, 3.0, code="c", environment={}) for identity in identities}
     assert len(keys) == 2
     with pytest.raises(ValueError, match="seeded"):
@@ -207,7 +208,7 @@ def test_a_broken_arm_fails_the_default_gate_and_the_correct_arm_passes(tmp_path
     """The default job on the planted model end to end (resolution, schedule, sampler, guidance,
     tiles), one dense arm, the correct sparse arm and the broken arm closest to the gate (every
     head spatial: temporal heads lose the frames between the previous one and the sink)."""
-    cfg = compose_config(
+    cfg = resolved_run_config(
         ["model=tiny-planted", f"output_root={tmp_path}/o", f"cache_dir={tmp_path}/c"]
     )
     assert (cfg.resolution.name, cfg.schedule.name) == ("cpu", "balanced")
@@ -220,7 +221,7 @@ def test_a_broken_arm_fails_the_default_gate_and_the_correct_arm_passes(tmp_path
 
 @pytest.mark.slow
 def test_every_broken_arm_fails_the_default_gate(tmp_path):
-    cfg = compose_config(
+    cfg = resolved_run_config(
         ["model=tiny-planted", f"output_root={tmp_path}/o", f"cache_dir={tmp_path}/c"]
     )
     rows = measure_controls(cfg)

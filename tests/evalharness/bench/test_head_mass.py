@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from evalharness.bench.head_mass import measure, steps_at
-from evalharness.bench.negative_controls import compose_config
+from evalharness.bench.run_config import resolved_run_config
 from models.planted_heads import planted_layout
 
 
@@ -17,14 +17,14 @@ def test_the_named_steps_are_sparse_steps():
 
 
 def test_a_dense_schedule_is_refused(tmp_path):
-    cfg = compose_config(["schedule=dense", f"cache_dir={tmp_path}", "model=tiny-planted"])
+    cfg = resolved_run_config(["schedule=dense", f"cache_dir={tmp_path}", "model=tiny-planted"])
     with pytest.raises(ValueError, match="schedule=dense is dense"):
         measure(cfg)
 
 
 @pytest.mark.slow  # one dense generation and a forward of the planted model
 def test_the_planted_heads_are_found_in_their_band_and_routed_there(tmp_path):
-    cfg = compose_config(["model=tiny-planted", f"cache_dir={tmp_path}"])
+    cfg = resolved_run_config(["model=tiny-planted", f"cache_dir={tmp_path}"])
     report = measure(cfg, ["first"])
     layout = planted_layout(2, 4)
     for row in report.heads:

@@ -1,0 +1,36 @@
+"""The benchmarks' command line on the run's configuration: ``--json`` and the run's Hydra
+overrides as positional arguments, composed and resolved for this host as ``python -m
+evalharness`` does, so a benchmark has no defaults of its own."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from evalharness.assembly import platform_choices
+from evalharness.config import EvalConfig, compose_run_config, to_config
+
+
+def resolved_run_config(overrides: Sequence[str] = ()) -> EvalConfig:
+    """The run's config with Hydra ``overrides``, resolved for this host (backend, tiles, dense
+    executors, dtype).
+
+    Raises:
+        hydra.errors.HydraException: an unknown key or preset.
+        ValueError: a value the run refuses (e.g. a Pallas backend off its platform).
+    """
+    return platform_choices.resolve(to_config(compose_run_config(overrides)))
+
+
+def bench_parser(module: str, doc: str | None, example: str) -> argparse.ArgumentParser:
+    """A benchmark's parser: ``python -m <module>``, ``doc`` (its docstring) as the help,
+    ``--json`` and the run's overrides (``example`` shows one in the help); the benchmark adds
+    its own options."""
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {module}",
+        description=doc,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("overrides", nargs="*", help=f"the run's Hydra overrides, e.g. {example}")
+    return parser
