@@ -100,12 +100,13 @@ def plan_dry_run(cfg: EvalConfig | DictConfig | dict) -> DryRunPlan:
     advice = []
     if not sizing.memory.fits:
         advice = checked_advice(requested, sizing, lambda c: _replan(c, tcfg, target, arms))
-    report = _report(cfg, tcfg, sizing, problems, time.perf_counter() - started, advice)
+    plan_s = time.perf_counter() - started
+    report = _report(cfg, tcfg, sizing, problems, plan_s, advice)
     if problems:
         code = DOES_NOT_FIT
     else:
         code = OVER_TIME if _over_time(cfg, sizing) else FITS
-    return DryRunPlan(code, report, summary_row(cfg, tcfg, sizing, code))
+    return DryRunPlan(code, report, summary_row(cfg, tcfg, sizing, code, plan_s))
 
 
 def _replan(requested: EvalConfig, tcfg: Any, target: Any, arms: tuple[str, ...]) -> RunSizing:

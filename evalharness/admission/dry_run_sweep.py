@@ -37,26 +37,32 @@ COLUMNS = (
     ("target", "target", "{}"),
     ("verdict", "verdict", "{}"),
     ("peak GiB / device", "peak", "{}"),
+    ("peak from", "peak_from", "{}"),
+    ("our model's peak GiB", "model_peak", "{}"),
     ("est. minutes", "minutes", "{:,.1f}"),
     ("max_minutes", "max_minutes", "{:g}"),
     ("dense loop s seed / ours", "dense_s", "{}"),
     ("sparse loop s seed / ours", "sparse_s", "{}"),
     ("speedup seed / ours", "speedup", "{}"),
+    ("planned in s", "plan_s", "{:,.0f}"),
 )
 
 
 def summary_row(
-    cfg: EvalConfig, tcfg: WanTransformerConfig, sizing: RunSizing, code: int
+    cfg: EvalConfig, tcfg: WanTransformerConfig, sizing: RunSizing, code: int, plan_s: float
 ) -> dict[str, str | float]:
-    """One job's line: what was planned, the verdict, and the loop times beside the seed's.
+    """One job's line: what was planned, the verdict, where the peak comes from (the chip's
+    compiler or our model, with our model's beside a compiled one), the loop times beside the
+    seed's, and how long the plan took.
 
     Args:
         cfg: the job's config, resolved for the target.
         tcfg: the transformer architecture.
         sizing: the job's ``RunSizing`` on the target.
         code: the dry run's exit code.
+        plan_s: the dry run's seconds on this machine.
     """
-    memory, gib = sizing.memory, 2**30
+    memory, model, gib = sizing.memory, sizing.model_memory, 2**30
     peak = max(memory.peak(arm) for arm in memory.arms)
     row: dict[str, str | float] = {
         "model": cfg.model.name,
@@ -65,6 +71,9 @@ def summary_row(
         "target": sizing.target.name,
         "verdict": VERDICTS.get(code, f"exit {code}"),
         "peak": f"{peak / gib:.2f} / {memory.device_bytes / gib:.2f}",
+        "peak_from": sizing.compiled_by or "our model",
+        "model_peak": f"{max(model.peak(a) for a in model.arms) / gib:.2f}" if model else "-",
+        "plan_s": plan_s,
         "minutes": sizing.timing.total_minutes,
         "max_minutes": cfg.max_minutes,
     }

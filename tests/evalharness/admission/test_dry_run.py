@@ -6,9 +6,8 @@ import time
 
 import pytest
 
-from evalharness.admission.dry_run_report import dry_run
+from evalharness.admission.dry_run_report import dry_run, plan_dry_run
 from evalharness.admission.preflight import PreflightRefusal
-from evalharness.bench.dry_runs import plan_row
 from evalharness.run import run
 from models.accelerator_env import cuda_plugin_installed
 from tests.helpers.harness_config import small_config
@@ -284,12 +283,13 @@ def test_a_real_run_is_refused_on_memory_with_the_table(tmp_path):
     assert not (tmp_path / "outputs" / "runs").exists()
 
 
-def test_dry_run_table_row_for_the_closing_note():
-    row = plan_row("wan2.1-t2v-1.3b", "720p", "tpu-v6e-8", [])
-    assert row["fits"] == "yes" and row["lowered"] == "tpu"
-    assert 0 < row["peak GiB"] < row["HBM GiB"]
-    assert row["SMEM KiB"] < 896 and row["VMEM MiB"] < 128
-    assert 0 < row["minutes"] < 60
+def test_a_dry_runs_row_in_a_sweeps_table(tmp_path):
+    overrides = ("model=wan2.1-t2v-1.3b", "resolution=720p", "target=tpu-v6e-8")
+    row = plan_dry_run(small_config(tmp_path, "dry_run=true", *overrides, small=False)).row
+    assert row["verdict"] == "fits" and 0 < row["minutes"] < 60 and row["plan_s"] > 0
+    peak, usable = (float(x) for x in row["peak"].split(" / "))
+    assert 0 < peak < usable == 31.25
+    assert row["peak_from"] == "our model" and row["model_peak"] == "-"  # no compiler here
 
 
 @pytest.mark.slow
