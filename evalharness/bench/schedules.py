@@ -62,6 +62,7 @@ from evalharness.config import (
     CONF_DIR,
     EvalConfig,
     compose_run_config,
+    group_options,
     load_resolution,
     to_config,
     token_geometry,
@@ -95,7 +96,7 @@ COLUMNS = (
 
 def schedule_names() -> tuple[str, ...]:
     """The run's schedule presets: the files of ``conf/schedule``."""
-    return tuple(sorted(path.stem for path in SCHEDULE_DIR.glob("*.yaml")))
+    return tuple(group_options("schedule"))
 
 
 def _check_overrides(overrides: Sequence[str]) -> None:

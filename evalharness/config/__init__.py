@@ -5,7 +5,7 @@ the (prompt, seed) pairs a run compares. Imports nothing else of the harness.
 from evalharness.config.compose import compose_run_config
 from evalharness.config.conf_dir import CONF_DIR
 from evalharness.config.limits import limit_problem
-from evalharness.config.overrides import check_overrides, multirun_first
+from evalharness.config.overrides import check_overrides, group_options, multirun_first
 from evalharness.config.pairs import BUILT_IN_SUITES, Pair, load_prompts, run_pairs
 from evalharness.config.resolutions import (
     RESOLUTION_DIR,
@@ -75,6 +75,7 @@ __all__ = [
     "load_resolution",
     "register_configs",
     "resolution_names",
+    "group_options",
     "run_pairs",
     "schema",
     "to_config",
