@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -135,8 +135,12 @@ def _time_verdict(cfg: EvalConfig, sizing: RunSizing, fits: bool) -> str:
     return f"- Time: within max_minutes: an estimated {minutes:,.1f} of {cfg.max_minutes:g} minutes"
 
 
-def checkpoint_optional(cfg: Any) -> Any:
-    """A dry run reads no weights: an unset (``???``) checkpoint becomes None."""
+_Config = TypeVar("_Config", DictConfig, dict, EvalConfig)
+
+
+def checkpoint_optional(cfg: _Config) -> _Config:
+    """A dry run reads no weights: an unset (``???``) checkpoint of a Hydra config becomes None
+    (a plain dict or an ``EvalConfig`` comes back as it is)."""
     if isinstance(cfg, DictConfig) and OmegaConf.is_missing(cfg.model, "checkpoint"):
         with open_dict(cfg):
             cfg.model.checkpoint = None
