@@ -31,7 +31,7 @@ import dataclasses
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -48,7 +48,7 @@ from evalharness.bench.mlflow_record import (
     parse_bench_args,
     tracking_requested,
 )
-from evalharness.bench.run_config import bench_parser, resolved_run_config
+from evalharness.bench.run_config import bench_parser, config_or_exit
 from evalharness.config import (
     EvalConfig,
     load_resolution,
@@ -111,13 +111,9 @@ class ShareSetup:
         return jnp.dtype(self.cfg.dtype.value)
 
 
-def share_setup(overrides: Sequence[str] = ()) -> ShareSetup:
-    """The run's configuration with Hydra ``overrides``, resolved for this platform.
-
-    Raises:
-        hydra.errors.ConfigCompositionException / ValueError: an unknown or invalid override.
-    """
-    cfg = resolved_run_config(overrides)
+def share_setup(cfg: EvalConfig) -> ShareSetup:
+    """What the benchmark measures, from the run's config resolved for this platform
+    (``config_or_exit`` or ``resolved_run_config``)."""
     res = cfg.resolution
     video = res.video
     label = f"{res.frames}x{res.height}x{res.width}px"
@@ -286,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code."""
     parser = _parser()
     args = parse_bench_args(parser, argv)
-    setup = share_setup(args.overrides)
+    setup = share_setup(config_or_exit(parser, args.overrides))
     if setup.cfg.warm_runs < 3:
         parser.error(f"warm_runs={setup.cfg.warm_runs}: use at least 3 for a median")
     preflight(setup)

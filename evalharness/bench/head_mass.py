@@ -38,7 +38,7 @@ from flax import nnx
 
 from evalharness.assembly import build_attention, build_components, transformer_config_for
 from evalharness.bench.markdown_report import report_markdown
-from evalharness.bench.run_config import bench_parser, resolved_run_config
+from evalharness.bench.run_config import bench_parser, config_or_exit
 from evalharness.config import EvalConfig
 from evalharness.formatting import markdown_table
 from evalharness.machine import machine_info
@@ -251,8 +251,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; exit status 2 on a setting this cannot measure."""
-    args = _parser().parse_args(argv)
-    cfg = resolved_run_config(args.overrides)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    cfg = config_or_exit(parser, args.overrides)
     try:
         report = measure(cfg, args.at)
     except ValueError as e:

@@ -46,7 +46,7 @@ from evalharness.assembly import (
     transformer_config_for,
 )
 from evalharness.bench.markdown_report import report_markdown
-from evalharness.bench.run_config import bench_parser, resolved_run_config
+from evalharness.bench.run_config import bench_parser, config_or_exit
 from evalharness.config import EvalConfig, NegativeControl
 from evalharness.evidence import frame_quality
 from evalharness.formatting import markdown_table
@@ -223,8 +223,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; exit status 1 when the verdict is not sound."""
-    args = _parser().parse_args(argv)
-    cfg = resolved_run_config(args.overrides)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    cfg = config_or_exit(parser, args.overrides)
     rows = measure_controls(
         cfg,
         args.controls,

@@ -58,7 +58,7 @@ from evalharness.bench.mlflow_record import (
     tracking_requested,
 )
 from evalharness.bench.report import PLACEMENT_COLUMNS
-from evalharness.bench.run_config import bench_parser
+from evalharness.bench.run_config import bench_parser, config_or_exit
 from evalharness.bench.timing import time_warm_ms
 from evalharness.config import (
     EvalConfig,
@@ -344,8 +344,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code (2 for settings the benchmark cannot run)."""
-    args = parse_bench_args(_parser(), argv)
-    cfg = compose_config(args.overrides)
+    parser = _parser()
+    args = parse_bench_args(parser, argv)
+    cfg = config_or_exit(parser, args.overrides, resolve=False)
     host_devices = expose_host_devices(cfg)
     try:
         s = settings(cfg)

@@ -7,8 +7,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
 from evalharness.assembly import platform_choices
-from evalharness.config import EvalConfig, compose_run_config, to_config
+from evalharness.config import EvalConfig, check_overrides, compose_run_config, to_config
 
 
 def resolved_run_config(overrides: Sequence[str] = ()) -> EvalConfig:
@@ -20,6 +23,24 @@ def resolved_run_config(overrides: Sequence[str] = ()) -> EvalConfig:
         ValueError: a value the run refuses (e.g. a Pallas backend off its platform).
     """
     return platform_choices.resolve(to_config(compose_run_config(overrides)))
+
+
+def config_or_exit(
+    parser: argparse.ArgumentParser, overrides: Sequence[str], *, resolve: bool = True
+) -> EvalConfig:
+    """The run's config from a command line's overrides, or exit 2 through ``parser`` with what
+    the run itself would say: an unknown setting and the closest one, a group choice that does
+    not exist, a value the schema or this platform refuses. ``resolve=False`` leaves it
+    unresolved (resolving starts JAX's backends).
+    """
+    problem = check_overrides(list(overrides))
+    if problem:
+        parser.error(problem)
+    try:
+        cfg = to_config(compose_run_config(overrides))
+        return platform_choices.resolve(cfg) if resolve else cfg
+    except (HydraException, OmegaConfBaseException, ValueError) as error:
+        parser.error(str(error))
 
 
 def bench_parser(module: str, doc: str | None, example: str) -> argparse.ArgumentParser:

@@ -57,7 +57,7 @@ from evalharness.bench.mlflow_record import (
     parse_bench_args,
     tracking_requested,
 )
-from evalharness.bench.run_config import bench_parser, resolved_run_config
+from evalharness.bench.run_config import bench_parser, config_or_exit, resolved_run_config
 from evalharness.config import (
     CONF_DIR,
     EvalConfig,
@@ -402,7 +402,11 @@ def configure(
     """The resolved config and the schedules, or exit 2 through ``parser`` naming the problem
     (a bad override, too few warm runs)."""
     try:
-        cfg = compose_config(args.overrides)
+        _check_overrides(args.overrides)
+    except ValueError as error:
+        parser.error(str(error))
+    cfg = config_or_exit(parser, args.overrides)
+    try:
         geometry = token_geometry(cfg.resolution.video)
         schedules = load_schedules(args.overrides, geometry, run_block_sizes(cfg))
     except (HydraException, OmegaConfBaseException, ValueError) as error:

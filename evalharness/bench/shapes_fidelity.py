@@ -37,7 +37,7 @@ import numpy as np
 
 from evalharness.assembly import build_attention, build_components, transformer_config_for
 from evalharness.bench.markdown_report import report_markdown
-from evalharness.bench.run_config import bench_parser, resolved_run_config
+from evalharness.bench.run_config import bench_parser, config_or_exit
 from evalharness.config import EvalConfig
 from evalharness.formatting import markdown_table
 from evalharness.machine import machine_info
@@ -219,13 +219,14 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; exit status 1 when a threshold is missed, 2 on bad input."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     try:
         pairs = held_out_pairs(args.pairs)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    cfg = resolved_run_config(args.overrides)
+    cfg = config_or_exit(parser, args.overrides)
     readings = read_pairs(
         cfg, pairs, on_event=lambda message: print(message, file=sys.stderr, flush=True)
     )

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import pytest
-from hydra.errors import ConfigCompositionException
 
 from evalharness.assembly import platform_choices
 from evalharness.bench import attention_share
+from evalharness.bench.run_config import resolved_run_config
 from evalharness.config import compose_run_config, to_config
 from evalharness.estimates import SEED_ATTENTION_SHARE
 
 
+def _setup(*overrides: str) -> attention_share.ShareSetup:
+    return attention_share.share_setup(resolved_run_config(overrides))
+
+
 def test_what_is_not_given_is_the_runs_configuration():
-    setup = attention_share.share_setup()
+    setup = _setup()
     run = platform_choices.resolve(to_config(compose_run_config()))
     assert setup.cfg == run
     assert setup.label == run.resolution.name and setup.video.frames == run.resolution.frames
@@ -23,21 +27,19 @@ def test_what_is_not_given_is_the_runs_configuration():
 
 
 def test_given_overrides_stand_and_a_size_off_the_preset_is_labelled_by_pixels():
-    setup = attention_share.share_setup(
-        ["model=tiny-random", "resolution.frames=9", "resolution.height=64", "warm_runs=4"]
+    setup = _setup(
+        "model=tiny-random", "resolution.frames=9", "resolution.height=64", "warm_runs=4"
     )
     assert setup.cfg.model.name == "tiny-random" and setup.cfg.warm_runs == 4
     assert setup.label == f"9x64x{setup.cfg.resolution.width}px"
-    assert attention_share.share_setup(["resolution=720p"]).video.tokens == 75_600
-    assert attention_share.share_setup(["guidance_passes=separate"]).batch == 1
-    with pytest.raises(ConfigCompositionException):
-        attention_share.share_setup(["resolution=4k"])
+    assert _setup("resolution=720p").video.tokens == 75_600
+    assert _setup("guidance_passes=separate").batch == 1
+    with pytest.raises(SystemExit):
+        attention_share.main(["resolution=4k"])
 
 
 def test_a_size_that_does_not_fit_is_refused_naming_the_fix():
-    setup = attention_share.share_setup(
-        ["model=wan2.1-t2v-14b", "resolution=1440p", "kernel.dense_executor=reference"]
-    )
+    setup = _setup("model=wan2.1-t2v-14b", "resolution=1440p", "kernel.dense_executor=reference")
     with pytest.raises(SystemExit) as refusal:
         attention_share.preflight(setup)
     message = str(refusal.value)
@@ -46,7 +48,7 @@ def test_a_size_that_does_not_fit_is_refused_naming_the_fix():
 
 
 def test_too_long_is_refused_naming_max_minutes():
-    setup = attention_share.share_setup(["max_minutes=0.0001"])
+    setup = _setup("max_minutes=0.0001")
     with pytest.raises(SystemExit, match="max_minutes"):
         attention_share.preflight(setup)
 

@@ -225,5 +225,5 @@ def test_schedule_benchmark_refuses_pallas_gpu_off_a_gpu_and_knows_the_1p3b_shap
     with pytest.raises(SystemExit):
         schedules_main(["model=wan2.1-t2v-2b"])
     err = capsys.readouterr().err
-    assert "model/wan2.1-t2v-2b" in err and "wan2.1-t2v-1.3b" in err  # the presets it knows
+    assert "wan2.1-t2v-2b" in err and "wan2.1-t2v-1.3b" in err  # the presets it knows
     assert compose_config(["model=wan2.1-t2v-1.3b"]).model.name == "wan2.1-t2v-1.3b"

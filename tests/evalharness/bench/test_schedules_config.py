@@ -113,7 +113,7 @@ def test_json_prints_the_result(monkeypatch, capsys):
 @pytest.mark.parametrize(
     ("argv", "named"),
     [
-        (["resolution=999p"], "resolution/999p"),
+        (["resolution=999p"], "no resolution named '999p'"),
         (["stepz=3"], "stepz"),
         (["steps=many"], "steps"),
         (["schedule=aggressive"], "every conf/schedule preset"),
