@@ -157,6 +157,7 @@ TINY = [
 ]
 
 
+@pytest.mark.slow  # compiles and times two denoising loops: about 9 s on 2 cores
 def test_run_times_dense_and_a_sparse_schedule_on_the_run_config():
     cfg = schedules.compose_config(TINY)
     geometry = token_geometry(cfg.resolution.video)
