@@ -148,8 +148,7 @@ def checkpoint_optional(cfg: _Config) -> _Config:
 
 
 def _tokens(cfg: EvalConfig) -> int:
-    res = cfg.resolution
-    return res.video.tokens
+    return cfg.resolution.video.tokens
 
 
 def _report(

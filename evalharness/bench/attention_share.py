@@ -88,22 +88,29 @@ COLUMNS = (
 
 @dataclasses.dataclass(frozen=True)
 class ShareSetup:
-    """What the benchmark measures, read from the run's configuration.
+    """What the benchmark measures: the run's config and the model's shapes; the rest is read
+    from them.
 
     Attributes:
         cfg: the run's config, resolved for this platform (executor, tiles, dtype).
         model: the transformer's shapes (``cfg.model.name``), weights random.
-        video: the video size (``cfg.resolution``).
         label: the resolution preset's name, or ``<frames>x<height>x<width>px`` for a size that
             is not the preset's.
-        batch: samples per model call (2 with joint classifier-free guidance passes).
     """
 
     cfg: EvalConfig
     model: WanTransformerConfig
-    video: VideoGeometry
     label: str
-    batch: int
+
+    @property
+    def video(self) -> VideoGeometry:
+        """The video size (``cfg.resolution``)."""
+        return self.cfg.resolution.video
+
+    @property
+    def batch(self) -> int:
+        """Samples per model call (2 with joint classifier-free guidance passes)."""
+        return samples_per_call(self.cfg)
 
     @property
     def dtype(self) -> jnp.dtype:
@@ -115,12 +122,10 @@ def share_setup(cfg: EvalConfig) -> ShareSetup:
     """What the benchmark measures, from the run's config resolved for this platform
     (``config_or_exit`` or ``resolved_run_config``)."""
     res = cfg.resolution
-    video = res.video
     label = f"{res.frames}x{res.height}x{res.width}px"
-    if res.name in resolution_names() and load_resolution(res.name).video == video:
+    if res.name in resolution_names() and load_resolution(res.name).video == res.video:
         label = res.name
-    model = get_transformer_config(cfg.model.name)
-    return ShareSetup(cfg, model, video, label, samples_per_call(cfg))
+    return ShareSetup(cfg, get_transformer_config(cfg.model.name), label)
 
 
 def without_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, step, layer) -> jax.Array:

@@ -38,7 +38,6 @@ import dataclasses
 import json
 import os
 import sys
-from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -62,9 +61,7 @@ from evalharness.bench.run_config import bench_parser, config_or_exit
 from evalharness.bench.timing import time_warm_ms
 from evalharness.config import (
     EvalConfig,
-    compose_run_config,
     load_resolution,
-    to_config,
     token_geometry,
 )
 from evalharness.formatting import markdown_table
@@ -75,7 +72,7 @@ from kernels.parallel.exchange import exchange_bytes
 from kernels.parallel.mesh import make_mesh
 from kernels.plans.block_sizes import BlockSizes
 from kernels.policy.attention_policy import AttentionPolicy
-from models.config import get_transformer_config
+from models.config import WanTransformerConfig, get_transformer_config
 
 # Host devices a CPU exposes when ``parallel.sequence`` is 0 (every local device): 4 divides the
 # heads of every model preset (tiny 4, Wan 1.3B 12, Wan 14B 40).
@@ -95,39 +92,54 @@ FULL_720P = {
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """What the benchmark times, every value read from the run's config.
+    """What the benchmark times: the run's config, the model's shapes and the device count; the
+    rest is read from them.
 
     Attributes:
         cfg: the run's config resolved for this host (``platform_choices.resolve``): concrete
             backend, tiles and compute dtype.
-        geometry: the token grid of ``cfg.resolution`` (latent frames x Hp x Wp).
-        batch: samples in one model call under the run's guidance (``samples_per_call``).
-        heads: the model's attention heads.
-        head_dim: channels per head.
+        model: the transformer's shapes (``cfg.model.name``).
         devices: P, the devices of ``parallel.sequence`` (0: every local device).
-        block_sizes: the run's tiles for its backend.
-        runs: timed runs of each variant (``warm_runs``).
     """
 
     cfg: EvalConfig
-    geometry: TokenGeometry
-    batch: int
-    heads: int
-    head_dim: int
+    model: WanTransformerConfig
     devices: int
-    block_sizes: BlockSizes
-    runs: int
+
+    @property
+    def geometry(self) -> TokenGeometry:
+        """The token grid of ``cfg.resolution`` (latent frames x Hp x Wp)."""
+        return token_geometry(self.cfg.resolution.video)
+
+    @property
+    def batch(self) -> int:
+        """Samples in one model call under the run's guidance (``samples_per_call``)."""
+        return samples_per_call(self.cfg)
+
+    @property
+    def heads(self) -> int:
+        """The model's attention heads."""
+        return self.model.num_attention_heads
+
+    @property
+    def head_dim(self) -> int:
+        """Channels per head."""
+        return self.model.attention_head_dim
+
+    @property
+    def block_sizes(self) -> BlockSizes:
+        """The run's tiles for its backend."""
+        return run_block_sizes(self.cfg)
+
+    @property
+    def runs(self) -> int:
+        """Timed runs of each variant (``warm_runs``)."""
+        return self.cfg.warm_runs
 
     @property
     def dtype(self) -> jnp.dtype:
         """The run's compute dtype (float32 for the tiny models on a CPU)."""
         return jnp.dtype(self.cfg.dtype.value)
-
-
-def compose_config(overrides: Sequence[str] = ()) -> EvalConfig:
-    """The run's config with Hydra ``overrides``, validated but not resolved for a platform
-    (resolving starts JAX, which must not happen before ``expose_host_devices``)."""
-    return to_config(compose_run_config(overrides))
 
 
 def expose_host_devices(cfg: EvalConfig) -> int | None:
@@ -149,7 +161,8 @@ def expose_host_devices(cfg: EvalConfig) -> int | None:
 
 
 def settings(cfg: EvalConfig) -> Settings:
-    """The benchmark's settings from the run's config (``compose_config``).
+    """The benchmark's settings from the run's config, not yet resolved (``config_or_exit`` with
+    ``resolve=False``: resolving starts JAX, which must wait for ``expose_host_devices``).
 
     Raises:
         ValueError: a dense schedule, or heads or tokens that do not split over the devices
@@ -158,21 +171,9 @@ def settings(cfg: EvalConfig) -> Settings:
     if not cfg.schedule.sparse:
         raise ValueError(f"schedule={cfg.schedule.name} is dense; pick a sparse schedule")
     cfg = platform_choices.resolve(cfg)
-    res = cfg.resolution
-    geometry = token_geometry(res.video)
-    tcfg = get_transformer_config(cfg.model.name)
-    devices = sequence_devices(cfg)
-    _check_split(cfg, tcfg.num_attention_heads, geometry.tokens, devices)
-    return Settings(
-        cfg=cfg,
-        geometry=geometry,
-        batch=samples_per_call(cfg),
-        heads=tcfg.num_attention_heads,
-        head_dim=tcfg.attention_head_dim,
-        devices=devices,
-        block_sizes=run_block_sizes(cfg),
-        runs=cfg.warm_runs,
-    )
+    s = Settings(cfg, get_transformer_config(cfg.model.name), sequence_devices(cfg))
+    _check_split(cfg, s.heads, s.geometry.tokens, s.devices)
+    return s
 
 
 def _check_split(cfg: EvalConfig, heads: int, tokens: int, devices: int) -> None:

@@ -57,7 +57,7 @@ from evalharness.bench.mlflow_record import (
     parse_bench_args,
     tracking_requested,
 )
-from evalharness.bench.run_config import bench_parser, config_or_exit, resolved_run_config
+from evalharness.bench.run_config import bench_parser, config_or_exit
 from evalharness.config import (
     CONF_DIR,
     EvalConfig,
@@ -108,18 +108,6 @@ def _check_overrides(overrides: Sequence[str]) -> None:
                 f"({', '.join(schedule_names())}); drop the schedule choice (a "
                 "schedule.<field>= override applies to every preset)"
             )
-
-
-def compose_config(overrides: Sequence[str] = ()) -> EvalConfig:
-    """The run's config with Hydra ``overrides``, resolved for this host.
-
-    Raises:
-        ValueError: a ``schedule=`` choice, or a value the run refuses (e.g. a Pallas backend
-            off its platform).
-        hydra.errors.HydraException: an unknown key or preset.
-    """
-    _check_overrides(overrides)
-    return resolved_run_config(overrides)
 
 
 def load_schedules(
@@ -297,7 +285,7 @@ def run(cfg: EvalConfig, schedules: Sequence[SparsitySchedule]) -> dict:
     """Builds, compiles and times every arm.
 
     Args:
-        cfg: the resolved run config (:func:`compose_config`).
+        cfg: the resolved run config (``config_or_exit``).
         schedules: the arms (:func:`load_schedules`); one named ``dense`` is the reference.
 
     Returns:

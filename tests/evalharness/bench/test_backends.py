@@ -212,7 +212,7 @@ def test_xla_checks_are_unchanged():
 
 
 def test_schedule_benchmark_refuses_pallas_gpu_off_a_gpu_and_knows_the_1p3b_shapes(capsys):
-    from evalharness.bench.schedules import compose_config
+    from evalharness.bench.run_config import resolved_run_config
     from evalharness.bench.schedules import main as schedules_main
 
     if jax.default_backend() == "gpu":
@@ -226,4 +226,4 @@ def test_schedule_benchmark_refuses_pallas_gpu_off_a_gpu_and_knows_the_1p3b_shap
         schedules_main(["model=wan2.1-t2v-2b"])
     err = capsys.readouterr().err
     assert "wan2.1-t2v-2b" in err and "wan2.1-t2v-1.3b" in err  # the presets it knows
-    assert compose_config(["model=wan2.1-t2v-1.3b"]).model.name == "wan2.1-t2v-1.3b"
+    assert resolved_run_config(["model=wan2.1-t2v-1.3b"]).model.name == "wan2.1-t2v-1.3b"

@@ -21,9 +21,14 @@ from models.config import get_transformer_config
 from models.video_geometry import VideoGeometry
 
 
+def _unresolved(overrides=()):
+    """The run's config with ``overrides``, not resolved (as the placement benchmark reads it)."""
+    return to_config(compose_run_config(overrides))
+
+
 def test_defaults_are_the_composed_run_config():
     run = platform_choices.resolve(to_config(compose_run_config()))
-    s = placement.settings(placement.compose_config())
+    s = placement.settings(_unresolved())
     res = run.resolution
     assert s.geometry == token_geometry(VideoGeometry(res.frames, res.height, res.width))
     tcfg = get_transformer_config(run.model.name)
@@ -43,7 +48,7 @@ def test_defaults_are_the_composed_run_config():
 
 
 def test_overrides_stand():
-    cfg = placement.compose_config(
+    cfg = _unresolved(
         [
             "resolution=720p",
             "model=wan2.1-t2v-14b",
@@ -71,7 +76,7 @@ def test_overrides_stand():
 )
 def test_settings_it_cannot_run_are_refused(overrides, message):
     with pytest.raises(ValueError, match=message):
-        placement.settings(placement.compose_config(overrides))
+        placement.settings(_unresolved(overrides))
 
 
 def test_main_refuses_with_exit_status_2(capsys):
@@ -84,11 +89,11 @@ def test_host_devices_follow_parallel_sequence(monkeypatch):
     calls = []
     monkeypatch.delenv("XLA_FLAGS", raising=False)
     monkeypatch.setattr(placement.jax.config, "update", lambda *a: calls.append(a))
-    assert placement.expose_host_devices(placement.compose_config()) == 4
-    assert placement.expose_host_devices(placement.compose_config(["parallel.sequence=2"])) == 2
+    assert placement.expose_host_devices(_unresolved()) == 4
+    assert placement.expose_host_devices(_unresolved(["parallel.sequence=2"])) == 2
     assert calls == [("jax_num_cpu_devices", 4), ("jax_num_cpu_devices", 2)]
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
-    assert placement.expose_host_devices(placement.compose_config()) is None
+    assert placement.expose_host_devices(_unresolved()) is None
     assert len(calls) == 2
 
 
@@ -103,7 +108,7 @@ def test_main_prints_the_run_config_as_json(monkeypatch, capsys):
     result = json.loads(capsys.readouterr().out)
     config = result["config"]
     run = to_config(compose_run_config())
-    expected = placement.settings(placement.compose_config(["parallel.sequence=1"]))
+    expected = placement.settings(_unresolved(["parallel.sequence=1"]))
     assert config["model"] == run.model.name and config["resolution"] == run.resolution.name
     assert config["schedule"] == run.schedule.name
     assert (config["tokens"], config["batch"]) == (expected.geometry.tokens, expected.batch)

@@ -12,6 +12,7 @@ import pytest
 from evalharness.admission import samples_per_call
 from evalharness.assembly import platform_choices, run_block_sizes
 from evalharness.bench import schedules
+from evalharness.bench.run_config import resolved_run_config
 from evalharness.config import CONF_DIR, compose_run_config, to_config, token_geometry
 
 
@@ -159,7 +160,7 @@ TINY = [
 
 @pytest.mark.slow  # compiles and times two denoising loops: about 9 s on 2 cores
 def test_run_times_dense_and_a_sparse_schedule_on_the_run_config():
-    cfg = schedules.compose_config(TINY)
+    cfg = resolved_run_config(TINY)
     geometry = token_geometry(cfg.resolution.video)
     chosen = schedules.load_schedules(TINY, geometry, run_block_sizes(cfg))
     arms = [s for s in chosen if s.name in ("dense", "aggressive")]

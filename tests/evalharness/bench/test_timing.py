@@ -11,6 +11,7 @@ from evalharness.bench.kernel_table import (
     slow_baseline_notes,
 )
 from evalharness.bench.report import KERNEL_TABLE_COLUMNS, table
+from evalharness.config import compose_run_config, to_config
 from kernels.masks.band import band_for_density
 from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes
@@ -199,7 +200,6 @@ def _recording(monkeypatch, module) -> list[list]:
 
 
 def test_sweep_temporal_and_placement_time_their_variants_round_robin(monkeypatch):
-    import dataclasses
 
     import jax.numpy as jnp
 
@@ -221,10 +221,11 @@ def test_sweep_temporal_and_placement_time_their_variants_round_robin(monkeypatc
     assert rows[0]["max_abs_difference_between_paths"] < 1e-4  # the same pairs either way
 
     calls = _recording(monkeypatch, placement)
-    cfg = placement.compose_config(["parallel.sequence=1", "warm_runs=3"])
-    run = dataclasses.replace(
-        placement.settings(cfg), geometry=TokenGeometry(5, 8, 8), block_sizes=BlockSizes(32, 32)
-    )
+    small = ["resolution.frames=17", "resolution.height=128", "resolution.width=128"]
+    tiles = ["kernel.block_q=32", "kernel.block_kv=32"]
+    cfg = to_config(compose_run_config(["parallel.sequence=1", "warm_runs=3", *small, *tiles]))
+    run = placement.settings(cfg)
+    assert (run.geometry, run.block_sizes) == (TokenGeometry(5, 8, 8), BlockSizes(32, 32))
     rows = placement._rows(run, placement._policy(run))
     assert calls == [[r["variant"] for r in rows]] and len(rows) == 3
     assert all(r["median_ms"] == 1.0 for r in rows) and "sent_mb" in rows[1]
