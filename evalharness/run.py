@@ -1,10 +1,17 @@
 """One matched dense-vs-sparse comparison, as a plain function the CLI and the tests call.
 
-``run(cfg) -> metrics``: preflight, prompt encoding, the arms compiled once, then for every
-(prompt, seed) pair (one, or a prompt suite's ``prompts`` × ``seeds``) the arms timed side by
-side, decoded and measured (``evalharness.comparison.pair``), then the statistics across pairs
-(``evalharness.config.pairs``), artifacts, MLflow and the gate. A suite's pairs get sub-folders and
-MLflow child runs under the run's own.
+``run(cfg) -> metrics`` is a chain of stages, each a value complete when created and passed on:
+
+1. admitted: the config with every ``auto`` pinned for this platform (and the same on every
+   process of a multi-host run), its pairs, and preflight's :class:`Admission`;
+2. the run folder (``status.json`` says ``running``) and the tracker's run, with the config,
+   tags and the memory and time plans recorded;
+3. the model (:class:`Components`) and every pair's inputs (prompt embeddings, noise);
+4. :class:`Comparison` -> :func:`measure_pairs`: the arms compiled once, every (prompt, seed)
+   pair (one, or a prompt suite's ``prompts`` x ``seeds``) timed side by side, decoded and
+   measured; a suite's pairs get sub-folders and MLflow child runs under the run's own;
+5. :func:`conclude`: the gate, ``metrics.json`` and ``report.md``, the tracker's upload, the
+   folder marked ``finished``; then every process returns (or raises) as the primary's gate says.
 """
 
 from __future__ import annotations
@@ -23,7 +30,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from evalharness import tracking
 from evalharness.admission import Admission, admit, check_output_folders, io_hint
-from evalharness.arms import PreparedArm, rebind_arm
 from evalharness.assembly import (
     Components,
     build_components,
@@ -33,23 +39,16 @@ from evalharness.assembly import (
 )
 from evalharness.comparison import (
     Comparison,
+    Outcome,
     PairInputs,
-    PairOutput,
     Progress,
-    compare_pair,
-    reused_dense_arms,
-    suite_report,
+    conclude,
+    measure_pairs,
+    run_phases,
 )
 from evalharness.config import EvalConfig, Pair, run_pairs, to_config, to_plain_dict
-from evalharness.evidence import (
-    DenseArms,
-    code_version,
-    run_folder,
-    run_status,
-    suite_metrics,
-)
+from evalharness.evidence import code_version, run_status
 from evalharness.exit_codes import RunFailed, Terminated
-from evalharness.gate import GateResult, check_gate
 from evalharness.metric_names import RunMetrics
 from evalharness.refusal import PreflightRefusal
 from evalharness.tracking import (
@@ -57,32 +56,17 @@ from evalharness.tracking import (
     Tracker,
     check_tracking,
     closed_on_error,
-    description_tags,
-    environment_tags,
     flatten,
     make_tracker,
     multihost,
     redacted,
     redacted_values,
-    run_tags,
+    start_tags,
 )
 from kernels.parallel.mesh import describe_mesh
 from models.pipeline import uses_guidance
 
 log = logging.getLogger(__name__)
-
-PHASES = ("preflight", "build model", "encode prompts", "compile arms")
-
-
-def phases(pairs: list[Pair]) -> tuple[str, ...]:
-    """The run's phases: :data:`PHASES`, one per pair (timing, routing, decode, quality,
-    files), then the summary across pairs, the gate and the tracker's upload."""
-    return (*PHASES, *(pair_phase(pair, len(pairs)) for pair in pairs), "summary")
-
-
-def pair_phase(pair: Pair, count: int) -> str:
-    """The phase name of one pair, e.g. ``pair 2/6 (p0-s1)``; ``compare`` for a single pair."""
-    return "compare" if count == 1 else f"pair {pair.index + 1}/{count} ({pair.name})"
 
 
 class GateFailed(RuntimeError):
@@ -132,13 +116,8 @@ def run(cfg: EvalConfig | DictConfig | dict) -> RunMetrics:
             comparison = Comparison(
                 cfg, plan, progress, run_dir, tracker, components, text_encode_s
             )
-            measured, per_pair = _compare(comparison, inputs)
-            measured = measured.with_values(
-                plan.flops.as_metrics(), total_wall_s=time.perf_counter() - started
-            )
-            metrics, gate = _finish(comparison, measured, per_pair)
-            if primary:
-                run_status.end_status(run_dir, run_status.FINISHED, gate_passed=gate.passed)
+            measured = measure_pairs(comparison, inputs)
+            outcome = conclude(comparison, measured, wall_s=time.perf_counter() - started)
     except BaseException as err:
         if primary:
             _end_badly(err, cfg, run_dir)
@@ -147,7 +126,7 @@ def run(cfg: EvalConfig | DictConfig | dict) -> RunMetrics:
         progress.close()
         if not primary:  # the other processes' files were scratch: the primary wrote the run's
             shutil.rmtree(run_dir, ignore_errors=True)
-    return _verdict(metrics, gate, run_dir, tracker.run_id)
+    return _verdict(outcome)
 
 
 def _admitted(cfg: EvalConfig) -> tuple[EvalConfig, Admission, list[Pair], Progress]:
@@ -164,7 +143,7 @@ def _admitted(cfg: EvalConfig) -> tuple[EvalConfig, Admission, list[Pair], Progr
         multihost.same_config({**to_plain_dict(cfg), "code and jax version": versions})
     pairs = run_pairs(cfg.prompt, cfg.seed, cfg.prompts, cfg.seeds)
     primary = multihost.is_primary()
-    progress = Progress(phases(pairs), enabled=cfg.progress.enabled if primary else False)
+    progress = Progress(run_phases(pairs), enabled=cfg.progress.enabled if primary else False)
     progress.phase("preflight")
     refusal = plan = None
     try:
@@ -181,22 +160,20 @@ def _admitted(cfg: EvalConfig) -> tuple[EvalConfig, Admission, list[Pair], Progr
     return cfg, plan, pairs, progress
 
 
-def _verdict(
-    metrics: RunMetrics, gate: GateResult, run_dir: Path, run_id: str | None
-) -> RunMetrics:
+def _verdict(outcome: Outcome) -> RunMetrics:
     """Every process returns (or raises ``GateFailed``) as the primary's gate says; the
-    primary's metrics gain the run folder and MLflow run and are summarised on screen."""
-    passed = multihost.from_primary(gate.passed)  # timings differ a little between processes
+    primary's summary is printed."""
+    # Timings differ a little between processes: the primary's verdict is everyone's.
+    passed = multihost.from_primary(outcome.gate.passed)
     if not multihost.is_primary():
         metrics = RunMetrics.of({"gate_passed": passed, "process_index": jax.process_index()})
         if not passed:
             raise GateFailed("gate failed (process 0's verdict; its log names the metric)", metrics)
         return metrics
-    metrics = metrics.with_values(run_dir=str(run_dir), mlflow_run_id=run_id)
-    print(run_folder.summary_lines(metrics), flush=True)
+    print(outcome.summary, flush=True)
     if not passed:
-        raise GateFailed("gate failed: " + "; ".join(gate.failures), metrics)
-    return metrics
+        raise GateFailed("gate failed: " + "; ".join(outcome.gate.failures), outcome.metrics)
+    return outcome.metrics
 
 
 def _end_badly(err: BaseException, cfg: EvalConfig, run_dir: Path) -> NoReturn:
@@ -260,19 +237,7 @@ def _record_start(cfg: EvalConfig, plan: Admission, run_dir: Path, tracker: Trac
     tracker.log_params(flatten(resolved))
     if plan.attention.mesh is not None:
         tracker.log_params(describe_mesh(plan.attention.mesh))
-    tags = {
-        **cfg.logger.tags,  # the user's (and a multirun's sweep tags); the harness's own win
-        **environment_tags(),
-        **run_tags(cfg),
-        **checkpoint_tags(cfg.model),
-        "run_dir": str(run_dir.resolve()),
-    }
-    if cfg.prompts is not None or cfg.seeds is not None:
-        tags["suite"] = f"prompts={cfg.prompts or 'prompt'} seeds={cfg.seeds or [cfg.seed]}"
-    if cfg.negative_control.value != "none":
-        # A deliberately broken sparse arm: the run must never be read as a schedule's result.
-        tags["negative_control"] = cfg.negative_control.value
-    tracker.set_tags(tags)
+    tracker.set_tags(start_tags(cfg, run_dir, checkpoint_tags(cfg.model)))
     tracker.log_metrics(plan.flops.as_metrics())
     sizing = plan.sizing
     tracker.log_metrics(sizing.as_metrics())
@@ -280,96 +245,6 @@ def _record_start(cfg: EvalConfig, plan: Admission, run_dir: Path, tracker: Trac
     (run_dir / "memory_plan.md").write_text(sizing_md.rstrip() + "\n")
     # The estimate beside what the run will measure (its loops' medians, decode_s, wall).
     (run_dir / "time_plan.md").write_text(sizing.timing.to_markdown().rstrip() + "\n")
-
-
-def _finish(
-    comparison: Comparison, measured: RunMetrics, per_pair: list[RunMetrics]
-) -> tuple[RunMetrics, GateResult]:
-    """Checks the gate, writes ``metrics.json`` and ``report.md``, and closes the tracker's run;
-    returns the metrics with the gate's verdict among them, and the verdict."""
-    cfg, run_dir, tracker = comparison.cfg, comparison.run_dir, comparison.tracker
-    gate = check_gate(
-        measured,
-        min_psnr_db=cfg.gate.min_psnr_db,
-        min_speedup=cfg.gate.min_speedup,
-        min_worst_frame_psnr_db=cfg.gate.min_worst_frame_psnr_db,
-        on=cfg.gate.on.value,
-    )
-    metrics = measured.with_values(gate_passed=gate.passed)
-    run_folder.write_metrics(run_dir, metrics)
-    if len(per_pair) == 1:
-        run_folder.write_report(run_dir, cfg, metrics, gate.failures)
-    else:
-        suite_report.write_suite_report(run_dir, cfg, metrics, per_pair, gate.failures)
-    tracker.log_metrics(metrics.numeric())
-    headline = run_folder.summary_lines(metrics).splitlines()[0]
-    tracker.set_tags({"gate": gate.outcome, **description_tags(tracker, gate.outcome, headline)})
-    # A suite's pairs upload their own folders to their child runs.
-    exclude = (() if cfg.logger.log_videos else run_folder.VIDEO_PATTERNS) + ("pairs/*",)
-    tracker.log_artifacts(run_dir, exclude=exclude)
-    tracker.finish("FINISHED")
-    return metrics, gate
-
-
-def _compare(
-    comparison: Comparison, inputs: list[PairInputs]
-) -> tuple[RunMetrics, list[RunMetrics]]:
-    """The comparison proper: the arms compiled once on the first pair's inputs, then each
-    pair compared (``evalharness.comparison.pair.compare_pair``) on the same compiled loops.
-
-    Returns:
-        (the run's metrics, each pair's metrics): for one pair, its metrics plus the statistics
-        of :func:`evalharness.evidence.statistics.suite_metrics`; for a suite, the statistics across pairs
-        (``evalharness.comparison.suite_report.parent_metrics``).
-    """
-    pairs = [item.pair for item in inputs]
-    for pair in pairs:  # a damaged dense-cache entry is set aside now, before anything compiles
-        comparison.cache.check(comparison.dense_key(pair))
-    cached = reused_dense_arms(comparison, pairs)
-    comparison.progress.phase("compile arms")
-    compiled = _prepare_arms(comparison, inputs[0], dense=cached is None)
-    per_pair = []
-    for item in inputs:
-        comparison.progress.phase(pair_phase(item.pair, len(pairs)))
-        arms = compiled
-        if item is not inputs[0]:
-            event = comparison.progress.event
-            arms = {k: rebind_arm(arm, item.args, on_event=event) for k, arm in compiled.items()}
-        reused = None if cached is None else cached[item.pair.index]
-        per_pair.append(_run_pair(comparison, item, arms, len(pairs), reused))
-    comparison.progress.phase("summary")
-    if len(pairs) == 1:
-        return per_pair[0].with_values(suite_metrics(per_pair)), per_pair
-    return suite_report.parent_metrics(per_pair), per_pair
-
-
-def _run_pair(
-    comparison: Comparison,
-    inputs: PairInputs,
-    arms: dict[str, PreparedArm],
-    count: int,
-    cached: DenseArms | None,
-) -> RunMetrics:
-    """One pair: in the run itself for a single pair, else in its own folder and child run."""
-    if count == 1:
-        out = PairOutput(comparison.run_dir, comparison.tracker)
-        return compare_pair(comparison, inputs, arms, out, cached)
-    pair, cfg = inputs.pair, comparison.cfg
-    folder = comparison.run_dir / "pairs" / pair.name
-    folder.mkdir(parents=True)
-    child = comparison.tracker.child(f"{comparison.run_dir.name}/{pair.name}")
-    out = PairOutput(folder, child, f"{pair.name}: ")
-    with closed_on_error(child):
-        child.log_params({"prompt": pair.prompt, "seed": pair.seed, "pair": pair.index})
-        child.set_tags({**run_tags(cfg), "pair": pair.name})
-        measured = compare_pair(comparison, inputs, arms, out, cached)
-        metrics = measured.with_values(prompt=pair.prompt, seed=pair.seed, pair=pair.name)
-        run_folder.write_metrics(folder, metrics)
-        child.log_metrics(metrics.numeric())
-        exclude = () if cfg.logger.log_videos else run_folder.VIDEO_PATTERNS
-        child.log_artifacts(folder, exclude=exclude)
-    child.finish("FINISHED")
-    return metrics
 
 
 def _build_model(cfg: EvalConfig, plan: Admission, progress: Progress) -> Components:
@@ -410,19 +285,3 @@ def _encode_prompts(
         for pair in pairs
     ]
     return inputs, text_encode_s
-
-
-def _prepare_arms(
-    comparison: Comparison, inputs: PairInputs, *, dense: bool = True
-) -> dict[str, PreparedArm]:
-    """Every timed arm compiled and run once on the first pair, in the order the timing rounds
-    take them (only the sparse arm when ``dense`` is False: the dense timings are reused)."""
-    attention = comparison.plan.attention
-    arms = {}
-    if dense:
-        arms["dense"] = comparison.prepare_arm("dense", attention.dense, inputs)
-    arms["sparse"] = comparison.prepare_arm("sparse", attention.sparse, inputs)
-    if dense and comparison.cfg.noise_floor:
-        # Timed like the dense arm: it is the second dense control the headline speedup uses.
-        arms["noise_floor"] = comparison.prepare_arm("noise_floor", attention.noise_floor, inputs)
-    return arms

@@ -47,7 +47,7 @@ HARNESS_ROOMS: dict[str, set[str]] = {
     "arms": {"tracking", "metric_names"},
     "evidence": {"config", "assembly", "arms", "formatting", "machine", "metric_names"},
     "gate": {"config", "evidence", "tracking", "exit_codes", "metric_names"},
-    "comparison": {"config", "tracking", "assembly", "admission", "arms", "evidence"}
+    "comparison": {"config", "tracking", "assembly", "admission", "arms", "evidence", "gate"}
     | {"formatting", "exit_codes", "metric_names"},
     "bench": {
         "config",

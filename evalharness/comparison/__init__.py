@@ -1,23 +1,31 @@
-"""The comparison: one (prompt, seed) pair's arms timed side by side with its quality and
-files, a suite's run-level report, sweeps' tables, and progress over the phases.
+"""The comparison: the arms compiled once and every (prompt, seed) pair timed side by side with
+its quality and files, then the run's conclusion (gate, results, tracker); sweeps' tables, and
+progress over the phases.
 """
 
-from evalharness.comparison import suite_report
+from evalharness.comparison.conclusion import Outcome, conclude
 from evalharness.comparison.dense_reuse import reused_dense_arms
+from evalharness.comparison.measured import Measured, measure_pairs, prepare_arms
 from evalharness.comparison.pair import Comparison, PairInputs, PairOutput, compare_pair
-from evalharness.comparison.progress import Progress
+from evalharness.comparison.progress import Progress, pair_phase, run_phases
 from evalharness.comparison.sweep import SWEEP_JOB_TAG, append_summary, failed_jobs, tag_sweep_job
 
 __all__ = [
     "Comparison",
+    "Measured",
+    "Outcome",
     "PairInputs",
     "PairOutput",
     "Progress",
     "SWEEP_JOB_TAG",
     "append_summary",
     "compare_pair",
+    "conclude",
     "failed_jobs",
+    "measure_pairs",
+    "pair_phase",
+    "prepare_arms",
     "reused_dense_arms",
-    "suite_report",
+    "run_phases",
     "tag_sweep_job",
 ]

@@ -8,9 +8,13 @@ from collections.abc import Sequence
 
 from tqdm import tqdm
 
+from evalharness.config import Pair
 from evalharness.exit_codes import raise_pending
 
 log = logging.getLogger("evalharness")
+
+# The phases before the first pair.
+PHASES = ("preflight", "build model", "encode prompts", "compile arms")
 
 
 class Progress:
@@ -49,3 +53,14 @@ class Progress:
     def close(self) -> None:
         """Closes the bar (the run is over, or failed)."""
         self.bar.close()
+
+
+def run_phases(pairs: Sequence[Pair]) -> tuple[str, ...]:
+    """A run's phases: :data:`PHASES`, one per pair (timing, routing, decode, quality, files),
+    then the summary across pairs, the gate and the tracker's upload."""
+    return (*PHASES, *(pair_phase(pair, len(pairs)) for pair in pairs), "summary")
+
+
+def pair_phase(pair: Pair, count: int) -> str:
+    """The phase name of one pair, e.g. ``pair 2/6 (p0-s1)``; ``compare`` for a single pair."""
+    return "compare" if count == 1 else f"pair {pair.index + 1}/{count} ({pair.name})"

@@ -1,11 +1,13 @@
 """What a comparison leaves behind: quality against the dense arm, video files, the dense-arm
-cache and its key, the run folder's files, routing plots, and statistics across pairs.
+cache and its key, the run folder's files and its results (metrics, report), routing plots, and
+statistics across pairs.
 """
 
 from evalharness.evidence import run_folder, run_status
 from evalharness.evidence.cache_key import code_version, dense_arm_key
 from evalharness.evidence.dense_cache import ArmCache, DenseArms, load_dense_arms, store_dense_arms
 from evalharness.evidence.quality import VideoQuality, frame_quality, measure, quality_metrics
+from evalharness.evidence.results import parent_metrics, write_results
 from evalharness.evidence.routing_plots import save_routing_stats
 from evalharness.evidence.run_folder import gate_section, headline_columns, headline_row
 from evalharness.evidence.statistics import CONFIDENCE, SUMMARIZED, statistic_name, suite_metrics
@@ -24,6 +26,7 @@ __all__ = [
     "headline_row",
     "load_dense_arms",
     "measure",
+    "parent_metrics",
     "quality_metrics",
     "run_folder",
     "run_status",
@@ -31,4 +34,5 @@ __all__ = [
     "statistic_name",
     "store_dense_arms",
     "suite_metrics",
+    "write_results",
 ]

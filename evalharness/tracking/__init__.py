@@ -22,6 +22,7 @@ from evalharness.tracking.mlflow_client import (
     log_routing_curve,
     make_tracker,
     run_tags,
+    start_tags,
 )
 from evalharness.tracking.multihost import to_host
 from evalharness.tracking.probe import TrackingUnavailable, check_tracking
@@ -66,6 +67,7 @@ __all__ = [
     "SEARCH_KIND",
     "experiment_link",
     "run_tags",
+    "start_tags",
     "stale_run_closer",
     "to_host",
 ]

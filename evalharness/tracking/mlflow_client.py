@@ -142,6 +142,25 @@ def run_tags(cfg: Any) -> dict[str, str]:
     }
 
 
+def start_tags(cfg: Any, run_dir: Path, checkpoint: Mapping[str, str]) -> dict[str, str]:
+    """A harness run's tags when it starts: the user's (and a multirun's sweep tags), then the
+    environment, :func:`run_tags`, the checkpoint's (``checkpoint``), the run folder, a suite's
+    prompts and seeds, and a negative control; the harness's own win over the user's."""
+    tags = {
+        **cfg.logger.tags,
+        **environment_tags(),
+        **run_tags(cfg),
+        **checkpoint,
+        "run_dir": str(Path(run_dir).resolve()),
+    }
+    if cfg.prompts is not None or cfg.seeds is not None:
+        tags["suite"] = f"prompts={cfg.prompts or 'prompt'} seeds={cfg.seeds or [cfg.seed]}"
+    if cfg.negative_control.value != "none":
+        # A deliberately broken sparse arm: the run must never be read as a schedule's result.
+        tags["negative_control"] = cfg.negative_control.value
+    return tags
+
+
 def default_tracking_uri(output_root: str | Path) -> str:
     """Local sqlite database under the output folder (MLflow's own recommended local store),
     its folder created."""

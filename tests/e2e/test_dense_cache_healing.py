@@ -4,7 +4,7 @@ import logging
 
 import pytest
 
-import evalharness.run as run_module
+import evalharness.comparison.measured as measured_module
 from evalharness.evidence import ArmCache
 from evalharness.run import run
 from tests.helpers.harness_config import small_config
@@ -23,13 +23,13 @@ def test_a_bit_flipped_entry_is_set_aside_before_compiling_and_recomputed(
     arrays.write_bytes(bytes(data))
 
     aside_at_compile = []
-    prepare = run_module._prepare_arms
+    prepare = measured_module.prepare_arms
 
     def recording(*args, **kwargs):
         aside_at_compile.append([p.name for p in entries.glob(".damaged-*")])
         return prepare(*args, **kwargs)
 
-    monkeypatch.setattr(run_module, "_prepare_arms", recording)
+    monkeypatch.setattr(measured_module, "prepare_arms", recording)
     with caplog.at_level(logging.WARNING, logger="evalharness.evidence.dense_cache"):
         again = run(small_config(tmp_path, *overrides))
     (warning,) = caplog.records

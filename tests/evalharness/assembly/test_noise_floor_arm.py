@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import jax
 import numpy as np
 
-from evalharness import run as run_module
 from evalharness.assembly import platform_choices
 from evalharness.assembly.attention_setup import build_attention
+from evalharness.comparison import prepare_arms
 from evalharness.config import to_config
 from models.config import get_transformer_config
 from models.video_geometry import VideoGeometry
@@ -46,6 +46,6 @@ def test_the_noise_floor_arm_is_prepared_with_the_noise_floor_attention():
             prepared.append((label, attend))
             return label
 
-    arms = run_module._prepare_arms(Comparison(), inputs=None)
+    arms = prepare_arms(Comparison(), inputs=None)
     assert list(arms) == ["dense", "sparse", "noise_floor"]
     assert prepared == [("dense", "dense attend"), ("sparse", "sparse"), ("noise_floor", "floor")]

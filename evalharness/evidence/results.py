@@ -1,10 +1,12 @@
-"""A prompt suite's run-level results: the metrics across pairs, ``pairs.csv`` and ``report.md``.
+"""A run's results in its folder: ``metrics.json`` and ``report.md`` (a suite's with ``pairs.csv``).
 
-The run's headline metrics are the suite's: ``psnr_db``, ``ssim_frames`` and ``speedup`` are the
+:func:`write_results` is the one call that writes them once the gate has judged. For a prompt
+suite, :func:`parent_metrics` gives the run's metrics across pairs. The run's headline metrics
+are then the suite's: ``psnr_db``, ``ssim_frames`` and ``speedup`` are the
 means over pairs, ``psnr_worst_frame_db`` the worst frame of any pair, ``dense_median_s`` and
 ``sparse_median_s`` the median of the pairs' medians, the noise floor, the gap to it and the
 codec metrics (:data:`AVERAGED`) their means; every ``<metric>_<statistic>`` of
-:func:`evalharness.suite.suite_metrics` is beside them, and whatever every pair measured alike
+:func:`evalharness.evidence.statistics.suite_metrics` is beside them, and whatever every pair measured alike
 (geometry, densities, executors) is kept as it is.
 """
 
@@ -17,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from evalharness.config import EvalConfig
-from evalharness.evidence import CONFIDENCE, SUMMARIZED, gate_section, suite_metrics
+from evalharness.evidence import run_folder
+from evalharness.evidence.run_folder import gate_section, summary_lines
+from evalharness.evidence.statistics import CONFIDENCE, SUMMARIZED, suite_metrics
 from evalharness.formatting import format_cell, markdown_table, markdown_text
 from evalharness.metric_names import Metric, RunMetrics
 
@@ -180,3 +184,31 @@ def write_suite_report(
     path = run_dir / "report.md"
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
+
+
+def write_results(
+    run_dir: Path,
+    cfg: EvalConfig,
+    metrics: RunMetrics,
+    per_pair: Sequence[RunMetrics],
+    gate_failures: Sequence[str],
+) -> str:
+    """Writes ``metrics.json`` and the report: one pair's (:func:`run_folder.write_report`), or
+    a suite's with ``pairs.csv`` (:func:`write_suite_report`).
+
+    Args:
+        run_dir: the run folder.
+        cfg: the run's configuration.
+        metrics: the run's metrics, the gate's verdict among them.
+        per_pair: each pair's metrics, in pair order (one for a single pair).
+        gate_failures: one line per missed gate threshold.
+
+    Returns:
+        The headline: the first line of :func:`run_folder.summary_lines`.
+    """
+    run_folder.write_metrics(run_dir, metrics)
+    if len(per_pair) == 1:
+        run_folder.write_report(run_dir, cfg, metrics, gate_failures)
+    else:
+        write_suite_report(run_dir, cfg, metrics, per_pair, gate_failures)
+    return summary_lines(metrics).splitlines()[0]

@@ -1,0 +1,70 @@
+"""The end of a run that measured: the gate's verdict, the run folder's results, the tracker.
+
+:func:`conclude` checks the gate on what :func:`evalharness.comparison.measured.measure_pairs`
+measured, writes ``metrics.json`` and ``report.md`` (a suite's report and ``pairs.csv``), logs the
+metrics, the gate's outcome and the folder to the tracker and closes its run, then marks the
+folder ``finished``. The result, :class:`Outcome`, carries the metrics with the verdict, the
+run folder and the MLflow run among them, and the lines printed at the end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from evalharness.comparison.measured import Measured
+from evalharness.comparison.pair import Comparison
+from evalharness.evidence import run_folder, run_status, write_results
+from evalharness.gate import GateResult, check_gate
+from evalharness.metric_names import RunMetrics
+from evalharness.tracking import description_tags
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A finished run.
+
+    Attributes:
+        metrics: everything measured, the gate's verdict (``gate_passed``), the run folder
+            (``run_dir``) and the tracker's run (``mlflow_run_id``).
+        gate: the gate's verdict with one line per missed threshold.
+        summary: the headline and the run folder, as printed at the end.
+    """
+
+    metrics: RunMetrics
+    gate: GateResult
+    summary: str
+
+
+def conclude(comparison: Comparison, measured: Measured, *, wall_s: float) -> Outcome:
+    """Checks the gate, writes the results, closes the tracker's run and marks the folder.
+
+    Args:
+        comparison: the run's comparison stage (its config, folder and tracker).
+        measured: what the comparison measured.
+        wall_s: the run's wall time so far, admission included (``total_wall_s``).
+
+    Returns:
+        The finished run.
+    """
+    cfg, run_dir, tracker = comparison.cfg, comparison.run_dir, comparison.tracker
+    run_metrics = measured.metrics.with_values(
+        comparison.plan.flops.as_metrics(), total_wall_s=wall_s
+    )
+    gate = check_gate(
+        run_metrics,
+        min_psnr_db=cfg.gate.min_psnr_db,
+        min_speedup=cfg.gate.min_speedup,
+        min_worst_frame_psnr_db=cfg.gate.min_worst_frame_psnr_db,
+        on=cfg.gate.on.value,
+    )
+    metrics = run_metrics.with_values(gate_passed=gate.passed)
+    headline = write_results(run_dir, cfg, metrics, measured.per_pair, gate.failures)
+    tracker.log_metrics(metrics.numeric())
+    tracker.set_tags({"gate": gate.outcome, **description_tags(tracker, gate.outcome, headline)})
+    # A suite's pairs upload their own folders to their child runs.
+    exclude = (() if cfg.logger.log_videos else run_folder.VIDEO_PATTERNS) + ("pairs/*",)
+    tracker.log_artifacts(run_dir, exclude=exclude)
+    tracker.finish("FINISHED")
+    run_status.end_status(run_dir, run_status.FINISHED, gate_passed=gate.passed)
+    metrics = metrics.with_values(run_dir=str(run_dir), mlflow_run_id=tracker.run_id)
+    return Outcome(metrics, gate, run_folder.summary_lines(metrics))
