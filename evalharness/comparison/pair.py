@@ -3,7 +3,8 @@
 :func:`compare_pair` takes arms compiled once per run (:func:`evalharness.arms.arm.prepare_arm`),
 bound to this pair's noise and prompt embeddings (:func:`evalharness.arms.arm.rebind_arm`), and
 fills the pair's folder and tracker run. A single-pair run writes into the run folder and the run
-itself; a prompt suite gives each pair a sub-folder and a child run (``evalharness.run``).
+itself; a prompt suite gives each pair a sub-folder and a child run
+(``evalharness.comparison.measured.measure_pairs``).
 """
 
 from __future__ import annotations
