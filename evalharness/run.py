@@ -138,9 +138,7 @@ def _admitted(cfg: EvalConfig) -> tuple[EvalConfig, Admission, list[Pair], Progr
     # key and the MLflow params name the tiles, executors and dtype that were actually run.
     cfg = pin_revision(platform_choices.resolve(cfg))  # a hub checkpoint's revision: its commit
     # Several processes must run one program: a mismatch fails on all of them, before any work.
-    if jax.process_count() > 1:
-        versions = {"code": code_version(), "jax": jax.__version__}
-        multihost.same_config({**to_plain_dict(cfg), "code and jax version": versions})
+    multihost.same_config(to_plain_dict(cfg), code_version)
     pairs = run_pairs(cfg.prompt, cfg.seed, cfg.prompts, cfg.seeds)
     primary = multihost.is_primary()
     progress = Progress(run_phases(pairs), enabled=cfg.progress.enabled if primary else False)

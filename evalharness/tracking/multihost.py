@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -61,8 +61,9 @@ class ConfigMismatch(PreflightRefusal):
     """The processes of a multi-host run were started with different configurations."""
 
 
-def same_config(resolved: Mapping[str, Any]) -> None:
-    """Refuses, on every process, a launch whose processes do not all run this configuration.
+def same_config(resolved: Mapping[str, Any], code_version: Callable[[], str] | None = None) -> None:
+    """Refuses, on every process, a launch whose processes do not all run this configuration
+    with the same code and JAX.
 
     A collective in a multi-process run; nothing on one process.
 
@@ -70,10 +71,18 @@ def same_config(resolved: Mapping[str, Any]) -> None:
         resolved: the run's resolved config as plain data (``config.to_plain_dict``); each
             top-level section but :data:`PRIMARY_ONLY_SECTIONS` is compared by hash, so the error
             names the sections that differ.
+        code_version: the hash of the code this process runs (``evidence.code_version``),
+            computed only when there are several processes; compared with JAX's version as
+            the section ``code and jax version``.
 
     Raises:
         ConfigMismatch: naming the processes and sections that differ from process 0's.
     """
+    if jax.process_count() == 1:
+        return
+    if code_version is not None:
+        versions = {"code": code_version(), "jax": jax.__version__}
+        resolved = {**resolved, "code and jax version": versions}
     sections = {
         name: json.dumps(value, sort_keys=True, default=str)
         for name, value in resolved.items()

@@ -1,9 +1,10 @@
 """One process of a two-process JAX run on localhost, checking ``evalharness.tracking.multihost``.
 
-Run as ``python -m tests.helpers.multihost_worker SEED`` with the launcher environment set
+Run as ``python -m tests.helpers.multihost_worker SEED [CODE]`` with the launcher environment set
 (``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID``): it joins, then prints
-one JSON line of what each collective returned. ``SEED`` is the config value that may differ
-between the processes (to provoke a mismatch); the logger section always differs.
+one JSON line of what each collective returned. ``SEED`` is the config value and ``CODE`` the code
+version (default ``same``) that may differ between the processes (to provoke a mismatch); the
+logger section always differs.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 
 def main() -> None:
     seed = int(sys.argv[1])
+    code = sys.argv[2] if len(sys.argv) > 2 else "same"
     from evalharness.tracking import multihost
 
     joined = multihost.join(None)  # before any other JAX call, as the harness does
@@ -44,7 +46,8 @@ def main() -> None:
     try:
         # Each process's own sweep tag (only process 0 logs): never a mismatch by itself.
         logger = {"tags": {"sweep": f"id-of-process-{me}"}}
-        multihost.same_config({"model": "tiny-planted", "seed": str(seed), "logger": logger})
+        config = {"model": "tiny-planted", "seed": str(seed), "logger": logger}
+        multihost.same_config(config, lambda: code)
         report["mismatch"] = None
     except multihost.ConfigMismatch as error:
         report["mismatch"] = str(error)

@@ -105,13 +105,21 @@ def test_one_process_is_its_own_primary_and_every_collective_is_local():
     assert multihost.everywhere(True) and not multihost.everywhere(False)
     assert multihost.from_primary(False) is False
     np.testing.assert_array_equal(multihost.to_host(np.arange(3)), [0, 1, 2])
-    multihost.same_config({"seed": "0"})  # nothing to disagree with
+    multihost.same_config({"seed": "0"}, _never_asked)  # nothing to disagree with
 
 
-@pytest.mark.parametrize("other_seed, mismatch", [(1, False), (2, True)])
-def test_two_processes_gather_agree_and_refuse_a_mismatched_config(tmp_path, other_seed, mismatch):
+def _never_asked() -> str:
+    raise AssertionError("one process hashed its code: nothing needs comparing")
+
+
+@pytest.mark.parametrize(
+    "other, mismatch",
+    [(("1",), None), (("2",), "process 1 in seed"), (("1", "other"), "code and jax version")],
+    ids=["same", "other seed", "other code"],
+)
+def test_two_processes_gather_agree_and_refuse_a_mismatched_config(tmp_path, other, mismatch):
     cmd = [sys.executable, "-m", "tests.helpers.multihost_worker"]
-    results = _launch([[*cmd, "1"], [*cmd, str(other_seed)]], _env(tmp_path))
+    results = _launch([[*cmd, "1"], [*cmd, *other]], _env(tmp_path))
     reports = []
     for result in results:
         assert result.returncode == 0, result.stderr[-3000:]
@@ -124,7 +132,7 @@ def test_two_processes_gather_agree_and_refuse_a_mismatched_config(tmp_path, oth
         assert report["everywhere_mixed"] is False and report["everywhere_all"] is True
         assert report["from_primary"] is True  # process 0's True, process 1's False
         if mismatch:  # both processes refuse, naming the section that differs
-            assert "process 1 in seed" in report["mismatch"]
+            assert mismatch in report["mismatch"]
         else:
             assert report["mismatch"] is None
 
