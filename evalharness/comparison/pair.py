@@ -39,11 +39,9 @@ from evalharness.evidence import (
     VideoQuality,
     dense_arm_key,
     load_dense_arms,
-    measure,
-    quality_metrics,
-    run_folder,
-    save_routing_stats,
+    measure_videos,
     store_dense_arms,
+    write_pair_files,
 )
 from evalharness.metric_names import Metric, MetricValue, RunMetrics
 from evalharness.tracking import Tracker, log_frame_curves, log_routing_curve
@@ -204,7 +202,7 @@ def compare_pair(
     stats, routing_check = _routing_statistics(comparison, sparse, inputs)
     progress.event(f"{out.label}decode and quality".strip())
     decode_arm(sparse, comparison.components.decode)
-    quality, metrics = _quality(comparison, out.folder, dense, sparse)
+    quality, metrics = measure_videos(out.folder, dense, sparse, comparison.cfg)
     metrics.update(_speed_and_setup(comparison, dense, sparse))
     metrics.update(routing_check)
     metrics[Metric.DENSE_TIMING_REUSED] = int(cached is not None)
@@ -280,28 +278,6 @@ def _routing_statistics(
     }
 
 
-def _quality(
-    comparison: Comparison, folder: Path, dense: DenseArms, sparse: ArmResult
-) -> tuple[VideoQuality, dict[str, float]]:
-    """Encodes the videos and measures the sparse arm (and the noise floor) against the dense arm."""
-    videos = run_folder.write_arm_videos(
-        folder, dense.dense, sparse, dense.noise_floor, comparison.cfg
-    )
-    sparse_q = measure(
-        videos.dense, videos.sparse, dense.dense, sparse, codec_video=videos.dense_mp4
-    )
-    floor_q = None
-    if dense.noise_floor is not None:
-        floor_q = measure(
-            videos.dense,
-            videos.noise_floor,
-            dense.dense,
-            dense.noise_floor,
-            codec_video=videos.dense_mp4,
-        )
-    return sparse_q, quality_metrics(sparse_q, floor_q)
-
-
 def _speed_and_setup(
     comparison: Comparison, dense: DenseArms, sparse: ArmResult
 ) -> dict[str, MetricValue]:
@@ -331,19 +307,12 @@ def _write_artifacts(
     quality: VideoQuality,
     stats: RoutingStats | None,
 ) -> dict[str, float]:
-    """Side-by-side video, per-frame quality, routing statistics and timings; returns the
-    metrics only these files' inputs give (the overall routing fraction)."""
-    folder, tracker = out.folder, out.tracker
-    run_folder.write_side_by_side(folder, dense.dense, sparse, comparison.cfg)
-    run_folder.write_frame_quality(folder, quality)
-    log_frame_curves(tracker, quality.frames.psnr_db, quality.frames.ssim)
-    metrics: dict[str, float] = {}
-    if stats is not None:
-        save_routing_stats(stats, folder, comparison.plan.attention.schedule.name)
-        log_routing_curve(tracker, stats.temporal_fraction())  # [steps, layers], NaN where dense
-        metrics["routing_temporal_fraction"] = stats.overall_temporal_fraction()
-    run_folder.write_timings(folder, dense.dense, sparse)
-    if comparison.cfg.save_latents:
-        latents = {"dense": dense.dense, "sparse": sparse, "noise_floor": dense.noise_floor}
-        run_folder.write_latents(folder, latents)
-    return metrics
+    """The pair's files beside its videos, and its per-frame and routing curves in its tracker
+    run; returns the metrics only these inputs give (the overall routing fraction)."""
+    schedule = comparison.plan.attention.schedule.name
+    write_pair_files(out.folder, comparison.cfg, dense, sparse, quality, stats, schedule)
+    log_frame_curves(out.tracker, quality.frames.psnr_db, quality.frames.ssim)
+    if stats is None:
+        return {}
+    log_routing_curve(out.tracker, stats.temporal_fraction())  # [steps, layers], NaN where dense
+    return {"routing_temporal_fraction": stats.overall_temporal_fraction()}

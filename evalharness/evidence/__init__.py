@@ -6,6 +6,7 @@ statistics across pairs.
 from evalharness.evidence import run_folder, run_status
 from evalharness.evidence.cache_key import code_version, dense_arm_key
 from evalharness.evidence.dense_cache import ArmCache, DenseArms, load_dense_arms, store_dense_arms
+from evalharness.evidence.pair_evidence import measure_videos, write_pair_files
 from evalharness.evidence.quality import VideoQuality, frame_quality, measure, quality_metrics
 from evalharness.evidence.results import parent_metrics, write_results
 from evalharness.evidence.routing_plots import save_routing_stats
@@ -26,6 +27,7 @@ __all__ = [
     "headline_row",
     "load_dense_arms",
     "measure",
+    "measure_videos",
     "parent_metrics",
     "quality_metrics",
     "run_folder",
@@ -34,5 +36,6 @@ __all__ = [
     "statistic_name",
     "store_dense_arms",
     "suite_metrics",
+    "write_pair_files",
     "write_results",
 ]
