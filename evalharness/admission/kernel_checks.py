@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 
 from evalharness.admission import compile_check
 from evalharness.config import EvalConfig
@@ -27,6 +26,7 @@ from kernels.plans.tiles import build_plan
 from kernels.policy.attention_policy import AttentionPolicy
 from kernels.registry import PLATFORMS
 from models.config import WanTransformerConfig
+from models.dtypes import dtype_of
 from models.video_geometry import VideoGeometry
 
 # jax.export platform names of the targets' platforms (those a plan is lowered for from here).
@@ -40,7 +40,7 @@ def tpu_budgets(
     kernel = cfg.kernel
     options = dict(
         head_dim=tcfg.attention_head_dim,
-        dtype=jnp.dtype(cfg.dtype.value),
+        dtype=dtype_of(cfg.dtype),
         block_kv_compute=kernel.block_kv_compute,
         vmem_limit_bytes=kernel.vmem_limit_bytes,
     )

@@ -47,11 +47,11 @@ from evalharness.estimates import (
     MemoryTable,
     TpuCompiler,
     compiler_reason,
-    dtype_of,
     on_device,
     program_figures,
 )
 from models.config import TINY_PRESETS, WanTransformerConfig
+from models.dtypes import dtype_of
 from models.text_encoder import UMT5Encoder, _run_split
 from models.vae import WanVAE, _decode_split
 from models.video_geometry import VideoGeometry
@@ -117,7 +117,7 @@ def _compile_encoder(
 ) -> PhaseProgram:
     """``run_encoder``'s program on one prompt of ``text_len`` tokens."""
     config = text_encoder_config(cfg)
-    param_dtype = dtype_of(cfg.model.param_dtype.value)
+    param_dtype = dtype_of(cfg.model.param_dtype)
     encoder = nnx.eval_shape(lambda: UMT5Encoder(config, rngs=nnx.Rngs(0), param_dtype=param_dtype))
     graphdef, state = nnx.split(encoder)
     ids = jax.ShapeDtypeStruct((1, tcfg.text_len), jnp.int32)

@@ -11,8 +11,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import jax.numpy as jnp
-
 from evalharness.config import EvalConfig, run_pairs
 from evalharness.estimates import (
     VAE_EFFICIENCY,
@@ -29,6 +27,7 @@ from evalharness.estimates import (
 )
 from kernels.policy.attention_policy import AttentionPolicy
 from models.config import SEEDED_PRESETS, TINY_PRESETS, WanTransformerConfig
+from models.dtypes import dtype_of
 from models.peak_memory import umt5_parameter_count, vae_parameter_count
 from models.pipeline import forward_batch, uses_guidance
 from models.text_encoder import UMT5Config
@@ -277,7 +276,7 @@ def _run_work(
     (``models.vae``)."""
     seeded = cfg.model.name in SEEDED_PRESETS
     text_config, vae = text_encoder_config(cfg), vae_config(cfg)
-    weight = jnp.dtype(cfg.model.param_dtype.value).itemsize
+    weight = dtype_of(cfg.model.param_dtype).itemsize
     load = 0.0
     if not seeded:
         text_params = sum(umt5_parameter_count(text_config))

@@ -55,6 +55,7 @@ from kernels.executors.pallas_tpu_budget import TpuBudget
 from kernels.plans.block_sizes import BlockSizes
 from kernels.policy.attention_policy import AttentionPolicy, make_dense_attend
 from models.config import SEEDED_PRESETS, WanTransformerConfig
+from models.dtypes import dtype_of
 from models.peak_memory import umt5_peak_bytes, vae_decode_peak_bytes
 from models.video_geometry import VideoGeometry
 
@@ -316,7 +317,7 @@ def _per_device_qkv(
     """One device's q (= k = v) after the all-to-all: every token, padded heads / P."""
     heads = padded_heads(tcfg.num_attention_heads, devices) // devices
     shape = (batch, video.tokens, heads, tcfg.attention_head_dim)
-    return jax.ShapeDtypeStruct(shape, jnp.dtype(cfg.dtype.value))
+    return jax.ShapeDtypeStruct(shape, dtype_of(cfg.dtype))
 
 
 def _executor_specs(
@@ -403,7 +404,7 @@ def _host_memory(
 
 def _text_encoder_bytes(cfg: EvalConfig, tcfg: WanTransformerConfig) -> int:
     config = text_encoder_config(cfg)
-    param_dtype = jnp.dtype(cfg.model.param_dtype.value)
+    param_dtype = dtype_of(cfg.model.param_dtype)
     return umt5_peak_bytes(config, param_dtype, tcfg.text_len, 1)
 
 

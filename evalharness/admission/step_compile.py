@@ -38,12 +38,12 @@ from evalharness.estimates import (
     CompiledProgram,
     MemoryTable,
     TpuCompiler,
-    dtype_of,
     program_figures,
 )
 from kernels.parallel.attend import parallelize
 from kernels.parallel.mesh import SEQ_AXIS
 from models.config import TINY_PRESETS, WanTransformerConfig
+from models.dtypes import dtype_of
 from models.pipeline import DenoiseLoop, uses_guidance
 from models.samplers import default_flow_shift, make_sampler
 from models.sharding import param_shardings
@@ -106,8 +106,8 @@ def compile_run_step(
     chips = compiler.devices or (compiler.device,)
     if devices > len(chips):
         raise ValueError(f"{devices} chips asked of a topology of {len(chips)}")
-    compute = dtype_of(cfg.dtype.value)
-    params = dtype_of(cfg.model.param_dtype.value)
+    compute = dtype_of(cfg.dtype)
+    params = dtype_of(cfg.model.param_dtype)
     model = abstract_transformer(
         tcfg, param_dtype=params, dtype=compute, scan_layers=cfg.model.scan_layers
     )

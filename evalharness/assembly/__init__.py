@@ -20,7 +20,6 @@ from evalharness.assembly.checkpoint_source import (
 from evalharness.assembly.components import (
     Components,
     build_components,
-    dtype_of,
     transformer_config_for,
 )
 from evalharness.assembly.platform_choices import backend_for, host_platform
@@ -32,7 +31,6 @@ __all__ = [
     "build_attention",
     "build_components",
     "dense_attend",
-    "dtype_of",
     "checkpoint_tags",
     "fetch_checkpoint",
     "host_platform",

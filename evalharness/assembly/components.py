@@ -27,6 +27,7 @@ from models.config import (
     config_differences,
     get_transformer_config,
 )
+from models.dtypes import dtype_of
 from models.loading import load_transformer, read_diffusers_config
 from models.prompt_encoder import PromptEncoder
 from models.sharding import param_shardings, place_params
@@ -40,13 +41,6 @@ from models.transformer import WanTransformer
 from models.vae import TilingConfig, WanVAE, decode_tiling, decode_to_frames
 
 log = logging.getLogger(__name__)
-
-_DTYPES = {DType.float32: jnp.float32, DType.bfloat16: jnp.bfloat16}
-
-
-def dtype_of(name: DType | str):
-    """JAX dtype of a config dtype (a ``DType`` or its string)."""
-    return _DTYPES[DType(name)]
 
 
 @dataclass

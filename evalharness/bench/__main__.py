@@ -44,7 +44,6 @@ import json
 import sys
 
 import jax
-import jax.numpy as jnp
 
 from evalharness.bench.backends import Backend, dense_control_problem, platform_problem
 from evalharness.bench.checks import acceptance_checks
@@ -80,8 +79,10 @@ from kernels.masks.band import band_for_density
 from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes, auto_block_sizes, tile_limit
 from kernels.plans.tiles import VARIANTS, build_plan
+from models.dtypes import dtype_of
 
-_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+# The dtypes the kernels take (``kernels.executors.kernel_inputs.SUPPORTED_DTYPES``).
+_DTYPES = ("float32", "bfloat16")
 PARTS = ("table", "sweep", "temporal", "memory")
 # BQ values of the BQ sweep (xla, pallas_tpu) when none are given, those the sequence holds.
 _SWEEP_BLOCK_Q = "256,768,1536,2688"
@@ -138,7 +139,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--num-stages", type=int, help="pallas_gpu: pipelining stages")
     parser.add_argument("--heads", type=int, default=2)
     parser.add_argument("--head-dim", type=int, default=128)
-    parser.add_argument("--dtype", choices=sorted(_DTYPES), default="float32")
+    parser.add_argument("--dtype", choices=_DTYPES, default="float32")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument(
         "--sweep-block-q",
@@ -219,7 +220,7 @@ def _memory(
     with_dense_control: bool,
 ) -> list[dict]:
     """Compiled peak memory of b0-b3 on ``backend`` and of its dense control (compile only)."""
-    dtype = _DTYPES[args.dtype]
+    dtype = dtype_of(args.dtype)
     backend.check_tiles(block_sizes, geometry.tokens, args.head_dim, dtype)
     shape = jax.ShapeDtypeStruct((1, geometry.tokens, args.heads, args.head_dim), dtype)
     mask = band_for_density(geometry, density)
@@ -323,7 +324,7 @@ def _measure(
 ) -> dict:
     """Runs every part not in ``--skip``; returns the results keyed by part, and "notes"."""
     skip = _skipped(args)
-    common = {"heads": args.heads, "head_dim": args.head_dim, "dtype": _DTYPES[args.dtype]}
+    common = {"heads": args.heads, "head_dim": args.head_dim, "dtype": dtype_of(args.dtype)}
     timed = {**common, "runs": args.runs}
     result: dict = {"notes": []}
     if backend.interpret:
@@ -418,8 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     geometry = _geometry(args)
     backend = Backend(args.backend, args.interpret, args.num_warps, args.num_stages)
     block_sizes = _block_sizes(args, geometry.tokens)
-    backend.check_tiles(block_sizes, geometry.tokens, args.head_dim, _DTYPES[args.dtype])
-    control_problem = dense_control_problem(args.backend, _DTYPES[args.dtype], args.head_dim)
+    backend.check_tiles(block_sizes, geometry.tokens, args.head_dim, dtype_of(args.dtype))
+    control_problem = dense_control_problem(args.backend, dtype_of(args.dtype), args.head_dim)
     result = {"config": _config(args, geometry, block_sizes, backend, control_problem)}
     result.update(_measure(args, geometry, block_sizes, backend, control_problem))
     result["checks"] = acceptance_checks(

@@ -67,6 +67,7 @@ from evalharness.formatting import markdown_table
 from evalharness.machine import machine_info
 from kernels.executors.dense_memory import dense_executor_temp_bytes
 from models.config import WanTransformerConfig, get_transformer_config
+from models.dtypes import dtype_of
 from models.transformer import WanTransformer
 from models.video_geometry import VideoGeometry
 
@@ -115,7 +116,7 @@ class ShareSetup:
     @property
     def dtype(self) -> jnp.dtype:
         """The compute and parameter dtype."""
-        return jnp.dtype(self.cfg.dtype.value)
+        return dtype_of(self.cfg.dtype)
 
 
 def share_setup(cfg: EvalConfig) -> ShareSetup:

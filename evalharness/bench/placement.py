@@ -73,6 +73,7 @@ from kernels.parallel.mesh import make_mesh
 from kernels.plans.block_sizes import BlockSizes
 from kernels.policy.attention_policy import AttentionPolicy
 from models.config import WanTransformerConfig, get_transformer_config
+from models.dtypes import dtype_of
 
 # Host devices a CPU exposes when ``parallel.sequence`` is 0 (every local device): 4 divides the
 # heads of every model preset (tiny 4, Wan 1.3B 12, Wan 14B 40).
@@ -139,7 +140,7 @@ class Settings:
     @property
     def dtype(self) -> jnp.dtype:
         """The run's compute dtype (float32 for the tiny models on a CPU)."""
-        return jnp.dtype(self.cfg.dtype.value)
+        return dtype_of(self.cfg.dtype)
 
 
 def expose_host_devices(cfg: EvalConfig) -> int | None:

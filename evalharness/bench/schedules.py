@@ -46,7 +46,6 @@ from evalharness.admission import samples_per_call
 from evalharness.arms import time_interleaved
 from evalharness.assembly import (
     dense_attend,
-    dtype_of,
     kernel_options,
     run_block_sizes,
 )
@@ -75,6 +74,7 @@ from kernels.policy.attention_policy import AttentionPolicy
 from kernels.policy.routing import routing_flops_fraction
 from kernels.policy.schedule import SparsitySchedule
 from models.config import get_transformer_config
+from models.dtypes import dtype_of
 from models.pipeline import DenoiseLoop, uses_guidance
 from models.samplers import default_flow_shift, make_sampler
 from models.transformer import WanTransformer

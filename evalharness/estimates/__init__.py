@@ -4,7 +4,7 @@ temporaries, routing and exchange buffers).
 """
 
 from evalharness.estimates.attention_memory import ExecutorSpec, padded_heads
-from evalharness.estimates.block_memory import compiled_temp_bytes, dtype_of
+from evalharness.estimates.block_memory import compiled_temp_bytes
 from evalharness.estimates.flops import (
     FlopCount,
     count_flops,
@@ -100,7 +100,6 @@ __all__ = [
     "compiler_reason",
     "device_memory_bytes",
     "dtype_bytes",
-    "dtype_of",
     "estimate_memory",
     "size_host",
     "estimate_time",

@@ -39,9 +39,8 @@ from flax import nnx
 
 from evalharness.estimates.tpu_compiler import compile_for
 from models.config import WanTransformerConfig
+from models.dtypes import dtype_of
 from models.transformer import WanTransformerBlock, abstract_transformer
-
-_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
 
 @dataclass(frozen=True)
@@ -69,14 +68,6 @@ class BlockMemory:
     def activation_bytes(self) -> int:
         """Live activations of one block: temporaries + output + activation inputs."""
         return self.temp_bytes + self.output_bytes + self.activation_argument_bytes
-
-
-def dtype_of(name: str) -> jnp.dtype:
-    """The JAX dtype of a dtype name, with a clear error naming the accepted ones."""
-    name = str(name)
-    if name not in _DTYPES:
-        raise ValueError(f"dtype {name!r} is not supported; use one of {sorted(_DTYPES)}")
-    return _DTYPES[name]
 
 
 def _shape_only_attend(q, k, v, *, step, layer):

@@ -28,7 +28,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 from jax.sharding import AbstractMesh
 
 from evalharness.estimates.attention_memory import (
@@ -43,12 +42,12 @@ from evalharness.estimates.block_memory import (
     BlockMemory,
     block_memory,
     device_token_grid,
-    dtype_of,
     forward_memory,
 )
 from evalharness.estimates.memory_table import ARMS, MemoryTable
 from evalharness.estimates.tpu_compiler import compiler_reason
 from models.config import WanTransformerConfig
+from models.dtypes import dtype_of
 from models.sharding import param_bytes_per_device
 from models.transformer import abstract_transformer
 from models.video_geometry import VideoGeometry
@@ -331,7 +330,7 @@ def estimate_memory(
     """
     if not executors:
         raise ValueError("executors is empty; give at least one arm's ExecutorSpec")
-    act = jnp.dtype(dtype_of(dtype)).itemsize
+    act = dtype_of(dtype).itemsize
     resident, gathered = weight_bytes_per_device(
         tcfg, param_dtype=str(param_dtype), devices=devices, rule=param_rule
     )
