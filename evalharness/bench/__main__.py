@@ -75,14 +75,15 @@ from evalharness.bench.tile_stats import tile_stats
 from evalharness.config import compose_run_config, load_resolution, resolution_names, to_config
 from evalharness.machine import machine_info
 from kernels.executors.dispatch import BACKENDS
+from kernels.executors.kernel_inputs import SUPPORTED_DTYPES
 from kernels.masks.band import band_for_density
 from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes, auto_block_sizes, tile_limit
 from kernels.plans.tiles import VARIANTS, build_plan
 from models.dtypes import dtype_of
 
-# The dtypes the kernels take (``kernels.executors.kernel_inputs.SUPPORTED_DTYPES``).
-_DTYPES = ("float32", "bfloat16")
+# The dtypes the kernels take.
+_DTYPES = tuple(dtype.name for dtype in SUPPORTED_DTYPES)
 PARTS = ("table", "sweep", "temporal", "memory")
 # BQ values of the BQ sweep (xla, pallas_tpu) when none are given, those the sequence holds.
 _SWEEP_BLOCK_Q = "256,768,1536,2688"

@@ -58,13 +58,16 @@ def conclude(comparison: Comparison, measured: Measured, *, wall_s: float) -> Ou
         on=cfg.gate.on.value,
     )
     metrics = run_metrics.with_values(gate_passed=gate.passed)
-    headline = write_results(run_dir, cfg, metrics, measured.per_pair, gate.failures)
+    write_results(run_dir, cfg, metrics, measured.per_pair, gate.failures)
     tracker.log_metrics(metrics.numeric())
+    # The summary's first line, the headline, names no folder or run: the tracker's note uses it.
+    located = metrics.with_values(run_dir=str(run_dir), mlflow_run_id=tracker.run_id)
+    summary = run_folder.summary_lines(located)
+    headline = summary.splitlines()[0]
     tracker.set_tags({"gate": gate.outcome, **description_tags(tracker, gate.outcome, headline)})
     # A suite's pairs upload their own folders to their child runs.
     exclude = (() if cfg.logger.log_videos else run_folder.VIDEO_PATTERNS) + ("pairs/*",)
     tracker.log_artifacts(run_dir, exclude=exclude)
     tracker.finish("FINISHED")
     run_status.end_status(run_dir, run_status.FINISHED, gate_passed=gate.passed)
-    metrics = metrics.with_values(run_dir=str(run_dir), mlflow_run_id=tracker.run_id)
-    return Outcome(metrics, gate, run_folder.summary_lines(metrics))
+    return Outcome(located, gate, summary)

@@ -20,7 +20,7 @@ from typing import Any
 
 from evalharness.config import EvalConfig
 from evalharness.evidence import run_folder
-from evalharness.evidence.run_folder import gate_section, summary_lines
+from evalharness.evidence.run_folder import gate_section
 from evalharness.evidence.statistics import CONFIDENCE, SUMMARIZED, suite_metrics
 from evalharness.formatting import format_cell, markdown_table, markdown_text
 from evalharness.metric_names import Metric, RunMetrics
@@ -192,7 +192,7 @@ def write_results(
     metrics: RunMetrics,
     per_pair: Sequence[RunMetrics],
     gate_failures: Sequence[str],
-) -> str:
+) -> None:
     """Writes ``metrics.json`` and the report: one pair's (:func:`run_folder.write_report`), or
     a suite's with ``pairs.csv`` (:func:`write_suite_report`).
 
@@ -202,13 +202,9 @@ def write_results(
         metrics: the run's metrics, the gate's verdict among them.
         per_pair: each pair's metrics, in pair order (one for a single pair).
         gate_failures: one line per missed gate threshold.
-
-    Returns:
-        The headline: the first line of :func:`run_folder.summary_lines`.
     """
     run_folder.write_metrics(run_dir, metrics)
     if len(per_pair) == 1:
         run_folder.write_report(run_dir, cfg, metrics, gate_failures)
     else:
         write_suite_report(run_dir, cfg, metrics, per_pair, gate_failures)
-    return summary_lines(metrics).splitlines()[0]
