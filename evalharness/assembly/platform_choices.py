@@ -40,7 +40,7 @@ from evalharness.config import (
     token_geometry,
 )
 from kernels.executors.dense_controls import check_dense_pair, dense_controls
-from kernels.plans.block_sizes import BlockSizes, auto_block_sizes, plan_backend
+from kernels.plans.block_sizes import BlockSizes, auto_block_sizes
 from kernels.registry import PLATFORMS as PLATFORM_TABLE
 from models.config import TINY_PRESETS
 
@@ -136,7 +136,7 @@ def resolve_kernel(kernel: KernelConfig, platform: str, tokens: int) -> KernelCo
     backend = backend_for(kernel.backend, platform)
     _check_gpu_launch(kernel, backend, platform)
     block_q, block_kv = kernel.block_q, kernel.block_kv
-    auto = auto_block_sizes(tokens, plan_backend(backend))
+    auto = auto_block_sizes(tokens, backend)
     if block_q is None or block_kv is None:
         block_q = auto.block_q if block_q is None else block_q
         block_kv = auto.block_kv if block_kv is None else block_kv
@@ -214,7 +214,7 @@ def _check_tiles(
                 f"platform's ({auto.block_q} x {auto.block_kv} here)"
             )
     try:
-        tiles.validate(tokens, plan_backend(backend))
+        tiles.validate(tokens, backend)
     except ValueError as error:
         raise ValueError(
             f"kernel.block_q={tiles.block_q} x kernel.block_kv={tiles.block_kv} do not suit "

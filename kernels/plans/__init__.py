@@ -3,7 +3,6 @@
 from kernels.plans.block_sizes import (
     BACKEND_MULTIPLE,
     BlockSizes,
-    plan_backend,
 )
 from kernels.plans.rounding import TileMask, round_to_tiles
 from kernels.plans.tiles import VARIANTS, TilePlan, build_plan
@@ -15,6 +14,5 @@ __all__ = [
     "TileMask",
     "TilePlan",
     "build_plan",
-    "plan_backend",
     "round_to_tiles",
 ]

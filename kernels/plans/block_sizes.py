@@ -33,7 +33,7 @@ def tile_limit(tokens: int, backend: str) -> int:
     return _next_power_of_two(limit) if backend in POWER_OF_TWO_BACKENDS else limit
 
 
-def plan_backend(backend: str) -> str:
+def _plan_backend(backend: str) -> str:
     """The backend whose tile granularity plans the tiles of a run on ``backend``.
 
     The reference backend computes the same logical mask densely; its tiles only shape the mask
@@ -88,8 +88,10 @@ class BlockSizes:
 
         Args:
             tokens: sequence length N.
-            backend: "xla", "pallas_tpu" or "pallas_gpu".
+            backend: "xla", "pallas_tpu", "pallas_gpu" or "reference" (which
+                plans on XLA's granularity).
         """
+        backend = _plan_backend(backend)
         if backend not in BACKEND_MULTIPLE:
             raise ValueError(f"backend={backend!r}; use one of {sorted(BACKEND_MULTIPLE)}")
         multiple = BACKEND_MULTIPLE[backend]
@@ -143,8 +145,8 @@ def auto_block_sizes(tokens: int, backend: str) -> BlockSizes:
 
     Args:
         tokens: sequence length N (per attention call).
-        backend: "pallas_tpu", "pallas_gpu" or "xla" (for "reference", pass
-            ``plan_backend(backend)``).
+        backend: "pallas_tpu", "pallas_gpu", "xla" or "reference" (which plans on
+            XLA's granularity).
 
     Returns:
         BlockSizes valid for ``tokens`` on ``backend``.
@@ -152,6 +154,7 @@ def auto_block_sizes(tokens: int, backend: str) -> BlockSizes:
     Raises:
         ValueError: on an unknown backend or a non-positive ``tokens``.
     """
+    backend = _plan_backend(backend)
     if backend not in AUTO_TILES:
         raise ValueError(f"backend={backend!r}; auto tiles are known for {sorted(AUTO_TILES)}")
     if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:

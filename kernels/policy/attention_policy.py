@@ -39,7 +39,7 @@ from kernels.executors.dispatch import (
 )
 from kernels.masks.geometry import TokenGeometry
 from kernels.masks.layouts import inverse_temporal_permutation, temporal_permutation
-from kernels.plans.block_sizes import BlockSizes, auto_block_sizes, plan_backend
+from kernels.plans.block_sizes import BlockSizes, auto_block_sizes
 from kernels.policy.cells import Layer, check_layer, dense_cell
 from kernels.policy.negative_controls import (
     check_negative_control,
@@ -212,8 +212,8 @@ class AttentionPolicy:
         # The policy builds the run's plans, so it validates their tiles, once per run; the
         # executors do not recheck a prebuilt plan on every call.
         if block_sizes is None:
-            block_sizes = auto_block_sizes(geometry.tokens, plan_backend(backend))
-        block_sizes.validate(geometry.tokens, plan_backend(backend))
+            block_sizes = auto_block_sizes(geometry.tokens, backend)
+        block_sizes.validate(geometry.tokens, backend)
         self.block_sizes = block_sizes
         self.dense_attend = dense_attend or make_dense_attend(
             "b0", backend=backend, block_sizes=block_sizes, options=options

@@ -140,8 +140,12 @@ def test_auto_block_sizes_rule():
     assert auto_block_sizes(75_600, "xla") == BlockSizes(128, 128)
     assert auto_block_sizes(100, "xla") == BlockSizes(104, 104)
     for tokens in (1, 100, 1_000, 2_160, 75_600):
-        for backend in ("pallas_tpu", "pallas_gpu", "xla"):
+        for backend in ("pallas_tpu", "pallas_gpu", "xla", "reference"):
             auto_block_sizes(tokens, backend).validate(tokens, backend)
+        # The reference computes the mask densely; its tiles only shape it, on XLA's granularity.
+        assert auto_block_sizes(tokens, "reference") == auto_block_sizes(tokens, "xla")
+    with pytest.raises(ValueError, match="multiple of 8 as backend 'xla'"):
+        BlockSizes(100, 100).validate(1_000, "reference")
     with pytest.raises(ValueError, match=r"\['pallas_gpu', 'pallas_tpu', 'xla'\]"):
         auto_block_sizes(1_000, "metal")
     with pytest.raises(ValueError, match="positive"):
