@@ -144,7 +144,9 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _run_config(parser: argparse.ArgumentParser, args: argparse.Namespace, command: str):
+def _run_config(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, command: str
+) -> EvalConfig:
     """The run's config resolved for this host; with ``--interpret`` (or for ``tiles``, which runs
     nothing) for the platform of its Pallas backend instead. Exits 2 through ``parser`` with the
     run's own message on a setting the run refuses."""
