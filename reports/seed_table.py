@@ -195,15 +195,15 @@ def seed_section(runs: Sequence[ReportRun]) -> list[str]:
     if not any(r["share"].split(" / ")[-1] != "-" for r in end_to_end_rows(runs)):
         lines += [
             "*No 14B attention share measured: `python -m evalharness.bench.attention_share "
-            "--model wan2.1-t2v-14b --resolution 720p --dtype bfloat16 --batch 2 --mlflow` on "
-            "a device that holds the whole 14B model (an H200; it refuses a 32 GB v6e chip).*",
+            "model=wan2.1-t2v-14b resolution=720p dtype=bfloat16 --mlflow` on a device that "
+            "holds the whole 14B model (an H200; it refuses a 32 GB v6e chip).*",
             "",
         ]
     kernel = kernel_row(runs)
     if kernel is None:
         lines += [
-            "*No kernel table at the seed's shape: `python -m evalharness.bench --resolution "
-            "720p --heads 10 --density 0.3887 --dtype bfloat16 --backend pallas_tpu --mlflow`.*",
+            "*No kernel table at the seed's shape: `python -m evalharness.bench "
+            "experiment=seed_720p --skip memory --mlflow` on a TPU.*",
             "",
         ]
     else:

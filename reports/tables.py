@@ -272,7 +272,7 @@ def table2(runs: Sequence[ReportRun], artifacts: Artifacts, limit: int = 3) -> l
     if not tables:
         how = (
             "no kernel_table runs: run `python -m evalharness.bench --mlflow` (e.g. "
-            "`--resolution cpu --skip memory`)"
+            "`python -m evalharness.bench resolution=cpu --skip memory --mlflow`)"
         )
         tables.append(Table(TABLE2_TITLE, "", table2_columns([])[0], [], [how]))
     return tables

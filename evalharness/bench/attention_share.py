@@ -27,7 +27,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
@@ -38,7 +37,6 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from evalharness.admission import samples_per_call
 from evalharness.arms import time_interleaved
 from evalharness.assembly import dense_attend
 from evalharness.bench.mlflow_record import (
@@ -48,12 +46,8 @@ from evalharness.bench.mlflow_record import (
     parse_bench_args,
     tracking_requested,
 )
-from evalharness.bench.run_config import bench_parser, config_or_exit
-from evalharness.config import (
-    EvalConfig,
-    load_resolution,
-    resolution_names,
-)
+from evalharness.bench.run_config import AttentionCall, bench_parser, config_or_exit
+from evalharness.config import EvalConfig
 from evalharness.estimates import (
     SEED_ATTENTION_SHARE,
     SEED_SETUP,
@@ -66,8 +60,6 @@ from evalharness.estimates import (
 from evalharness.formatting import markdown_table
 from evalharness.machine import machine_info
 from kernels.executors.dense_memory import dense_executor_temp_bytes
-from models.config import WanTransformerConfig, get_transformer_config
-from models.dtypes import dtype_of
 from models.transformer import WanTransformer
 from models.video_geometry import VideoGeometry
 
@@ -87,46 +79,22 @@ COLUMNS = (
 )
 
 
-@dataclasses.dataclass(frozen=True)
-class ShareSetup:
-    """What the benchmark measures: the run's config and the model's shapes; the rest is read
-    from them.
-
-    Attributes:
-        cfg: the run's config, resolved for this platform (executor, tiles, dtype).
-        model: the transformer's shapes (``cfg.model.name``), weights random.
-        label: the resolution preset's name, or ``<frames>x<height>x<width>px`` for a size that
-            is not the preset's.
-    """
-
-    cfg: EvalConfig
-    model: WanTransformerConfig
-    label: str
+class ShareSetup(AttentionCall):
+    """What the benchmark measures: the run's config (resolved for this platform: executor,
+    tiles, dtype), the model's shapes with random weights, the batch of one model call, the
+    compute and parameter dtype, and ``label``, the resolution preset's name or
+    ``<frames>x<height>x<width>px`` for a size that is not the preset's."""
 
     @property
     def video(self) -> VideoGeometry:
         """The video size (``cfg.resolution``)."""
         return self.cfg.resolution.video
 
-    @property
-    def batch(self) -> int:
-        """Samples per model call (2 with joint classifier-free guidance passes)."""
-        return samples_per_call(self.cfg)
-
-    @property
-    def dtype(self) -> jnp.dtype:
-        """The compute and parameter dtype."""
-        return dtype_of(self.cfg.dtype)
-
 
 def share_setup(cfg: EvalConfig) -> ShareSetup:
     """What the benchmark measures, from the run's config resolved for this platform
     (``config_or_exit`` or ``resolved_run_config``)."""
-    res = cfg.resolution
-    label = f"{res.frames}x{res.height}x{res.width}px"
-    if res.name in resolution_names() and load_resolution(res.name).video == res.video:
-        label = res.name
-    return ShareSetup(cfg, get_transformer_config(cfg.model.name), label)
+    return ShareSetup(cfg)
 
 
 def without_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, step, layer) -> jax.Array:

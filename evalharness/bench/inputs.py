@@ -6,8 +6,8 @@ import jax
 import jax.numpy as jnp
 
 
-def random_qkv(tokens: int, heads: int, head_dim: int, dtype, seed: int = 0):
-    """Standard-normal q, k, v of shape [1, tokens, heads, head_dim] in ``dtype``."""
+def random_qkv(tokens: int, heads: int, head_dim: int, dtype, seed: int = 0, batch: int = 1):
+    """Standard-normal q, k, v of shape [batch, tokens, heads, head_dim] in ``dtype``."""
     keys = jax.random.split(jax.random.key(seed), 3)
-    shape = (1, tokens, heads, head_dim)
+    shape = (batch, tokens, heads, head_dim)
     return tuple(jax.random.normal(key, shape, jnp.float32).astype(dtype) for key in keys)

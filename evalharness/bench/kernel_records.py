@@ -1,6 +1,6 @@
 """The kernel benchmark's parts as MLflow records: one run per part that ran.
 
-``python -m evalharness.bench --mlflow`` logs ``bench=kernel_table`` (B0, dense control, B1-B3),
+``python -m evalharness.bench --mlflow`` logs ``bench=kernel_table`` (B0, dense controls, B1-B3),
 ``bench=tile_sweep`` (the BQ sweep on xla / pallas_tpu, the BQ x BKV grid on pallas_gpu),
 ``bench=temporal_heads`` and ``bench=kernel_memory``, each with the run's configuration and machine
 as params and the notes and checks in its Markdown.
@@ -60,15 +60,13 @@ def kernel_records(
 
     Args:
         result: the benchmark's result: "config" (with "machine"), the parts, "notes", "checks".
-        resolution: the ``--resolution`` preset, or None for an explicit token grid.
+        resolution: the resolution's label (``AttentionCall.label``), or None for no tag.
         plots: result key -> figure path (the sweep's PNG), uploaded with that part.
 
     Returns:
         Records in part order; parts that did not run are left out.
     """
-    config = dict(result["config"])
-    machine = config.pop("machine", {})
-    config["machine"] = machine
+    config = result["config"]
     tags = {"backend": str(config["backend"])}
     if resolution is not None:
         tags["resolution"] = resolution

@@ -1,5 +1,5 @@
-"""The kernel table: B0, the platform's dense control, B1, B2, B3 on one geometry (seed Table 2 in
-spirit), on one backend."""
+"""The kernel table: B0, the run's dense controls, B1, B2, B3 on one attention call (seed Table 2
+in spirit), on one backend."""
 
 from __future__ import annotations
 
@@ -12,18 +12,9 @@ from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes
 from kernels.plans.tiles import VARIANTS, build_plan
 
-# The XLA backend's rows, in the order the table shows them (B0, its dense control, B1-B3).
-# Every tile plan variant, with the peers' plain dense attention after b0 for scale.
-TABLE_VARIANTS = (VARIANTS[0], "dot_product_attention", *VARIANTS[1:])
 # A fraction of ideal above this says the baseline ran slow (no kernel beats 1 / density).
 IDEAL_CEILING = 1.0
 SLOW_BASELINE = "baseline likely slow"
-
-
-def table_variants(backend: Backend, with_dense_control: bool = True) -> tuple[str, ...]:
-    """The rows of ``backend``'s table: B0, its dense control (unless dropped), B1, B2, B3."""
-    control = (backend.dense_control,) if with_dense_control else ()
-    return (VARIANTS[0], *control, *VARIANTS[1:])
 
 
 def plan_row(plan, backend: str = "xla") -> dict:
@@ -52,10 +43,11 @@ def kernel_table(
     block_sizes: BlockSizes,
     *,
     heads: int,
+    batch: int = 1,
     head_dim: int,
     dtype,
     runs: int,
-    variants: tuple[str, ...] = TABLE_VARIANTS,
+    variants: tuple[str, ...],
     backend: Backend = XLA,
 ) -> list[dict]:
     """Times each variant on the spatial SVG mask, round-robin in one process.
@@ -65,6 +57,7 @@ def kernel_table(
         density: target kept fraction.
         block_sizes: tiles for b0-b3 (already checked against the backend by the caller).
         heads: attention heads.
+        batch: samples per call (q, k, v are [batch, tokens, heads, head_dim]).
         head_dim: head dimension.
         dtype: input dtype.
         runs: timed warm runs per variant.
@@ -76,7 +69,7 @@ def kernel_table(
         num_stages (b0-b3), and the speedups and fractions of ideal of :func:`add_speedups`.
     """
     mask = band_for_density(geometry, density)
-    q, k, v = random_qkv(geometry.tokens, heads, head_dim, dtype)
+    q, k, v = random_qkv(geometry.tokens, heads, head_dim, dtype, batch=batch)
     rows = []
     fns = {}
     for variant in variants:
@@ -117,9 +110,10 @@ def _fastest(rows: list[dict], key: str) -> dict | None:
 def add_speedups(rows: list[dict], mask_density: float, cpu: bool = True) -> None:
     """Adds speedups, fractions of ideal and slow-baseline flags to timed rows, in place.
 
-    The baseline is the fastest dense executor that ran: B0 at the table's tiles or the
-    backend's dense control (``dot_product_attention``, ``splash``, ``cudnn``), whichever has the
-    smaller median, chosen separately for wall-clock and CPU medians. Against it:
+    The baseline is the fastest dense executor that ran: B0 at the table's tiles or one of the
+    run's dense controls (``xla_flash``, ``dot_product_attention``, ``splash``, ``cudnn``),
+    whichever has the smaller median, chosen separately for wall-clock and CPU medians. Against
+    it:
 
     - ``speedup_vs_fastest_dense`` = baseline_ms / row_ms (``fastest_dense`` names the row);
     - ``fraction_of_ideal`` = speedup_vs_fastest_dense * mask_density, the ideal speedup being
@@ -129,7 +123,8 @@ def add_speedups(rows: list[dict], mask_density: float, cpu: bool = True) -> Non
 
     Beside them: ``speedup_vs_b0`` (the kernel effect against our own dense tiles, what the
     checks use) with ``fraction_of_ideal_vs_b0``, and ``speedup_vs_dense`` /
-    ``fraction_of_ideal_vs_dense`` against the dense control (the first row that is not b0-b3).
+    ``fraction_of_ideal_vs_dense`` against the first dense control (the first row that is not
+    b0-b3: the run's dense arm).
 
     A fraction of ideal above ``IDEAL_CEILING`` cannot be the kernel's doing (it would compute
     fewer pairs than the mask keeps): the baseline ran slow. Such rows get ``ideal_flag`` =

@@ -42,13 +42,7 @@ import sys
 import jax
 import jax.numpy as jnp
 
-from evalharness.admission import samples_per_call
-from evalharness.assembly import (
-    kernel_options,
-    platform_choices,
-    run_block_sizes,
-    sequence_devices,
-)
+from evalharness.assembly import kernel_options, platform_choices
 from evalharness.bench.mlflow_record import (
     BenchRecord,
     add_tracking_args,
@@ -57,23 +51,16 @@ from evalharness.bench.mlflow_record import (
     tracking_requested,
 )
 from evalharness.bench.report import PLACEMENT_COLUMNS
-from evalharness.bench.run_config import bench_parser, config_or_exit
+from evalharness.bench.run_config import AttentionCall, bench_parser, config_or_exit
 from evalharness.bench.timing import time_warm_ms
-from evalharness.config import (
-    EvalConfig,
-    load_resolution,
-    token_geometry,
-)
+from evalharness.config import EvalConfig, load_resolution
 from evalharness.formatting import markdown_table
 from evalharness.machine import machine_info
-from kernels.masks.geometry import TokenGeometry
 from kernels.parallel.attend import PLACEMENTS, SequenceParallelAttend
 from kernels.parallel.exchange import exchange_bytes
 from kernels.parallel.mesh import make_mesh
-from kernels.plans.block_sizes import BlockSizes
 from kernels.policy.attention_policy import AttentionPolicy
-from models.config import WanTransformerConfig, get_transformer_config
-from models.dtypes import dtype_of
+from models.config import get_transformer_config
 
 # Host devices a CPU exposes when ``parallel.sequence`` is 0 (every local device): 4 divides the
 # heads of every model preset (tiny 4, Wan 1.3B 12, Wan 14B 40).
@@ -91,56 +78,9 @@ FULL_720P = {
 }
 
 
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """What the benchmark times: the run's config, the model's shapes and the device count; the
-    rest is read from them.
-
-    Attributes:
-        cfg: the run's config resolved for this host (``platform_choices.resolve``): concrete
-            backend, tiles and compute dtype.
-        model: the transformer's shapes (``cfg.model.name``).
-        devices: P, the devices of ``parallel.sequence`` (0: every local device).
-    """
-
-    cfg: EvalConfig
-    model: WanTransformerConfig
-    devices: int
-
-    @property
-    def geometry(self) -> TokenGeometry:
-        """The token grid of ``cfg.resolution`` (latent frames x Hp x Wp)."""
-        return token_geometry(self.cfg.resolution.video)
-
-    @property
-    def batch(self) -> int:
-        """Samples in one model call under the run's guidance (``samples_per_call``)."""
-        return samples_per_call(self.cfg)
-
-    @property
-    def heads(self) -> int:
-        """The model's attention heads."""
-        return self.model.num_attention_heads
-
-    @property
-    def head_dim(self) -> int:
-        """Channels per head."""
-        return self.model.attention_head_dim
-
-    @property
-    def block_sizes(self) -> BlockSizes:
-        """The run's tiles for its backend."""
-        return run_block_sizes(self.cfg)
-
-    @property
-    def runs(self) -> int:
-        """Timed runs of each variant (``warm_runs``)."""
-        return self.cfg.warm_runs
-
-    @property
-    def dtype(self) -> jnp.dtype:
-        """The run's compute dtype (float32 for the tiny models on a CPU)."""
-        return dtype_of(self.cfg.dtype)
+# What the benchmark times: the run's attention call (its config resolved for this host, the
+# model's shapes, the batch of one model call, dtype, tiles, P devices and ``warm_runs``).
+Settings = AttentionCall
 
 
 def expose_host_devices(cfg: EvalConfig) -> int | None:
@@ -172,7 +112,7 @@ def settings(cfg: EvalConfig) -> Settings:
     if not cfg.schedule.sparse:
         raise ValueError(f"schedule={cfg.schedule.name} is dense; pick a sparse schedule")
     cfg = platform_choices.resolve(cfg)
-    s = Settings(cfg, get_transformer_config(cfg.model.name), sequence_devices(cfg))
+    s = Settings(cfg)
     _check_split(cfg, s.heads, s.geometry.tokens, s.devices)
     return s
 
@@ -272,7 +212,7 @@ def run(s: Settings, host_devices: int | None = None) -> dict:
             "heads": s.heads,
             "head_dim": s.head_dim,
             "dtype": s.dtype.name,
-            "target_density": cfg.schedule.target_density(geometry),
+            "target_density": s.target_density,
             "density": policy.plan.density,
             "variant": str(policy.plan.variant),
             "backend": policy.backend,

@@ -37,6 +37,7 @@ def block_q_sweep(
     block_qs: tuple[int, ...],
     *,
     heads: int,
+    batch: int = 1,
     head_dim: int,
     dtype,
     runs: int,
@@ -52,7 +53,7 @@ def block_q_sweep(
         One dict per BQ with timing and tile statistics.
     """
     mask = band_for_density(geometry, density)
-    q, k, v = random_qkv(geometry.tokens, heads, head_dim, dtype)
+    q, k, v = random_qkv(geometry.tokens, heads, head_dim, dtype, batch=batch)
     rows = []
     fns = {}
     for block_q in block_qs:
@@ -77,6 +78,7 @@ def tile_sweep(
     block_kvs: tuple[int, ...],
     *,
     heads: int,
+    batch: int = 1,
     head_dim: int,
     dtype,
     runs: int,
@@ -94,6 +96,7 @@ def tile_sweep(
         block_qs: query tiles.
         block_kvs: key/value tiles.
         heads: attention heads.
+        batch: samples per call (q, k, v are [batch, tokens, heads, head_dim]).
         head_dim: head dimension.
         dtype: input dtype.
         runs: timed rounds per tile.
@@ -108,7 +111,7 @@ def tile_sweep(
         "b3_masked_fraction".
     """
     mask = band_for_density(geometry, density)
-    q, k, v = random_qkv(geometry.tokens, heads, head_dim, dtype)
+    q, k, v = random_qkv(geometry.tokens, heads, head_dim, dtype, batch=batch)
     rows = []
     for block_q in block_qs:
         for block_kv in block_kvs:

@@ -29,6 +29,7 @@ def temporal_comparison(
     block_sizes: BlockSizes,
     *,
     heads: int,
+    batch: int = 1,
     head_dim: int,
     dtype,
     runs: int,
@@ -44,7 +45,8 @@ def temporal_comparison(
         geometry: token geometry.
         density: the band's kept fraction.
         block_sizes: tiles of both plans.
-        heads, head_dim, dtype: the synthetic q, k, v ([1, tokens, heads, head_dim]).
+        heads, batch, head_dim, dtype: the synthetic q, k, v ([batch, tokens, heads,
+            head_dim]).
         runs: timed rounds.
         variant: the sparse executor ("b1"-"b3").
         backend: where both run.
@@ -52,7 +54,7 @@ def temporal_comparison(
     Returns:
         Two dicts ("permute_band_unpermute", "strided_in_place") with timing and tile stats.
     """
-    q, k, v = random_qkv(geometry.tokens, heads, head_dim, dtype)
+    q, k, v = random_qkv(geometry.tokens, heads, head_dim, dtype, batch=batch)
     schedule = SparsitySchedule(
         "temporal-bench", first_times_fp=0.0, density=density, variant=variant
     )
@@ -60,7 +62,7 @@ def temporal_comparison(
         schedule, geometry, num_steps=1, num_layers=1, backend=backend.name,
         block_sizes=block_sizes, options=backend.kernel_options(block_sizes.block_q, head_dim),
     )  # fmt: skip
-    every_head = jnp.ones((1, heads), bool)
+    every_head = jnp.ones((batch, heads), bool)
     strided = build_plan(strided_temporal_mask(geometry, density), block_sizes, variant)
 
     @jax.jit

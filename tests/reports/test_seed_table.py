@@ -4,8 +4,12 @@ them; the experiment's settings as params a run logs."""
 
 from __future__ import annotations
 
+import importlib
+import re
+import shlex
 from pathlib import Path
 
+from evalharness.bench.run_config import config_or_exit
 from evalharness.config import to_config, to_plain_dict
 from evalharness.tracking import flatten
 from reports.build import _markdown
@@ -92,6 +96,21 @@ def test_the_section_appears_only_with_seed_runs_and_says_what_is_missing():
     assert "| 1440p | 1.69x / 1.70x (+1%) |" in text
     assert "No 14B attention share measured: `python -m evalharness.bench.attention_share" in text
     assert "No kernel table at the seed's shape" in text
+
+
+def test_the_missing_measurements_name_commands_that_parse_and_compose():
+    tiny = ReportRun("t", "tiny-planted", {}, {}, {"model": "tiny-planted"})
+    text = "\n".join(seed_section([tiny, _harness("1440p", 3, speedup=1.7)]))
+    commands = re.findall(r"`python -m (\S+) ([^`]*)`", text)
+    assert {module for module, _ in commands} == {
+        "evalharness.bench.attention_share",
+        "evalharness.bench",
+    }
+    for module, args in commands:
+        name = module + ".__main__" if module == "evalharness.bench" else module
+        parser = importlib.import_module(name)._parser()
+        overrides = parser.parse_args(shlex.split(args)).overrides  # exits 2 on a stale flag
+        assert config_or_exit(parser, overrides, resolve=False).resolution.name == "720p"
 
 
 def test_the_report_page_carries_the_section_after_the_verdict():

@@ -12,34 +12,48 @@ import pytest
 from evalharness.bench.__main__ import main as bench_main
 from evalharness.bench.backends import Backend
 from evalharness.bench.checks import acceptance_checks, gpu_checks
+from evalharness.bench.run_config import AttentionCall, resolved_run_config
 from evalharness.bench.sweep import tile_sweep
-from evalharness.config import compose_run_config, load_resolution, to_config
 from kernels.executors import pallas_gpu_budget
 from kernels.masks.geometry import TokenGeometry
-from kernels.plans.block_sizes import auto_block_sizes
 
-# 2 x 8 x 8 = 128 tokens, one head of 64: the interpreter handles it in about a second per kernel.
-TINY = ["--frames", "2", "--height", "8", "--width", "8", "--heads", "1", "--head-dim", "64"]
-TINY_RUN = [*TINY, "--runs", "1", "--block-q", "32", "--block-kv", "32", "--plot", ""]
+# One call of [1, 128, 1, 64]: 2 x 8 x 8 = 128 tokens (5 frames of 128 x 128 pixels), the tiny
+# model's 4 heads over 4 sequence devices, one sample (no guidance). The interpreter handles it
+# in about a second per kernel.
+TINY = [
+    "resolution.frames=5",
+    "resolution.height=128",
+    "resolution.width=128",
+    "model=tiny-random",
+    "parallel.sequence=4",
+    "guidance_scale=1",
+]
+TINY_RUN = [*TINY, "warm_runs=1", "kernel.block_q=32", "kernel.block_kv=32", "--plot", ""]
 NOTHING = ["--skip", "table,sweep,temporal,memory"]
 
 
-@pytest.mark.parametrize("backend", ["pallas_gpu", "pallas_tpu"])
-def test_pallas_backend_off_its_platform_exits_2_naming_interpret(backend, capsys):
-    assert bench_main(["--backend", backend, *TINY_RUN]) == 2
+@pytest.mark.parametrize(("backend", "device"), [("pallas_gpu", "a GPU"), ("pallas_tpu", "a TPU")])
+def test_pallas_backend_off_its_platform_exits_2_as_the_run_does(backend, device, capsys):
+    with pytest.raises(SystemExit) as refused:
+        bench_main([f"kernel={backend}", *TINY_RUN])
+    assert refused.value.code == 2
     captured = capsys.readouterr()
-    assert "--interpret" in captured.err
+    assert (
+        f"kernel.backend={backend} needs {device}" in captured.err and "kernel=xla" in captured.err
+    )
     assert captured.out == ""  # nothing timed, no table that could be mistaken for the kernel's
 
 
 def test_interpret_on_xla_exits_2(capsys):
-    assert bench_main(["--interpret", *TINY_RUN]) == 2
-    assert "--backend xla has none" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:
+        bench_main(["--interpret", *TINY_RUN])
+    assert refused.value.code == 2
+    assert "add kernel=pallas_tpu or kernel=pallas_gpu" in capsys.readouterr().err
 
 
 def test_pallas_gpu_interpret_prints_b0_b3_and_drops_cudnn(capsys, tmp_path):
     out_json = tmp_path / "bench.json"
-    argv = ["--backend", "pallas_gpu", "--interpret", *TINY_RUN, "--skip", "memory,temporal,sweep"]
+    argv = ["--interpret", "kernel=pallas_gpu", *TINY_RUN, "--skip", "memory,temporal,sweep"]
     assert bench_main([*argv, "--json-out", str(out_json)]) == 0
     out = capsys.readouterr().out
     assert "## Kernel table (Pallas GPU (Triton) backend, interpret mode)" in out
@@ -76,37 +90,49 @@ def test_pallas_gpu_interpret_prints_b0_b3_and_drops_cudnn(capsys, tmp_path):
 
 
 def test_what_is_not_given_comes_from_the_runs_defaults(capsys):
-    # The run's default job: resolution cpu (9 x 12 x 20 = 2,160 tokens), schedule balanced's
-    # band density there, and the tiles a run uses on xla.
+    # The run's default job: one call of its model at resolution cpu (9 x 12 x 20 = 2,160
+    # tokens), the guided batch, schedule balanced's band density there, the run's tiles and
+    # dense controls on this host.
     assert bench_main([*NOTHING, "--json"]) == 0
     config = json.loads(capsys.readouterr().out)["config"]
-    run = to_config(compose_run_config())
-    geometry = load_resolution(run.resolution.name).tokens
-    assert config["tokens"] == geometry.tokens == 2_160
-    assert config["target_density"] == run.schedule.target_density(geometry)
-    tiles = auto_block_sizes(geometry.tokens, "xla")
-    assert (config["block_q"], config["block_kv"]) == (tiles.block_q, tiles.block_kv)
+    call = AttentionCall(resolved_run_config())
+    assert config["tokens"] == call.geometry.tokens == 2_160
+    assert config["target_density"] == call.target_density
+    assert (config["block_q"], config["block_kv"]) == (128, 128)
+    assert (config["batch"], config["heads"], config["head_dim"], config["dtype"]) == (
+        2,
+        4,
+        64,
+        "float32",
+    )
     assert (config["backend"], config["num_warps"], config["dense_control"]) == (
         "xla",
         None,
-        "dot_product_attention",
+        "xla_flash",
     )
     # What is given stands.
-    assert bench_main([*NOTHING, "--json", "--density", "0.5", "--block-q", "256"]) == 0
+    argv = [*NOTHING, "--json", "schedule.density=0.5", "kernel.block_q=256"]
+    assert bench_main(argv) == 0
     config = json.loads(capsys.readouterr().out)["config"]
     assert (config["target_density"], config["block_q"], config["tokens"]) == (0.5, 256, 2_160)
 
-    seed_720p = ["--resolution", "720p", "--density", "0.3887", "--heads", "10"]
-    argv = ["--backend", "pallas_gpu", "--interpret", *seed_720p, "--dtype", "bfloat16"]
-    assert bench_main([*argv, *NOTHING, "--json"]) == 0
+    # The seed's 720p call on a GPU, checked here in interpret mode: 40 heads over 8 devices.
+    argv = ["experiment=seed_720p", "kernel=pallas_gpu", "--interpret", *NOTHING, "--json"]
+    assert bench_main(argv) == 0
     config = json.loads(capsys.readouterr().out)["config"]
     assert (config["tokens"], config["block_q"], config["block_kv"]) == (75_600, 128, 64)
-    assert (config["num_warps"], config["head_dim"], config["dtype"]) == (8, 128, "bfloat16")
+    assert (config["batch"], config["heads"], config["head_dim"]) == (2, 5, 128)
+    assert (config["num_warps"], config["dtype"], config["target_density"]) == (
+        8,
+        "bfloat16",
+        0.3887,
+    )
 
 
-def test_launch_options_belong_to_pallas_gpu():
-    with pytest.raises(ValueError, match="pallas_gpu only"):
-        Backend("xla", num_warps=4)
+def test_launch_options_belong_to_pallas_gpu(capsys):
+    with pytest.raises(SystemExit):
+        bench_main(["kernel.num_warps=4", *NOTHING])
+    assert "kernel.num_warps=4 applies to kernel.backend=pallas_gpu only" in capsys.readouterr().err
     assert Backend("pallas_gpu", num_warps=2, num_stages=3).launch(128, 128) == {
         "num_warps": 2,
         "num_stages": 3,

@@ -40,8 +40,8 @@ def test_benchmark_record_table_keeps_ints_and_says_yes_no():
 
 
 def test_benchmark_tiles_command_reads_the_presets(capsys):
-    argv = ["tiles", "--resolution", "720p", "--density", "0.3887", "--block-q", "3328"]
-    assert bench_main([*argv, "--block-kv", "1536", "--json"]) == 0
+    argv = ["tiles", "resolution=720p", "schedule.density=0.3887", "kernel.block_q=3328"]
+    assert bench_main([*argv, "kernel.block_kv=1536", "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert (stats["frames"], stats["height"], stats["width"], stats["tokens"]) == (
         21,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from evalharness.bench import __main__ as kernel_bench
 from evalharness.bench import (
     attention_share,
     head_mass,
@@ -16,7 +17,15 @@ from evalharness.bench import (
 from evalharness.bench.run_config import resolved_run_config
 from evalharness.config import compose_run_config, to_config
 
-BENCHMARKS = [attention_share, head_mass, negative_controls, placement, schedules, shapes_fidelity]
+BENCHMARKS = [
+    kernel_bench,
+    attention_share,
+    head_mass,
+    negative_controls,
+    placement,
+    schedules,
+    shapes_fidelity,
+]
 
 
 @pytest.mark.parametrize("bench", BENCHMARKS, ids=lambda m: m.__name__.rsplit(".", 1)[1])

@@ -206,7 +206,7 @@ def test_sweep_temporal_and_placement_time_their_variants_round_robin(monkeypatc
     from evalharness.bench import placement, sweep, temporal
 
     geometry = TokenGeometry(4, 8, 8)
-    common = {"heads": 1, "head_dim": 32, "dtype": jnp.float32, "runs": 3}
+    common = {"batch": 2, "heads": 1, "head_dim": 32, "dtype": jnp.float32, "runs": 3}
     calls = _recording(monkeypatch, sweep)
     rows = sweep.block_q_sweep(geometry, 0.39, 32, (32, 64), **common)
     assert calls == [[32, 64]]  # every BQ in one round-robin, not one BQ after another
