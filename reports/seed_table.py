@@ -151,12 +151,21 @@ def kernel_row(runs: Sequence[ReportRun]) -> dict[str, Any] | None:
         return {
             "dense": _cell(SEED_KERNEL_MS["b0"], dense, "{:.2f}") + f" ({name or 'none'})",
             "b3": _cell(SEED_KERNEL_MS["b3"], run.metrics.get("b3.median_ms"), "{:.2f}"),
-            "shape": f"{p.get('tokens')} tokens, {p.get('heads')} heads x {p.get('head_dim')}, "
+            "shape": f"{p.get('tokens')} tokens, {_heads(p)} x {p.get('head_dim')}, "
             f"{p.get('dtype')}, tiles {p.get('block_q')} x {p.get('block_kv')}, "
             f"{p.get('backend', run.tags.get('backend', '?'))}",
             "run": f"{run.name} ({run.machine})",
         }
     return None
+
+
+def _heads(params: dict[str, str]) -> str:
+    """The call's heads: "10 heads", or "2 x 5 heads" when the call holds several samples (the
+    seed's 10 heads are one guided step's 2 samples x 5 heads per device)."""
+    batch = params.get("batch", "1")
+    return (
+        f"{params.get('heads')} heads" if batch == "1" else f"{batch} x {params.get('heads')} heads"
+    )
 
 
 _END_TO_END = (

@@ -84,6 +84,9 @@ def test_the_kernel_at_the_seed_shape_is_read_from_the_kernel_table():
     assert row["dense"] == "78.70 / 80.10 (+2%) (splash)"
     assert row["b3"] == "32.76 / 31.00 (-5%)"
     assert row["shape"].startswith("75600 tokens, 10 heads x 128, bfloat16, tiles 3328 x 1536")
+    # The kernel benchmark records the run's call: 2 samples of 5 heads per device.
+    runs.append(_bench("kernel_table", {**shape, "heads": "5", "batch": "2"}, {"b3.median_ms": 1}))
+    assert kernel_row(runs[::-1])["shape"].startswith("75600 tokens, 2 x 5 heads x 128, bfloat16")
 
 
 def test_the_section_appears_only_with_seed_runs_and_says_what_is_missing():
