@@ -121,7 +121,7 @@ class ShareSetup:
 
 def share_setup(cfg: EvalConfig) -> ShareSetup:
     """What the benchmark measures, from the run's config resolved for this platform
-    (``config_or_exit`` or ``resolved_run_config``)."""
+    (``config_or_exit``)."""
     res = cfg.resolution
     label = f"{res.frames}x{res.height}x{res.width}px"
     if res.name in resolution_names() and load_resolution(res.name).video == res.video:

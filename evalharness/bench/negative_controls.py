@@ -121,7 +121,7 @@ def measure_controls(
     """One dense arm, then one row per sparse arm (``controls``), each against that dense arm.
 
     Args:
-        cfg: a resolved config (``resolved_run_config``); its own ``negative_control`` is ignored.
+        cfg: a resolved config (``config_or_exit``); its own ``negative_control`` is ignored.
         controls: names from ``NEGATIVE_CONTROLS`` (``none`` is the correct arm).
         min_psnr_db: the gate's ``psnr_db`` threshold.
         on_event: progress hook, called with one line per phase.

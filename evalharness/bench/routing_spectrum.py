@@ -29,13 +29,8 @@ COLUMNS = (
 )
 
 
-def spectrum_table(geometry: TokenGeometry, density: float) -> str:
-    """The Markdown table of one geometry's spectrum (one row per share)."""
-    return markdown_table(routing_spectrum(geometry, density, SPECTRUM), COLUMNS)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """Prints the spectrum's table at each geometry."""
+    """Prints the spectrum's Markdown table at each geometry (one row per share)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--density", type=float, default=0.35, help="the band's kept fraction")
     args = parser.parse_args(argv)
@@ -43,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--density={args.density}: expected a kept fraction in (0, 1]")
     for geometry in GEOMETRIES:
         print(f"\n{geometry} ({geometry.tokens:,} tokens), band density {args.density}\n")
-        print(spectrum_table(geometry, args.density))
+        print(markdown_table(routing_spectrum(geometry, args.density, SPECTRUM), COLUMNS))
     return 0
 
 

@@ -94,18 +94,13 @@ COLUMNS = (
 )
 
 
-def schedule_names() -> tuple[str, ...]:
-    """The run's schedule presets: the files of ``conf/schedule``."""
-    return tuple(group_options("schedule"))
-
-
 def _check_overrides(overrides: Sequence[str]) -> None:
     """Refuses a ``schedule=`` choice: every preset is timed, so one choice would be ignored."""
     for override in overrides:
         if override.split("=", 1)[0].lstrip("+~") == "schedule":
             raise ValueError(
                 f"{override!r}: this benchmark times every conf/schedule preset "
-                f"({', '.join(schedule_names())}); drop the schedule choice (a "
+                f"({', '.join(group_options('schedule'))}); drop the schedule choice (a "
                 "schedule.<field>= override applies to every preset)"
             )
 
@@ -123,7 +118,7 @@ def load_schedules(
     """
     schedules = [
         to_config(compose_run_config([*overrides, f"schedule={name}"])).schedule
-        for name in schedule_names()
+        for name in group_options("schedule")
     ]
     if all(s.sparse for s in schedules):
         raise ValueError(f"{SCHEDULE_DIR} has no dense schedule (sparse: false) to compare with")

@@ -11,7 +11,7 @@ from typing import Any
 
 import jax
 
-from evalharness.arms import time_interleaved
+from evalharness.arms import check_warm_runs, time_interleaved
 
 
 def time_warm_ms(
@@ -39,10 +39,9 @@ def time_warm_ms(
         name -> {"median_ms", "min_ms", "max_ms", "cpu_median_ms", "runs"}.
 
     Raises:
-        ValueError: ``runs`` < 1.
+        ValueError: ``runs`` is not an integer >= 1.
     """
-    if isinstance(runs, int) and runs < 1:
-        raise ValueError(f"runs={runs}; need at least 1")
+    check_warm_runs(runs)  # before the warm-ups: a refused count compiles nothing
     for fn in fns.values():
         block(fn())
     times = time_interleaved(fns, runs, clock=clock, cpu_clock=cpu_clock, block=block)

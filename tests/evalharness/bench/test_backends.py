@@ -212,8 +212,8 @@ def test_xla_checks_are_unchanged():
 
 
 def test_schedule_benchmark_refuses_pallas_gpu_off_a_gpu_and_knows_the_1p3b_shapes(capsys):
-    from evalharness.bench.run_config import resolved_run_config
     from evalharness.bench.schedules import main as schedules_main
+    from tests.helpers.harness_config import resolved_run_config
 
     if jax.default_backend() == "gpu":
         pytest.skip("on a GPU the kernel runs")

@@ -13,8 +13,8 @@ from evalharness.bench import (
     schedules,
     shapes_fidelity,
 )
-from evalharness.bench.run_config import resolved_run_config
 from evalharness.config import compose_run_config, to_config
+from tests.helpers.harness_config import resolved_run_config
 
 BENCHMARKS = [attention_share, head_mass, negative_controls, placement, schedules, shapes_fidelity]
 
