@@ -43,6 +43,8 @@ from evalharness.assembly import (
     Components,
     build_attention,
     build_components,
+    encode_contexts,
+    run_sampler,
     transformer_config_for,
 )
 from evalharness.bench.markdown_report import report_markdown
@@ -54,8 +56,7 @@ from evalharness.gate import check_gate
 from evalharness.machine import machine_info
 from evalharness.metric_names import Metric
 from kernels.policy.negative_controls import NEGATIVE_CONTROLS
-from models.pipeline import DenoiseLoop, uses_guidance
-from models.samplers import default_flow_shift, make_sampler
+from models.pipeline import DenoiseLoop
 from models.video_geometry import VideoGeometry
 
 # The repository's Hydra config folder (parents: bench, evalharness, then the repository root).
@@ -86,16 +87,11 @@ class _Inputs:
 
 def _inputs(cfg: EvalConfig) -> _Inputs:
     video = cfg.resolution.video
-    shift = cfg.resolution.flow_shift or default_flow_shift(video.height, video.width)
     components = build_components(cfg.model, cfg.dtype, cfg.cache_dir)
-    with components.prompt_encoder.session():
-        context = jnp.asarray(components.encode([cfg.prompt]))
-        negative = None
-        if uses_guidance(cfg.guidance_scale, cfg.negative_prompt):
-            negative = jnp.asarray(components.encode([cfg.negative_prompt]))
+    contexts, negative = encode_contexts(cfg, components, [cfg.prompt])
     noise = jax.random.normal(jax.random.key(cfg.seed), (1, *video.latent_shape()), jnp.float32)
-    sampler = make_sampler(cfg.sampler.value, cfg.steps, shift)
-    return _Inputs(components, video, sampler, noise, context, negative)
+    sampler = run_sampler(cfg)
+    return _Inputs(components, video, sampler, noise, contexts[cfg.prompt], negative)
 
 
 def _denoise(cfg: EvalConfig, inputs: _Inputs, attend: Any) -> np.ndarray:

@@ -48,6 +48,7 @@ from evalharness.assembly import (
     dense_attend,
     kernel_options,
     run_block_sizes,
+    run_sampler,
 )
 from evalharness.bench.mlflow_record import (
     BenchRecord,
@@ -76,7 +77,6 @@ from kernels.policy.schedule import SparsitySchedule
 from models.config import get_transformer_config
 from models.dtypes import dtype_of
 from models.pipeline import DenoiseLoop, uses_guidance
-from models.samplers import default_flow_shift, make_sampler
 from models.transformer import WanTransformer
 
 SCHEDULE_DIR = CONF_DIR / "schedule"
@@ -152,7 +152,6 @@ def _setup(cfg: EvalConfig) -> _Setup:
     negative = None
     if uses_guidance(cfg.guidance_scale, cfg.negative_prompt):
         negative = jax.random.normal(keys[2], text, jnp.float32)
-    shift = cfg.resolution.flow_shift or default_flow_shift(video.height, video.width)
     model = WanTransformer(
         config,
         rngs=nnx.Rngs(cfg.model.seed),
@@ -165,7 +164,7 @@ def _setup(cfg: EvalConfig) -> _Setup:
         geometry=token_geometry(video),
         tiles=run_block_sizes(cfg),
         model=model,
-        sampler=make_sampler(cfg.sampler.value, cfg.steps, shift),
+        sampler=run_sampler(cfg),
         num_layers=config.num_layers,
         inputs=(noise, context, negative),
     )
