@@ -30,9 +30,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import statistics
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,7 +41,7 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from evalharness.admission import samples_per_call
-from evalharness.arms import time_interleaved
+from evalharness.arms import PreparedArm, prepare_arm, time_arms_interleaved
 from evalharness.assembly import (
     dense_attend,
     kernel_options,
@@ -58,6 +56,7 @@ from evalharness.bench.mlflow_record import (
     tracking_requested,
 )
 from evalharness.bench.run_config import bench_parser, config_or_exit
+from evalharness.bench.timing import ms_stats
 from evalharness.config import (
     CONF_DIR,
     EvalConfig,
@@ -76,7 +75,7 @@ from kernels.policy.routing import routing_flops_fraction
 from kernels.policy.schedule import SparsitySchedule
 from models.config import get_transformer_config
 from models.dtypes import dtype_of
-from models.pipeline import DenoiseLoop, uses_guidance
+from models.pipeline import uses_guidance
 from models.transformer import WanTransformer
 
 SCHEDULE_DIR = CONF_DIR / "schedule"
@@ -170,28 +169,6 @@ def _setup(cfg: EvalConfig) -> _Setup:
     )
 
 
-def _compile(setup: _Setup, policy: AttentionPolicy | None):
-    """Compiles the denoising loop (the model's own attention when ``policy`` is None) with the
-    run's guidance and runs it once to warm it; returns the compiled loop and the seconds."""
-    loop = DenoiseLoop(
-        setup.model,
-        setup.sampler,
-        guidance_scale=setup.cfg.guidance_scale,
-        attend=policy,
-        guidance_passes=setup.cfg.guidance_passes.value,
-    )
-    start = time.perf_counter()
-    compiled = loop.compile(*setup.inputs)
-    jax.block_until_ready(compiled(*setup.inputs).latents)
-    return compiled, time.perf_counter() - start
-
-
-def _finite(name: str, out: Any) -> None:
-    """Stops the timing when an arm's latents are not finite."""
-    if not bool(out.finite):
-        raise RuntimeError(f"schedule {name!r} produced non-finite latents")
-
-
 def _policy(setup: _Setup, schedule: SparsitySchedule) -> AttentionPolicy:
     """The policy the run's sparse arm builds for ``schedule`` (``assembly.build_attention``):
     the resolved backend and tiles, dense steps and layers on the run's dense executor."""
@@ -209,11 +186,23 @@ def _policy(setup: _Setup, schedule: SparsitySchedule) -> AttentionPolicy:
     )
 
 
-def _schedule_arm(setup: _Setup, schedule: SparsitySchedule):
-    """One schedule's compiled loop and its record (timings are filled in later)."""
+def _schedule_arm(setup: _Setup, schedule: SparsitySchedule) -> tuple[PreparedArm, dict]:
+    """One schedule's loop, compiled and warmed up as the run prepares an arm
+    (``evalharness.arms.prepare_arm``), and its record (timings are filled in later)."""
     geometry, tiles, steps = setup.geometry, setup.tiles, setup.cfg.steps
     policy = _policy(setup, schedule)
-    compiled, seconds = _compile(setup, policy)
+    noise, context, negative = setup.inputs
+    prepared = prepare_arm(
+        schedule.name,
+        setup.model,
+        setup.sampler,
+        guidance_scale=setup.cfg.guidance_scale,
+        attend=policy,
+        noise=noise,
+        context=context,
+        negative_context=negative,
+        guidance_passes=setup.cfg.guidance_passes.value,
+    )
     routing = 0.0
     if schedule.sparse:
         density = schedule.target_density(geometry)
@@ -225,24 +214,21 @@ def _schedule_arm(setup: _Setup, schedule: SparsitySchedule):
         "dense_steps": policy.dense_steps,
         "dense_layers": policy.dense_layers,
         "routing_flops_fraction": routing,
-        "compile_and_warm_s": seconds,
+        "compile_and_warm_s": prepared.compile_s + prepared.warmup_s,
     }
-    return compiled, arm
+    return prepared, arm
 
 
-def _time_rounds(compiled: dict, arms: dict[str, dict], inputs: tuple, runs: int) -> None:
-    """The run's interleaved timer (one run of every arm per round); adds timings and speedups
-    to ``arms``."""
-    calls = {name: (lambda fn=fn: fn(*inputs)) for name, fn in compiled.items()}
-    for name, times in time_interleaved(calls, runs, check=_finite).items():
+def _time_rounds(prepared: dict[str, PreparedArm], arms: dict[str, dict], runs: int) -> None:
+    """The run's interleaved timer for prepared arms (``evalharness.arms.time_arms_interleaved``:
+    one run of every arm per round, non-finite latents stop it); adds timings and speedups to
+    ``arms``."""
+    for name, times in time_arms_interleaved(prepared, runs).items():
         arms[name]["wall_ms"] = [1e3 * s for s in times.runs_s]
         arms[name]["cpu_ms"] = [1e3 * s for s in times.cpu_s]
-    dense_median = statistics.median(arms["dense"]["wall_ms"])
+        arms[name].update(ms_stats(times))
     for arm in arms.values():
-        arm["median_ms"] = statistics.median(arm["wall_ms"])
-        arm["min_ms"], arm["max_ms"] = min(arm["wall_ms"]), max(arm["wall_ms"])
-        arm["cpu_median_ms"] = statistics.median(arm["cpu_ms"])
-        arm["speedup_vs_dense"] = dense_median / arm["median_ms"]
+        arm["speedup_vs_dense"] = arms["dense"]["median_ms"] / arm["median_ms"]
 
 
 def _describe(cfg: EvalConfig) -> dict:
@@ -286,11 +272,11 @@ def run(cfg: EvalConfig, schedules: Sequence[SparsitySchedule]) -> dict:
         The machine, the settings (:func:`_describe`), the routing cost at 720p and the arms.
     """
     setup = _setup(cfg)
-    compiled: dict = {}
+    prepared: dict[str, PreparedArm] = {}
     arms: dict[str, dict] = {}
     for schedule in schedules:
-        compiled[schedule.name], arms[schedule.name] = _schedule_arm(setup, schedule)
-    _time_rounds(compiled, arms, setup.inputs, cfg.warm_runs)
+        prepared[schedule.name], arms[schedule.name] = _schedule_arm(setup, schedule)
+    _time_rounds(prepared, arms, cfg.warm_runs)
     hd720 = load_resolution("720p").tokens
     return {
         "machine": machine_info(),
