@@ -5,16 +5,17 @@ seed, sampler, guidance, kernel) once dense, then once per sparse arm: the corre
 negative control of ``kernels.policy.negative_controls`` (every head spatial, every head temporal,
 every head given the other layout, temporal heads' outputs left in the temporal layout). Every row
 is measured against the one shared dense arm with the gate's own metric (``psnr_db``: raw-frame
-PSNR of the whole video) plus the worst frame and SSIM, and gets the gate's verdict at
-``--min-psnr-db`` (28 dB, the CI gate's threshold). A sound harness passes the correct row and
-fails every other.
+PSNR of the whole video) plus the worst frame and SSIM, and gets the gate's verdict at the run's
+``gate.min_psnr_db`` (28 dB, the CI gate's threshold, where the config sets none). A sound harness
+passes the correct row and fails every other.
 
 Nothing is timed (the controls cost what the correct arm costs); each sparse arm runs its
 routing-recording policy, whose latents are the sparse arm's, so each row also reports the
 fraction of heads that ran in the temporal layout.
 
 Usage:
-    python -m evalharness.bench.negative_controls [--min-psnr-db 28] [--json] [OVERRIDE ...]
+    python -m evalharness.bench.negative_controls [--controls ...] [--json] [OVERRIDE ...]
+    python -m evalharness.bench.negative_controls gate.min_psnr_db=30   # the gate's threshold
     python -m evalharness.bench.negative_controls schedule=aggressive   # Hydra overrides
     python -m evalharness.bench.negative_controls model=tiny-random     # random weights pass all
     python -m evalharness.bench.negative_controls model=tiny-planted    # the planted heads
@@ -202,12 +203,6 @@ def format_report(result: dict[str, Any]) -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = bench_parser("evalharness.bench.negative_controls", __doc__, "schedule=aggressive")
     parser.add_argument(
-        "--min-psnr-db",
-        type=float,
-        default=DEFAULT_MIN_PSNR_DB,
-        help="the gate's psnr_db threshold (default: the CI gate's 28 dB)",
-    )
-    parser.add_argument(
         "--controls",
         nargs="+",
         default=list(NEGATIVE_CONTROLS),
@@ -222,10 +217,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     cfg = config_or_exit(parser, args.overrides)
+    min_psnr_db = DEFAULT_MIN_PSNR_DB if cfg.gate.min_psnr_db is None else cfg.gate.min_psnr_db
     rows = measure_controls(
         cfg,
         args.controls,
-        min_psnr_db=args.min_psnr_db,
+        min_psnr_db=min_psnr_db,
         on_event=lambda message: print(message, file=sys.stderr, flush=True),
     )
     result = {
@@ -239,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
             "dtype": cfg.dtype.value,
         },
         "machine": machine_info(),
-        "min_psnr_db": args.min_psnr_db,
+        "min_psnr_db": min_psnr_db,
         "rows": rows,
         "sound": sound(rows),
     }

@@ -8,15 +8,26 @@ import pytest
 from evalharness.bench import (
     attention_share,
     head_mass,
+    host_side,
     negative_controls,
     placement,
+    routing_spectrum,
     schedules,
     shapes_fidelity,
 )
 from evalharness.config import compose_run_config, to_config
 from tests.helpers.harness_config import resolved_run_config
 
-BENCHMARKS = [attention_share, head_mass, negative_controls, placement, schedules, shapes_fidelity]
+BENCHMARKS = [
+    attention_share,
+    head_mass,
+    host_side,
+    negative_controls,
+    placement,
+    routing_spectrum,
+    schedules,
+    shapes_fidelity,
+]
 
 
 @pytest.mark.parametrize("bench", BENCHMARKS, ids=lambda m: m.__name__.rsplit(".", 1)[1])
