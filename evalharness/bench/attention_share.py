@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -44,9 +43,8 @@ from evalharness.assembly import dense_attend
 from evalharness.bench.mlflow_record import (
     BenchRecord,
     add_tracking_args,
-    log_records,
+    emit,
     parse_bench_args,
-    tracking_requested,
 )
 from evalharness.bench.run_config import bench_parser, config_or_exit
 from evalharness.bench.timing import ms_stats
@@ -295,9 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"warm_runs={setup.cfg.warm_runs}: use at least 3 for a median")
     preflight(setup)
     result = run(setup)
-    print(json.dumps(result, indent=1) if args.json else format_table(result))
-    if tracking_requested(args):
-        log_records(args, records(result))
+    emit(args, result, format_table(result), records(result))
     return 0
 
 

@@ -37,7 +37,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from collections.abc import Callable
@@ -52,6 +51,7 @@ from evalharness.bench.matmul_ceiling import (
     torch_chunked_matmuls,
     xla_chunked_matmuls,
 )
+from evalharness.bench.mlflow_record import emit
 from evalharness.bench.timing import time_warm
 from evalharness.machine import machine_info, machine_line
 from kernels.executors.dispatch import attention
@@ -320,13 +320,12 @@ def main(argv: list[str] | None = None) -> int:
         fns, info = _rows(name, tuple(args.rows))
         results.append(summarize(time_geometry(fns, args.rounds), info))
     machine = machine_info()
-    if args.json:
-        print(json.dumps({"machine": machine, "rounds": args.rounds, "results": results}, indent=2))
-        return 0
-    print(f"{machine_line(machine)}; {args.rounds} interleaved rounds")
-    for result in results:
-        print()
-        print(format_table(result))
+    tables = "".join(f"\n\n{format_table(result)}" for result in results)
+    emit(
+        args,
+        {"machine": machine, "rounds": args.rounds, "results": results},
+        f"{machine_line(machine)}; {args.rounds} interleaved rounds{tables}",
+    )
     return 0
 
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from collections.abc import Sequence
 
@@ -44,6 +43,7 @@ from evalharness.assembly import (
     transformer_config_for,
 )
 from evalharness.bench.markdown_report import report_markdown
+from evalharness.bench.mlflow_record import emit
 from evalharness.bench.run_config import bench_parser, config_or_exit
 from evalharness.config import EvalConfig
 from evalharness.formatting import markdown_table
@@ -268,17 +268,14 @@ def main(argv: list[str] | None = None) -> int:
         "prompt": repr(cfg.prompt),
         "seed": cfg.seed,
     }
-    if args.json:
-        record = {
-            "setup": setup,
-            "machine": machine_info(),
-            **dataclasses.asdict(report),
-            "kinds": report.kinds(),
-            "router_agreement": report.router_agreement(),
-        }
-        print(json.dumps(record, indent=2))
-    else:
-        print(format_report(report, setup))
+    record = {
+        "setup": setup,
+        "machine": machine_info(),
+        **dataclasses.asdict(report),
+        "kinds": report.kinds(),
+        "router_agreement": report.router_agreement(),
+    }
+    emit(args, record, format_report(report, setup))
     return 0
 
 

@@ -23,7 +23,6 @@ Usage:
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from collections.abc import Iterator
@@ -34,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from evalharness.arms import time_interleaved
+from evalharness.bench.mlflow_record import emit
 from evalharness.bench.run_config import bench_parser, config_or_exit
 from evalharness.config import EvalConfig
 from evalharness.estimates import HOST_NS_PER_PIXEL
@@ -121,17 +121,16 @@ def main(argv: list[str] | None = None) -> None:
                 "stated": HOST_NS_PER_PIXEL[part],
             }
         )
-    if args.json:
-        print(json.dumps({"machine": machine_info(), "pixels": pixels, "rows": rows}, indent=1))
-        return
     columns = [("part", "part", "{}")] + [
         (f"{k} ns/pixel", k, "{:,.1f}") for k in ("median", "min", "max", "stated")
     ]
-    print(
+    machine = machine_info()
+    title = (
         f"Host-side video work, {res.frames} x {res.height} x {res.width}, {cfg.warm_runs} "
-        f"rounds (load {os.getloadavg()[0]:.1f})\n{machine_line()}\n"
+        f"rounds (load {os.getloadavg()[0]:.1f})\n{machine_line(machine)}\n\n"
     )
-    print(markdown_table(rows, columns))
+    result = {"machine": machine, "pixels": pixels, "rows": rows}
+    emit(args, result, title + markdown_table(rows, columns))
 
 
 if __name__ == "__main__":

@@ -44,9 +44,8 @@ import jax.numpy as jnp
 from evalharness.bench.mlflow_record import (
     BenchRecord,
     add_tracking_args,
-    log_records,
+    emit,
     parse_bench_args,
-    tracking_requested,
 )
 from evalharness.config import token_geometry
 from evalharness.estimates import (
@@ -316,9 +315,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(measure(BenchShape(**spec["shape"]), spec["arm"])))
         return
     rows = benchmark(args.shapes)
-    print(json.dumps(rows, indent=1) if args.json else markdown_table(rows, COLUMNS))
-    if tracking_requested(args):
-        log_records(args, [record(rows, args.shapes)])
+    emit(args, rows, markdown_table(rows, COLUMNS), [record(rows, args.shapes)])
 
 
 def record(rows: list[dict], shapes: list[str]) -> BenchRecord:

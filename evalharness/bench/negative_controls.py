@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -49,6 +48,7 @@ from evalharness.assembly import (
     transformer_config_for,
 )
 from evalharness.bench.markdown_report import report_markdown
+from evalharness.bench.mlflow_record import emit
 from evalharness.bench.run_config import bench_parser, config_or_exit
 from evalharness.config import EvalConfig, NegativeControl
 from evalharness.evidence import frame_quality
@@ -239,11 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         "rows": rows,
         "sound": sound(rows),
     }
-    if args.json:
-        json.dump(result, sys.stdout, indent=1, default=float)
-        print()
-    else:
-        print(format_report(result))
+    emit(args, result, format_report(result))
     return 0 if result["sound"] else 1
 
 

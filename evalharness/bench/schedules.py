@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -51,9 +50,8 @@ from evalharness.assembly import (
 from evalharness.bench.mlflow_record import (
     BenchRecord,
     add_tracking_args,
-    log_records,
+    emit,
     parse_bench_args,
-    tracking_requested,
 )
 from evalharness.bench.run_config import bench_parser, config_or_exit
 from evalharness.bench.timing import ms_stats
@@ -390,13 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_bench_args(parser, argv)
     cfg, schedules = configure(parser, args)
     result = run(cfg, schedules)
-    if args.json:
-        json.dump(result, sys.stdout, indent=1)
-        print()
-    else:
-        print(format_table(result))
-    if tracking_requested(args):
-        log_records(args, [record(result)])
+    emit(args, result, format_table(result), [record(result)])
     return 0
 
 

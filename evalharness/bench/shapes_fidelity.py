@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -43,6 +42,7 @@ from evalharness.assembly import (
     transformer_config_for,
 )
 from evalharness.bench.markdown_report import report_markdown
+from evalharness.bench.mlflow_record import emit
 from evalharness.bench.run_config import bench_parser, config_or_exit
 from evalharness.config import EvalConfig
 from evalharness.formatting import markdown_table
@@ -238,17 +238,14 @@ def main(argv: list[str] | None = None) -> int:
         "sampler": cfg.sampler.value,
         "guidance": cfg.guidance_scale,
     }
-    if args.json:
-        record = {
-            "setup": setup,
-            "machine": machine_info(),
-            "readings": [dataclasses.asdict(r) for r in readings],
-            "summary": dataclasses.asdict(summary),
-            "meets": summary.meets(),
-        }
-        print(json.dumps(record, indent=2))
-    else:
-        print(format_report(readings, summary, setup, args.min_r2))
+    record = {
+        "setup": setup,
+        "machine": machine_info(),
+        "readings": [dataclasses.asdict(r) for r in readings],
+        "summary": dataclasses.asdict(summary),
+        "meets": summary.meets(),
+    }
+    emit(args, record, format_report(readings, summary, setup, args.min_r2))
     return 0 if summary.meets() else 1
 
 
