@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Mapping
 from pathlib import Path
 
 import jax
@@ -40,6 +41,21 @@ def machine_info() -> dict[str, str | int]:
         "jax_version": jax.__version__,
         "devices": ", ".join(str(d) for d in jax.devices()),
     }
+
+
+def machine_line(info: Mapping[str, str | int] | None = None) -> str:
+    """The line a benchmark prints under its table to name the machine, e.g. ``Machine: AMD EPYC
+    7B13, 2 cores, Linux-6.1-x86_64, JAX 0.6.2 (cpu: TFRT_CPU_0)``.
+
+    Args:
+        info: what :func:`machine_info` returned (e.g. a result's recorded machine); None reads
+            this machine.
+    """
+    m = machine_info() if info is None else info
+    return (
+        f"Machine: {m['processor']}, {m['cpu_count']} cores, {m['platform']}, "
+        f"JAX {m['jax_version']} ({m['jax_backend']}: {m['devices']})"
+    )
 
 
 def machine_summary() -> str:

@@ -34,6 +34,7 @@ from evalharness.assembly import (
     Components,
     build_components,
     checkpoint_tags,
+    encode_contexts,
     pin_revision,
     platform_choices,
 )
@@ -64,7 +65,6 @@ from evalharness.tracking import (
     start_tags,
 )
 from kernels.parallel.mesh import describe_mesh
-from models.pipeline import uses_guidance
 
 log = logging.getLogger(__name__)
 
@@ -263,14 +263,8 @@ def _encode_prompts(
     """Every pair's prompt embeddings (each prompt encoded once) and its initial noise, and the
     seconds the encoding took."""
     progress.phase("encode prompts")
-    texts = list(dict.fromkeys(pair.prompt for pair in pairs))
     start = time.perf_counter()
-    # One encoder load (on a cache miss) for every prompt, released before the denoising loop.
-    with components.prompt_encoder.session():
-        contexts = {text: jnp.asarray(components.encode([text])) for text in texts}
-        negative = None
-        if uses_guidance(cfg.guidance_scale, cfg.negative_prompt):
-            negative = jnp.asarray(components.encode([cfg.negative_prompt]))
+    contexts, negative = encode_contexts(cfg, components, [pair.prompt for pair in pairs])
     text_encode_s = time.perf_counter() - start
     shape = (1, *plan.geometry.latent_shape())
     inputs = [

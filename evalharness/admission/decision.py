@@ -25,13 +25,14 @@ from evalharness.assembly import (
     fetch_checkpoint,
     nominal_kept_fraction,
     platform_choices,
+    run_sampler,
     sequence_devices,
     transformer_config_for,
 )
 from evalharness.config import EvalConfig, run_pairs
 from evalharness.estimates import FlopCount, count_flops, host_target, measure_matmul_flops
 from models.config import SEEDED_PRESETS, TINY_PRESETS, WanTransformerConfig
-from models.samplers import Sampler, default_flow_shift, make_sampler
+from models.samplers import Sampler
 from models.video_geometry import VideoGeometry
 
 log = logging.getLogger(__name__)
@@ -98,8 +99,7 @@ def admit(cfg: EvalConfig) -> Admission:
     require_host_device()
     geometry = cfg.resolution.video
     tcfg = transformer_config_for(cfg.model)
-    shift = cfg.resolution.flow_shift or default_flow_shift(geometry.height, geometry.width)
-    sampler = make_sampler(cfg.sampler.value, cfg.steps, shift)
+    sampler = run_sampler(cfg)
     flops = count_flops(
         tcfg,
         geometry,
@@ -141,7 +141,7 @@ def admit(cfg: EvalConfig) -> Admission:
         # Every part checked, a hub checkpoint's files downloaded: still before any folder.
         fetch_checkpoint(cfg.model)
     _log_plan(flops, sizing)
-    return Admission(geometry, tcfg, sampler, shift, attention, flops, sizing)
+    return Admission(geometry, tcfg, sampler, sampler.shift, attention, flops, sizing)
 
 
 def _log_plan(flops: FlopCount, sizing: RunSizing) -> None:

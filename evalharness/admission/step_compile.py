@@ -33,6 +33,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
 
+from evalharness.assembly import run_sampler
 from evalharness.config import EvalConfig
 from evalharness.estimates import (
     CompiledProgram,
@@ -45,7 +46,6 @@ from kernels.parallel.mesh import SEQ_AXIS
 from models.config import TINY_PRESETS, WanTransformerConfig
 from models.dtypes import dtype_of
 from models.pipeline import DenoiseLoop, uses_guidance
-from models.samplers import default_flow_shift, make_sampler
 from models.sharding import param_shardings
 from models.transformer import abstract_transformer
 from models.video_geometry import VideoGeometry
@@ -128,7 +128,7 @@ def compile_run_step(
     )
     loop = DenoiseLoop(
         nnx.merge(graphdef, state),
-        _sampler(cfg, video),
+        run_sampler(cfg),
         guidance_scale=cfg.guidance_scale,
         attend=attend,
         guidance_passes=cfg.guidance_passes.value,
@@ -232,11 +232,6 @@ def describe_collectives(steps: Mapping[str, StepProgram]) -> str:
         counts = ", ".join(f"{n} {name}" for name, n in step.collectives.items() if n)
         parts.append(f"{arm}: {counts or 'no collectives'}")
     return "; ".join(parts)
-
-
-def _sampler(cfg: EvalConfig, video: VideoGeometry):
-    shift = cfg.resolution.flow_shift or default_flow_shift(video.height, video.width)
-    return make_sampler(cfg.sampler.value, cfg.steps, shift)
 
 
 def _shard_bytes(state: Any) -> int:

@@ -13,6 +13,7 @@ from evalharness.arms.arm import (
 )
 from evalharness.arms.timing import (
     RunTimes,
+    check_warm_runs,
     fastest_control,
     time_interleaved,
     timed_window_tags,
@@ -24,6 +25,7 @@ __all__ = [
     "PreparedArm",
     "RunTimes",
     "check_same_latents",
+    "check_warm_runs",
     "decode_arm",
     "fastest_control",
     "prepare_arm",

@@ -1,5 +1,6 @@
 """From a config to the objects a run is built of: what every ``auto`` means on this platform,
-the model parts (seeded preset or checkpoint) and the three attention functions.
+the model parts (seeded preset or checkpoint), the three attention functions, the sampler and the
+prompt embeddings.
 """
 
 from evalharness.assembly import platform_choices
@@ -23,14 +24,17 @@ from evalharness.assembly.components import (
     transformer_config_for,
 )
 from evalharness.assembly.platform_choices import backend_for, host_platform
+from evalharness.assembly.run_inputs import PromptContexts, encode_contexts, run_sampler
 
 __all__ = [
     "AttentionSetup",
     "Components",
+    "PromptContexts",
     "backend_for",
     "build_attention",
     "build_components",
     "dense_attend",
+    "encode_contexts",
     "checkpoint_tags",
     "fetch_checkpoint",
     "host_platform",
@@ -39,6 +43,7 @@ __all__ = [
     "pin_revision",
     "run_block_sizes",
     "platform_choices",
+    "run_sampler",
     "sequence_devices",
     "transformer_config_for",
 ]

@@ -27,7 +27,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -42,11 +41,11 @@ from evalharness.assembly import dense_attend
 from evalharness.bench.mlflow_record import (
     BenchRecord,
     add_tracking_args,
-    log_records,
+    emit,
     parse_bench_args,
-    tracking_requested,
 )
 from evalharness.bench.run_config import AttentionCall, bench_parser, config_or_exit
+from evalharness.bench.timing import ms_stats
 from evalharness.config import EvalConfig
 from evalharness.estimates import (
     SEED_ATTENTION_SHARE,
@@ -93,7 +92,7 @@ class ShareSetup(AttentionCall):
 
 def share_setup(cfg: EvalConfig) -> ShareSetup:
     """What the benchmark measures, from the run's config resolved for this platform
-    (``config_or_exit`` or ``resolved_run_config``)."""
+    (``config_or_exit``)."""
     return ShareSetup(cfg)
 
 
@@ -186,12 +185,13 @@ def measure(setup: ShareSetup) -> dict[str, Any]:
     tokens = setup.video.tokens
     attention_flops, total_flops = step_flops(setup.model, tokens, setup.batch)
     row: dict[str, Any] = {"resolution": setup.label, "tokens": tokens}
-    for name, t in times.items():
-        row[f"{name}_median_ms"] = 1e3 * t.median_s
-        row[f"{name}_min_ms"], row[f"{name}_max_ms"] = 1e3 * t.min_s, 1e3 * t.max_s
+    stats = {name: ms_stats(t) for name, t in times.items()}
+    for name, s in stats.items():
+        row.update({f"{name}_{k}": s[k] for k in ("median_ms", "min_ms", "max_ms")})
+    with_ms = stats["with_attention"]
     row.update(
-        with_attention_range_ms=f"{1e3 * with_t.min_s:.4g}-{1e3 * with_t.max_s:.4g}",
-        attention_ms=1e3 * (with_t.median_s - without_t.median_s),
+        with_attention_range_ms=f"{with_ms['min_ms']:.4g}-{with_ms['max_ms']:.4g}",
+        attention_ms=with_ms["median_ms"] - stats["without_attention"]["median_ms"],
         attention_share=1.0 - without_t.median_s / with_t.median_s,
         attention_share_round_min=min(per_round),
         attention_share_round_max=max(per_round),
@@ -261,9 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"warm_runs={setup.cfg.warm_runs}: use at least 3 for a median")
     preflight(setup)
     result = run(setup)
-    print(json.dumps(result, indent=1) if args.json else format_table(result))
-    if tracking_requested(args):
-        log_records(args, records(result))
+    emit(args, result, format_table(result), records(result))
     return 0
 
 

@@ -37,10 +37,8 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
-import time
 from collections.abc import Callable
 
 import jax
@@ -53,7 +51,9 @@ from evalharness.bench.matmul_ceiling import (
     torch_chunked_matmuls,
     xla_chunked_matmuls,
 )
-from evalharness.machine import machine_info
+from evalharness.bench.mlflow_record import emit
+from evalharness.bench.timing import time_warm
+from evalharness.machine import machine_info, machine_line
 from kernels.executors.dispatch import attention
 from kernels.executors.xla_flash import flash_blocks
 from kernels.masks.band import band_for_density
@@ -165,43 +165,30 @@ def _rows(name: str, rows: tuple[str, ...]) -> tuple[dict[str, Callable[[], obje
     return fns, info
 
 
-def time_rounds(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, dict]:
-    """Warms every callable up, then times ``rounds`` rounds of each, round-robin.
+def time_geometry(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, dict]:
+    """The benchmarks' warm round-robin timer (``evalharness.bench.timing.time_warm``: every
+    callable warmed up once, then ``rounds`` interleaved rounds) over the paired rows, then over
+    the ``APART`` rows on their own.
 
     Args:
         fns: name -> zero-argument callable that returns when its work is done.
         rounds: timed rounds (>= 1).
 
     Returns:
-        name -> {"wall_ms": [per round], "cpu_ms": [per round]}.
-    """
-    if rounds < 1:
-        raise ValueError(f"rounds={rounds}; need at least 1")
-    for fn in fns.values():
-        fn()
-    samples = {name: {"wall_ms": [], "cpu_ms": []} for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            w0, c0 = time.perf_counter(), time.process_time()
-            fn()
-            samples[name]["wall_ms"].append((time.perf_counter() - w0) * 1e3)
-            samples[name]["cpu_ms"].append((time.process_time() - c0) * 1e3)
-    return samples
+        name -> {"wall_ms": [per round], "cpu_ms": [per round], "paired": whether it ran in the
+        shared rounds}, in the order of ``fns``.
 
-
-def time_geometry(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, dict]:
-    """``time_rounds`` over the paired rows, then over the ``APART`` rows on their own.
-
-    Returns:
-        name -> samples, each with "paired": whether it ran in the shared rounds.
+    Raises:
+        ValueError: ``rounds`` is not an integer >= 1.
     """
     paired = {name: fn for name, fn in fns.items() if name not in APART}
     apart = {name: fn for name, fn in fns.items() if name in APART}
     samples = {}
     for group, in_rounds in ((paired, True), (apart, False)):
         if group:
-            for name, s in time_rounds(group, rounds).items():
-                samples[name] = {**s, "paired": in_rounds}
+            for name, t in time_warm(group, rounds).items():
+                wall, cpu = [1e3 * s for s in t.runs_s], [1e3 * s for s in t.cpu_s]
+                samples[name] = {"wall_ms": wall, "cpu_ms": cpu, "paired": in_rounds}
     return {name: samples[name] for name in fns}
 
 
@@ -224,7 +211,7 @@ def summarize(samples: dict[str, dict], info: dict) -> dict:
     """Per-row statistics, ratios and the dense-control checks for one geometry.
 
     Args:
-        samples: ``time_rounds``'s or ``time_geometry``'s output.
+        samples: ``time_geometry``'s output.
         info: the geometry's description (``b3_executed_pairs_fraction`` used for the ideal;
             ``flops``, when present, per row for the rate column).
 
@@ -333,16 +320,12 @@ def main(argv: list[str] | None = None) -> int:
         fns, info = _rows(name, tuple(args.rows))
         results.append(summarize(time_geometry(fns, args.rounds), info))
     machine = machine_info()
-    if args.json:
-        print(json.dumps({"machine": machine, "rounds": args.rounds, "results": results}, indent=2))
-        return 0
-    print(
-        f"machine: {machine['processor']}, {machine['cpu_count']} cores, {machine['platform']}, "
-        f"jax {machine['jax_version']}; {args.rounds} interleaved rounds"
+    tables = "".join(f"\n\n{format_table(result)}" for result in results)
+    emit(
+        args,
+        {"machine": machine, "rounds": args.rounds, "results": results},
+        f"{machine_line(machine)}; {args.rounds} interleaved rounds{tables}",
     )
-    for result in results:
-        print()
-        print(format_table(result))
     return 0
 
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from collections.abc import Sequence
 
@@ -36,8 +35,15 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from evalharness.assembly import build_attention, build_components, transformer_config_for
+from evalharness.assembly import (
+    build_attention,
+    build_components,
+    encode_contexts,
+    run_sampler,
+    transformer_config_for,
+)
 from evalharness.bench.markdown_report import report_markdown
+from evalharness.bench.mlflow_record import emit
 from evalharness.bench.run_config import bench_parser, config_or_exit
 from evalharness.config import EvalConfig
 from evalharness.formatting import markdown_table
@@ -46,8 +52,7 @@ from kernels.masks.geometry import TokenGeometry
 from kernels.masks.layouts import temporal_position
 from kernels.policy.routing import route_heads, routing_key
 from models.attention import dense_attention
-from models.pipeline import DenoiseLoop, uses_guidance
-from models.samplers import default_flow_shift, make_sampler
+from models.pipeline import DenoiseLoop
 from models.video_geometry import VideoGeometry
 
 # Every head's full [N, N] probabilities are formed: 8,192 tokens is 256 MiB per head in float32.
@@ -139,10 +144,8 @@ def head_masses(
 def _dense_video(cfg: EvalConfig, video: VideoGeometry, components, sampler, dense_attend):
     """The dense arm's final latents ``x0`` of the job's (prompt, seed), its noise and the
     prompt's context."""
-    with components.prompt_encoder.session():
-        context = jnp.asarray(components.encode([cfg.prompt]))
-        guided = uses_guidance(cfg.guidance_scale, cfg.negative_prompt)
-        negative = jnp.asarray(components.encode([cfg.negative_prompt])) if guided else None
+    contexts, negative = encode_contexts(cfg, components, [cfg.prompt])
+    context = contexts[cfg.prompt]
     noise = jax.random.normal(jax.random.key(cfg.seed), (1, *video.latent_shape()), jnp.float32)
     loop = DenoiseLoop(
         components.transformer, sampler, guidance_scale=cfg.guidance_scale, attend=dense_attend
@@ -178,8 +181,7 @@ def measure(cfg: EvalConfig, at: Sequence[str] = STEP_CHOICES) -> MassReport:
         )
     policy = setup.sparse
     steps = steps_at(at, setup.schedule.dense_steps(cfg.steps), cfg.steps)
-    shift = cfg.resolution.flow_shift or default_flow_shift(video.height, video.width)
-    sampler = make_sampler(cfg.sampler.value, cfg.steps, shift)
+    sampler = run_sampler(cfg)
     components = build_components(cfg.model, cfg.dtype, cfg.cache_dir)
     x0, noise, context = _dense_video(cfg, video, components, sampler, setup.dense)
     spatial_band, temporal_band = band_masks(policy.routing_mask, geometry)
@@ -266,17 +268,14 @@ def main(argv: list[str] | None = None) -> int:
         "prompt": repr(cfg.prompt),
         "seed": cfg.seed,
     }
-    if args.json:
-        record = {
-            "setup": setup,
-            "machine": machine_info(),
-            **dataclasses.asdict(report),
-            "kinds": report.kinds(),
-            "router_agreement": report.router_agreement(),
-        }
-        print(json.dumps(record, indent=2))
-    else:
-        print(format_report(report, setup))
+    record = {
+        "setup": setup,
+        "machine": machine_info(),
+        **dataclasses.asdict(report),
+        "kinds": report.kinds(),
+        "router_agreement": report.router_agreement(),
+    }
+    emit(args, record, format_report(report, setup))
     return 0
 
 

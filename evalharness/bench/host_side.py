@@ -10,24 +10,39 @@ nanoseconds per pixel (pixel = frame x height x width of one arm's video), media
 rounds, beside the figures the time estimate states (``evalharness.estimates.run_time``). A
 machine much slower or faster than the stated one shows here; the estimate's constants say which
 machine they were measured on.
+
+The configuration is the run's (overrides as positional arguments): the video is
+``resolution``'s size in pixels, encoded at the run's ``fps`` and ``crf``; ``warm_runs`` rounds,
+each running every part once in a run's order, all timed (nothing compiles, so nothing is
+excluded).
+
+Usage:
+    python -m evalharness.bench.host_side [--json] [OVERRIDE ...]
+    python -m evalharness.bench.host_side resolution=480p resolution.frames=17  # 17 x 480 x 832
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import statistics
 import tempfile
-import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 
+from evalharness.arms import time_interleaved
+from evalharness.bench.mlflow_record import emit
+from evalharness.bench.run_config import bench_parser, config_or_exit
+from evalharness.config import EvalConfig
 from evalharness.estimates import HOST_NS_PER_PIXEL
 from evalharness.evidence import measure, run_folder
 from evalharness.formatting import markdown_table
-from evalharness.machine import machine_info
+from evalharness.machine import machine_info, machine_line
+
+# Calls per part in one round: encode writes three arms (the table is per arm).
+PER_CALL = {"encode": 3}
 
 
 def synthetic_frames(frames: int, height: int, width: int, seed: int) -> np.ndarray:
@@ -47,62 +62,75 @@ def _arm(label: str, frames: np.ndarray) -> SimpleNamespace:
     return SimpleNamespace(label=label, frames=frames, latents=np.zeros((1, 16, 1, 2, 2)))
 
 
-def time_once(frames: np.ndarray, folder: Path) -> dict[str, float]:
-    """Seconds of each host-side part for one dense + sparse + noise-floor comparison."""
+def host_parts(frames: np.ndarray, cfg: EvalConfig, folders: Iterator[Path]) -> dict[str, Any]:
+    """The host-side parts of one dense + sparse + noise-floor comparison, in the order a run
+    does them, as zero-argument calls for the run's interleaved timer: each round encodes the
+    arms into the next of ``folders``, writes the side-by-side video there and measures the
+    sparse arm against the dense one.
+
+    Args:
+        frames: uint8 [T, H, W, 3], the dense and noise-floor arms' video (the sparse arm's is
+            two levels brighter).
+        cfg: the run's config (``fps``, ``crf``).
+        folders: one empty folder per round.
+
+    Returns:
+        part name -> call.
+    """
     noisy = np.clip(frames.astype(np.int16) + 2, 0, 255).astype(np.uint8)
     dense, sparse, floor = _arm("dense", frames), _arm("sparse", noisy), _arm("noise_floor", frames)
-    cfg = SimpleNamespace(fps=16, crf=18)
-    start = time.perf_counter()
-    videos = run_folder.write_arm_videos(folder, dense, sparse, floor, cfg)
-    encoded = time.perf_counter()
-    run_folder.write_side_by_side(folder, dense, sparse, cfg)
-    side = time.perf_counter()
-    measure(videos.dense, videos.sparse, dense, sparse, codec_video=videos.dense_mp4)
-    measured = time.perf_counter()
-    return {
-        "encode": (encoded - start) / 3,  # per arm
-        "side_by_side": side - encoded,
-        "measure": measured - side,  # per measured arm
-    }
+    state: dict[str, Any] = {}
+
+    def encode() -> None:
+        state["folder"] = next(folders)
+        state["videos"] = run_folder.write_arm_videos(state["folder"], dense, sparse, floor, cfg)
+
+    def side_by_side() -> None:
+        run_folder.write_side_by_side(state["folder"], dense, sparse, cfg)
+
+    def measured() -> None:
+        videos = state["videos"]
+        measure(videos.dense, videos.sparse, dense, sparse, codec_video=videos.dense_mp4)
+
+    return {"encode": encode, "side_by_side": side_by_side, "measure": measured}
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Prints the per-pixel cost of each host-side part (Markdown)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--frames", type=int, default=17)
-    parser.add_argument("--height", type=int, default=480)
-    parser.add_argument("--width", type=int, default=832)
-    parser.add_argument("--rounds", type=int, default=3)
+    """Prints the per-pixel cost of each host-side part (Markdown, or JSON with ``--json``)."""
+    parser = bench_parser("evalharness.bench.host_side", __doc__, "resolution=480p warm_runs=3")
     args = parser.parse_args(argv)
-    frames = synthetic_frames(args.frames, args.height, args.width, seed=0)
+    cfg = config_or_exit(parser, args.overrides, resolve=False)
+    res = cfg.resolution
+    frames = synthetic_frames(res.frames, res.height, res.width, seed=0)
     pixels = frames.shape[0] * frames.shape[1] * frames.shape[2]
-    runs = []
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(args.rounds):
-            folder = Path(tmp) / str(i)
+        folders = [Path(tmp) / str(i) for i in range(cfg.warm_runs)]
+        for folder in folders:
             folder.mkdir()
-            runs.append(time_once(frames, folder))
+        # No warm-up: every round is timed, the first one included (no compile to exclude).
+        times = time_interleaved(host_parts(frames, cfg, iter(folders)), cfg.warm_runs)
     rows = []
-    for part in runs[0]:
-        ns = [1e9 * r[part] / pixels for r in runs]
+    for part, t in times.items():
+        ns = 1e9 / pixels / PER_CALL.get(part, 1)
         rows.append(
             {
                 "part": part,
-                "median": statistics.median(ns),
-                "min": min(ns),
-                "max": max(ns),
+                "median": t.median_s * ns,
+                "min": t.min_s * ns,
+                "max": t.max_s * ns,
                 "stated": HOST_NS_PER_PIXEL[part],
             }
         )
     columns = [("part", "part", "{}")] + [
         (f"{k} ns/pixel", k, "{:,.1f}") for k in ("median", "min", "max", "stated")
     ]
-    print(
-        f"Host-side video work, {args.frames} x {args.height} x {args.width}, "
-        f"{args.rounds} rounds on {machine_info()['processor']} x {machine_info()['cpu_count']} "
-        f"cores (load {os.getloadavg()[0]:.1f})\n"
+    machine = machine_info()
+    title = (
+        f"Host-side video work, {res.frames} x {res.height} x {res.width}, {cfg.warm_runs} "
+        f"rounds (load {os.getloadavg()[0]:.1f})\n{machine_line(machine)}\n\n"
     )
-    print(markdown_table(rows, columns))
+    result = {"machine": machine, "pixels": pixels, "rows": rows}
+    emit(args, result, title + markdown_table(rows, columns))
 
 
 if __name__ == "__main__":

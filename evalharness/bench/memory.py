@@ -44,9 +44,8 @@ import jax.numpy as jnp
 from evalharness.bench.mlflow_record import (
     BenchRecord,
     add_tracking_args,
-    log_records,
+    emit,
     parse_bench_args,
-    tracking_requested,
 )
 from evalharness.config import token_geometry
 from evalharness.estimates import (
@@ -110,7 +109,13 @@ def compiled_peak_bytes(fn: Callable, *shapes: jax.ShapeDtypeStruct) -> int:
     Returns:
         Bytes XLA plans to hold at once (an upper bound on live buffers, excluding the runtime).
     """
-    analysis = jax.jit(fn).lower(*shapes).compile().memory_analysis()
+    return lowered_peak_bytes(jax.jit(fn).lower(*shapes))
+
+
+def lowered_peak_bytes(lowered: jax.stages.Lowered) -> int:
+    """Arguments + outputs + temporaries - aliased bytes of ``lowered`` once compiled: what XLA
+    plans to hold at once (an upper bound on live buffers, excluding the runtime)."""
+    analysis = lowered.compile().memory_analysis()
     return int(
         analysis.argument_size_in_bytes
         + analysis.output_size_in_bytes
@@ -194,13 +199,6 @@ def _plan(shape: BenchShape, attends: dict[str, Callable], compile_attention: bo
     )
 
 
-def _compiled_loop_bytes(shape: BenchShape, model, attend: Callable) -> int:
-    """XLA's plan of the whole loop: arguments + outputs + temporaries - aliased."""
-    m = _loop(model, shape, attend).lower(*_loop_inputs(shape)).compile().memory_analysis()
-    whole = m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
-    return int(whole - m.alias_size_in_bytes)
-
-
 def predict(shape: BenchShape) -> list[dict]:
     """The two plans' and the whole loop's compiled bytes per arm; nothing is allocated.
 
@@ -219,7 +217,9 @@ def predict(shape: BenchShape) -> list[dict]:
             "arm": arm,
             "given": given.phase_bytes(arm)["denoise"],
             "compiled_plan": compiled.phase_bytes(arm)["denoise"],
-            "compiled_loop": _compiled_loop_bytes(shape, model, attends[arm]),
+            "compiled_loop": lowered_peak_bytes(
+                _loop(model, shape, attends[arm]).lower(*_loop_inputs(shape))
+            ),
             "dominant": given.dominant(arm),
         }
         for arm in ARMS
@@ -315,9 +315,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(measure(BenchShape(**spec["shape"]), spec["arm"])))
         return
     rows = benchmark(args.shapes)
-    print(json.dumps(rows, indent=1) if args.json else markdown_table(rows, COLUMNS))
-    if tracking_requested(args):
-        log_records(args, [record(rows, args.shapes)])
+    emit(args, rows, markdown_table(rows, COLUMNS), [record(rows, args.shapes)])
 
 
 def record(rows: list[dict], shapes: list[str]) -> BenchRecord:

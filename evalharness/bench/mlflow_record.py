@@ -125,6 +125,24 @@ def tracking_requested(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "mlflow", False) or getattr(args, "tracking_uri", None))
 
 
+def emit(
+    args: argparse.Namespace, result: Any, markdown: str, records: Iterable[BenchRecord] = ()
+) -> None:
+    """A benchmark's ending: ``result`` as JSON with ``--json``, else ``markdown``; then, when the
+    command line asked for MLflow (:func:`tracking_requested`), ``records`` logged.
+
+    Args:
+        args: the parsed command line (``json``, and the options of :func:`add_tracking_args`
+            where the benchmark has them).
+        result: the JSON-able result (NumPy scalars are written as floats).
+        markdown: what is printed without ``--json``.
+        records: the tables to log (:func:`log_records`).
+    """
+    print(json.dumps(result, indent=1, default=float) if args.json else markdown)
+    if tracking_requested(args):
+        log_records(args, records)
+
+
 def version_params() -> dict[str, str]:
     """``version.*``: Python and the numerical libraries that produced a result."""
     import flax

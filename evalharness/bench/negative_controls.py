@@ -5,16 +5,17 @@ seed, sampler, guidance, kernel) once dense, then once per sparse arm: the corre
 negative control of ``kernels.policy.negative_controls`` (every head spatial, every head temporal,
 every head given the other layout, temporal heads' outputs left in the temporal layout). Every row
 is measured against the one shared dense arm with the gate's own metric (``psnr_db``: raw-frame
-PSNR of the whole video) plus the worst frame and SSIM, and gets the gate's verdict at
-``--min-psnr-db`` (28 dB, the CI gate's threshold). A sound harness passes the correct row and
-fails every other.
+PSNR of the whole video) plus the worst frame and SSIM, and gets the gate's verdict at the run's
+``gate.min_psnr_db`` (28 dB, the CI gate's threshold, where the config sets none). A sound harness
+passes the correct row and fails every other.
 
 Nothing is timed (the controls cost what the correct arm costs); each sparse arm runs its
 routing-recording policy, whose latents are the sparse arm's, so each row also reports the
 fraction of heads that ran in the temporal layout.
 
 Usage:
-    python -m evalharness.bench.negative_controls [--min-psnr-db 28] [--json] [OVERRIDE ...]
+    python -m evalharness.bench.negative_controls [--controls ...] [--json] [OVERRIDE ...]
+    python -m evalharness.bench.negative_controls gate.min_psnr_db=30   # the gate's threshold
     python -m evalharness.bench.negative_controls schedule=aggressive   # Hydra overrides
     python -m evalharness.bench.negative_controls model=tiny-random     # random weights pass all
     python -m evalharness.bench.negative_controls model=tiny-planted    # the planted heads
@@ -29,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -43,9 +43,12 @@ from evalharness.assembly import (
     Components,
     build_attention,
     build_components,
+    encode_contexts,
+    run_sampler,
     transformer_config_for,
 )
 from evalharness.bench.markdown_report import report_markdown
+from evalharness.bench.mlflow_record import emit
 from evalharness.bench.run_config import bench_parser, config_or_exit
 from evalharness.config import EvalConfig, NegativeControl
 from evalharness.evidence import frame_quality
@@ -54,8 +57,7 @@ from evalharness.gate import check_gate
 from evalharness.machine import machine_info
 from evalharness.metric_names import Metric
 from kernels.policy.negative_controls import NEGATIVE_CONTROLS
-from models.pipeline import DenoiseLoop, uses_guidance
-from models.samplers import default_flow_shift, make_sampler
+from models.pipeline import DenoiseLoop
 from models.video_geometry import VideoGeometry
 
 # The repository's Hydra config folder (parents: bench, evalharness, then the repository root).
@@ -86,16 +88,11 @@ class _Inputs:
 
 def _inputs(cfg: EvalConfig) -> _Inputs:
     video = cfg.resolution.video
-    shift = cfg.resolution.flow_shift or default_flow_shift(video.height, video.width)
     components = build_components(cfg.model, cfg.dtype, cfg.cache_dir)
-    with components.prompt_encoder.session():
-        context = jnp.asarray(components.encode([cfg.prompt]))
-        negative = None
-        if uses_guidance(cfg.guidance_scale, cfg.negative_prompt):
-            negative = jnp.asarray(components.encode([cfg.negative_prompt]))
+    contexts, negative = encode_contexts(cfg, components, [cfg.prompt])
     noise = jax.random.normal(jax.random.key(cfg.seed), (1, *video.latent_shape()), jnp.float32)
-    sampler = make_sampler(cfg.sampler.value, cfg.steps, shift)
-    return _Inputs(components, video, sampler, noise, context, negative)
+    sampler = run_sampler(cfg)
+    return _Inputs(components, video, sampler, noise, contexts[cfg.prompt], negative)
 
 
 def _denoise(cfg: EvalConfig, inputs: _Inputs, attend: Any) -> np.ndarray:
@@ -121,7 +118,7 @@ def measure_controls(
     """One dense arm, then one row per sparse arm (``controls``), each against that dense arm.
 
     Args:
-        cfg: a resolved config (``resolved_run_config``); its own ``negative_control`` is ignored.
+        cfg: a resolved config (``config_or_exit``); its own ``negative_control`` is ignored.
         controls: names from ``NEGATIVE_CONTROLS`` (``none`` is the correct arm).
         min_psnr_db: the gate's ``psnr_db`` threshold.
         on_event: progress hook, called with one line per phase.
@@ -206,12 +203,6 @@ def format_report(result: dict[str, Any]) -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = bench_parser("evalharness.bench.negative_controls", __doc__, "schedule=aggressive")
     parser.add_argument(
-        "--min-psnr-db",
-        type=float,
-        default=DEFAULT_MIN_PSNR_DB,
-        help="the gate's psnr_db threshold (default: the CI gate's 28 dB)",
-    )
-    parser.add_argument(
         "--controls",
         nargs="+",
         default=list(NEGATIVE_CONTROLS),
@@ -226,10 +217,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     cfg = config_or_exit(parser, args.overrides)
+    min_psnr_db = DEFAULT_MIN_PSNR_DB if cfg.gate.min_psnr_db is None else cfg.gate.min_psnr_db
     rows = measure_controls(
         cfg,
         args.controls,
-        min_psnr_db=args.min_psnr_db,
+        min_psnr_db=min_psnr_db,
         on_event=lambda message: print(message, file=sys.stderr, flush=True),
     )
     result = {
@@ -243,15 +235,11 @@ def main(argv: list[str] | None = None) -> int:
             "dtype": cfg.dtype.value,
         },
         "machine": machine_info(),
-        "min_psnr_db": args.min_psnr_db,
+        "min_psnr_db": min_psnr_db,
         "rows": rows,
         "sound": sound(rows),
     }
-    if args.json:
-        json.dump(result, sys.stdout, indent=1, default=float)
-        print()
-    else:
-        print(format_report(result))
+    emit(args, result, format_report(result))
     return 0 if result["sound"] else 1
 
 

@@ -5,8 +5,12 @@ over frame 0's rows alone, at the CPU preset's token grid and at Wan's 21 latent
 routing follows the share monotonically and has no frame-0 bias (a purely temporal head's temporal
 error stays below its spatial error on frame 0's rows too). docs/against-sparse-videogen.md.
 
+The band is the run's ``schedule`` (its kept fraction at each geometry: ``density``, or the band
+of ``svg_sparsity``), with the run's overrides as positional arguments.
+
 Usage:
-    python -m evalharness.bench.routing_spectrum [--density 0.35]
+    python -m evalharness.bench.routing_spectrum [OVERRIDE ...]
+    python -m evalharness.bench.routing_spectrum schedule.density=0.25   # or schedule=aggressive
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from evalharness.bench.run_config import config_or_exit
 from evalharness.formatting import markdown_table
 from kernels.masks.geometry import TokenGeometry
 from kernels.policy.synthetic_heads import SPECTRUM, routing_spectrum
@@ -29,21 +34,17 @@ COLUMNS = (
 )
 
 
-def spectrum_table(geometry: TokenGeometry, density: float) -> str:
-    """The Markdown table of one geometry's spectrum (one row per share)."""
-    return markdown_table(routing_spectrum(geometry, density, SPECTRUM), COLUMNS)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """Prints the spectrum's table at each geometry."""
+    """Prints the spectrum's Markdown table at each geometry (one row per share)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--density", type=float, default=0.35, help="the band's kept fraction")
-    args = parser.parse_args(argv)
-    if not 0.0 < args.density <= 1.0:
-        parser.error(f"--density={args.density}: expected a kept fraction in (0, 1]")
+    parser.add_argument(
+        "overrides", nargs="*", help="the run's Hydra overrides, e.g. schedule=aggressive"
+    )
+    schedule = config_or_exit(parser, parser.parse_args(argv).overrides, resolve=False).schedule
     for geometry in GEOMETRIES:
-        print(f"\n{geometry} ({geometry.tokens:,} tokens), band density {args.density}\n")
-        print(spectrum_table(geometry, args.density))
+        density = schedule.target_density(geometry)
+        print(f"\n{geometry} ({geometry.tokens:,} tokens), band density {density:g}\n")
+        print(markdown_table(routing_spectrum(geometry, density, SPECTRUM), COLUMNS))
     return 0
 
 

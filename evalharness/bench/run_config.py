@@ -30,17 +30,6 @@ from models.config import WanTransformerConfig, get_transformer_config
 from models.dtypes import dtype_of
 
 
-def resolved_run_config(overrides: Sequence[str] = ()) -> EvalConfig:
-    """The run's config with Hydra ``overrides``, resolved for this host (backend, tiles, dense
-    executors, dtype).
-
-    Raises:
-        hydra.errors.HydraException: an unknown key or preset.
-        ValueError: a value the run refuses (e.g. a Pallas backend off its platform).
-    """
-    return platform_choices.resolve(to_config(compose_run_config(overrides)))
-
-
 def config_or_exit(
     parser: argparse.ArgumentParser,
     overrides: Sequence[str],

@@ -29,10 +29,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import statistics
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,20 +40,21 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from evalharness.admission import samples_per_call
-from evalharness.arms import time_interleaved
+from evalharness.arms import PreparedArm, prepare_arm, time_arms_interleaved
 from evalharness.assembly import (
     dense_attend,
     kernel_options,
     run_block_sizes,
+    run_sampler,
 )
 from evalharness.bench.mlflow_record import (
     BenchRecord,
     add_tracking_args,
-    log_records,
+    emit,
     parse_bench_args,
-    tracking_requested,
 )
 from evalharness.bench.run_config import bench_parser, config_or_exit
+from evalharness.bench.timing import ms_stats
 from evalharness.config import (
     CONF_DIR,
     EvalConfig,
@@ -75,8 +73,7 @@ from kernels.policy.routing import routing_flops_fraction
 from kernels.policy.schedule import SparsitySchedule
 from models.config import get_transformer_config
 from models.dtypes import dtype_of
-from models.pipeline import DenoiseLoop, uses_guidance
-from models.samplers import default_flow_shift, make_sampler
+from models.pipeline import uses_guidance
 from models.transformer import WanTransformer
 
 SCHEDULE_DIR = CONF_DIR / "schedule"
@@ -94,18 +91,13 @@ COLUMNS = (
 )
 
 
-def schedule_names() -> tuple[str, ...]:
-    """The run's schedule presets: the files of ``conf/schedule``."""
-    return tuple(group_options("schedule"))
-
-
 def _check_overrides(overrides: Sequence[str]) -> None:
     """Refuses a ``schedule=`` choice: every preset is timed, so one choice would be ignored."""
     for override in overrides:
         if override.split("=", 1)[0].lstrip("+~") == "schedule":
             raise ValueError(
                 f"{override!r}: this benchmark times every conf/schedule preset "
-                f"({', '.join(schedule_names())}); drop the schedule choice (a "
+                f"({', '.join(group_options('schedule'))}); drop the schedule choice (a "
                 "schedule.<field>= override applies to every preset)"
             )
 
@@ -123,7 +115,7 @@ def load_schedules(
     """
     schedules = [
         to_config(compose_run_config([*overrides, f"schedule={name}"])).schedule
-        for name in schedule_names()
+        for name in group_options("schedule")
     ]
     if all(s.sparse for s in schedules):
         raise ValueError(f"{SCHEDULE_DIR} has no dense schedule (sparse: false) to compare with")
@@ -157,7 +149,6 @@ def _setup(cfg: EvalConfig) -> _Setup:
     negative = None
     if uses_guidance(cfg.guidance_scale, cfg.negative_prompt):
         negative = jax.random.normal(keys[2], text, jnp.float32)
-    shift = cfg.resolution.flow_shift or default_flow_shift(video.height, video.width)
     model = WanTransformer(
         config,
         rngs=nnx.Rngs(cfg.model.seed),
@@ -170,32 +161,10 @@ def _setup(cfg: EvalConfig) -> _Setup:
         geometry=token_geometry(video),
         tiles=run_block_sizes(cfg),
         model=model,
-        sampler=make_sampler(cfg.sampler.value, cfg.steps, shift),
+        sampler=run_sampler(cfg),
         num_layers=config.num_layers,
         inputs=(noise, context, negative),
     )
-
-
-def _compile(setup: _Setup, policy: AttentionPolicy | None):
-    """Compiles the denoising loop (the model's own attention when ``policy`` is None) with the
-    run's guidance and runs it once to warm it; returns the compiled loop and the seconds."""
-    loop = DenoiseLoop(
-        setup.model,
-        setup.sampler,
-        guidance_scale=setup.cfg.guidance_scale,
-        attend=policy,
-        guidance_passes=setup.cfg.guidance_passes.value,
-    )
-    start = time.perf_counter()
-    compiled = loop.compile(*setup.inputs)
-    jax.block_until_ready(compiled(*setup.inputs).latents)
-    return compiled, time.perf_counter() - start
-
-
-def _finite(name: str, out: Any) -> None:
-    """Stops the timing when an arm's latents are not finite."""
-    if not bool(out.finite):
-        raise RuntimeError(f"schedule {name!r} produced non-finite latents")
 
 
 def _policy(setup: _Setup, schedule: SparsitySchedule) -> AttentionPolicy:
@@ -215,11 +184,23 @@ def _policy(setup: _Setup, schedule: SparsitySchedule) -> AttentionPolicy:
     )
 
 
-def _schedule_arm(setup: _Setup, schedule: SparsitySchedule):
-    """One schedule's compiled loop and its record (timings are filled in later)."""
+def _schedule_arm(setup: _Setup, schedule: SparsitySchedule) -> tuple[PreparedArm, dict]:
+    """One schedule's loop, compiled and warmed up as the run prepares an arm
+    (``evalharness.arms.prepare_arm``), and its record (timings are filled in later)."""
     geometry, tiles, steps = setup.geometry, setup.tiles, setup.cfg.steps
     policy = _policy(setup, schedule)
-    compiled, seconds = _compile(setup, policy)
+    noise, context, negative = setup.inputs
+    prepared = prepare_arm(
+        schedule.name,
+        setup.model,
+        setup.sampler,
+        guidance_scale=setup.cfg.guidance_scale,
+        attend=policy,
+        noise=noise,
+        context=context,
+        negative_context=negative,
+        guidance_passes=setup.cfg.guidance_passes.value,
+    )
     routing = 0.0
     if schedule.sparse:
         density = schedule.target_density(geometry)
@@ -231,24 +212,21 @@ def _schedule_arm(setup: _Setup, schedule: SparsitySchedule):
         "dense_steps": policy.dense_steps,
         "dense_layers": policy.dense_layers,
         "routing_flops_fraction": routing,
-        "compile_and_warm_s": seconds,
+        "compile_and_warm_s": prepared.compile_s + prepared.warmup_s,
     }
-    return compiled, arm
+    return prepared, arm
 
 
-def _time_rounds(compiled: dict, arms: dict[str, dict], inputs: tuple, runs: int) -> None:
-    """The run's interleaved timer (one run of every arm per round); adds timings and speedups
-    to ``arms``."""
-    calls = {name: (lambda fn=fn: fn(*inputs)) for name, fn in compiled.items()}
-    for name, times in time_interleaved(calls, runs, check=_finite).items():
+def _time_rounds(prepared: dict[str, PreparedArm], arms: dict[str, dict], runs: int) -> None:
+    """The run's interleaved timer for prepared arms (``evalharness.arms.time_arms_interleaved``:
+    one run of every arm per round, non-finite latents stop it); adds timings and speedups to
+    ``arms``."""
+    for name, times in time_arms_interleaved(prepared, runs).items():
         arms[name]["wall_ms"] = [1e3 * s for s in times.runs_s]
         arms[name]["cpu_ms"] = [1e3 * s for s in times.cpu_s]
-    dense_median = statistics.median(arms["dense"]["wall_ms"])
+        arms[name].update(ms_stats(times))
     for arm in arms.values():
-        arm["median_ms"] = statistics.median(arm["wall_ms"])
-        arm["min_ms"], arm["max_ms"] = min(arm["wall_ms"]), max(arm["wall_ms"])
-        arm["cpu_median_ms"] = statistics.median(arm["cpu_ms"])
-        arm["speedup_vs_dense"] = dense_median / arm["median_ms"]
+        arm["speedup_vs_dense"] = arms["dense"]["median_ms"] / arm["median_ms"]
 
 
 def _describe(cfg: EvalConfig) -> dict:
@@ -292,11 +270,11 @@ def run(cfg: EvalConfig, schedules: Sequence[SparsitySchedule]) -> dict:
         The machine, the settings (:func:`_describe`), the routing cost at 720p and the arms.
     """
     setup = _setup(cfg)
-    compiled: dict = {}
+    prepared: dict[str, PreparedArm] = {}
     arms: dict[str, dict] = {}
     for schedule in schedules:
-        compiled[schedule.name], arms[schedule.name] = _schedule_arm(setup, schedule)
-    _time_rounds(compiled, arms, setup.inputs, cfg.warm_runs)
+        prepared[schedule.name], arms[schedule.name] = _schedule_arm(setup, schedule)
+    _time_rounds(prepared, arms, cfg.warm_runs)
     hd720 = load_resolution("720p").tokens
     return {
         "machine": machine_info(),
@@ -410,13 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_bench_args(parser, argv)
     cfg, schedules = configure(parser, args)
     result = run(cfg, schedules)
-    if args.json:
-        json.dump(result, sys.stdout, indent=1)
-        print()
-    else:
-        print(format_table(result))
-    if tracking_requested(args):
-        log_records(args, [record(result)])
+    emit(args, result, format_table(result), [record(result)])
     return 0
 
 

@@ -12,7 +12,6 @@ difference. The rates come from ``evalharness.estimates.time_rates``: fitted at 
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from evalharness.admission import checkpoint_optional, estimate_run_time
 from evalharness.assembly import platform_choices
@@ -40,15 +39,11 @@ def predict(resolution: str) -> dict[str, float]:
     return seed_prediction(timing, work, tcfg, rates_for(target))
 
 
-def rows() -> list[dict[str, Any]]:
-    """One row per resolution: the seed's figure, ours, and the difference."""
-    return [seed_row(res, predict(res)) for res in SEED_RESOLUTIONS]
-
-
 def main(argv: list[str] | None = None) -> None:
-    """Prints the comparison (Markdown)."""
+    """Prints the comparison (Markdown): one row per resolution, the seed's figure, ours and the
+    difference."""
     argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
-    print(seed_table(rows()))
+    print(seed_table([seed_row(res, predict(res)) for res in SEED_RESOLUTIONS]))
     print(
         "\nRates (fitted at 720p; 1080p and 1440p are the check):"
         + "".join(f"\n- {c}: {s}" for c, s in rates_for(get_target(SEED_TARGET)).sources.items())

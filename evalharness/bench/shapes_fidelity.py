@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -35,14 +34,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from evalharness.assembly import build_attention, build_components, transformer_config_for
+from evalharness.assembly import (
+    build_attention,
+    build_components,
+    encode_contexts,
+    run_sampler,
+    transformer_config_for,
+)
 from evalharness.bench.markdown_report import report_markdown
+from evalharness.bench.mlflow_record import emit
 from evalharness.bench.run_config import bench_parser, config_or_exit
 from evalharness.config import EvalConfig
 from evalharness.formatting import markdown_table
 from evalharness.machine import machine_info
-from models.pipeline import DenoiseLoop, uses_guidance
-from models.samplers import default_flow_shift, make_sampler
+from models.pipeline import DenoiseLoop
 from models.shapes_data import ClipSpec, held_out_specs
 from models.shapes_detector import detect
 
@@ -123,17 +128,12 @@ def read_pairs(
     """The dense arm of every pair, decoded and read by the detector (one model, loops compiled
     once)."""
     video = cfg.resolution.video
-    shift = cfg.resolution.flow_shift or default_flow_shift(video.height, video.width)
     tcfg = transformer_config_for(cfg.model)
     components = build_components(cfg.model, cfg.dtype, cfg.cache_dir)
-    prompts = [spec.prompt for spec, _ in pairs]
-    guided = uses_guidance(cfg.guidance_scale, cfg.negative_prompt)
-    with components.prompt_encoder.session():
-        contexts = components.encode(prompts)
-        negative = jnp.asarray(components.encode([cfg.negative_prompt])) if guided else None
+    contexts, negative = encode_contexts(cfg, components, [spec.prompt for spec, _ in pairs])
     loop = DenoiseLoop(
         components.transformer,
-        make_sampler(cfg.sampler.value, cfg.steps, shift),
+        run_sampler(cfg),
         guidance_scale=cfg.guidance_scale,
         attend=build_attention(cfg, video, tcfg).dense,
     )
@@ -141,7 +141,7 @@ def read_pairs(
     for i, (spec, seed) in enumerate(pairs):
         start = time.perf_counter()
         noise = jax.random.normal(jax.random.key(seed), (1, *video.latent_shape()), jnp.float32)
-        out = loop(noise, jnp.asarray(contexts[i : i + 1]), negative)
+        out = loop(noise, contexts[spec.prompt], negative)
         if not bool(out.finite):
             raise RuntimeError(f"pair {i} ({spec.prompt!r}, seed {seed}): NaN or Inf latents")
         detection = detect(components.decode(np.asarray(out.latents)))
@@ -238,17 +238,14 @@ def main(argv: list[str] | None = None) -> int:
         "sampler": cfg.sampler.value,
         "guidance": cfg.guidance_scale,
     }
-    if args.json:
-        record = {
-            "setup": setup,
-            "machine": machine_info(),
-            "readings": [dataclasses.asdict(r) for r in readings],
-            "summary": dataclasses.asdict(summary),
-            "meets": summary.meets(),
-        }
-        print(json.dumps(record, indent=2))
-    else:
-        print(format_report(readings, summary, setup, args.min_r2))
+    record = {
+        "setup": setup,
+        "machine": machine_info(),
+        "readings": [dataclasses.asdict(r) for r in readings],
+        "summary": dataclasses.asdict(summary),
+        "meets": summary.meets(),
+    }
+    emit(args, record, format_report(readings, summary, setup, args.min_r2))
     return 0 if summary.meets() else 1
 
 

@@ -11,17 +11,31 @@ from typing import Any
 
 import jax
 
-from evalharness.arms import time_interleaved
+from evalharness.arms import RunTimes, check_warm_runs, time_interleaved
 
 
-def time_warm_ms(
+def ms_stats(times: RunTimes) -> dict[str, float]:
+    """One computation's timed runs in milliseconds.
+
+    Returns:
+        {"median_ms", "min_ms", "max_ms", "cpu_median_ms"}.
+    """
+    return {
+        "median_ms": times.median_s * 1e3,
+        "min_ms": times.min_s * 1e3,
+        "max_ms": times.max_s * 1e3,
+        "cpu_median_ms": statistics.median(times.cpu_s) * 1e3,
+    }
+
+
+def time_warm(
     fns: dict[str, Callable[[], Any]],
     runs: int = 5,
     *,
     clock: Callable[[], float] = time.perf_counter,
     cpu_clock: Callable[[], float] = time.process_time,
     block: Callable[[Any], Any] = jax.block_until_ready,
-) -> dict[str, dict]:
+) -> dict[str, RunTimes]:
     """Times several callables round-robin so drift of a shared machine hits them all alike.
 
     Every callable is called once first (compile and warm-up, untimed); then the run's timer
@@ -36,23 +50,32 @@ def time_warm_ms(
         block: waits for a call's outputs (injected by tests).
 
     Returns:
+        name -> its run times (wall and CPU seconds of every round), in the order of ``fns``.
+
+    Raises:
+        ValueError: ``runs`` is not an integer >= 1.
+    """
+    check_warm_runs(runs)  # before the warm-ups: a refused count compiles nothing
+    for fn in fns.values():
+        block(fn())
+    return time_interleaved(fns, runs, clock=clock, cpu_clock=cpu_clock, block=block)
+
+
+def time_warm_ms(
+    fns: dict[str, Callable[[], Any]],
+    runs: int = 5,
+    *,
+    clock: Callable[[], float] = time.perf_counter,
+    cpu_clock: Callable[[], float] = time.process_time,
+    block: Callable[[Any], Any] = jax.block_until_ready,
+) -> dict[str, dict]:
+    """:func:`time_warm` in milliseconds (:func:`ms_stats`).
+
+    Returns:
         name -> {"median_ms", "min_ms", "max_ms", "cpu_median_ms", "runs"}.
 
     Raises:
-        ValueError: ``runs`` < 1.
+        ValueError: ``runs`` is not an integer >= 1.
     """
-    if isinstance(runs, int) and runs < 1:
-        raise ValueError(f"runs={runs}; need at least 1")
-    for fn in fns.values():
-        block(fn())
-    times = time_interleaved(fns, runs, clock=clock, cpu_clock=cpu_clock, block=block)
-    return {
-        name: {
-            "median_ms": t.median_s * 1e3,
-            "min_ms": t.min_s * 1e3,
-            "max_ms": t.max_s * 1e3,
-            "cpu_median_ms": statistics.median(t.cpu_s) * 1e3,
-            "runs": runs,
-        }
-        for name, t in times.items()
-    }
+    times = time_warm(fns, runs, clock=clock, cpu_clock=cpu_clock, block=block)
+    return {name: {**ms_stats(t), "runs": runs} for name, t in times.items()}

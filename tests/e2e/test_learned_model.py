@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from evalharness.bench.negative_controls import DEFAULT_MIN_PSNR_DB, measure_controls, sound
-from evalharness.bench.run_config import resolved_run_config
 from evalharness.bench.shapes_fidelity import held_out_pairs, read_pairs, summarize
+from tests.helpers.harness_config import resolved_run_config
 
 # How far under the gate's threshold every broken arm must fall: a gate that a broken arm misses
 # by a fraction of a decibel would pass it after any small change of the model or the schedule.

@@ -15,7 +15,6 @@ from flax import nnx
 
 from evalharness.assembly.components import transformer_config_for
 from evalharness.bench.negative_controls import measure_controls, sound
-from evalharness.bench.run_config import resolved_run_config
 from evalharness.config.schemas import ModelConfig
 from evalharness.evidence.cache_key import dense_arm_key
 from evalharness.gate.verdict import check_gate
@@ -38,6 +37,7 @@ from models.planted_heads import (
 from models.rope import apply_rope, axis_frequencies, rope_tables
 from models.tiny_components import tiny_identity, tiny_transformer
 from models.transformer import WanTransformer
+from tests.helpers.harness_config import resolved_run_config
 from tests.helpers.schedules import load_schedule
 
 GRID = (9, 12, 20)  # the default job's tokens: resolution=cpu, 33 x 192 x 320 pixels

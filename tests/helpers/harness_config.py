@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
+from evalharness.assembly import platform_choices
+from evalharness.config import EvalConfig, compose_run_config, to_config
 from evalharness.config.schemas import register_configs
 from tests.helpers.paths import REPO_ROOT
 
@@ -41,3 +44,14 @@ def small_config(tmp_path: Path, *overrides: str, small: bool = True) -> DictCon
                 *overrides,
             ],
         )
+
+
+def resolved_run_config(overrides: Sequence[str] = ()) -> EvalConfig:
+    """The run's config with Hydra ``overrides``, resolved for this host (backend, tiles, dense
+    executors, dtype), as ``python -m evalharness`` composes it.
+
+    Raises:
+        hydra.errors.HydraException: an unknown key or preset.
+        ValueError: a value the run refuses (e.g. a Pallas backend off its platform).
+    """
+    return platform_choices.resolve(to_config(compose_run_config(overrides)))

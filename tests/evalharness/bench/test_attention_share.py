@@ -8,9 +8,9 @@ import pytest
 
 from evalharness.assembly import platform_choices
 from evalharness.bench import attention_share
-from evalharness.bench.run_config import resolved_run_config
 from evalharness.config import compose_run_config, to_config
 from evalharness.estimates import SEED_ATTENTION_SHARE
+from tests.helpers.harness_config import resolved_run_config
 
 
 def _setup(*overrides: str) -> attention_share.ShareSetup:

@@ -12,10 +12,11 @@ import pytest
 from evalharness.bench.__main__ import main as bench_main
 from evalharness.bench.backends import Backend
 from evalharness.bench.checks import acceptance_checks, gpu_checks
-from evalharness.bench.run_config import AttentionCall, resolved_run_config
+from evalharness.bench.run_config import AttentionCall
 from evalharness.bench.sweep import tile_sweep
 from kernels.executors import pallas_gpu_budget
 from kernels.masks.geometry import TokenGeometry
+from tests.helpers.harness_config import resolved_run_config
 
 # One call of [1, 128, 1, 64]: 2 x 8 x 8 = 128 tokens (5 frames of 128 x 128 pixels), the tiny
 # model's 4 heads over 4 sequence devices, one sample (no guidance). The interpreter handles it
@@ -238,8 +239,8 @@ def test_xla_checks_are_unchanged():
 
 
 def test_schedule_benchmark_refuses_pallas_gpu_off_a_gpu_and_knows_the_1p3b_shapes(capsys):
-    from evalharness.bench.run_config import resolved_run_config
     from evalharness.bench.schedules import main as schedules_main
+    from tests.helpers.harness_config import resolved_run_config
 
     if jax.default_backend() == "gpu":
         pytest.skip("on a GPU the kernel runs")

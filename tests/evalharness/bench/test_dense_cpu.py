@@ -8,7 +8,6 @@ from evalharness.bench.dense_cpu import (
     paired_ratio,
     summarize,
     time_geometry,
-    time_rounds,
 )
 
 
@@ -97,11 +96,13 @@ def test_rows_timed_apart_run_after_the_paired_rounds_and_their_ratios_say_unpai
     assert f"| {APART[0]} |" in format_table(result) and "5.00 (unpaired)" in format_table(result)
 
 
-def test_time_rounds_runs_round_robin_after_warm_ups():
+def test_paired_rows_run_round_robin_after_warm_ups():
     calls = []
     fns = {name: (lambda name=name: calls.append(name)) for name in ("a", "b")}
-    samples = time_rounds(fns, rounds=2)
+    samples = time_geometry(fns, rounds=2)
     assert calls == ["a", "b", "a", "b", "a", "b"]
     assert [len(s["wall_ms"]) for s in samples.values()] == [2, 2]
-    with pytest.raises(ValueError, match="rounds=0"):
-        time_rounds(fns, rounds=0)
+    assert [len(s["cpu_ms"]) for s in samples.values()] == [2, 2]
+    with pytest.raises(ValueError, match="got 0"):
+        time_geometry(fns, rounds=0)
+    assert calls == ["a", "b"] * 3  # a refused count runs nothing, not even a warm-up

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from evalharness.bench.head_mass import measure, steps_at
-from evalharness.bench.run_config import resolved_run_config
 from models.planted_heads import planted_layout
+from tests.helpers.harness_config import resolved_run_config
 
 
 def test_the_named_steps_are_sparse_steps():

@@ -9,20 +9,24 @@ from evalharness.bench import __main__ as kernel_bench
 from evalharness.bench import (
     attention_share,
     head_mass,
+    host_side,
     negative_controls,
     placement,
+    routing_spectrum,
     schedules,
     shapes_fidelity,
 )
-from evalharness.bench.run_config import resolved_run_config
 from evalharness.config import compose_run_config, to_config
+from tests.helpers.harness_config import resolved_run_config
 
 BENCHMARKS = [
     kernel_bench,
     attention_share,
     head_mass,
+    host_side,
     negative_controls,
     placement,
+    routing_spectrum,
     schedules,
     shapes_fidelity,
 ]

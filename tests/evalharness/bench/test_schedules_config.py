@@ -12,8 +12,8 @@ import pytest
 from evalharness.admission import samples_per_call
 from evalharness.assembly import platform_choices, run_block_sizes
 from evalharness.bench import schedules
-from evalharness.bench.run_config import resolved_run_config
 from evalharness.config import CONF_DIR, compose_run_config, to_config, token_geometry
+from tests.helpers.harness_config import resolved_run_config
 
 
 def _main(monkeypatch, argv: list[str]) -> tuple[dict, dict]:
