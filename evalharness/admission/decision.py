@@ -114,7 +114,7 @@ def admit(cfg: EvalConfig) -> Admission:
     what = f"model={cfg.model.name} resolution={cfg.resolution.name} schedule={cfg.schedule.name}"
     flops_per_s = measure_matmul_flops(cfg.dtype.value)
     sizing = _size_run(cfg, tcfg, flops_per_s)
-    advice = None
+    advice = []
     if not sizing.memory.fits:  # each setting it suggests is applied and planned again
         advice = checked_advice(
             cfg, sizing, lambda c: _size_run(platform_choices.resolve(c), tcfg, flops_per_s)

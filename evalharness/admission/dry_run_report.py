@@ -96,7 +96,7 @@ def plan_dry_run(cfg: EvalConfig | DictConfig | dict) -> DryRunPlan:
     # On its own platform a dry run plans exactly as the run's preflight would.
     arms = quadratic_arms(cfg) if on_host else ()
     sizing = size_run(cfg, tcfg, target, devices=devices, compile_arms=arms)
-    problems = [p for p in (sizing.memory_problem(), *sizing.problems) if p]
+    problems = [p for p in (sizing.memory.problem(), *sizing.problems) if p]
     advice = []
     if not sizing.memory.fits:
         advice = checked_advice(requested, sizing, lambda c: _replan(c, tcfg, target, arms))

@@ -115,17 +115,6 @@ class RunSizing:
         """Memory, SMEM/VMEM and lowering all pass (the time limit is checked by preflight)."""
         return self.memory.fits and not self.problems
 
-    def memory_problem(self) -> str | None:
-        """One line on the arm that does not fit, or None."""
-        if self.memory.fits:
-            return None
-        worst = max(self.memory.arms, key=self.memory.peak)
-        return (
-            f"memory: the {worst} arm peaks at {self.memory.peak(worst) / 2**30:,.2f} GiB per "
-            f"device (largest part: {self.memory.dominant(worst)}), more than the "
-            f"{self.target.name}'s {self.target.hbm_bytes / 2**30:,.2f} GiB"
-        )
-
     def budget_markdown(self) -> str:
         """The SMEM/VMEM table of the Pallas TPU plans ('' when there are none)."""
         if not self.budgets:

@@ -23,7 +23,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jax
@@ -195,16 +195,8 @@ def step_memory_table(
         phases["runtime overhead"] = "denoise"
     rows["VAE decode"] = kept("VAE decode")
     phases["VAE decode"] = "decode"
-    return MemoryTable(
-        rows,
-        phases,
-        _notes(model, described),
-        model.device_bytes,
-        model.device,
-        dict(executors),
-        model.devices,
-        model.dtype,
-        model.batch,
+    return replace(
+        model, rows=rows, phases=phases, notes=_notes(model, described), executors=dict(executors)
     )
 
 

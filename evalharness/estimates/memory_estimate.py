@@ -358,7 +358,7 @@ def estimate_memory(
     rows, phases = _rows(common, attention)
     _add_runtime_overhead(rows, phases, runtime_overhead)
     notes = dict(_NOTES, transformer=_NOTES["transformer"][forward])
-    return MemoryTable(rows, phases, notes, device_bytes, device, names, devices, str(dtype), batch)
+    return MemoryTable(rows, phases, notes, device_bytes, device, names)
 
 
 def _arms(

@@ -37,9 +37,6 @@ class MemoryTable:
         device_bytes: memory of one device.
         device: the device's name, for the table.
         executors: arm -> executor name (``ExecutorSpec.name``).
-        devices: P, the devices the sequence is split over (for advice).
-        dtype: the compute dtype name (for advice).
-        batch: samples per model call (2 with joint classifier-free guidance; for advice).
     """
 
     rows: Mapping[str, Mapping[str, int]]
@@ -48,9 +45,6 @@ class MemoryTable:
     device_bytes: int
     device: str = "device"
     executors: Mapping[str, str] = field(default_factory=dict)
-    devices: int = 1
-    dtype: str = "float32"
-    batch: int = 1
 
     @property
     def arms(self) -> tuple[str, ...]:
@@ -89,6 +83,17 @@ class MemoryTable:
         """The largest component of ``arm`` other than the resident weights."""
         others = {c: r.get(arm, 0) for c, r in self.rows.items() if self.phases[c] != "resident"}
         return max(others, key=others.__getitem__)
+
+    def problem(self) -> str | None:
+        """One line on the arm that peaks highest when the table does not fit, else None."""
+        if self.fits:
+            return None
+        worst = max(self.arms, key=self.peak)
+        return (
+            f"memory: the {worst} arm peaks at {self.peak(worst) / GIB:,.2f} GiB per device "
+            f"(largest part: {self.dominant(worst)}), more than the {self.device}'s "
+            f"{self.device_bytes / GIB:,.2f} GiB"
+        )
 
     def to_markdown(self) -> str:
         """The table in GiB (2 decimals): components, then each phase's peak and the peak."""
