@@ -5,16 +5,10 @@ temporaries, routing and exchange buffers).
 
 from evalharness.estimates.attention_memory import ExecutorSpec, padded_heads
 from evalharness.estimates.block_memory import compiled_temp_bytes
-from evalharness.estimates.flops import (
-    FlopCount,
-    count_flops,
-    dtype_bytes,
-    parameter_count,
-    step_flops,
-)
-from evalharness.estimates.gpu_compiler import cuda_plugin_installed, gpu_topology_compiler
+from evalharness.estimates.flops import FlopCount, count_flops, parameter_count, step_flops
+from evalharness.estimates.gpu_compiler import gpu_topology_compiler
 from evalharness.estimates.host_memory import HostMemory, size_host
-from evalharness.estimates.memory_estimate import ArmCompileError, estimate_memory
+from evalharness.estimates.memory_estimate import estimate_memory
 from evalharness.estimates.memory_table import GIB, MemoryTable
 from evalharness.estimates.run_time import (
     HOST_NS_PER_PIXEL,
@@ -74,7 +68,6 @@ __all__ = [
     "seed_prediction",
     "seed_row",
     "seed_table",
-    "ArmCompileError",
     "CompiledProgram",
     "CPU_RUNTIME_OVERHEAD",
     "DeviceTarget",
@@ -95,11 +88,9 @@ __all__ = [
     "TpuCompilerUnavailable",
     "compile_for",
     "count_flops",
-    "cuda_plugin_installed",
     "compiled_temp_bytes",
     "compiler_reason",
     "device_memory_bytes",
-    "dtype_bytes",
     "estimate_memory",
     "size_host",
     "estimate_time",

@@ -44,23 +44,13 @@ from evalharness.estimates.block_memory import (
     device_token_grid,
     forward_memory,
 )
-from evalharness.estimates.memory_table import ARMS, MemoryTable
+from evalharness.estimates.memory_table import MemoryTable
 from evalharness.estimates.tpu_compiler import compiler_reason
 from models.config import WanTransformerConfig
 from models.dtypes import dtype_of
 from models.sharding import param_bytes_per_device
 from models.transformer import abstract_transformer
 from models.video_geometry import VideoGeometry
-
-__all__ = [
-    "ARMS",
-    "AttentionShape",
-    "ExecutorSpec",
-    "MemoryTable",
-    "loop_state_bytes",
-    "estimate_memory",
-    "weight_bytes_per_device",
-]
 
 F32 = 4
 # Blocks whose gathered ("fsdp") weights are live at once: the one computing and the one XLA's

@@ -83,7 +83,6 @@ class StepWork:
     Attributes:
         matmul_flops: the transformer without self-attention.
         attention_flops: self-attention if every call were dense (padded heads included).
-        call_tokens: tokens of one attention call (N).
         calls: attention calls per step (layers x forwards).
         qkv_elements: elements of q on the device after the exchange, summed over the step's
             calls (layers x samples x N x padded heads / P x head_dim).
@@ -94,7 +93,6 @@ class StepWork:
 
     matmul_flops: float
     attention_flops: float
-    call_tokens: int
     calls: int
     qkv_elements: float
     exchange_bytes: float
@@ -139,7 +137,6 @@ def step_work(
     return StepWork(
         matmul_flops=(total - attention) / p,
         attention_flops=attention * padded / heads / p,
-        call_tokens=n,
         calls=tcfg.num_layers * forwards,
         qkv_elements=tcfg.num_layers * guidance_batch * n * padded / p * tcfg.attention_head_dim,
         exchange_bytes=4 * tensor * away * tcfg.num_layers if p > 1 else 0.0,
@@ -148,15 +145,11 @@ def step_work(
     )
 
 
-COMPONENTS = ("transformer matmuls", "self-attention", "sparse overhead", "exchange")
-
-
 @dataclass(frozen=True)
 class TimeEstimate:
     """Minutes per arm on a target, component by component.
 
     Attributes:
-        target: the target's name.
         assumption: the device figures used (``DeviceTarget.assumption``).
         seconds: component -> arm -> seconds of one denoising step on one device.
         sources: component -> where its rate comes from.
@@ -170,7 +163,6 @@ class TimeEstimate:
         pairs: (prompt, seed) pairs; every pair runs every arm's loops.
     """
 
-    target: str
     assumption: str
     seconds: Mapping[str, Mapping[str, float]]
     sources: Mapping[str, str]
@@ -374,7 +366,6 @@ def estimate_time(
         "exchange": dict.fromkeys(runs, exchange),
     }
     return TimeEstimate(
-        target=target.name,
         assumption=(
             f"{target.name}: {p} x {_flop_rate(target.peak_flops[str(dtype)])} {dtype} "
             f"peak, {target.hbm_bytes_per_s / 1e9:,.0f} GB/s HBM"

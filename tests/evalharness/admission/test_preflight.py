@@ -3,7 +3,8 @@
 import pytest
 
 from evalharness.admission.preflight import PreflightRefusal, check
-from evalharness.estimates import count_flops, dtype_bytes, parameter_count
+from evalharness.estimates import count_flops, parameter_count
+from evalharness.estimates.flops import dtype_bytes
 from evalharness.estimates.targets import get_target
 from evalharness.estimates.time_rates import rates_for
 from evalharness.estimates.workload import estimate_time

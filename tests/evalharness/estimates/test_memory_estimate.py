@@ -15,8 +15,8 @@ from evalharness.estimates.attention_memory import (
     routing_buffer_bytes,
 )
 from evalharness.estimates.block_memory import block_memory
-from evalharness.estimates.memory_estimate import ExecutorSpec, MemoryTable, estimate_memory
-from evalharness.estimates.memory_table import GIB
+from evalharness.estimates.memory_estimate import ExecutorSpec, estimate_memory
+from evalharness.estimates.memory_table import GIB, MemoryTable
 from kernels.masks.band import band_for_density
 from kernels.masks.geometry import TokenGeometry
 from kernels.policy.attention_policy import make_dense_attend
