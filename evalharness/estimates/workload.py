@@ -346,9 +346,12 @@ def estimate_time(
     }
     work = step_work(tcfg, geometry, param_dtype=param_dtype, dtype=dtype, **sizes)
     peak = target.peak_flops[str(dtype)]
-    compute = work.matmul_flops / (peak * rates.matmul_efficiency)
-    memory = work.hbm_bytes / target.hbm_bytes_per_s
-    matmuls, bound = (compute, "compute") if compute >= memory else (memory, "memory")
+    matmuls, bound = roofline(
+        work.matmul_flops,
+        work.hbm_bytes,
+        flops_per_s=peak * rates.matmul_efficiency,
+        bytes_per_s=target.hbm_bytes_per_s,
+    )
     link = rates.interconnect_bytes_per_s
     exchange = (work.exchange_bytes + work.gather_bytes) / link if link else 0.0
     attention, overhead = _attention_seconds(work, rates, peak, sparse)
@@ -377,6 +380,25 @@ def estimate_time(
         steps=steps,
         pairs=pairs,
     )
+
+
+def roofline(
+    flops: float, bytes_moved: float, *, flops_per_s: float, bytes_per_s: float
+) -> tuple[float, str]:
+    """Roofline time of work on one device: the slower of computing and moving its bytes.
+
+    Args:
+        flops: matmul FLOPs of the work on this device.
+        bytes_moved: bytes read and written from device memory.
+        flops_per_s: the sustained matmul rate (peak x the fraction reached).
+        bytes_per_s: the device memory's bandwidth.
+
+    Returns:
+        (seconds, "compute" or "memory": which side of the roofline bounds it).
+    """
+    compute = flops / flops_per_s
+    memory = bytes_moved / bytes_per_s
+    return (compute, "compute") if compute >= memory else (memory, "memory")
 
 
 def _flop_rate(flops_per_s: float) -> str:
