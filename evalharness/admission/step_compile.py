@@ -38,6 +38,7 @@ from evalharness.estimates import (
     CompiledProgram,
     MemoryTable,
     TpuCompiler,
+    add_runtime_overhead,
     program_figures,
 )
 from kernels.parallel.attend import parallelize
@@ -189,10 +190,7 @@ def step_memory_table(
         "denoising step (compiled)": "denoise",
         "generated code": "denoise",
     }
-    if runtime_overhead:
-        loop = {arm: sum(rows[c][arm] for c in rows if phases[c] == "denoise") for arm in arms}
-        rows["runtime overhead"] = {arm: int(runtime_overhead * loop[arm]) for arm in arms}
-        phases["runtime overhead"] = "denoise"
+    add_runtime_overhead(rows, phases, runtime_overhead, arms)
     rows["VAE decode"] = kept("VAE decode")
     phases["VAE decode"] = "decode"
     return replace(

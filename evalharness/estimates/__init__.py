@@ -9,7 +9,7 @@ from evalharness.estimates.flops import FlopCount, count_flops, parameter_count,
 from evalharness.estimates.gpu_compiler import gpu_topology_compiler
 from evalharness.estimates.host_memory import HostMemory, size_host
 from evalharness.estimates.memory_estimate import estimate_memory
-from evalharness.estimates.memory_table import GIB, MemoryTable
+from evalharness.estimates.memory_table import GIB, MemoryTable, add_runtime_overhead
 from evalharness.estimates.run_time import (
     HOST_NS_PER_PIXEL,
     VAE_EFFICIENCY,
@@ -86,6 +86,7 @@ __all__ = [
     "TimeEstimate",
     "TpuCompiler",
     "TpuCompilerUnavailable",
+    "add_runtime_overhead",
     "compile_for",
     "count_flops",
     "compiled_temp_bytes",

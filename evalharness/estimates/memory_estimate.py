@@ -44,7 +44,7 @@ from evalharness.estimates.block_memory import (
     device_token_grid,
     forward_memory,
 )
-from evalharness.estimates.memory_table import MemoryTable
+from evalharness.estimates.memory_table import MemoryTable, add_runtime_overhead
 from evalharness.estimates.tpu_compiler import compiler_reason
 from models.config import WanTransformerConfig
 from models.dtypes import dtype_of
@@ -346,7 +346,7 @@ def estimate_memory(
     }
     attention, names = _arms(compile_, executors, model, devices, shape, tcfg, placement)
     rows, phases = _rows(common, attention)
-    _add_runtime_overhead(rows, phases, runtime_overhead)
+    add_runtime_overhead(rows, phases, runtime_overhead, sorted(executors))
     notes = dict(_NOTES, transformer=_NOTES["transformer"][forward])
     return MemoryTable(rows, phases, notes, device_bytes, device, names)
 
@@ -370,29 +370,6 @@ def _arms(
         )
         names[arm] = _executor_name(spec, compiled is not None)
     return attention, names
-
-
-def _add_runtime_overhead(rows: dict, phases: dict, fraction: float) -> None:
-    """Adds the "runtime overhead" row: ``fraction`` of each arm's planned loop bytes."""
-    if not fraction:
-        return
-    arms = {arm for row in rows.values() for arm in row}
-    rows["runtime overhead"] = {
-        arm: int(fraction * _planned_loop_bytes(rows, phases, arm)) for arm in sorted(arms)
-    }
-    phases["runtime overhead"] = "denoise"
-
-
-def _planned_loop_bytes(
-    rows: Mapping[str, Mapping[str, int]], phases: Mapping[str, str], arm: str
-) -> int:
-    """The denoising loop's planned bytes of ``arm``: its rows plus the larger of routing and the
-    attention call (as ``MemoryTable.phase_bytes`` counts them), without the resident weights."""
-
-    def total(phase: str) -> int:
-        return sum(r.get(arm, 0) for c, r in rows.items() if phases[c] == phase)
-
-    return total("denoise") + max(total("routing"), total("attention"))
 
 
 def _executor_name(spec: ExecutorSpec, compiled: bool) -> str:
