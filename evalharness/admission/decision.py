@@ -181,9 +181,8 @@ def _compile_ahead(cfg: EvalConfig, tcfg: WanTransformerConfig, attention: Atten
     where = f"on {kernel.backend.value}, tiles {kernel.block_q}x{kernel.block_kv}"
     compile_check.compile_attention_paths(
         attention,
+        tcfg,
         batch=samples_per_call(cfg),
-        heads=tcfg.num_attention_heads,
-        head_dim=tcfg.attention_head_dim,
         dtype=cfg.dtype.value,
         executors={
             "dense": f"{kernel.dense_executor.value} {where}",

@@ -44,9 +44,9 @@ from evalharness.estimates import (
     MemoryTable,
     SparseWork,
     TimeEstimate,
+    attention_shape,
     compiled_temp_bytes,
     estimate_memory,
-    padded_heads,
     size_host,
 )
 from evalharness.formatting import markdown_table
@@ -173,7 +173,11 @@ def size_run(
     video = cfg.resolution.video
     batch = samples_per_call(cfg)
     attends, policy = _single_device_attends(cfg, tcfg, video)
-    qkv = _per_device_qkv(cfg, tcfg, video, batch, devices)
+    dtype = dtype_of(cfg.dtype)
+    call = attention_shape(
+        tcfg, batch=batch, tokens=video.tokens, devices=devices, dtype_bytes=dtype.itemsize
+    )
+    qkv = call.abstract(dtype)  # one device's q (= k = v) after the all-to-all
     specs = _executor_specs(cfg, policy, attends, qkv, compile_arms)
     estimate = _memory_estimator(cfg, tcfg, video, target, batch, devices, compile_arms)
     model_memory = estimate(executors=specs)
@@ -298,15 +302,6 @@ def _single_device_attends(
     if cfg.noise_floor:
         attends["noise_floor"] = floor
     return attends, policy
-
-
-def _per_device_qkv(
-    cfg: EvalConfig, tcfg: WanTransformerConfig, video: VideoGeometry, batch: int, devices: int
-) -> jax.ShapeDtypeStruct:
-    """One device's q (= k = v) after the all-to-all: every token, padded heads / P."""
-    heads = padded_heads(tcfg.num_attention_heads, devices) // devices
-    shape = (batch, video.tokens, heads, tcfg.attention_head_dim)
-    return jax.ShapeDtypeStruct(shape, dtype_of(cfg.dtype))
 
 
 def _executor_specs(

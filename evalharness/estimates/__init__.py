@@ -3,7 +3,7 @@ takes (FLOPs, roofline), and the per-device memory table (compiled block, attent
 temporaries, routing and exchange buffers).
 """
 
-from evalharness.estimates.attention_memory import ExecutorSpec, padded_heads
+from evalharness.estimates.attention_memory import ExecutorSpec, attention_shape
 from evalharness.estimates.block_memory import compiled_temp_bytes
 from evalharness.estimates.flops import FlopCount, count_flops, parameter_count, step_flops
 from evalharness.estimates.gpu_compiler import gpu_topology_compiler
@@ -87,6 +87,7 @@ __all__ = [
     "TpuCompiler",
     "TpuCompilerUnavailable",
     "add_runtime_overhead",
+    "attention_shape",
     "compile_for",
     "count_flops",
     "compiled_temp_bytes",
@@ -99,7 +100,6 @@ __all__ = [
     "gpu_topology_compiler",
     "host_target",
     "measure_matmul_flops",
-    "padded_heads",
     "parameter_count",
     "on_device",
     "program_figures",

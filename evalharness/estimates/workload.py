@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from evalharness.estimates.flops import dtype_bytes, parameter_count, step_flops
 from evalharness.estimates.targets import DeviceTarget
 from evalharness.formatting import markdown_table
+from kernels.parallel import padded_heads
 from models.config import WanTransformerConfig
 from models.video_geometry import VideoGeometry
 
@@ -128,7 +129,7 @@ def step_work(
     n = geometry.tokens
     n_dev = -(-n // p)
     heads = tcfg.num_attention_heads
-    padded = -(-heads // p) * p
+    padded = padded_heads(heads, p)
     attention, total = step_flops(tcfg, n, guidance_batch)
     per_block = guidance_batch * n_dev * (16 * tcfg.dim + 2 * tcfg.ffn_dim) * act
     weights = parameter_count(tcfg) * weight
@@ -268,7 +269,7 @@ class TimeEstimate:
 def _padding_source(tcfg: WanTransformerConfig, devices: int) -> dict[str, str]:
     """A note when the heads do not divide over the devices (their padding costs time)."""
     heads = tcfg.num_attention_heads
-    padded = -(-heads // devices) * devices
+    padded = padded_heads(heads, devices)
     if padded == heads:
         return {}
     return {
