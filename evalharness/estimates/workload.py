@@ -29,11 +29,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from evalharness.estimates.flops import dtype_bytes, parameter_count, step_flops
+from evalharness.estimates.flops import parameter_count, step_flops
 from evalharness.estimates.targets import DeviceTarget
 from evalharness.formatting import markdown_table
 from kernels.parallel import padded_heads
 from models.config import WanTransformerConfig
+from models.dtypes import dtype_of
 from models.video_geometry import VideoGeometry
 
 
@@ -125,7 +126,7 @@ def step_work(
         gathers: whether the weights are gathered per forward ("fsdp" on several devices).
     """
     p = devices
-    act, weight = dtype_bytes("dtype", str(dtype)), dtype_bytes("param_dtype", str(param_dtype))
+    act, weight = _itemsize("dtype", dtype), _itemsize("param_dtype", param_dtype)
     n = geometry.tokens
     n_dev = -(-n // p)
     heads = tcfg.num_attention_heads
@@ -144,6 +145,15 @@ def step_work(
         gather_bytes=weights * away * forwards if gathers and p > 1 else 0.0,
         hbm_bytes=weights * forwards + tcfg.num_layers * per_block,
     )
+
+
+def _itemsize(key: str, name: str) -> int:
+    """Bytes per element of the dtype config key ``key`` names; an unknown name's error names
+    the key."""
+    try:
+        return dtype_of(name).itemsize
+    except ValueError as error:
+        raise ValueError(f"{key}={str(name)!r}: {error}") from error
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,9 @@ import pytest
 
 from evalharness.admission.preflight import PreflightRefusal, check
 from evalharness.estimates import count_flops, parameter_count
-from evalharness.estimates.flops import dtype_bytes
 from evalharness.estimates.targets import get_target
 from evalharness.estimates.time_rates import rates_for
-from evalharness.estimates.workload import estimate_time
+from evalharness.estimates.workload import estimate_time, step_work
 from evalharness.run import run
 from models.config import get_transformer_config
 from models.video_geometry import VideoGeometry
@@ -94,9 +93,15 @@ def test_headline_1440p_on_cpu_is_refused_without_allocating(tmp_path, monkeypat
 def test_config_dtypes_are_accepted_and_unknown_dtypes_named():
     from evalharness.config.schemas import DType
 
-    assert dtype_bytes("dtype", DType.bfloat16) == dtype_bytes("dtype", "bfloat16") == 2
+    tcfg, geometry = get_transformer_config("wan2.1-t2v-14b"), VideoGeometry(81, 720, 1280)
+    sizes = dict(guidance_batch=2, forwards=1, devices=8, gathers=True)
+    by_enum = step_work(tcfg, geometry, param_dtype=DType.bfloat16, dtype=DType.bfloat16, **sizes)
+    assert by_enum == step_work(tcfg, geometry, param_dtype="bfloat16", dtype="bfloat16", **sizes)
+    # bf16 weights and activations take half float32's bytes.
+    as_f32 = step_work(tcfg, geometry, param_dtype="float32", dtype="float32", **sizes)
+    assert as_f32.hbm_bytes == 2 * by_enum.hbm_bytes
     with pytest.raises(ValueError, match="param_dtype='float64'"):
-        dtype_bytes("param_dtype", "float64")
+        step_work(tcfg, geometry, param_dtype="float64", dtype="bfloat16", **sizes)
 
 
 def _plan_14b_720p(noise_floor_temp):
