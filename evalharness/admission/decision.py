@@ -17,7 +17,7 @@ import jax
 
 from evalharness.admission import compile_check, preflight
 from evalharness.admission.advice import checked_advice
-from evalharness.admission.run_timing import samples_per_call, samples_per_step
+from evalharness.admission.run_timing import arm_executors, samples_per_call, samples_per_step
 from evalharness.admission.sizing import RunSizing, quadratic_arms, size_run
 from evalharness.assembly import (
     AttentionSetup,
@@ -179,14 +179,12 @@ def _compile_ahead(cfg: EvalConfig, tcfg: WanTransformerConfig, attention: Atten
     """Compiles every arm's attention at the run's shapes before any weight is read."""
     kernel = cfg.kernel
     where = f"on {kernel.backend.value}, tiles {kernel.block_q}x{kernel.block_kv}"
+    executors = {arm: f"{name} {where}" for arm, name in arm_executors(cfg).items()}
+    executors["sparse"] = f"schedule {cfg.schedule.name} ({cfg.schedule.variant}) {where}"
     compile_check.compile_attention_paths(
         attention,
         tcfg,
         batch=samples_per_call(cfg),
         dtype=cfg.dtype.value,
-        executors={
-            "dense": f"{kernel.dense_executor.value} {where}",
-            "noise_floor": f"{kernel.noise_floor_executor.value} {where}",
-            "sparse": f"schedule {cfg.schedule.name} ({cfg.schedule.variant}) {where}",
-        },
+        executors=executors,
     )

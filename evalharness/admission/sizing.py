@@ -27,6 +27,7 @@ from evalharness.admission.kernel_checks import gpu_shared_memory, lower_for_tar
 from evalharness.admission.phase_compile import PhaseProgram, compiled_work, phases_for_chip
 from evalharness.admission.run_timing import (
     CompiledWork,
+    arm_executors,
     decode_tiles,
     samples_per_call,
     sparse_work,
@@ -281,14 +282,14 @@ def _single_device_attends(
     cfg: EvalConfig, tcfg: WanTransformerConfig, video: VideoGeometry
 ) -> tuple[dict[str, Any], AttentionPolicy]:
     """Each arm's attention as one device runs it after the head exchange (no mesh needed)."""
-    kernel = cfg.kernel
+    kernel, executors = cfg.kernel, arm_executors(cfg)
     options = {
         "backend": kernel.backend.value,
         "block_sizes": BlockSizes(kernel.block_q, kernel.block_kv),
         "options": kernel_options(cfg),
     }
-    dense = make_dense_attend(kernel.dense_executor.value, **options)
-    floor = make_dense_attend(kernel.noise_floor_executor.value, **options)
+    dense = make_dense_attend(executors["dense"], **options)
+    floor = make_dense_attend(executors["noise_floor"], **options)
     policy = AttentionPolicy(
         cfg.schedule,
         token_geometry(video),
@@ -355,11 +356,9 @@ def _executor_specs(
 def quadratic_arms(cfg: EvalConfig) -> tuple[str, ...]:
     """The arms whose executor grows as N^2: XLA's buffer assignment for them inside the model
     differs most from the executor alone, so a run on this host compiles them into the plan."""
-    kernel = cfg.kernel
-    executors = {"dense": kernel.dense_executor.value}
-    if cfg.noise_floor:
-        executors["noise_floor"] = kernel.noise_floor_executor.value
-    return tuple(arm for arm, name in executors.items() if grows_quadratically(name))
+    executors = arm_executors(cfg)
+    dense_arms = ("dense", "noise_floor") if cfg.noise_floor else ("dense",)
+    return tuple(arm for arm in dense_arms if grows_quadratically(executors[arm]))
 
 
 def _host_memory(
