@@ -153,7 +153,7 @@ def _log_plan(flops: FlopCount, sizing: RunSizing) -> None:
         f"{flops.tokens:,}",
         100 * flops.attention_share,
         sizing.timing.total_minutes,
-        max(memory.peak(arm) for arm in memory.arms) / 2**30,
+        memory.peak_bytes / 2**30,
         memory.device_bytes / 2**30,
     )
     # Indented so the run log's only top-level Markdown table stays a sweep's summary table.

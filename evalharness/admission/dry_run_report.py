@@ -147,10 +147,6 @@ def checkpoint_optional(cfg: _Config) -> _Config:
     return cfg
 
 
-def _tokens(cfg: EvalConfig) -> int:
-    return cfg.resolution.video.tokens
-
-
 def _report(
     cfg: EvalConfig,
     tcfg: Any,
@@ -164,7 +160,7 @@ def _report(
         f"# Dry run: {cfg.model.name} at {cfg.resolution.name} on {sizing.target.name} "
         f"({sizing.devices} device(s) for the sequence)",
         "",
-        f"- {_tokens(cfg):,} tokens per sample ({cfg.resolution.frames} frames, "
+        f"- {cfg.resolution.video.tokens:,} tokens per sample ({cfg.resolution.frames} frames, "
         f"{cfg.resolution.width}x{cfg.resolution.height})",
         f"- schedule {cfg.schedule.name} ({cfg.schedule.variant}), {cfg.steps} steps, "
         f"{cfg.warm_runs} warm runs, batch {sizing.batch} per forward, dtype {cfg.dtype.value}, "

@@ -288,12 +288,11 @@ def _run_work(
         text_params = sum(umt5_parameter_count(text_config))
         vae_bytes = vae_parameter_count(vae) * 4  # the VAE runs in float32
         load = (parameter_count(tcfg) + text_params) * weight + vae_bytes
-    guided = uses_guidance(cfg.guidance_scale, cfg.negative_prompt)
     return run_work(
         load_bytes=load,
         text_config=text_config,
         text_tokens=tcfg.text_len,
-        prompts=2 if guided else 1,
+        prompts=samples_per_step(cfg),
         vae_config=vae,
         latent_shape=video.latent_shape()[1:],
         tiling=decode_tiling(cfg.model.name),

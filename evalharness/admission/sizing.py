@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import jax
@@ -180,8 +180,7 @@ def size_run(
     )
     qkv = call.abstract(dtype)  # one device's q (= k = v) after the all-to-all
     specs = _executor_specs(cfg, policy, attends, qkv, compile_arms)
-    estimate = _memory_estimator(cfg, tcfg, video, target, batch, devices, compile_arms)
-    model_memory = estimate(executors=specs)
+    model_memory = _model_memory(cfg, tcfg, video, target, batch, devices, compile_arms, specs)
     problems, notes = _device_problems(target, devices), []
     budgets = (
         tpu_budgets(cfg, tcfg, video, policy) if cfg.kernel.backend.value == "pallas_tpu" else {}
@@ -250,7 +249,7 @@ def estimate_run_time(
     return time_of(cfg, tcfg, video, target, devices, sparse), sparse
 
 
-def _memory_estimator(
+def _model_memory(
     cfg: EvalConfig,
     tcfg: WanTransformerConfig,
     video: VideoGeometry,
@@ -258,16 +257,18 @@ def _memory_estimator(
     batch: int,
     devices: int,
     compile_arms: Collection[str],
-) -> Callable[..., MemoryTable]:
-    """``estimate_memory`` with everything but the arms' executors (and the chip) given."""
-    return functools.partial(
-        estimate_memory,
+    executors: Mapping[str, ExecutorSpec],
+) -> MemoryTable:
+    """Our model's memory table of the run on ``target`` (``estimate_memory``), the arms'
+    ``executors`` given."""
+    return estimate_memory(
         tcfg,
         video,
         batch=batch,
         devices=devices,
         param_dtype=cfg.model.param_dtype.value,
         dtype=cfg.dtype.value,
+        executors=executors,
         text_encoder_bytes=_text_encoder_bytes(cfg, tcfg),
         vae_bytes=_vae_bytes(cfg, video),
         device_bytes=target.hbm_bytes,

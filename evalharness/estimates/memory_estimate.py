@@ -46,6 +46,7 @@ from evalharness.estimates.block_memory import (
 )
 from evalharness.estimates.memory_table import MemoryTable, add_runtime_overhead
 from evalharness.estimates.tpu_compiler import compiler_reason
+from models.accelerator_env import platform_family
 from models.config import WanTransformerConfig
 from models.dtypes import dtype_of
 from models.sharding import param_bytes_per_device
@@ -86,11 +87,6 @@ def loop_state_bytes(
     return state + io + text + rope
 
 
-def _host_platform() -> str:
-    platform = jax.devices()[0].platform
-    return "gpu" if platform in ("gpu", "cuda", "rocm") else platform
-
-
 def _compiler(
     tcfg: WanTransformerConfig,
     geometry: VideoGeometry,
@@ -111,17 +107,14 @@ def _compiler(
     GPU never makes.
     """
     grid = device_token_grid(geometry.token_grid, devices)
-    foreign = target_platform is not None and target_platform != _host_platform()
+    host = platform_family(jax.devices()[0].platform)
+    foreign = target_platform is not None and target_platform != host
     native = compile_device is not None or not foreign
     common = dict(dtype=str(dtype), param_dtype=str(param_dtype), device=compile_device)
     if grid is not None and (str(dtype) == "float32" or native):
         return functools.partial(forward_memory, tcfg, batch=batch, token_grid=grid, **common)
     local = -(-geometry.tokens // devices)
     return functools.partial(block_memory, tcfg, batch=batch, tokens_per_device=local, **common)
-
-
-def _param_rule(devices: int, rule: str | None) -> str:
-    return rule or ("fsdp" if devices > 1 else "replicated")
 
 
 @functools.lru_cache(maxsize=16)
@@ -140,7 +133,7 @@ def weight_bytes_per_device(
         ``param_bytes_per_device`` of the whole model, and under "fsdp" the full weights of
         ``GATHERED_BLOCKS`` blocks minus their shards (0 when replicated).
     """
-    rule = _param_rule(devices, rule)
+    rule = rule or ("fsdp" if devices > 1 else "replicated")
     model = abstract_transformer(tcfg, param_dtype=dtype_of(param_dtype))
     mesh = AbstractMesh((devices,), ("seq",))
     resident = param_bytes_per_device(model, mesh, rule)

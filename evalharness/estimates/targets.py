@@ -25,6 +25,7 @@ import jax.numpy as jnp
 
 from kernels.executors.pallas_gpu_budget import H200_SHARED_MEMORY_BYTES
 from kernels.registry import PLATFORMS as PLATFORM_TABLE
+from models.accelerator_env import platform_family
 
 GIB = 1024**3
 # What an H200 SXM reports as its memory (nvidia-smi: 143,771 MiB; the product is "141 GB").
@@ -294,7 +295,7 @@ def host_target(flops_per_s: float, *, dtype: str) -> DeviceTarget:
     is_hopper = any(kind in device.device_kind.upper() for kind in _HOPPER_KINDS)
     return DeviceTarget(
         name=device.device_kind,
-        platform="gpu" if device.platform in ("gpu", "cuda", "rocm") else device.platform,
+        platform=platform_family(device.platform),
         devices=len(jax.devices()),
         hbm_bytes=device_memory_bytes(device),
         peak_flops=peak,
