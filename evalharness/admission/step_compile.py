@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 import re
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -39,7 +38,7 @@ from evalharness.estimates import (
     MemoryTable,
     TpuCompiler,
     add_runtime_overhead,
-    program_figures,
+    compile_program,
 )
 from kernels.parallel.attend import parallelize
 from kernels.parallel.mesh import SEQ_AXIS
@@ -141,9 +140,7 @@ def compile_run_step(
         None if x is None else jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=inputs)
         for x in (noise, context, negative)
     ]
-    start = time.perf_counter()
-    compiled = loop.lower(*placed).compile()
-    program = program_figures(compiled, time.perf_counter() - start)
+    compiled, program = compile_program(lambda: loop.lower(*placed).compile())
     return StepProgram(program, _shard_bytes(state), _count_collectives(compiled.as_text()))
 
 

@@ -48,9 +48,9 @@ from evalharness.estimates.tpu_compiler import (
     TpuCompiler,
     TpuCompilerUnavailable,
     compile_for,
+    compile_program,
     compiler_reason,
     on_device,
-    program_figures,
     topology_compiler,
 )
 from evalharness.estimates.workload import SparseWork, TimeEstimate, estimate_time
@@ -89,6 +89,7 @@ __all__ = [
     "add_runtime_overhead",
     "attention_shape",
     "compile_for",
+    "compile_program",
     "count_flops",
     "compiled_temp_bytes",
     "compiler_reason",
@@ -102,7 +103,6 @@ __all__ = [
     "measure_matmul_flops",
     "parameter_count",
     "on_device",
-    "program_figures",
     "rates_for",
     "step_flops",
     "topology_compiler",
