@@ -76,6 +76,12 @@ def cuda_plugin_installed() -> bool:
         return False
 
 
+def platform_family(platform: str) -> str:
+    """``tpu``, ``gpu`` or ``cpu`` for a JAX device's platform name (``cuda`` and ``rocm`` are
+    GPUs)."""
+    return "gpu" if platform in ("gpu", "cuda", "rocm") else platform
+
+
 def guard_settings(
     *,
     tpu_chips: int,

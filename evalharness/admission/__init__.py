@@ -3,27 +3,17 @@ memory), the run's sizing on a device target (memory table, time, Pallas budgets
 the compile check of each arm's attention, and the dry run (alone, or a sweep's table of them).
 """
 
-from evalharness.admission import preflight
 from evalharness.admission.decision import Admission, admit
-from evalharness.admission.dry_run_report import (
-    DryRunPlan,
-    checkpoint_optional,
-    dry_run,
-    plan_dry_run,
-)
+from evalharness.admission.dry_run_report import checkpoint_optional, dry_run, plan_dry_run
 from evalharness.admission.dry_run_sweep import dry_run_table
 from evalharness.admission.kernel_checks import EXPORT_PLATFORMS
 from evalharness.admission.output_check import check_output_folders, io_hint
 from evalharness.admission.run_timing import reusable_seconds, samples_per_call
-from evalharness.admission.sizing import RunSizing, estimate_run_time, size_run
-from evalharness.estimates import FlopCount
+from evalharness.admission.sizing import estimate_run_time
 
 __all__ = [
     "Admission",
-    "DryRunPlan",
-    "FlopCount",
     "EXPORT_PLATFORMS",
-    "RunSizing",
     "admit",
     "check_output_folders",
     "io_hint",
@@ -32,8 +22,6 @@ __all__ = [
     "dry_run",
     "dry_run_table",
     "estimate_run_time",
-    "preflight",
     "reusable_seconds",
     "samples_per_call",
-    "size_run",
 ]

@@ -20,7 +20,10 @@ import jax
 import jax.numpy as jnp
 
 from evalharness.assembly import AttentionSetup
+from evalharness.estimates import attention_shape
 from evalharness.refusal import PreflightRefusal
+from models.config import WanTransformerConfig
+from models.dtypes import dtype_of
 
 log = logging.getLogger(__name__)
 
@@ -38,30 +41,21 @@ class CompileRefusal(PreflightRefusal):
     """An arm's attention does not compile at the run's shapes; nothing was loaded."""
 
 
-def attention_shapes(
-    batch: int, tokens: int, heads: int, head_dim: int, dtype: Any
-) -> jax.ShapeDtypeStruct:
-    """The abstract q (= k = v) of one self-attention call: [batch, tokens, heads, head_dim]."""
-    return jax.ShapeDtypeStruct((batch, tokens, heads, head_dim), jnp.dtype(dtype))
-
-
 def compile_attention_paths(
     setup: AttentionSetup,
+    tcfg: WanTransformerConfig,
     *,
     batch: int,
-    heads: int,
-    head_dim: int,
-    dtype: Any,
+    dtype: str,
     executors: dict[str, str],
 ) -> dict[str, float]:
     """Compiles each arm's attention for the run's shapes on this host.
 
     Args:
         setup: the run's attention functions (``build_attention``).
+        tcfg: the transformer (its heads and head dimension).
         batch: samples per forward (2 with classifier-free guidance).
-        heads: attention heads of the model.
-        head_dim: per-head dimension.
-        dtype: compute dtype of q, k, v.
+        dtype: compute dtype name of q, k, v.
         executors: arm -> a description for messages (e.g. ``{"dense": "b0 on xla"}``).
 
     Returns:
@@ -72,9 +66,12 @@ def compile_attention_paths(
             shapes and what to change.
     """
     arms = {"dense": setup.dense, "noise_floor": setup.noise_floor, "sparse": setup.sparse}
-    qkv = attention_shapes(batch, setup.geometry.tokens, heads, head_dim, dtype)
+    compute = dtype_of(dtype)
+    call = attention_shape(
+        tcfg, batch=batch, tokens=setup.geometry.tokens, devices=1, dtype_bytes=compute.itemsize
+    )
     layer = first_sparse_layer(setup.schedule, setup.layers)
-    return check_attention_paths(arms, qkv, layer, executors)
+    return check_attention_paths(arms, call.abstract(compute), layer, executors)
 
 
 def first_sparse_layer(schedule: Any, layers: int) -> int:

@@ -17,7 +17,7 @@ import jax
 
 from evalharness.admission import compile_check, preflight
 from evalharness.admission.advice import checked_advice
-from evalharness.admission.run_timing import samples_per_call, samples_per_step
+from evalharness.admission.run_timing import arm_executors, samples_per_call, samples_per_step
 from evalharness.admission.sizing import RunSizing, quadratic_arms, size_run
 from evalharness.assembly import (
     AttentionSetup,
@@ -114,7 +114,7 @@ def admit(cfg: EvalConfig) -> Admission:
     what = f"model={cfg.model.name} resolution={cfg.resolution.name} schedule={cfg.schedule.name}"
     flops_per_s = measure_matmul_flops(cfg.dtype.value)
     sizing = _size_run(cfg, tcfg, flops_per_s)
-    advice = None
+    advice = []
     if not sizing.memory.fits:  # each setting it suggests is applied and planned again
         advice = checked_advice(
             cfg, sizing, lambda c: _size_run(platform_choices.resolve(c), tcfg, flops_per_s)
@@ -153,7 +153,7 @@ def _log_plan(flops: FlopCount, sizing: RunSizing) -> None:
         f"{flops.tokens:,}",
         100 * flops.attention_share,
         sizing.timing.total_minutes,
-        max(memory.peak(arm) for arm in memory.arms) / 2**30,
+        memory.peak_bytes / 2**30,
         memory.device_bytes / 2**30,
     )
     # Indented so the run log's only top-level Markdown table stays a sweep's summary table.
@@ -179,15 +179,12 @@ def _compile_ahead(cfg: EvalConfig, tcfg: WanTransformerConfig, attention: Atten
     """Compiles every arm's attention at the run's shapes before any weight is read."""
     kernel = cfg.kernel
     where = f"on {kernel.backend.value}, tiles {kernel.block_q}x{kernel.block_kv}"
+    executors = {arm: f"{name} {where}" for arm, name in arm_executors(cfg).items()}
+    executors["sparse"] = f"schedule {cfg.schedule.name} ({cfg.schedule.variant}) {where}"
     compile_check.compile_attention_paths(
         attention,
+        tcfg,
         batch=samples_per_call(cfg),
-        heads=tcfg.num_attention_heads,
-        head_dim=tcfg.attention_head_dim,
         dtype=cfg.dtype.value,
-        executors={
-            "dense": f"{kernel.dense_executor.value} {where}",
-            "noise_floor": f"{kernel.noise_floor_executor.value} {where}",
-            "sparse": f"schedule {cfg.schedule.name} ({cfg.schedule.variant}) {where}",
-        },
+        executors=executors,
     )

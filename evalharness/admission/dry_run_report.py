@@ -96,7 +96,7 @@ def plan_dry_run(cfg: EvalConfig | DictConfig | dict) -> DryRunPlan:
     # On its own platform a dry run plans exactly as the run's preflight would.
     arms = quadratic_arms(cfg) if on_host else ()
     sizing = size_run(cfg, tcfg, target, devices=devices, compile_arms=arms)
-    problems = [p for p in (sizing.memory_problem(), *sizing.problems) if p]
+    problems = [p for p in (sizing.memory.problem(), *sizing.problems) if p]
     advice = []
     if not sizing.memory.fits:
         advice = checked_advice(requested, sizing, lambda c: _replan(c, tcfg, target, arms))
@@ -147,10 +147,6 @@ def checkpoint_optional(cfg: _Config) -> _Config:
     return cfg
 
 
-def _tokens(cfg: EvalConfig) -> int:
-    return cfg.resolution.video.tokens
-
-
 def _report(
     cfg: EvalConfig,
     tcfg: Any,
@@ -164,7 +160,7 @@ def _report(
         f"# Dry run: {cfg.model.name} at {cfg.resolution.name} on {sizing.target.name} "
         f"({sizing.devices} device(s) for the sequence)",
         "",
-        f"- {_tokens(cfg):,} tokens per sample ({cfg.resolution.frames} frames, "
+        f"- {cfg.resolution.video.tokens:,} tokens per sample ({cfg.resolution.frames} frames, "
         f"{cfg.resolution.width}x{cfg.resolution.height})",
         f"- schedule {cfg.schedule.name} ({cfg.schedule.variant}), {cfg.steps} steps, "
         f"{cfg.warm_runs} warm runs, batch {sizing.batch} per forward, dtype {cfg.dtype.value}, "

@@ -63,16 +63,15 @@ def summary_row(
         plan_s: the dry run's seconds on this machine.
     """
     memory, model, gib = sizing.memory, sizing.model_memory, 2**30
-    peak = max(memory.peak(arm) for arm in memory.arms)
     row: dict[str, str | float] = {
         "model": cfg.model.name,
         "resolution": cfg.resolution.name,
         "schedule": cfg.schedule.name,
         "target": sizing.target.name,
         "verdict": VERDICTS.get(code, f"exit {code}"),
-        "peak": f"{peak / gib:.2f} / {memory.device_bytes / gib:.2f}",
+        "peak": f"{memory.peak_bytes / gib:.2f} / {memory.device_bytes / gib:.2f}",
         "peak_from": sizing.compiled_by or "our model",
-        "model_peak": f"{max(model.peak(a) for a in model.arms) / gib:.2f}" if model else "-",
+        "model_peak": f"{model.peak_bytes / gib:.2f}" if model else "-",
         "plan_s": plan_s,
         "minutes": sizing.timing.total_minutes,
         "max_minutes": cfg.max_minutes,

@@ -12,6 +12,7 @@ from typing import Any
 import jax
 
 from evalharness.admission import compile_check
+from evalharness.admission.run_timing import arm_executors
 from evalharness.config import EvalConfig
 from evalharness.estimates import DeviceTarget
 from kernels.executors.pallas_gpu_budget import (
@@ -101,10 +102,7 @@ def lower_for_target(
         if lower and problems and platform is not None:
             notes.append("lowering skipped: the plan already does not fit")
         return {}
-    executors = {
-        "dense": cfg.kernel.dense_executor.value,
-        "noise_floor": cfg.kernel.noise_floor_executor.value,
-    }
+    executors = arm_executors(cfg)
     describe = {**executors, "sparse": f"schedule {cfg.schedule.name}"}
     arms = compile_check.exportable_arms(attends, executors, policy, notes)
     try:

@@ -23,7 +23,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,9 +45,9 @@ from evalharness.estimates import (
     CompiledProgram,
     MemoryTable,
     TpuCompiler,
+    compile_program,
     compiler_reason,
     on_device,
-    program_figures,
 )
 from models.config import TINY_PRESETS, WanTransformerConfig
 from models.dtypes import dtype_of
@@ -157,9 +156,7 @@ def compiled_figures(
     kept = _read_kept(path)
     if kept is not None:
         return kept
-    start = time.perf_counter()
-    compiled = lowered.compile()
-    program = program_figures(compiled, time.perf_counter() - start)
+    compiled, program = compile_program(lowered.compile)
     flops = _flops(compiled)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -11,60 +11,20 @@ from __future__ import annotations
 
 import os
 
-from evalharness.estimates import GIB, FlopCount, MemoryTable, TimeEstimate
+from evalharness.estimates import FlopCount, MemoryTable, TimeEstimate
 from evalharness.refusal import PreflightRefusal
 
-# Config keys of each arm's executor, for advice.
-_EXECUTOR_KEYS = {
-    "dense": "kernel.dense_executor",
-    "noise_floor": "kernel.noise_floor_executor",
-    "sparse": "kernel.dense_executor",
-}
 
-
-def memory_advice(table: MemoryTable) -> list[str]:
-    """Settings that shrink what does not fit, largest effect first."""
-    advice = []
-    if table.batch > 1:
-        advice.append(
-            "guidance_passes=separate (the conditional and unconditional passes one after the "
-            "other: half the activations, the same FLOPs)"
-        )
-    for arm in table.arms:
-        if table.peak(arm) > table.device_bytes and table.dominant(arm) == "attention executor":
-            held = table.rows["attention executor"][arm] / GIB
-            advice.append(
-                f"the {arm} arm's executor {table.executors.get(arm, '?')} holds {held:,.1f} GiB "
-                f"of temporaries: use a flash-style executor, {_EXECUTOR_KEYS.get(arm, 'kernel')}"
-                "=b0 (or splash on a TPU, cudnn on a GPU)"
-            )
-    if max(table.phase_bytes(a)["encode"] for a in table.arms) == table.peak_bytes:
-        advice.append(
-            "the text encoder's phase is the peak: encode on the host, or reuse cached "
-            "embeddings (cache_dir)"
-        )
-    advice.append(
-        f"more devices: parallel.sequence={2 * table.devices} (tokens, activations and fsdp "
-        "weights split across them)"
-    )
-    if table.dtype == "float32":
-        advice.append("dtype=bfloat16 model.param_dtype=bfloat16 (half the bytes)")
-    advice.append("a smaller resolution (activations grow with N, N^2 executors with N^2)")
-    return advice
-
-
-def _memory_problem(memory: MemoryTable, advice: list[str] | None = None) -> str | None:
-    """The memory half of a refusal, or None when it fits (``advice``: checked settings, else
-    ``memory_advice``'s unchecked ones)."""
-    if memory.fits:
+def _memory_problem(memory: MemoryTable, advice: list[str]) -> str | None:
+    """The memory half of a refusal (with the settings ``advice`` checked to fit), or None when
+    it fits."""
+    problem = memory.problem()
+    if problem is None:
         return None
-    worst = max(memory.arms, key=memory.peak)
-    heading = "To fit (each setting applied and planned again):" if advice else "To fit:"
-    lines = "".join(f"\n- {line}" for line in (advice or memory_advice(memory)))
+    lines = "".join(f"\n- {line}" for line in advice)
     return (
-        f"memory: the {worst} arm peaks at {memory.peak(worst) / GIB:,.2f} GiB per device "
-        f"(largest part: {memory.dominant(worst)}), more than the {memory.device}'s "
-        f"{memory.device_bytes / GIB:,.2f} GiB\n\n{memory.to_markdown()}\n\n{heading}{lines}\n"
+        f"{problem}\n\n{memory.to_markdown()}\n\n"
+        f"To fit (each setting applied and planned again):{lines}\n"
     )
 
 
@@ -75,7 +35,7 @@ def check(
     *,
     max_minutes: float,
     what: str,
-    advice: list[str] | None = None,
+    advice: list[str],
 ) -> None:
     """Refuses a run that would exceed the device memory or ``max_minutes``.
 
@@ -86,7 +46,7 @@ def check(
         max_minutes: the user's limit.
         what: a short description of the run, for the message.
         advice: settings checked to fit (``evalharness.admission.advice.checked_advice``), printed
-            instead of the unchecked ``memory_advice``.
+            when the memory does not fit (empty when it does).
 
     Raises:
         PreflightRefusal: with the numbers, the memory table and what to change.

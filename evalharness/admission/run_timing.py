@@ -67,6 +67,17 @@ def decode_tiles(cfg: EvalConfig, video: VideoGeometry) -> tuple[tuple[int, int]
     return hw, sum(n for _, n in rows) * sum(n for _, n in cols) / (hw[0] * hw[1])
 
 
+def arm_executors(cfg: EvalConfig) -> dict[str, str]:
+    """Arm -> the executor it runs, in the order dense, noise_floor, sparse (the sparse arm's is
+    its schedule's variant); the noise floor's is named even when it does not run."""
+    kernel = cfg.kernel
+    return {
+        "dense": kernel.dense_executor.value,
+        "noise_floor": kernel.noise_floor_executor.value,
+        "sparse": cfg.schedule.variant,
+    }
+
+
 def samples_per_step(cfg: EvalConfig) -> int:
     """Samples the model computes per denoising step: 2 with classifier-free guidance, else 1
     (the FLOPs, whether the passes run jointly or separately)."""
@@ -222,12 +233,7 @@ def _cpu_calibrated(
     """A CPU's estimate with what the FLOP model leaves out, measured
     (``evalharness.estimates.cpu_calibration``): the loops' non-matmul work and the slower
     second control, and compiling every loop and the VAE decoder once per run."""
-    executors = {
-        "dense": cfg.kernel.dense_executor.value,
-        "noise_floor": cfg.kernel.noise_floor_executor.value,
-        "sparse": cfg.schedule.variant,
-    }
-    executors = {arm: executors[arm] for arm in loops.runs}
+    executors = {arm: name for arm, name in arm_executors(cfg).items() if arm in loops.runs}
     seconds = {
         **loops.seconds,
         cpu_calibration.OVERHEAD_ROW: cpu_calibration.overhead_row(loops.step_seconds, executors),
@@ -282,12 +288,11 @@ def _run_work(
         text_params = sum(umt5_parameter_count(text_config))
         vae_bytes = vae_parameter_count(vae) * 4  # the VAE runs in float32
         load = (parameter_count(tcfg) + text_params) * weight + vae_bytes
-    guided = uses_guidance(cfg.guidance_scale, cfg.negative_prompt)
     return run_work(
         load_bytes=load,
         text_config=text_config,
         text_tokens=tcfg.text_len,
-        prompts=2 if guided else 1,
+        prompts=samples_per_step(cfg),
         vae_config=vae,
         latent_shape=video.latent_shape()[1:],
         tiling=decode_tiling(cfg.model.name),

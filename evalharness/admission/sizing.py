@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import jax
@@ -27,6 +27,7 @@ from evalharness.admission.kernel_checks import gpu_shared_memory, lower_for_tar
 from evalharness.admission.phase_compile import PhaseProgram, compiled_work, phases_for_chip
 from evalharness.admission.run_timing import (
     CompiledWork,
+    arm_executors,
     decode_tiles,
     samples_per_call,
     sparse_work,
@@ -44,9 +45,9 @@ from evalharness.estimates import (
     MemoryTable,
     SparseWork,
     TimeEstimate,
+    attention_shape,
     compiled_temp_bytes,
     estimate_memory,
-    padded_heads,
     size_host,
 )
 from evalharness.formatting import markdown_table
@@ -115,17 +116,6 @@ class RunSizing:
         """Memory, SMEM/VMEM and lowering all pass (the time limit is checked by preflight)."""
         return self.memory.fits and not self.problems
 
-    def memory_problem(self) -> str | None:
-        """One line on the arm that does not fit, or None."""
-        if self.memory.fits:
-            return None
-        worst = max(self.memory.arms, key=self.memory.peak)
-        return (
-            f"memory: the {worst} arm peaks at {self.memory.peak(worst) / 2**30:,.2f} GiB per "
-            f"device (largest part: {self.memory.dominant(worst)}), more than the "
-            f"{self.target.name}'s {self.target.hbm_bytes / 2**30:,.2f} GiB"
-        )
-
     def budget_markdown(self) -> str:
         """The SMEM/VMEM table of the Pallas TPU plans ('' when there are none)."""
         if not self.budgets:
@@ -184,10 +174,13 @@ def size_run(
     video = cfg.resolution.video
     batch = samples_per_call(cfg)
     attends, policy = _single_device_attends(cfg, tcfg, video)
-    qkv = _per_device_qkv(cfg, tcfg, video, batch, devices)
+    dtype = dtype_of(cfg.dtype)
+    call = attention_shape(
+        tcfg, batch=batch, tokens=video.tokens, devices=devices, dtype_bytes=dtype.itemsize
+    )
+    qkv = call.abstract(dtype)  # one device's q (= k = v) after the all-to-all
     specs = _executor_specs(cfg, policy, attends, qkv, compile_arms)
-    estimate = _memory_estimator(cfg, tcfg, video, target, batch, devices, compile_arms)
-    model_memory = estimate(executors=specs)
+    model_memory = _model_memory(cfg, tcfg, video, target, batch, devices, compile_arms, specs)
     problems, notes = _device_problems(target, devices), []
     budgets = (
         tpu_budgets(cfg, tcfg, video, policy) if cfg.kernel.backend.value == "pallas_tpu" else {}
@@ -256,7 +249,7 @@ def estimate_run_time(
     return time_of(cfg, tcfg, video, target, devices, sparse), sparse
 
 
-def _memory_estimator(
+def _model_memory(
     cfg: EvalConfig,
     tcfg: WanTransformerConfig,
     video: VideoGeometry,
@@ -264,16 +257,18 @@ def _memory_estimator(
     batch: int,
     devices: int,
     compile_arms: Collection[str],
-) -> Callable[..., MemoryTable]:
-    """``estimate_memory`` with everything but the arms' executors (and the chip) given."""
-    return functools.partial(
-        estimate_memory,
+    executors: Mapping[str, ExecutorSpec],
+) -> MemoryTable:
+    """Our model's memory table of the run on ``target`` (``estimate_memory``), the arms'
+    ``executors`` given."""
+    return estimate_memory(
         tcfg,
         video,
         batch=batch,
         devices=devices,
         param_dtype=cfg.model.param_dtype.value,
         dtype=cfg.dtype.value,
+        executors=executors,
         text_encoder_bytes=_text_encoder_bytes(cfg, tcfg),
         vae_bytes=_vae_bytes(cfg, video),
         device_bytes=target.hbm_bytes,
@@ -288,14 +283,14 @@ def _single_device_attends(
     cfg: EvalConfig, tcfg: WanTransformerConfig, video: VideoGeometry
 ) -> tuple[dict[str, Any], AttentionPolicy]:
     """Each arm's attention as one device runs it after the head exchange (no mesh needed)."""
-    kernel = cfg.kernel
+    kernel, executors = cfg.kernel, arm_executors(cfg)
     options = {
         "backend": kernel.backend.value,
         "block_sizes": BlockSizes(kernel.block_q, kernel.block_kv),
         "options": kernel_options(cfg),
     }
-    dense = make_dense_attend(kernel.dense_executor.value, **options)
-    floor = make_dense_attend(kernel.noise_floor_executor.value, **options)
+    dense = make_dense_attend(executors["dense"], **options)
+    floor = make_dense_attend(executors["noise_floor"], **options)
     policy = AttentionPolicy(
         cfg.schedule,
         token_geometry(video),
@@ -309,15 +304,6 @@ def _single_device_attends(
     if cfg.noise_floor:
         attends["noise_floor"] = floor
     return attends, policy
-
-
-def _per_device_qkv(
-    cfg: EvalConfig, tcfg: WanTransformerConfig, video: VideoGeometry, batch: int, devices: int
-) -> jax.ShapeDtypeStruct:
-    """One device's q (= k = v) after the all-to-all: every token, padded heads / P."""
-    heads = padded_heads(tcfg.num_attention_heads, devices) // devices
-    shape = (batch, video.tokens, heads, tcfg.attention_head_dim)
-    return jax.ShapeDtypeStruct(shape, dtype_of(cfg.dtype))
 
 
 def _executor_specs(
@@ -371,11 +357,9 @@ def _executor_specs(
 def quadratic_arms(cfg: EvalConfig) -> tuple[str, ...]:
     """The arms whose executor grows as N^2: XLA's buffer assignment for them inside the model
     differs most from the executor alone, so a run on this host compiles them into the plan."""
-    kernel = cfg.kernel
-    executors = {"dense": kernel.dense_executor.value}
-    if cfg.noise_floor:
-        executors["noise_floor"] = kernel.noise_floor_executor.value
-    return tuple(arm for arm, name in executors.items() if grows_quadratically(name))
+    executors = arm_executors(cfg)
+    dense_arms = ("dense", "noise_floor") if cfg.noise_floor else ("dense",)
+    return tuple(arm for arm in dense_arms if grows_quadratically(executors[arm]))
 
 
 def _host_memory(

@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import math
 import re
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jax
@@ -39,7 +38,8 @@ from evalharness.estimates import (
     CompiledProgram,
     MemoryTable,
     TpuCompiler,
-    program_figures,
+    add_runtime_overhead,
+    compile_program,
 )
 from kernels.parallel.attend import parallelize
 from kernels.parallel.mesh import SEQ_AXIS
@@ -140,9 +140,7 @@ def compile_run_step(
         None if x is None else jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=inputs)
         for x in (noise, context, negative)
     ]
-    start = time.perf_counter()
-    compiled = loop.lower(*placed).compile()
-    program = program_figures(compiled, time.perf_counter() - start)
+    compiled, program = compile_program(lambda: loop.lower(*placed).compile())
     return StepProgram(program, _shard_bytes(state), _count_collectives(compiled.as_text()))
 
 
@@ -189,22 +187,11 @@ def step_memory_table(
         "denoising step (compiled)": "denoise",
         "generated code": "denoise",
     }
-    if runtime_overhead:
-        loop = {arm: sum(rows[c][arm] for c in rows if phases[c] == "denoise") for arm in arms}
-        rows["runtime overhead"] = {arm: int(runtime_overhead * loop[arm]) for arm in arms}
-        phases["runtime overhead"] = "denoise"
+    add_runtime_overhead(rows, phases, runtime_overhead, arms)
     rows["VAE decode"] = kept("VAE decode")
     phases["VAE decode"] = "decode"
-    return MemoryTable(
-        rows,
-        phases,
-        _notes(model, described),
-        model.device_bytes,
-        model.device,
-        dict(executors),
-        model.devices,
-        model.dtype,
-        model.batch,
+    return replace(
+        model, rows=rows, phases=phases, notes=_notes(model, described), executors=dict(executors)
     )
 
 

@@ -42,6 +42,7 @@ from evalharness.config import (
 from kernels.executors.dense_controls import check_dense_pair, dense_controls
 from kernels.plans.block_sizes import BlockSizes, auto_block_sizes
 from kernels.registry import PLATFORMS as PLATFORM_TABLE
+from models.accelerator_env import platform_family
 from models.config import TINY_PRESETS
 
 PLATFORMS = tuple(PLATFORM_TABLE)
@@ -49,8 +50,7 @@ PLATFORMS = tuple(PLATFORM_TABLE)
 
 def host_platform() -> str:
     """The platform of this process's first device: ``tpu``, ``gpu`` or ``cpu``."""
-    platform = jax.devices()[0].platform
-    return "gpu" if platform in ("gpu", "cuda", "rocm") else platform
+    return platform_family(jax.devices()[0].platform)
 
 
 # The platform each Pallas backend needs (``kernels.registry.PLATFORMS``), in words, with a

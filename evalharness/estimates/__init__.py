@@ -3,19 +3,13 @@ takes (FLOPs, roofline), and the per-device memory table (compiled block, attent
 temporaries, routing and exchange buffers).
 """
 
-from evalharness.estimates.attention_memory import ExecutorSpec, padded_heads
+from evalharness.estimates.attention_memory import ExecutorSpec, attention_shape
 from evalharness.estimates.block_memory import compiled_temp_bytes
-from evalharness.estimates.flops import (
-    FlopCount,
-    count_flops,
-    dtype_bytes,
-    parameter_count,
-    step_flops,
-)
-from evalharness.estimates.gpu_compiler import cuda_plugin_installed, gpu_topology_compiler
+from evalharness.estimates.flops import FlopCount, count_flops, parameter_count, step_flops
+from evalharness.estimates.gpu_compiler import gpu_topology_compiler
 from evalharness.estimates.host_memory import HostMemory, size_host
-from evalharness.estimates.memory_estimate import ArmCompileError, estimate_memory
-from evalharness.estimates.memory_table import GIB, MemoryTable
+from evalharness.estimates.memory_estimate import estimate_memory
+from evalharness.estimates.memory_table import GIB, MemoryTable, add_runtime_overhead
 from evalharness.estimates.run_time import (
     HOST_NS_PER_PIXEL,
     VAE_EFFICIENCY,
@@ -54,9 +48,9 @@ from evalharness.estimates.tpu_compiler import (
     TpuCompiler,
     TpuCompilerUnavailable,
     compile_for,
+    compile_program,
     compiler_reason,
     on_device,
-    program_figures,
     topology_compiler,
 )
 from evalharness.estimates.workload import SparseWork, TimeEstimate, estimate_time
@@ -74,7 +68,6 @@ __all__ = [
     "seed_prediction",
     "seed_row",
     "seed_table",
-    "ArmCompileError",
     "CompiledProgram",
     "CPU_RUNTIME_OVERHEAD",
     "DeviceTarget",
@@ -93,13 +86,14 @@ __all__ = [
     "TimeEstimate",
     "TpuCompiler",
     "TpuCompilerUnavailable",
+    "add_runtime_overhead",
+    "attention_shape",
     "compile_for",
+    "compile_program",
     "count_flops",
-    "cuda_plugin_installed",
     "compiled_temp_bytes",
     "compiler_reason",
     "device_memory_bytes",
-    "dtype_bytes",
     "estimate_memory",
     "size_host",
     "estimate_time",
@@ -107,10 +101,8 @@ __all__ = [
     "gpu_topology_compiler",
     "host_target",
     "measure_matmul_flops",
-    "padded_heads",
     "parameter_count",
     "on_device",
-    "program_figures",
     "rates_for",
     "step_flops",
     "topology_compiler",

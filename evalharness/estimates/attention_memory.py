@@ -13,6 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import jax
+from jax.typing import DTypeLike
+
+from kernels.parallel import padded_heads
 from models.config import WanTransformerConfig
 
 F32 = 4
@@ -42,6 +46,11 @@ class AttentionShape:
     def tensor_bytes(self) -> int:
         """Bytes of one [B, N, heads, D] tensor (q, k, v or out)."""
         return self.batch * self.tokens * self.heads * self.head_dim * self.dtype_bytes
+
+    def abstract(self, dtype: DTypeLike) -> jax.ShapeDtypeStruct:
+        """The abstract q (= k = v) of the call, [B, N, heads, D] in ``dtype`` (of
+        ``dtype_bytes``), for compiling an executor without allocating it."""
+        return jax.ShapeDtypeStruct((self.batch, self.tokens, self.heads, self.head_dim), dtype)
 
     def kwargs(self) -> dict[str, int]:
         """Keyword arguments of a temporaries callable (see ``ExecutorSpec``)."""
@@ -99,11 +108,6 @@ class ExecutorSpec:
         """The larger of the executor's and (routed arms) the dense steps' temporaries."""
         temp = _resolve(self.temp_bytes, shape)
         return max(temp, _resolve(self.dense_temp_bytes, shape)) if self.routed else temp
-
-
-def padded_heads(heads: int, devices: int) -> int:
-    """Heads rounded up to a multiple of ``devices`` (``kernels.parallel.exchange`` pads so)."""
-    return -(-heads // devices) * devices
 
 
 def attention_shape(

@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -169,7 +168,7 @@ def compiled_temp_bytes(fn: Callable[..., jax.Array], *shapes: jax.ShapeDtypeStr
     Returns:
         ``memory_analysis().temp_size_in_bytes``.
     """
-    return int(jax.jit(fn).lower(*shapes).compile().memory_analysis().temp_size_in_bytes)
+    return compile_for(None, fn, *shapes).temp_bytes
 
 
 def device_token_grid(grid: tuple[int, int, int], devices: int) -> tuple[int, int, int] | None:
@@ -245,21 +244,12 @@ def forward_memory(
 def _analyse(fn: Callable[..., Any], weights: Any, *inputs: Any, device: Any = None) -> BlockMemory:
     """Compiles ``fn(weights, *inputs)`` on abstract arguments (for ``device``'s compiler when
     given); its memory with the weights told apart from the activation arguments."""
-    if device is not None:
-        program = compile_for(device, fn, weights, *inputs)
-        temp, output, arguments = program.temp_bytes, program.output_bytes, program.argument_bytes
-        compile_s = program.compile_s
-    else:
-        start = time.perf_counter()
-        analysis = jax.jit(fn).lower(weights, *inputs).compile().memory_analysis()
-        compile_s = time.perf_counter() - start
-        temp, output = analysis.temp_size_in_bytes, analysis.output_size_in_bytes
-        arguments = analysis.argument_size_in_bytes
+    program = compile_for(device, fn, weights, *inputs)
     weight_bytes = sum(_nbytes(x) for x in jax.tree.leaves(weights))
     return BlockMemory(
-        temp_bytes=int(temp),
-        output_bytes=int(output),
-        activation_argument_bytes=int(arguments) - weight_bytes,
+        temp_bytes=program.temp_bytes,
+        output_bytes=program.output_bytes,
+        activation_argument_bytes=program.argument_bytes - weight_bytes,
         weight_argument_bytes=weight_bytes,
-        compile_s=compile_s,
+        compile_s=program.compile_s,
     )

@@ -8,15 +8,6 @@ from dataclasses import dataclass
 from models.config import WanTransformerConfig
 from models.video_geometry import VideoGeometry
 
-_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-
-
-def dtype_bytes(name: str, value: str) -> int:
-    """Bytes per element of a dtype name; a clear error naming ``name`` for anything else."""
-    if value not in _DTYPE_BYTES:
-        raise ValueError(f"{name}={value!r} is not supported; use one of {sorted(_DTYPE_BYTES)}")
-    return _DTYPE_BYTES[value]
-
 
 def parameter_count(tcfg: WanTransformerConfig) -> int:
     """Transformer parameters (weights and biases), from the architecture alone."""

@@ -44,23 +44,14 @@ from evalharness.estimates.block_memory import (
     device_token_grid,
     forward_memory,
 )
-from evalharness.estimates.memory_table import ARMS, MemoryTable
+from evalharness.estimates.memory_table import MemoryTable, add_runtime_overhead
 from evalharness.estimates.tpu_compiler import compiler_reason
+from models.accelerator_env import platform_family
 from models.config import WanTransformerConfig
 from models.dtypes import dtype_of
 from models.sharding import param_bytes_per_device
 from models.transformer import abstract_transformer
 from models.video_geometry import VideoGeometry
-
-__all__ = [
-    "ARMS",
-    "AttentionShape",
-    "ExecutorSpec",
-    "MemoryTable",
-    "loop_state_bytes",
-    "estimate_memory",
-    "weight_bytes_per_device",
-]
 
 F32 = 4
 # Blocks whose gathered ("fsdp") weights are live at once: the one computing and the one XLA's
@@ -96,11 +87,6 @@ def loop_state_bytes(
     return state + io + text + rope
 
 
-def _host_platform() -> str:
-    platform = jax.devices()[0].platform
-    return "gpu" if platform in ("gpu", "cuda", "rocm") else platform
-
-
 def _compiler(
     tcfg: WanTransformerConfig,
     geometry: VideoGeometry,
@@ -121,17 +107,14 @@ def _compiler(
     GPU never makes.
     """
     grid = device_token_grid(geometry.token_grid, devices)
-    foreign = target_platform is not None and target_platform != _host_platform()
+    host = platform_family(jax.devices()[0].platform)
+    foreign = target_platform is not None and target_platform != host
     native = compile_device is not None or not foreign
     common = dict(dtype=str(dtype), param_dtype=str(param_dtype), device=compile_device)
     if grid is not None and (str(dtype) == "float32" or native):
         return functools.partial(forward_memory, tcfg, batch=batch, token_grid=grid, **common)
     local = -(-geometry.tokens // devices)
     return functools.partial(block_memory, tcfg, batch=batch, tokens_per_device=local, **common)
-
-
-def _param_rule(devices: int, rule: str | None) -> str:
-    return rule or ("fsdp" if devices > 1 else "replicated")
 
 
 @functools.lru_cache(maxsize=16)
@@ -150,7 +133,7 @@ def weight_bytes_per_device(
         ``param_bytes_per_device`` of the whole model, and under "fsdp" the full weights of
         ``GATHERED_BLOCKS`` blocks minus their shards (0 when replicated).
     """
-    rule = _param_rule(devices, rule)
+    rule = rule or ("fsdp" if devices > 1 else "replicated")
     model = abstract_transformer(tcfg, param_dtype=dtype_of(param_dtype))
     mesh = AbstractMesh((devices,), ("seq",))
     resident = param_bytes_per_device(model, mesh, rule)
@@ -356,9 +339,9 @@ def estimate_memory(
     }
     attention, names = _arms(compile_, executors, model, devices, shape, tcfg, placement)
     rows, phases = _rows(common, attention)
-    _add_runtime_overhead(rows, phases, runtime_overhead)
+    add_runtime_overhead(rows, phases, runtime_overhead, sorted(executors))
     notes = dict(_NOTES, transformer=_NOTES["transformer"][forward])
-    return MemoryTable(rows, phases, notes, device_bytes, device, names, devices, str(dtype), batch)
+    return MemoryTable(rows, phases, notes, device_bytes, device, names)
 
 
 def _arms(
@@ -380,29 +363,6 @@ def _arms(
         )
         names[arm] = _executor_name(spec, compiled is not None)
     return attention, names
-
-
-def _add_runtime_overhead(rows: dict, phases: dict, fraction: float) -> None:
-    """Adds the "runtime overhead" row: ``fraction`` of each arm's planned loop bytes."""
-    if not fraction:
-        return
-    arms = {arm for row in rows.values() for arm in row}
-    rows["runtime overhead"] = {
-        arm: int(fraction * _planned_loop_bytes(rows, phases, arm)) for arm in sorted(arms)
-    }
-    phases["runtime overhead"] = "denoise"
-
-
-def _planned_loop_bytes(
-    rows: Mapping[str, Mapping[str, int]], phases: Mapping[str, str], arm: str
-) -> int:
-    """The denoising loop's planned bytes of ``arm``: its rows plus the larger of routing and the
-    attention call (as ``MemoryTable.phase_bytes`` counts them), without the resident weights."""
-
-    def total(phase: str) -> int:
-        return sum(r.get(arm, 0) for c, r in rows.items() if phases[c] == phase)
-
-    return total("denoise") + max(total("routing"), total("attention"))
 
 
 def _executor_name(spec: ExecutorSpec, compiled: bool) -> str:

@@ -16,7 +16,7 @@ fills it.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from evalharness.formatting import markdown_table
@@ -37,9 +37,6 @@ class MemoryTable:
         device_bytes: memory of one device.
         device: the device's name, for the table.
         executors: arm -> executor name (``ExecutorSpec.name``).
-        devices: P, the devices the sequence is split over (for advice).
-        dtype: the compute dtype name (for advice).
-        batch: samples per model call (2 with joint classifier-free guidance; for advice).
     """
 
     rows: Mapping[str, Mapping[str, int]]
@@ -48,9 +45,6 @@ class MemoryTable:
     device_bytes: int
     device: str = "device"
     executors: Mapping[str, str] = field(default_factory=dict)
-    devices: int = 1
-    dtype: str = "float32"
-    batch: int = 1
 
     @property
     def arms(self) -> tuple[str, ...]:
@@ -58,17 +52,13 @@ class MemoryTable:
         present = {arm for row in self.rows.values() for arm in row}
         return tuple(arm for arm in ARMS if arm in present) + tuple(sorted(present - set(ARMS)))
 
-    def _sum(self, arm: str, phase: str) -> int:
-        return sum(r.get(arm, 0) for c, r in self.rows.items() if self.phases[c] == phase)
-
     def phase_bytes(self, arm: str) -> dict[str, int]:
         """{"encode", "denoise", "decode"} peaks of ``arm``, each including resident weights."""
-        resident = self._sum(arm, "resident")
-        attention = max(self._sum(arm, "routing"), self._sum(arm, "attention"))
+        resident = _sum(self.rows, self.phases, arm, "resident")
         return {
-            "encode": resident + self._sum(arm, "encode"),
-            "denoise": resident + self._sum(arm, "denoise") + attention,
-            "decode": resident + self._sum(arm, "decode"),
+            "encode": resident + _sum(self.rows, self.phases, arm, "encode"),
+            "denoise": resident + loop_bytes(self.rows, self.phases, arm),
+            "decode": resident + _sum(self.rows, self.phases, arm, "decode"),
         }
 
     def peak(self, arm: str) -> int:
@@ -89,6 +79,17 @@ class MemoryTable:
         """The largest component of ``arm`` other than the resident weights."""
         others = {c: r.get(arm, 0) for c, r in self.rows.items() if self.phases[c] != "resident"}
         return max(others, key=others.__getitem__)
+
+    def problem(self) -> str | None:
+        """One line on the arm that peaks highest when the table does not fit, else None."""
+        if self.fits:
+            return None
+        worst = max(self.arms, key=self.peak)
+        return (
+            f"memory: the {worst} arm peaks at {self.peak(worst) / GIB:,.2f} GiB per device "
+            f"(largest part: {self.dominant(worst)}), more than the {self.device}'s "
+            f"{self.device_bytes / GIB:,.2f} GiB"
+        )
 
     def to_markdown(self) -> str:
         """The table in GiB (2 decimals): components, then each phase's peak and the peak."""
@@ -130,6 +131,31 @@ class MemoryTable:
         out["memory.device_bytes"] = float(self.device_bytes)
         out["memory.fits"] = float(self.fits)
         return out
+
+
+def add_runtime_overhead(
+    rows: dict[str, dict[str, int]], phases: dict[str, str], fraction: float, arms: Iterable[str]
+) -> None:
+    """Adds the "runtime overhead" row (denoise phase) after the rows so far, unless ``fraction``
+    is 0: ``fraction`` of each arm's ``loop_bytes``."""
+    if fraction:
+        rows["runtime overhead"] = {
+            arm: int(fraction * loop_bytes(rows, phases, arm)) for arm in arms
+        }
+        phases["runtime overhead"] = "denoise"
+
+
+def loop_bytes(rows: Mapping[str, Mapping[str, int]], phases: Mapping[str, str], arm: str) -> int:
+    """The denoising loop's bytes of ``arm`` without the resident weights: its denoise rows plus
+    the larger of routing and the attention call (they are not live together)."""
+    routing, attention = (_sum(rows, phases, arm, p) for p in ("routing", "attention"))
+    return _sum(rows, phases, arm, "denoise") + max(routing, attention)
+
+
+def _sum(
+    rows: Mapping[str, Mapping[str, int]], phases: Mapping[str, str], arm: str, phase: str
+) -> int:
+    return sum(r.get(arm, 0) for c, r in rows.items() if phases[c] == phase)
 
 
 def _slug(name: str) -> str:

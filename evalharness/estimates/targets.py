@@ -2,7 +2,7 @@
 
 A dry run plans for a device it may not have (``target=tpu-v6e-8`` from a laptop); a real run plans
 for the one it is on. Each ``DeviceTarget`` states its figures and where they come from, and the
-time estimate built on them is a roofline per denoising step:
+time estimate built on them is a roofline per denoising step (``evalharness.estimates.workload``):
 
     seconds = max(FLOPs / (peak FLOP/s x efficiency), bytes moved / HBM bandwidth)
 
@@ -25,6 +25,7 @@ import jax.numpy as jnp
 
 from kernels.executors.pallas_gpu_budget import H200_SHARED_MEMORY_BYTES
 from kernels.registry import PLATFORMS as PLATFORM_TABLE
+from models.accelerator_env import platform_family
 
 GIB = 1024**3
 # What an H200 SXM reports as its memory (nvidia-smi: 143,771 MiB; the product is "141 GB").
@@ -93,39 +94,6 @@ class DeviceTarget:
         if self.devices < 1 or self.hbm_bytes < 1 or not 0.0 < self.efficiency <= 1.0:
             raise ValueError(f"{self.name}: devices, hbm_bytes must be >= 1, efficiency in (0, 1]")
         object.__setattr__(self, "peak_flops", MappingProxyType(dict(self.peak_flops)))
-
-    def flops_per_s(self, dtype: str) -> float:
-        """Sustained matmul FLOP/s assumed for ``dtype``: peak x efficiency."""
-        dtype = str(dtype)
-        if dtype not in self.peak_flops:
-            raise ValueError(
-                f"{self.name} has no peak for dtype={dtype!r}; {sorted(self.peak_flops)}"
-            )
-        return self.peak_flops[dtype] * self.efficiency
-
-    def step_seconds(self, flops: float, bytes_moved: float, dtype: str) -> tuple[float, str]:
-        """Roofline time of work on one device.
-
-        Args:
-            flops: matmul FLOPs of the work on this device.
-            bytes_moved: bytes read and written from device memory.
-            dtype: compute dtype name.
-
-        Returns:
-            (seconds, "compute" or "memory": which side of the roofline bounds it).
-        """
-        compute = flops / self.flops_per_s(dtype)
-        memory = bytes_moved / self.hbm_bytes_per_s
-        return (compute, "compute") if compute >= memory else (memory, "memory")
-
-    def assumption(self, dtype: str) -> str:
-        """One line naming the roofline's figures, for logs and refusals."""
-        return (
-            f"{self.name}: {self.devices} x {self.hbm_bytes / GIB:.2f} GiB, "
-            f"{self.peak_flops[str(dtype)] / 1e9:,.0f} GFLOP/s {dtype} peak x "
-            f"{self.efficiency:.2f} efficiency, {self.hbm_bytes_per_s / 1e9:,.0f} GB/s; time per "
-            "step = max(FLOPs / sustained FLOP/s, bytes / bandwidth)"
-        )
 
 
 # TPU v6e (Trillium) per chip. f32 matmuls run as bf16 passes on the MXU; precision "highest" takes
@@ -327,7 +295,7 @@ def host_target(flops_per_s: float, *, dtype: str) -> DeviceTarget:
     is_hopper = any(kind in device.device_kind.upper() for kind in _HOPPER_KINDS)
     return DeviceTarget(
         name=device.device_kind,
-        platform="gpu" if device.platform in ("gpu", "cuda", "rocm") else device.platform,
+        platform=platform_family(device.platform),
         devices=len(jax.devices()),
         hbm_bytes=device_memory_bytes(device),
         peak_flops=peak,

@@ -149,10 +149,19 @@ def on_device(tree: Any, device: Any) -> Any:
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
 
 
-def program_figures(compiled: jax.stages.Compiled, seconds: float) -> CompiledProgram:
-    """A compiled program's ``memory_analysis()`` as ``CompiledProgram``."""
+def compile_program(
+    compile_: Callable[[], jax.stages.Compiled],
+) -> tuple[jax.stages.Compiled, CompiledProgram]:
+    """Runs ``compile_`` (a lowering and its compile, or a compile alone), timed.
+
+    Returns:
+        The compiled program, and its ``memory_analysis()`` and seconds as ``CompiledProgram``.
+    """
+    start = time.perf_counter()
+    compiled = compile_()
+    seconds = time.perf_counter() - start
     analysis = compiled.memory_analysis()
-    return CompiledProgram(
+    return compiled, CompiledProgram(
         argument_bytes=int(analysis.argument_size_in_bytes),
         output_bytes=int(analysis.output_size_in_bytes),
         temp_bytes=int(analysis.temp_size_in_bytes),
@@ -165,16 +174,16 @@ def compile_for(device: Any, fn: Callable[..., Any], *args: Any) -> CompiledProg
     """Compiles ``jax.jit(fn)`` for ``device`` at the abstract ``args`` (nothing runs).
 
     Args:
-        device: a compile-only TPU device (``TpuCompiler.device``) or any JAX device.
+        device: a compile-only TPU device (``TpuCompiler.device``) or any JAX device; None:
+            this host's default device, the arguments as given.
         fn: the function.
         *args: its abstract arguments (pytrees of ``ShapeDtypeStruct``).
 
     Returns:
         The compiler's figures.
     """
-    start = time.perf_counter()
-    compiled = jax.jit(fn).lower(*on_device(args, device)).compile()
-    return program_figures(compiled, time.perf_counter() - start)
+    placed = args if device is None else on_device(args, device)
+    return compile_program(lambda: jax.jit(fn).lower(*placed).compile())[1]
 
 
 # Mosaic's scoped-VMEM refusal (XLA error E1001) names the allocation and the limit it exceeded.

@@ -29,10 +29,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from evalharness.estimates.flops import dtype_bytes, parameter_count, step_flops
+from evalharness.estimates.flops import parameter_count, step_flops
 from evalharness.estimates.targets import DeviceTarget
 from evalharness.formatting import markdown_table
+from kernels.parallel import padded_heads
 from models.config import WanTransformerConfig
+from models.dtypes import dtype_of
 from models.video_geometry import VideoGeometry
 
 
@@ -83,7 +85,6 @@ class StepWork:
     Attributes:
         matmul_flops: the transformer without self-attention.
         attention_flops: self-attention if every call were dense (padded heads included).
-        call_tokens: tokens of one attention call (N).
         calls: attention calls per step (layers x forwards).
         qkv_elements: elements of q on the device after the exchange, summed over the step's
             calls (layers x samples x N x padded heads / P x head_dim).
@@ -94,7 +95,6 @@ class StepWork:
 
     matmul_flops: float
     attention_flops: float
-    call_tokens: int
     calls: int
     qkv_elements: float
     exchange_bytes: float
@@ -126,11 +126,11 @@ def step_work(
         gathers: whether the weights are gathered per forward ("fsdp" on several devices).
     """
     p = devices
-    act, weight = dtype_bytes("dtype", str(dtype)), dtype_bytes("param_dtype", str(param_dtype))
+    act, weight = _itemsize("dtype", dtype), _itemsize("param_dtype", param_dtype)
     n = geometry.tokens
     n_dev = -(-n // p)
     heads = tcfg.num_attention_heads
-    padded = -(-heads // p) * p
+    padded = padded_heads(heads, p)
     attention, total = step_flops(tcfg, n, guidance_batch)
     per_block = guidance_batch * n_dev * (16 * tcfg.dim + 2 * tcfg.ffn_dim) * act
     weights = parameter_count(tcfg) * weight
@@ -139,7 +139,6 @@ def step_work(
     return StepWork(
         matmul_flops=(total - attention) / p,
         attention_flops=attention * padded / heads / p,
-        call_tokens=n,
         calls=tcfg.num_layers * forwards,
         qkv_elements=tcfg.num_layers * guidance_batch * n * padded / p * tcfg.attention_head_dim,
         exchange_bytes=4 * tensor * away * tcfg.num_layers if p > 1 else 0.0,
@@ -148,7 +147,13 @@ def step_work(
     )
 
 
-COMPONENTS = ("transformer matmuls", "self-attention", "sparse overhead", "exchange")
+def _itemsize(key: str, name: str) -> int:
+    """Bytes per element of the dtype config key ``key`` names; an unknown name's error names
+    the key."""
+    try:
+        return dtype_of(name).itemsize
+    except ValueError as error:
+        raise ValueError(f"{key}={str(name)!r}: {error}") from error
 
 
 @dataclass(frozen=True)
@@ -156,7 +161,6 @@ class TimeEstimate:
     """Minutes per arm on a target, component by component.
 
     Attributes:
-        target: the target's name.
         assumption: the device figures used (``DeviceTarget.assumption``).
         seconds: component -> arm -> seconds of one denoising step on one device.
         sources: component -> where its rate comes from.
@@ -170,7 +174,6 @@ class TimeEstimate:
         pairs: (prompt, seed) pairs; every pair runs every arm's loops.
     """
 
-    target: str
     assumption: str
     seconds: Mapping[str, Mapping[str, float]]
     sources: Mapping[str, str]
@@ -276,7 +279,7 @@ class TimeEstimate:
 def _padding_source(tcfg: WanTransformerConfig, devices: int) -> dict[str, str]:
     """A note when the heads do not divide over the devices (their padding costs time)."""
     heads = tcfg.num_attention_heads
-    padded = -(-heads // devices) * devices
+    padded = padded_heads(heads, devices)
     if padded == heads:
         return {}
     return {
@@ -354,9 +357,12 @@ def estimate_time(
     }
     work = step_work(tcfg, geometry, param_dtype=param_dtype, dtype=dtype, **sizes)
     peak = target.peak_flops[str(dtype)]
-    compute = work.matmul_flops / (peak * rates.matmul_efficiency)
-    memory = work.hbm_bytes / target.hbm_bytes_per_s
-    matmuls, bound = (compute, "compute") if compute >= memory else (memory, "memory")
+    matmuls, bound = roofline(
+        work.matmul_flops,
+        work.hbm_bytes,
+        flops_per_s=peak * rates.matmul_efficiency,
+        bytes_per_s=target.hbm_bytes_per_s,
+    )
     link = rates.interconnect_bytes_per_s
     exchange = (work.exchange_bytes + work.gather_bytes) / link if link else 0.0
     attention, overhead = _attention_seconds(work, rates, peak, sparse)
@@ -374,7 +380,6 @@ def estimate_time(
         "exchange": dict.fromkeys(runs, exchange),
     }
     return TimeEstimate(
-        target=target.name,
         assumption=(
             f"{target.name}: {p} x {_flop_rate(target.peak_flops[str(dtype)])} {dtype} "
             f"peak, {target.hbm_bytes_per_s / 1e9:,.0f} GB/s HBM"
@@ -386,6 +391,25 @@ def estimate_time(
         steps=steps,
         pairs=pairs,
     )
+
+
+def roofline(
+    flops: float, bytes_moved: float, *, flops_per_s: float, bytes_per_s: float
+) -> tuple[float, str]:
+    """Roofline time of work on one device: the slower of computing and moving its bytes.
+
+    Args:
+        flops: matmul FLOPs of the work on this device.
+        bytes_moved: bytes read and written from device memory.
+        flops_per_s: the sustained matmul rate (peak x the fraction reached).
+        bytes_per_s: the device memory's bandwidth.
+
+    Returns:
+        (seconds, "compute" or "memory": which side of the roofline bounds it).
+    """
+    compute = flops / flops_per_s
+    memory = bytes_moved / bytes_per_s
+    return (compute, "compute") if compute >= memory else (memory, "memory")
 
 
 def _flop_rate(flops_per_s: float) -> str:

@@ -3,10 +3,10 @@
 import pytest
 
 from evalharness.admission.preflight import PreflightRefusal, check
-from evalharness.estimates import count_flops, dtype_bytes, parameter_count
+from evalharness.estimates import count_flops, parameter_count
 from evalharness.estimates.targets import get_target
 from evalharness.estimates.time_rates import rates_for
-from evalharness.estimates.workload import estimate_time
+from evalharness.estimates.workload import estimate_time, step_work
 from evalharness.run import run
 from models.config import get_transformer_config
 from models.video_geometry import VideoGeometry
@@ -93,9 +93,15 @@ def test_headline_1440p_on_cpu_is_refused_without_allocating(tmp_path, monkeypat
 def test_config_dtypes_are_accepted_and_unknown_dtypes_named():
     from evalharness.config.schemas import DType
 
-    assert dtype_bytes("dtype", DType.bfloat16) == dtype_bytes("dtype", "bfloat16") == 2
+    tcfg, geometry = get_transformer_config("wan2.1-t2v-14b"), VideoGeometry(81, 720, 1280)
+    sizes = dict(guidance_batch=2, forwards=1, devices=8, gathers=True)
+    by_enum = step_work(tcfg, geometry, param_dtype=DType.bfloat16, dtype=DType.bfloat16, **sizes)
+    assert by_enum == step_work(tcfg, geometry, param_dtype="bfloat16", dtype="bfloat16", **sizes)
+    # bf16 weights and activations take half float32's bytes.
+    as_f32 = step_work(tcfg, geometry, param_dtype="float32", dtype="float32", **sizes)
+    assert as_f32.hbm_bytes == 2 * by_enum.hbm_bytes
     with pytest.raises(ValueError, match="param_dtype='float64'"):
-        dtype_bytes("param_dtype", "float64")
+        step_work(tcfg, geometry, param_dtype="float64", dtype="bfloat16", **sizes)
 
 
 def _plan_14b_720p(noise_floor_temp):
@@ -136,14 +142,26 @@ def test_n_squared_executor_at_720p_is_refused_with_the_table():
     table = _plan_14b_720p(n_squared)
     assert not table.fits and table.dominant("noise_floor") == "attention executor"
     assert table.peak("dense") < table.device_bytes  # the flash arms fit
+    advice = ["kernel.noise_floor_executor=b0: fits, peak 20.00 GiB (checked)", "dtype=x: no"]
     with pytest.raises(PreflightRefusal) as info:
-        check(_flops_14b(720, 1280), table, _time_14b_720p(), max_minutes=1e6, what="14B 720p")
+        check(
+            _flops_14b(720, 1280),
+            table,
+            _time_14b_720p(),
+            max_minutes=1e6,
+            what="14B 720p",
+            advice=advice,
+        )
     message = str(info.value)
     assert "75,600 tokens" in message and "Nothing was allocated" in message
     assert "noise_floor arm peaks at" in message and "tpu-v6e-8's 31.25 GiB" in message
+    assert "(largest part: attention executor)" in message
     assert "| attention executor | attention |" in message  # the table itself
-    assert "kernel.noise_floor_executor=b0" in message and "parallel.sequence=16" in message
-    assert "dtype=bfloat16" not in message  # already bf16
+    # The checked settings, each on its own line under the heading, in order.
+    assert (
+        "To fit (each setting applied and planned again):\n- kernel.noise_floor_executor=b0: "
+        "fits, peak 20.00 GiB (checked)\n- dtype=x: no\n"
+    ) in message
     assert "time:" not in message  # within the limit
 
 
@@ -151,9 +169,9 @@ def test_fitting_table_and_time_pass_and_time_alone_refuses():
     table = _plan_14b_720p(64 * 2**20)
     assert table.fits, table.to_markdown()
     flops, timing = _flops_14b(720, 1280), _time_14b_720p()
-    check(flops, table, timing, max_minutes=60, what="14B 720p")
+    check(flops, table, timing, max_minutes=60, what="14B 720p", advice=[])
     with pytest.raises(PreflightRefusal, match="time estimate on tpu-v6e-8") as info:
-        check(flops, table, timing, max_minutes=1, what="14B 720p")
+        check(flops, table, timing, max_minutes=1, what="14B 720p", advice=[])
     message = str(info.value)
     assert "max_minutes=" in message and "memory:" not in message
     assert f"{timing.total_minutes:,.1f} minutes" in message

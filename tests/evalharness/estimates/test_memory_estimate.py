@@ -15,8 +15,8 @@ from evalharness.estimates.attention_memory import (
     routing_buffer_bytes,
 )
 from evalharness.estimates.block_memory import block_memory
-from evalharness.estimates.memory_estimate import ExecutorSpec, MemoryTable, estimate_memory
-from evalharness.estimates.memory_table import GIB
+from evalharness.estimates.memory_estimate import ExecutorSpec, estimate_memory
+from evalharness.estimates.memory_table import GIB, MemoryTable, add_runtime_overhead
 from kernels.masks.band import band_for_density
 from kernels.masks.geometry import TokenGeometry
 from kernels.policy.attention_policy import make_dense_attend
@@ -53,6 +53,13 @@ def test_peak_is_resident_plus_the_largest_phase():
     metrics = table.as_metrics()
     assert metrics["memory.route.sparse"] == 40 and metrics["memory.peak"] == 55
     assert metrics["memory.peak.dense"] == 40 and metrics["memory.fits"] == 1.0
+    # The runtime's overhead: a fraction of the loop's bytes (denoise + max(routing, attention)).
+    rows, phases = {c: dict(r) for c, r in table.rows.items()}, dict(table.phases)
+    add_runtime_overhead(rows, phases, 0.1, ["dense", "sparse"])
+    assert list(rows)[-1] == "runtime overhead" and phases["runtime overhead"] == "denoise"
+    assert rows["runtime overhead"] == {"dense": 2, "sparse": 4}  # int(2.5), int(4.5)
+    add_runtime_overhead(rows, phases, 0.0, ["dense"])
+    assert rows["runtime overhead"] == {"dense": 2, "sparse": 4}  # no fraction, no change
 
 
 @pytest.fixture(scope="module")

@@ -87,7 +87,6 @@ def test_the_whole_run_adds_loops_for_every_pair_and_the_rows_outside_them():
         name: {c: v for c, v in row.items() if c != "noise_floor"} for name, row in rows.items()
     }
     estimate = TimeEstimate(
-        target="t",
         assumption="a",
         seconds={"all": {"dense": 1.0, "sparse": 0.5}},
         sources={},
