@@ -8,11 +8,12 @@ from evalharness.admission.dry_run_report import checkpoint_optional, dry_run, p
 from evalharness.admission.dry_run_sweep import dry_run_table
 from evalharness.admission.kernel_checks import EXPORT_PLATFORMS
 from evalharness.admission.output_check import check_output_folders, io_hint
-from evalharness.admission.run_timing import reusable_seconds, samples_per_call
+from evalharness.admission.run_timing import arm_executors, reusable_seconds, samples_per_call
 from evalharness.admission.sizing import estimate_run_time
 
 __all__ = [
     "Admission",
+    "arm_executors",
     "EXPORT_PLATFORMS",
     "admit",
     "check_output_folders",

@@ -17,7 +17,7 @@ from typing import Any
 
 import jax
 
-from evalharness.admission import Admission
+from evalharness.admission import Admission, arm_executors
 from evalharness.arms import (
     ArmResult,
     PreparedArm,
@@ -282,13 +282,8 @@ def _speed_and_setup(
     comparison: Comparison, dense: DenseArms, sparse: ArmResult
 ) -> dict[str, MetricValue]:
     """Timing metrics, where the dense arm came from, and what the sparse side was."""
-    kernel = comparison.cfg.kernel
-    executors = {
-        "dense": kernel.dense_executor.value,
-        "noise_floor": kernel.noise_floor_executor.value,
-    }
     metrics: dict[str, MetricValue] = timing_metrics(
-        dense.dense, sparse, dense.noise_floor, executors=executors
+        dense.dense, sparse, dense.noise_floor, executors=arm_executors(comparison.cfg)
     )
     metrics["dense_control"] = fastest_control(metrics)
     metrics["text_encode_s"] = comparison.text_encode_s

@@ -39,7 +39,8 @@ from models.text_encoder import UMT5Config
 from models.vae import TilingConfig, WanVAE, WanVAEConfig, tile_spans
 
 # Host side of a run, nanoseconds per pixel of one arm's video (frames x height x width), measured
-# with ``python -m evalharness.bench.host_side`` (17 x 480 x 832, 3 rounds, medians; load 1.5).
+# with ``python -m evalharness.bench.host_side resolution=480p resolution.frames=17 warm_runs=3``
+# (17 x 480 x 832, 3 rounds, medians; load 1.5).
 HOST_MEASURED_ON = "this workplace's 2-core x86_64 CI VM, 2026-12-02"
 HOST_NS_PER_PIXEL: Mapping[str, float] = {
     "encode": 58.0,  # per arm: the viewable mp4 and the lossless mkv
