@@ -55,9 +55,8 @@ from evalharness.bench.kernel_table import SLOW_BASELINE, kernel_table, slow_bas
 from evalharness.bench.memory import compiled_peak_bytes
 from evalharness.bench.mlflow_record import (
     add_tracking_args,
-    log_records,
+    emit,
     parse_bench_args,
-    tracking_requested,
 )
 from evalharness.bench.report import part_table, record_table
 from evalharness.bench.run_config import AttentionCall, bench_parser, config_or_exit
@@ -369,16 +368,6 @@ def format_report(result: dict) -> str:
     return "\n".join(parts)
 
 
-def _emit(result: dict, args: argparse.Namespace) -> None:
-    if args.json_out:
-        with open(args.json_out, "w") as handle:
-            json.dump(result, handle, indent=1)
-    if args.json:
-        print(json.dumps(result, indent=1))
-    else:
-        print(format_report(result))
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (exits 2 on a setting the run refuses here)."""
     parser = _parser()
@@ -402,10 +391,11 @@ def main(argv: list[str] | None = None) -> int:
     result["checks"] = acceptance_checks(
         result.get("kernel_table", []), result.get("memory", []), backend.name
     )
-    _emit(result, args)
-    if tracking_requested(args):
-        plots = {k: result.get(f"{k}_plot") for k in ("bq_sweep", "tile_sweep")}
-        log_records(args, kernel_records(result, call.label, plots))
+    if args.json_out:
+        with open(args.json_out, "w") as handle:
+            json.dump(result, handle, indent=1)
+    plots = {k: result.get(f"{k}_plot") for k in ("bq_sweep", "tile_sweep")}
+    emit(args, result, format_report(result), kernel_records(result, call.label, plots))
     return 0
 
 
