@@ -28,7 +28,8 @@ Usage:
     python -m evalharness.bench.placement [--json] [OVERRIDE ...]
     python -m evalharness.bench.placement parallel.sequence=2 warm_runs=5
     python -m evalharness.bench.placement resolution=720p model=wan2.1-t2v-14b parallel.sequence=8
-    ... [--mlflow] [--tracking-uri URI] [--experiment NAME]   (an MLflow run, tag bench=placement)
+    ... --mlflow [logger.tracking_uri=URI] [logger.experiment_name=NAME]   (an MLflow run, tag
+        bench=placement)
 """
 
 from __future__ import annotations
@@ -42,12 +43,7 @@ import jax
 import jax.numpy as jnp
 
 from evalharness.assembly import kernel_options, platform_choices
-from evalharness.bench.mlflow_record import (
-    BenchRecord,
-    add_tracking_args,
-    emit,
-    parse_bench_args,
-)
+from evalharness.bench.mlflow_record import BenchRecord, add_tracking_args, emit
 from evalharness.bench.report import PLACEMENT_COLUMNS
 from evalharness.bench.run_config import AttentionCall, bench_parser, config_or_exit
 from evalharness.bench.timing import time_warm_ms
@@ -284,8 +280,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code (2 for settings the benchmark cannot run)."""
     parser = _parser()
-    args = parse_bench_args(parser, argv)
-    cfg = config_or_exit(parser, args.overrides, resolve=False)
+    args = parser.parse_intermixed_args(argv)
+    cfg = config_or_exit(parser, args.overrides, resolve=False, mlflow=args.mlflow)
     host_devices = expose_host_devices(cfg)
     try:
         s = settings(cfg)
@@ -300,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     result = run(s, host_devices)
-    emit(args, result, format_table(result), [record(result)])
+    emit(args, result, format_table(result), [record(result)], cfg)
     return 0
 
 
