@@ -211,7 +211,7 @@ def table1(runs: Sequence[ReportRun]) -> Table:
         table.notes.append(
             f"no attention_share runs (the seed measured {seed}): run `python -m "
             "evalharness.bench.attention_share model=tiny-random --mlflow` (add "
-            "--tracking-uri/--experiment to match)"
+            "logger.tracking_uri=/logger.experiment_name= to match)"
         )
     mark_mixed_machines(table)
     return table

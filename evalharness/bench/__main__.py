@@ -11,7 +11,7 @@ Usage:
     python -m evalharness.bench tiles resolution=720p schedule.density=0.3887 \\
         kernel.block_q=3328 kernel.block_kv=1536 --json
         tile statistics only (no timing), one JSON object.
-    python -m evalharness.bench ... --mlflow [--tracking-uri URI] [--experiment NAME]
+    python -m evalharness.bench ... --mlflow [logger.tracking_uri=URI] [logger.experiment_name=NAME]
         also logs each part as an MLflow run (tag bench=kernel_table, tile_sweep,
         temporal_heads, kernel_memory; see evalharness.bench.mlflow_record).
 
@@ -53,12 +53,7 @@ from evalharness.bench.checks import acceptance_checks
 from evalharness.bench.kernel_records import kernel_records
 from evalharness.bench.kernel_table import SLOW_BASELINE, kernel_table, slow_baseline_notes
 from evalharness.bench.memory import compiled_peak_bytes
-from evalharness.bench.mlflow_record import (
-    add_tracking_args,
-    log_records,
-    parse_bench_args,
-    tracking_requested,
-)
+from evalharness.bench.mlflow_record import add_tracking_args, emit
 from evalharness.bench.report import part_table, record_table
 from evalharness.bench.run_config import AttentionCall, bench_parser, config_or_exit
 from evalharness.bench.sweep import (
@@ -150,7 +145,8 @@ def _run_config(
     """The run's config resolved for this host; with ``--interpret`` (or for ``tiles``, which runs
     nothing) for the platform of its Pallas backend instead. Exits 2 through ``parser`` with the
     run's own message on a setting the run refuses."""
-    backend = config_or_exit(parser, args.overrides, resolve=False).kernel.backend.value
+    unresolved = config_or_exit(parser, args.overrides, resolve=False, mlflow=args.mlflow)
+    backend = unresolved.kernel.backend.value
     if args.interpret and backend not in _PALLAS_PLATFORMS:
         parser.error(
             f"--interpret runs a Pallas kernel off its platform; kernel={backend} has none: add "
@@ -369,20 +365,10 @@ def format_report(result: dict) -> str:
     return "\n".join(parts)
 
 
-def _emit(result: dict, args: argparse.Namespace) -> None:
-    if args.json_out:
-        with open(args.json_out, "w") as handle:
-            json.dump(result, handle, indent=1)
-    if args.json:
-        print(json.dumps(result, indent=1))
-    else:
-        print(format_report(result))
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (exits 2 on a setting the run refuses here)."""
     parser = _parser()
-    args = parse_bench_args(parser, argv)
+    args = parser.parse_intermixed_args(argv)
     command = args.overrides.pop(0) if args.overrides[:1] in (["run"], ["tiles"]) else "run"
     call = AttentionCall(_run_config(parser, args, command))
     if command == "tiles":
@@ -402,10 +388,11 @@ def main(argv: list[str] | None = None) -> int:
     result["checks"] = acceptance_checks(
         result.get("kernel_table", []), result.get("memory", []), backend.name
     )
-    _emit(result, args)
-    if tracking_requested(args):
-        plots = {k: result.get(f"{k}_plot") for k in ("bq_sweep", "tile_sweep")}
-        log_records(args, kernel_records(result, call.label, plots))
+    if args.json_out:
+        with open(args.json_out, "w") as handle:
+            json.dump(result, handle, indent=1)
+    plots = {k: result.get(f"{k}_plot") for k in ("bq_sweep", "tile_sweep")}
+    emit(args, result, format_report(result), kernel_records(result, call.label, plots), call.cfg)
     return 0
 
 

@@ -38,12 +38,7 @@ from flax import nnx
 
 from evalharness.arms import time_interleaved
 from evalharness.assembly import dense_attend
-from evalharness.bench.mlflow_record import (
-    BenchRecord,
-    add_tracking_args,
-    emit,
-    parse_bench_args,
-)
+from evalharness.bench.mlflow_record import BenchRecord, add_tracking_args, emit
 from evalharness.bench.run_config import AttentionCall, bench_parser, config_or_exit
 from evalharness.bench.timing import ms_stats
 from evalharness.config import EvalConfig
@@ -255,13 +250,13 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code."""
     parser = _parser()
-    args = parse_bench_args(parser, argv)
-    setup = share_setup(config_or_exit(parser, args.overrides))
+    args = parser.parse_intermixed_args(argv)
+    setup = share_setup(config_or_exit(parser, args.overrides, mlflow=args.mlflow))
     if setup.cfg.warm_runs < 3:
         parser.error(f"warm_runs={setup.cfg.warm_runs}: use at least 3 for a median")
     preflight(setup)
     result = run(setup)
-    emit(args, result, format_table(result), records(result))
+    emit(args, result, format_table(result), records(result), setup.cfg)
     return 0
 
 

@@ -1,7 +1,8 @@
 """Memory prediction benchmark: ``estimate_memory`` against the compiler and against a real run.
 
 Usage:
-    python -m evalharness.bench.memory [--shapes cpu tiny-8640 mid-4320] [--json]
+    python -m evalharness.bench.memory [--shapes cpu tiny-8640 mid-4320] [--json] \
+        [--mlflow [logger.tracking_uri=URI] [logger.experiment_name=NAME] [output_root=DIR]]
 
 For each CPU shape and arm (dense b0, noise-floor dot_product_attention, sparse policy with a
 dense first step) it prints the denoise-phase peak of:
@@ -20,9 +21,11 @@ dense first step) it prints the denoise-phase peak of:
   live buffers. XLA:CPU's dot runtime also packs operands outside XLA's plan (about one more
   [B, H, N, N] buffer for the einsum attention): that is in the measurement and in no plan.
 
-Each shape takes one to two minutes on a 2-core CPU. ``--mlflow`` (or ``--tracking-uri URI``,
-``--experiment NAME``) also logs the table as an MLflow run (tag ``bench=memory_prediction``). ``compiled_peak_bytes`` (one executor's
-plan) is what ``python -m evalharness.bench`` uses.
+Each shape takes one to two minutes on a 2-core CPU. ``--mlflow`` also logs the table as an MLflow
+run (tag ``bench=memory_prediction``) in the store and experiment of the run's config: the
+shapes are the benchmark's own, so of the run's overrides only ``logger.*`` and ``output_root``
+are taken. ``compiled_peak_bytes`` (one executor's plan) is what ``python -m evalharness.bench``
+uses.
 """
 
 from __future__ import annotations
@@ -41,12 +44,8 @@ from dataclasses import asdict, dataclass
 import jax
 import jax.numpy as jnp
 
-from evalharness.bench.mlflow_record import (
-    BenchRecord,
-    add_tracking_args,
-    emit,
-    parse_bench_args,
-)
+from evalharness.bench.mlflow_record import BenchRecord, add_tracking_args, emit
+from evalharness.bench.run_config import bench_parser, config_or_exit
 from evalharness.config import token_geometry
 from evalharness.estimates import (
     CPU_RUNTIME_OVERHEAD,
@@ -304,18 +303,25 @@ def benchmark(names: list[str]) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser("evalharness.bench.memory", __doc__, "logger.experiment_name=bench")
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
-    parser.add_argument("--json", action="store_true", help="one JSON list instead of Markdown")
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # the subprocess's entry point
     add_tracking_args(parser)
-    args = parse_bench_args(parser, argv)
+    args = parser.parse_intermixed_args(argv)
     if args.measure:
         spec = json.loads(args.measure)
         print(json.dumps(measure(BenchShape(**spec["shape"]), spec["arm"])))
         return
+    logging_only = ("logger", "output_root")
+    other = [o for o in args.overrides if not o.lstrip("+~").startswith(logging_only)]
+    if other:
+        parser.error(
+            f"{' '.join(other)}: the shapes are the benchmark's own (--shapes); of the run's "
+            "overrides it takes logger.* and output_root (where --mlflow logs)"
+        )
+    cfg = config_or_exit(parser, args.overrides, resolve=False, mlflow=args.mlflow)
     rows = benchmark(args.shapes)
-    emit(args, rows, markdown_table(rows, COLUMNS), [record(rows, args.shapes)])
+    emit(args, rows, markdown_table(rows, COLUMNS), [record(rows, args.shapes)], cfg)
 
 
 def record(rows: list[dict], shapes: list[str]) -> BenchRecord:

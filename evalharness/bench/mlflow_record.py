@@ -1,9 +1,12 @@
 """Benchmarks as MLflow runs: one run per benchmark table, when the command line asks for it.
 
-Every benchmark entry point adds the same options (:func:`add_tracking_args`): ``--mlflow`` logs
-to the local sqlite store under ``--output-root`` (as the harness does), ``--tracking-uri URI`` to
-any MLflow store, ``--experiment NAME`` names the experiment (``evalharness`` by default, beside
-the harness's own runs, so ``python -m reports`` finds both).
+A benchmark that logs adds ``--mlflow`` (:func:`add_tracking_args`), the one switch
+(``logger.kind`` is not read). Where its runs go is the run's config, composed from the same
+overrides as for ``python -m evalharness``: ``logger.tracking_uri`` (None: the sqlite store
+``<output_root>/mlflow.db``), ``logger.experiment_name`` (``evalharness``, beside the harness's
+own runs, so ``python -m reports`` finds both) and ``output_root``;
+``config_or_exit(..., mlflow=True)`` checks that store as the run does before anything is
+measured, and the URI is shown only with its password hidden (``evalharness.tracking``).
 
 A run holds:
 
@@ -33,9 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalharness.config import EvalConfig
 from evalharness.tracking import RUN_KIND_TAG, closed_on_error, environment_tags, make_tracker
 
-DEFAULT_EXPERIMENT = "evalharness"
 BENCH_TAG = "bench"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_\-. /]")
 
@@ -85,62 +88,35 @@ def _finite_number(value: Any) -> bool:
 
 
 def add_tracking_args(parser: argparse.ArgumentParser) -> None:
-    """Adds ``--mlflow``, ``--tracking-uri``, ``--experiment`` and ``--output-root``."""
-    group = parser.add_argument_group("MLflow")
-    group.add_argument(
+    """Adds ``--mlflow``: log each table as an MLflow run in the store the run's config names."""
+    parser.add_argument(
         "--mlflow",
         action="store_true",
-        help="log each table as an MLflow run (sqlite under --output-root unless --tracking-uri)",
+        help="log each table as an MLflow run: logger.tracking_uri (default: sqlite under "
+        "output_root), experiment logger.experiment_name",
     )
-    group.add_argument("--tracking-uri", help="an MLflow tracking URI (implies --mlflow)")
-    group.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment")
-    group.add_argument(
-        "--output-root", default="outputs", help="where the default sqlite store lives"
-    )
-
-
-def parse_bench_args(
-    parser: argparse.ArgumentParser, argv: list[str] | None = None
-) -> argparse.Namespace:
-    """Parses a benchmark's command line and, when it asks for MLflow, checks the store first:
-    a wrong ``--tracking-uri`` exits 2 in seconds, before minutes of measurement are lost.
-
-    Args:
-        parser: a parser with :func:`add_tracking_args`.
-        argv: the arguments (default ``sys.argv[1:]``).
-    """
-    from evalharness.tracking import TrackingUnavailable, check_tracking
-
-    args = parser.parse_args(argv)
-    if tracking_requested(args):
-        try:
-            check_tracking("mlflow", args.tracking_uri, args.experiment)
-        except TrackingUnavailable as refusal:
-            parser.exit(2, f"error: {refusal}\n")
-    return args
-
-
-def tracking_requested(args: argparse.Namespace) -> bool:
-    """Whether the command line asked for MLflow (``--mlflow`` or ``--tracking-uri``)."""
-    return bool(getattr(args, "mlflow", False) or getattr(args, "tracking_uri", None))
 
 
 def emit(
-    args: argparse.Namespace, result: Any, markdown: str, records: Iterable[BenchRecord] = ()
+    args: argparse.Namespace,
+    result: Any,
+    markdown: str,
+    records: Iterable[BenchRecord] = (),
+    cfg: EvalConfig | None = None,
 ) -> None:
-    """A benchmark's ending: ``result`` as JSON with ``--json``, else ``markdown``; then, when the
-    command line asked for MLflow (:func:`tracking_requested`), ``records`` logged.
+    """A benchmark's ending: ``result`` as JSON with ``--json``, else ``markdown``; then, with
+    ``--mlflow``, ``records`` logged where ``cfg`` says (:func:`log_records`).
 
     Args:
-        args: the parsed command line (``json``, and the options of :func:`add_tracking_args`
-            where the benchmark has them).
+        args: the parsed command line (``json``, and ``mlflow`` where the benchmark has it).
         result: the JSON-able result (NumPy scalars are written as floats).
         markdown: what is printed without ``--json``.
-        records: the tables to log (:func:`log_records`).
+        records: the tables to log.
+        cfg: the run's config the benchmark composed; needed with ``--mlflow``.
     """
     print(json.dumps(result, indent=1, default=float) if args.json else markdown)
-    if tracking_requested(args):
-        log_records(args, records)
+    if getattr(args, "mlflow", False):
+        log_records(cfg, records)
 
 
 def version_params() -> dict[str, str]:
@@ -185,11 +161,12 @@ def write_record_files(record: BenchRecord, folder: Path) -> list[Path]:
     return copies
 
 
-def log_record(args: argparse.Namespace, record: BenchRecord) -> str:
+def log_record(cfg: EvalConfig, record: BenchRecord) -> str:
     """Logs one benchmark table as a finished MLflow run; returns its run id.
 
     Args:
-        args: parsed options of :func:`add_tracking_args`.
+        cfg: the run's config: its store (``logger.tracking_uri``, else the sqlite file and
+            artifacts under ``output_root``) and experiment (``logger.experiment_name``).
         record: the table.
 
     Raises:
@@ -198,10 +175,10 @@ def log_record(args: argparse.Namespace, record: BenchRecord) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     tracker = make_tracker(
         "mlflow",
-        tracking_uri=args.tracking_uri,
-        experiment_name=args.experiment,
+        tracking_uri=cfg.logger.tracking_uri,
+        experiment_name=cfg.logger.experiment_name,
         run_name=f"bench-{record.bench}-{stamp}",
-        output_root=Path(args.output_root),
+        output_root=Path(cfg.output_root),
     )
     with closed_on_error(tracker):
         kind = {RUN_KIND_TAG: "benchmark"}
@@ -215,16 +192,17 @@ def log_record(args: argparse.Namespace, record: BenchRecord) -> str:
     return str(tracker.run_id)
 
 
-def log_records(args: argparse.Namespace, records: Iterable[BenchRecord]) -> list[str]:
+def log_records(cfg: EvalConfig, records: Iterable[BenchRecord]) -> list[str]:
     """Logs each record (:func:`log_record`) and says where on stderr; returns the run ids."""
     import sys
 
     ids = []
     for record in records:
-        run_id = log_record(args, record)
+        run_id = log_record(cfg, record)
         ids.append(run_id)
+        experiment = cfg.logger.experiment_name
         print(
-            f"mlflow: bench={record.bench} run {run_id} in experiment {args.experiment!r}",
+            f"mlflow: bench={record.bench} run {run_id} in experiment {experiment!r}",
             file=sys.stderr,
             flush=True,
         )

@@ -28,14 +28,14 @@ Usage:
     python -m evalharness.bench.placement [--json] [OVERRIDE ...]
     python -m evalharness.bench.placement parallel.sequence=2 warm_runs=5
     python -m evalharness.bench.placement resolution=720p model=wan2.1-t2v-14b parallel.sequence=8
-    ... [--mlflow] [--tracking-uri URI] [--experiment NAME]   (an MLflow run, tag bench=placement)
+    ... --mlflow [logger.tracking_uri=URI] [logger.experiment_name=NAME]   (an MLflow run, tag
+        bench=placement)
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 
@@ -43,19 +43,13 @@ import jax
 import jax.numpy as jnp
 
 from evalharness.assembly import kernel_options, platform_choices
-from evalharness.bench.mlflow_record import (
-    BenchRecord,
-    add_tracking_args,
-    log_records,
-    parse_bench_args,
-    tracking_requested,
-)
+from evalharness.bench.mlflow_record import BenchRecord, add_tracking_args, emit
 from evalharness.bench.report import PLACEMENT_COLUMNS
 from evalharness.bench.run_config import AttentionCall, bench_parser, config_or_exit
 from evalharness.bench.timing import time_warm_ms
 from evalharness.config import EvalConfig, load_resolution
 from evalharness.formatting import markdown_table
-from evalharness.machine import machine_info
+from evalharness.machine import machine_info, machine_line
 from kernels.parallel.attend import PLACEMENTS, SequenceParallelAttend
 from kernels.parallel.exchange import exchange_bytes
 from kernels.parallel.mesh import make_mesh
@@ -242,7 +236,7 @@ def _devices_line(cfg: dict) -> str:
 
 def format_table(result: dict) -> str:
     """Markdown: the side-by-side table plus the configuration and machine."""
-    cfg, machine = result["config"], result["machine"]
+    cfg = result["config"]
     full = cfg["full_720p"]
     return "\n".join(
         [
@@ -260,8 +254,7 @@ def format_table(result: dict) -> str:
             "",
             f"Bytes are all devices together for one call; '720p 14B' is batch {full['batch']}, "
             f"{full['tokens']:,} tokens, {full['heads']} heads x {full['head_dim']}, bfloat16.",
-            f"Machine: {machine['processor']}, {machine['cpu_count']} cores, "
-            f"{machine['platform']}, JAX {machine['jax_version']} ({machine['jax_backend']}).",
+            machine_line(result["machine"]),
         ]
     )
 
@@ -287,8 +280,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code (2 for settings the benchmark cannot run)."""
     parser = _parser()
-    args = parse_bench_args(parser, argv)
-    cfg = config_or_exit(parser, args.overrides, resolve=False)
+    args = parser.parse_intermixed_args(argv)
+    cfg = config_or_exit(parser, args.overrides, resolve=False, mlflow=args.mlflow)
     host_devices = expose_host_devices(cfg)
     try:
         s = settings(cfg)
@@ -303,9 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     result = run(s, host_devices)
-    print(json.dumps(result, indent=2) if args.json else format_table(result))
-    if tracking_requested(args):
-        log_records(args, [record(result)])
+    emit(args, result, format_table(result), [record(result)], cfg)
     return 0
 
 

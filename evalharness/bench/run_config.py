@@ -24,6 +24,7 @@ from evalharness.config import (
     to_config,
     token_geometry,
 )
+from evalharness.tracking import TrackingUnavailable, check_tracking
 from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes
 from models.config import WanTransformerConfig, get_transformer_config
@@ -36,21 +37,30 @@ def config_or_exit(
     *,
     resolve: bool = True,
     platform: str | None = None,
+    mlflow: bool = False,
 ) -> EvalConfig:
     """The run's config from a command line's overrides, or exit 2 through ``parser`` with what
     the run itself would say: an unknown setting and the closest one, a group choice that does
     not exist, a value the schema or the platform refuses. ``resolve=False`` leaves it
     unresolved (resolving starts JAX's backends); ``platform`` resolves it for that platform
-    ("tpu", "gpu", "cpu") instead of this host's.
+    ("tpu", "gpu", "cpu") instead of this host's. ``mlflow`` (the benchmark's ``--mlflow``)
+    also checks the tracking store the config names (``logger.tracking_uri``, else the sqlite
+    file under ``output_root``) as the run checks it, so a store that cannot be used exits 2 in
+    seconds, before minutes of measurement are lost.
     """
     problem = check_overrides(list(overrides))
     if problem:
         parser.error(problem)
     try:
         cfg = to_config(compose_run_config(overrides))
+        if mlflow:
+            logger = cfg.logger
+            check_tracking("mlflow", logger.tracking_uri, logger.experiment_name, cfg.output_root)
         return platform_choices.resolve(cfg, platform) if resolve else cfg
     except (HydraException, OmegaConfBaseException, ValueError) as error:
         parser.error(str(error))
+    except TrackingUnavailable as refusal:
+        parser.exit(2, f"error: {refusal}\n")
 
 
 def bench_parser(module: str, doc: str | None, example: str) -> argparse.ArgumentParser:

@@ -20,9 +20,9 @@ Usage:
     python -m evalharness.bench.schedules steps=4 warm_runs=5 kernel.block_q=64 kernel.block_kv=64
     python -m evalharness.bench.schedules model=wan2.1-t2v-1.3b resolution=480p dtype=bfloat16 \
         steps=4   # 1.3B shapes at 480p, random weights, on an accelerator
-    python -m evalharness.bench.schedules ... --mlflow [--tracking-uri URI] [--experiment NAME]
-        also logs the table as an MLflow run (tag bench=schedules; metrics <schedule>.median_ms,
-        <schedule>.speedup_vs_dense, ...)
+    python -m evalharness.bench.schedules ... --mlflow [logger.tracking_uri=URI] \
+        [logger.experiment_name=NAME]   also logs the table as an MLflow run (tag
+        bench=schedules; metrics <schedule>.median_ms, <schedule>.speedup_vs_dense, ...)
 """
 
 from __future__ import annotations
@@ -47,12 +47,7 @@ from evalharness.assembly import (
     run_block_sizes,
     run_sampler,
 )
-from evalharness.bench.mlflow_record import (
-    BenchRecord,
-    add_tracking_args,
-    emit,
-    parse_bench_args,
-)
+from evalharness.bench.mlflow_record import BenchRecord, add_tracking_args, emit
 from evalharness.bench.run_config import bench_parser, config_or_exit
 from evalharness.bench.timing import ms_stats
 from evalharness.config import (
@@ -366,12 +361,13 @@ def configure(
     parser: argparse.ArgumentParser, args: argparse.Namespace
 ) -> tuple[EvalConfig, list[SparsitySchedule]]:
     """The resolved config and the schedules, or exit 2 through ``parser`` naming the problem
-    (a bad override, too few warm runs)."""
+    (a bad override, too few warm runs, with ``--mlflow`` a tracking store that cannot be
+    used)."""
     try:
         _check_overrides(args.overrides)
     except ValueError as error:
         parser.error(str(error))
-    cfg = config_or_exit(parser, args.overrides)
+    cfg = config_or_exit(parser, args.overrides, mlflow=args.mlflow)
     try:
         geometry = token_geometry(cfg.resolution.video)
         schedules = load_schedules(args.overrides, geometry, run_block_sizes(cfg))
@@ -385,10 +381,10 @@ def configure(
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     parser = _parser()
-    args = parse_bench_args(parser, argv)
+    args = parser.parse_intermixed_args(argv)
     cfg, schedules = configure(parser, args)
     result = run(cfg, schedules)
-    emit(args, result, format_table(result), [record(result)])
+    emit(args, result, format_table(result), [record(result)], cfg)
     return 0
 
 

@@ -197,7 +197,7 @@ def test_benchmarks_and_reports_refuse_an_unreachable_server_before_measuring(tm
     for bench in (placement.main, schedules.main):
         start = time.perf_counter()
         with pytest.raises(SystemExit) as refused:
-            bench(["--tracking-uri", url])
+            bench(["--mlflow", f"logger.tracking_uri={url}"])
         assert refused.value.code == 2 and time.perf_counter() - start < FAST_S
         assert f"error: MLflow tracking store {url} cannot be used" in capsys.readouterr().err
     assert reports_main(["--tracking-uri", url, "--out", str(tmp_path / "r")]) == 2

@@ -45,7 +45,7 @@ def server(tmp_path_factory):
 def logged(server, tmp_path_factory):
     """Runs of every kind the report reads, logged to ``server``; returns the client."""
     tmp = tmp_path_factory.mktemp("logged")
-    tracking = ["--tracking-uri", server, "--experiment", EXPERIMENT]
+    tracking = ["--mlflow", f"logger.tracking_uri={server}", f"logger.experiment_name={EXPERIMENT}"]
     for schedule, floor in (("balanced", "true"), ("aggressive", "false")):
         run(
             small_config(

@@ -6,16 +6,19 @@ from __future__ import annotations
 import argparse
 import json
 
+from mlflow.tracking import MlflowClient
+
 from evalharness.bench import placement, schedules
 from evalharness.bench.kernel_records import kernel_records
 from evalharness.bench.mlflow_record import (
     BenchRecord,
     add_tracking_args,
+    log_records,
     metric_name,
-    tracking_requested,
     version_params,
     write_record_files,
 )
+from evalharness.config import compose_run_config, to_config
 
 MACHINE = {
     "processor": "x86_64",
@@ -44,14 +47,24 @@ def test_metric_names_keep_only_what_mlflow_accepts():
     assert record.metrics() == {"b3.median_ms": 1.5}
 
 
-def test_tracking_options_and_versions():
+def test_tracking_option_and_versions():
     parser = argparse.ArgumentParser()
     add_tracking_args(parser)
-    assert not tracking_requested(parser.parse_args([]))
-    assert tracking_requested(parser.parse_args(["--mlflow"]))
-    args = parser.parse_args(["--tracking-uri", "http://x", "--experiment", "e"])
-    assert tracking_requested(args) and args.experiment == "e"
+    assert not parser.parse_args([]).mlflow and parser.parse_args(["--mlflow"]).mlflow
     assert set(version_params()) >= {"version.jax", "version.jaxlib", "version.flax"}
+
+
+def test_a_record_goes_to_the_store_and_experiment_of_the_run_config(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'bench.db'}"
+    overrides = [f"logger.tracking_uri={uri}", "logger.experiment_name=bench"]
+    cfg = to_config(compose_run_config([*overrides, f"output_root={tmp_path / 'out'}"]))
+    record = BenchRecord("x", {"tokens": 320}, [{"variant": "b3", "median_ms": 1.5}], "variant", "")
+    (run_id,) = log_records(cfg, [record])
+    run = MlflowClient(uri).get_run(run_id)
+    assert MlflowClient(uri).get_experiment(run.info.experiment_id).name == "bench"
+    assert run.data.tags["bench"] == "x" and run.data.params["tokens"] == "320"
+    assert run.data.metrics == {"b3.median_ms": 1.5}
+    assert (tmp_path / "out" / "mlartifacts").is_dir()
 
 
 def _kernel_result() -> dict:
