@@ -83,16 +83,23 @@ class _Parsed(Exception):
     """Raised right after a module's parser accepted its arguments: nothing else runs."""
 
 
-def check_module_command(module: str, args: list[str], monkeypatch) -> None:
-    """Runs ``python -m module args`` up to its argument parsing, which must accept them."""
-    assert importlib.util.find_spec(module) is not None, f"no module {module}"
-    original = argparse.ArgumentParser.parse_args
+def _then_stop(method: str):
+    """``method`` of ArgumentParser that parses as it does, then stops the program."""
+    original = getattr(argparse.ArgumentParser, method)
 
     def parse_then_stop(self, argv=None, namespace=None):
         original(self, argv, namespace)
         raise _Parsed
 
-    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
+    return parse_then_stop
+
+
+def check_module_command(module: str, args: list[str], monkeypatch) -> None:
+    """Runs ``python -m module args`` up to its argument parsing, which must accept them (with
+    ``parse_args``, or ``parse_intermixed_args`` where options and overrides interleave)."""
+    assert importlib.util.find_spec(module) is not None, f"no module {module}"
+    for method in ("parse_args", "parse_intermixed_args"):
+        monkeypatch.setattr(argparse.ArgumentParser, method, _then_stop(method))
     monkeypatch.setattr(sys, "argv", [module, *args])
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)

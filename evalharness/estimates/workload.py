@@ -349,13 +349,16 @@ def estimate_time(
         The ``TimeEstimate``.
     """
     p = devices or target.devices
-    sizes = {
-        "guidance_batch": guidance_batch,
-        "forwards": forwards,
-        "devices": p,
-        "gathers": gathers,
-    }
-    work = step_work(tcfg, geometry, param_dtype=param_dtype, dtype=dtype, **sizes)
+    work = step_work(
+        tcfg,
+        geometry,
+        param_dtype=param_dtype,
+        dtype=dtype,
+        guidance_batch=guidance_batch,
+        forwards=forwards,
+        devices=p,
+        gathers=gathers,
+    )
     peak = target.peak_flops[str(dtype)]
     matmuls, bound = roofline(
         work.matmul_flops,
@@ -366,13 +369,9 @@ def estimate_time(
     link = rates.interconnect_bytes_per_s
     exchange = (work.exchange_bytes + work.gather_bytes) / link if link else 0.0
     attention, overhead = _attention_seconds(work, rates, peak, sparse)
-    runs = {
-        "dense": warm_runs + 1,
-        "noise_floor": warm_runs + 1,
-        "sparse": warm_runs + 1 + int(sparse is not None),
-    }
-    if not noise_floor:
-        del runs["noise_floor"]
+    # Every arm's loop runs warm-up + timed runs; a sparse arm runs once more to record routing.
+    arms = ("dense", "noise_floor", "sparse") if noise_floor else ("dense", "sparse")
+    runs = {arm: warm_runs + 1 + int(arm == "sparse" and sparse is not None) for arm in arms}
     seconds = {
         "transformer matmuls": dict.fromkeys(runs, matmuls),
         "self-attention": {arm: attention[arm] for arm in runs},
@@ -381,7 +380,7 @@ def estimate_time(
     }
     return TimeEstimate(
         assumption=(
-            f"{target.name}: {p} x {_flop_rate(target.peak_flops[str(dtype)])} {dtype} "
+            f"{target.name}: {p} x {_flop_rate(peak)} {dtype} "
             f"peak, {target.hbm_bytes_per_s / 1e9:,.0f} GB/s HBM"
         ),
         seconds=seconds,
