@@ -29,6 +29,8 @@ class Executor:
         ours: implemented in this project (the others are JAX's or a vendor's).
         memory: how its temporaries grow with tokens N: "linear" (tile-sized scratch) or
             "quadratic" (materialised [B, H, N, N] scores).
+        only_on: the one platform it runs on ("tpu", "gpu"; compiling it elsewhere fails deep
+            inside XLA), or None where it runs on any.
     """
 
     name: str
@@ -36,13 +38,14 @@ class Executor:
     dense: bool
     ours: bool
     memory: Literal["linear", "quadratic"]
+    only_on: str | None = None
 
 
 # In the order a config's choices list them: the dense controls, then the sparse variants.
 _TABLE = (
     Executor("b0", tiled=True, dense=True, ours=True, memory="linear"),
-    Executor("splash", tiled=False, dense=True, ours=False, memory="linear"),
-    Executor("cudnn", tiled=False, dense=True, ours=False, memory="linear"),
+    Executor("splash", tiled=False, dense=True, ours=False, memory="linear", only_on="tpu"),
+    Executor("cudnn", tiled=False, dense=True, ours=False, memory="linear", only_on="gpu"),
     Executor("dot_product_attention", tiled=False, dense=True, ours=False, memory="quadratic"),
     Executor("reference", tiled=False, dense=True, ours=True, memory="quadratic"),
     Executor("xla_flash", tiled=False, dense=True, ours=True, memory="linear"),

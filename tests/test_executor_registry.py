@@ -84,6 +84,13 @@ def test_the_platform_table_decides_backend_controls_and_export():
         assert dense_controls(name) == (platform.dense_control, platform.noise_floor_control)
         assert EXPORT_PLATFORMS.get(name) == platform.export_platform
         assert {platform.dense_control, platform.noise_floor_control} <= set(DENSE_EXECUTORS)
+        for control in (platform.dense_control, platform.noise_floor_control):
+            assert get_executor(control).only_on in (None, name), (name, control)
+    # The vendors' dense executors run on their own platform only.
+    assert {e.name: e.only_on for e in EXECUTORS.values() if e.only_on} == {
+        "splash": "tpu",
+        "cudnn": "gpu",
+    }
     assert get_platform("cuda") is PLATFORMS["gpu"]
     with pytest.raises(ValueError, match="platform='rocm'; use one of"):
         get_platform("rocm")

@@ -42,6 +42,7 @@ from evalharness.config import (
 from kernels.executors.dense_controls import check_dense_pair, dense_controls
 from kernels.plans.block_sizes import BlockSizes, auto_block_sizes
 from kernels.registry import PLATFORMS as PLATFORM_TABLE
+from kernels.registry import get_executor
 from models.accelerator_env import platform_family
 from models.config import TINY_PRESETS
 
@@ -185,12 +186,8 @@ def resolve(cfg: EvalConfig, platform: str | None = None, tokens: int | None = N
     return dataclasses.replace(cfg, kernel=kernel, dtype=dtype, model=model)
 
 
-# Dense executors that exist on one platform only; compiling them elsewhere fails deep inside XLA.
-_EXECUTOR_PLATFORM = {"splash": "tpu", "cudnn": "gpu"}
-
-
 def _check_executor_platform(executor: str, platform: str, setting: str) -> None:
-    needed = _EXECUTOR_PLATFORM.get(executor)
+    needed = get_executor(executor).only_on
     if needed is not None and needed != platform:
         raise ValueError(
             f"kernel.{setting}={executor} runs on {needed} only, but the run targets {platform!r}; "
