@@ -321,6 +321,7 @@ def test_the_vae_reconstruction_error_falls(tmp_path):
     assert np.mean(errors[-4:]) < 0.5 * np.mean(errors[:4]), errors
 
 
+@pytest.mark.slow  # about 20 s on a 2-core machine
 def test_the_decoder_stage_trains_the_decoder_and_keeps_the_latents(tmp_path):
     settings = dataclasses.replace(preset("smoke"), vae_decoder_steps=6, checkpoint_every=3)
     model = WanAutoencoder(settings.vae_config(), rngs=nnx.Rngs(0))
@@ -338,6 +339,7 @@ def test_the_decoder_stage_trains_the_decoder_and_keeps_the_latents(tmp_path):
     assert any(not np.array_equal(a, np.asarray(b)) for a, b in zip(decoder, after, strict=True))
 
 
+@pytest.mark.slow  # about 14 s on a 2-core machine
 def test_the_decoder_stage_refines_an_export_and_records_both_sittings(trained, tmp_path, capsys):
     model, _, _ = trained
     without = dataclasses.replace(SETTINGS, vae_decoder_steps=0)

@@ -77,6 +77,7 @@ def test_flop_count_adds_up_every_loop():
     }
 
 
+@pytest.mark.slow  # about 20 s on a 2-core machine
 def test_headline_1440p_on_cpu_is_refused_without_allocating(tmp_path, monkeypatch):
     import evalharness.run as run_module
 
