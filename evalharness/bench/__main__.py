@@ -67,7 +67,7 @@ from evalharness.bench.sweep import (
 from evalharness.bench.temporal import temporal_comparison
 from evalharness.bench.tile_stats import tile_stats
 from evalharness.config import EvalConfig, load_resolution, resolution_names
-from evalharness.machine import machine_info
+from evalharness.machine import machine_info, machine_line
 from kernels.executors.dispatch import BACKENDS
 from kernels.masks.band import band_for_density
 from kernels.plans.block_sizes import tile_limit
@@ -346,7 +346,7 @@ def format_report(result: dict) -> str:
     config = dict(result["config"])
     machine = config.pop("machine")
     label = Backend(config["backend"], config["interpret"]).label
-    parts = [f"machine: {machine}", f"config: {config}\n"]
+    parts = [machine_line(machine), f"config: {config}\n"]
     parts += [f"note: {note}" for note in result.get("notes", [])]
     if result.get("notes"):
         parts[-1] += "\n"

@@ -12,6 +12,7 @@ from evalharness.bench.kernel_table import (
 )
 from evalharness.bench.report import KERNEL_TABLE_COLUMNS, table
 from evalharness.config import compose_run_config, to_config
+from evalharness.machine import machine_info, machine_line
 from kernels.masks.band import band_for_density
 from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes
@@ -153,14 +154,16 @@ def test_fraction_of_ideal_above_one_is_flagged_as_a_slow_baseline():
     assert "| 1.333 |" in b3_line and b3_line.endswith(f"| {SLOW_BASELINE} |")
     assert next(line for line in body if line.startswith("| b2 |")).endswith("| - |")
 
+    machine = machine_info()
     report = format_report(
         {
-            "config": {"backend": "xla", "interpret": False, "block_kv": 32, "machine": {}},
+            "config": {"backend": "xla", "interpret": False, "block_kv": 32, "machine": machine},
             "notes": notes,
             "kernel_table": rows,
             "checks": {},
         }
     )
+    assert report.startswith(machine_line(machine) + "\n")  # the benchmarks' one machine line
     assert "note: b3: 1.33 of ideal (wall-clock) against b0 is above 1" in report
     assert f"| {SLOW_BASELINE} |" in report
 
