@@ -1,7 +1,4 @@
-"""The low end of the search's density range against the run's geometry: a band narrower than
-one kernel tile cannot run, so such a low end is refused before any trial (each trial drawing it
-would be refused for a point the search itself chose).
-"""
+"""The low end of the search's density range against the run's geometry."""
 
 from __future__ import annotations
 

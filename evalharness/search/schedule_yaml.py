@@ -15,6 +15,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from evalharness.search.front import rounded
 from kernels.policy import SparsitySchedule
 
 SCHEDULE_FIELDS = ("first_times_fp", "first_layers_fp", "density", "variant", "routing_samples")
@@ -44,11 +45,7 @@ def schedule_text(name: str, knobs: Mapping[str, Any], comment: str) -> str:
 
 def _plain(value: Any) -> Any:
     """A YAML scalar: an Enum as its string, a float rounded off its binary noise."""
-    if isinstance(value, float):
-        return round(value, 6)
-    if isinstance(value, int | bool):
-        return value
-    return str(value)
+    return rounded(value) if isinstance(value, float | int) else str(value)
 
 
 def write_schedule(folder: Path, name: str, knobs: Mapping[str, Any], comment: str) -> Path:

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import OmegaConf
 
 from evalharness.config import CONF_DIR
-from evalharness.search.front import KNOBS
-from evalharness.search.settings import SearchConfig, within_bounds
+from evalharness.search.front import KNOBS, rounded
+from evalharness.search.settings import RANGE_KNOBS, SearchConfig, within_bounds
+from evalharness.search.summary import REFERENCE_ATTR
 from kernels.policy import SparsitySchedule
 
 if TYPE_CHECKING:
@@ -25,16 +26,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-REFERENCE_ATTR = "reference"
-
 
 def suggest(trial: optuna.Trial, search: SearchConfig) -> dict[str, Any]:
     """The trial's knobs (:data:`~evalharness.search.front.KNOBS`), on each range's grid."""
     knobs: dict[str, Any] = {}
-    for name in ("density", "first_times_fp", "first_layers_fp"):
+    for name in RANGE_KNOBS:
         knob = getattr(search, name)
-        value = trial.suggest_float(name, knob.low, knob.high, step=knob.step)
-        knobs[name] = round(value, 6)
+        knobs[name] = rounded(trial.suggest_float(name, knob.low, knob.high, step=knob.step))
     knobs["routing_samples"] = trial.suggest_categorical(
         "routing_samples", list(search.routing_samples)
     )

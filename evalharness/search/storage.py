@@ -10,7 +10,6 @@ next starts, so an interrupted search loses at most the trial that was running.
 
 from __future__ import annotations
 
-import logging
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,8 +19,6 @@ from evalharness.tracking import redacted
 
 if TYPE_CHECKING:
     import optuna
-
-log = logging.getLogger(__name__)
 
 SEARCHES = "searches"
 POSTGRES_SCHEMA = "optuna"

@@ -24,6 +24,7 @@ from evalharness.search.front import (
     knob_text,
     pareto_front,
     recommend,
+    rounded,
     uncovered_references,
 )
 from evalharness.search.objectives import Reading
@@ -49,13 +50,11 @@ class Answer:
         recommended: the fastest trial meeting every threshold, if faster than dense (None:
             none is).
         schedule_path: its written ``conf/schedule/<name>.yaml`` (None: none).
-        figure: ``front.png`` (None: nothing to draw).
     """
 
     points: list[TrialPoint]
     recommended: TrialPoint | None
     schedule_path: Path | None
-    figure: Path | None
 
 
 def points_from_study(study: optuna.Study) -> list[TrialPoint]:
@@ -69,7 +68,7 @@ def points_from_study(study: optuna.Study) -> list[TrialPoint]:
         points.append(
             TrialPoint(
                 number=trial.number,
-                knobs={k: _rounded(trial.params[k]) for k in KNOBS if k in trial.params},
+                knobs={k: rounded(trial.params[k]) for k in KNOBS if k in trial.params},
                 speedup=float(trial.values[0]),
                 psnr=float(trial.values[1]),
                 readings=readings,
@@ -80,11 +79,6 @@ def points_from_study(study: optuna.Study) -> list[TrialPoint]:
             )
         )
     return points
-
-
-def _rounded(value: Any) -> Any:
-    """A knob without its binary noise (Optuna's grid gives 0.30000000000000004)."""
-    return round(value, 6) if isinstance(value, float) else value
 
 
 def write_answer(
@@ -110,19 +104,14 @@ def write_answer(
     points = list(points)
     (folder / "front.md").write_text(front_table(points, psnr_label) + "\n")
     _write_csv(folder / "front.csv", points)
-    figure = front_figure(
-        points,
-        folder / "front.png",
-        psnr_label=psnr_label,
-        psnr_threshold=limits.get(Metric.PSNR_DB),
-        speedup_threshold=limits.get(Metric.SPEEDUP),
-    )
+    front_figure(points, folder / "front.png", psnr_label, limits)
     best = recommend(points)
     path = None
     if best is not None:
+        met = ", ".join(f"{k} >= {v:g}" for k, v in limits.items()) or "no threshold set"
         comment = (
             f"Found by python -m evalharness.search: trial {best.number} of {len(points)}, the "
-            f"fastest that met every threshold ({_limits_text(limits)}) and beat dense.\n"
+            f"fastest that met every threshold ({met}) and beat dense.\n"
             f"Measured: speedup {best.speedup:.3f}x, {psnr_label} {best.psnr:.2f} dB; "
             f"{provenance}."
         )
@@ -137,11 +126,7 @@ def write_answer(
         "thresholds": dict(limits),
     }
     (folder / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    return Answer(points, best, path, figure)
-
-
-def _limits_text(limits: Mapping[str, float]) -> str:
-    return ", ".join(f"{k} >= {v:g}" for k, v in limits.items()) or "no threshold set"
+    return Answer(points, best, path)
 
 
 def _point_dict(p: TrialPoint) -> dict[str, Any]:
