@@ -13,9 +13,9 @@ from evalharness.search.front import (
     unmet_message,
 )
 from evalharness.search.objectives import Reading, objective_values, readings, thresholds
-from evalharness.search.schedule_yaml import schedule_text, write_schedule
 from evalharness.search.settings import register_search_configs, split_search, unknown_search_key
 from evalharness.search.study_run import dry_run_search, run_search
+from evalharness.search.summary import schedule_text, write_schedule
 
 __all__ = [
     "Reading",

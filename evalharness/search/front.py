@@ -50,11 +50,6 @@ class TrialPoint:
         """Whether it meets every threshold."""
         return all(r.met for r in self.readings)
 
-    @property
-    def constraints(self) -> tuple[float, ...]:
-        """Optuna's constraint values (``<= 0`` feasible), one per threshold."""
-        return tuple(r.constraint for r in self.readings)
-
 
 def dominates(a: TrialPoint, b: TrialPoint) -> bool:
     """Whether ``a`` is at least as good as ``b`` on both objectives and better on one."""
@@ -83,8 +78,8 @@ def feasible_front(points: Sequence[TrialPoint]) -> list[TrialPoint]:
 
 
 def recommend(points: Sequence[TrialPoint]) -> TrialPoint | None:
-    """The fastest trial that meets every threshold and is faster than dense (ties: the higher
-    PSNR, then the earlier trial); None when none is."""
+    """The fastest trial (:func:`_fastest`) that meets every threshold and is faster than dense;
+    None when none is."""
     return _fastest([p for p in points if p.feasible and p.speedup > DENSE_SPEEDUP])
 
 
@@ -133,7 +128,9 @@ def unmet_message(points: Sequence[TrialPoint]) -> str:
         parts.append(
             f"{metric}: best {value:.4g} against the threshold {threshold:.4g} ({verdict})"
         )
-    nearest = min(points, key=lambda p: sum(max(c, 0.0) for c in p.constraints), default=None)
+    nearest = min(
+        points, key=lambda p: sum(max(r.constraint, 0.0) for r in p.readings), default=None
+    )
     tail = ""
     if nearest is not None:
         tail = f"; nearest: trial {nearest.number} ({knob_text(nearest.knobs)})"

@@ -2,7 +2,8 @@
 structured config like the run's, registered as ``search_schema`` and composed first by
 ``conf/search.yaml``, so a misspelt key or a wrong type fails at composition
 (:func:`unknown_search_key` names the closest key before Hydra runs). A trial's config is the
-run's config without ``search`` (:func:`split_search`).
+run's config without ``search`` (:func:`split_search`). :func:`check_density_floor` checks the
+density range against the run's geometry.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from evalharness.config import GateOn, limit_problem
+from evalharness.assembly import platform_choices
+from evalharness.config import EvalConfig, GateOn, limit_problem, token_geometry
+from kernels.plans.block_sizes import BlockSizes
 from kernels.policy import SparsitySchedule
 from kernels.policy.schedule import SPARSE_VARIANTS
 
@@ -162,8 +165,6 @@ def _range_problems(name: str, knob: FloatRange, *, open_low: bool) -> list[str]
         return [
             f"{key}: low={knob.low:g}, high={knob.high:g} must satisfy low <= high within {where}"
         ]
-    if knob.step <= 0:
-        return [f"{key}.step={knob.step:g} must be > 0, e.g. 0.05"]
     steps = (knob.high - knob.low) / knob.step
     if abs(steps - round(steps)) > 1e-6:
         return [
@@ -173,6 +174,41 @@ def _range_problems(name: str, knob: FloatRange, *, open_low: bool) -> list[str]
     return []
 
 
+def check_density_floor(search: SearchConfig, base: EvalConfig) -> None:
+    """Refuses a density range whose low end this run's geometry cannot run: a band narrower
+    than one tile is refused by every trial that draws it (each would end the search with code 2
+    for a point the search itself chose).
+
+    Raises:
+        ValueError: ``search.density.low`` too small; the message names the smallest grid value
+            the geometry and tiles allow, or says that none does.
+    """
+    resolved = platform_choices.resolve(base)
+    geometry = token_geometry(base.resolution.video)
+    tiles = BlockSizes(resolved.kernel.block_q, resolved.kernel.block_kv)
+    knob = search.density
+    steps = round((knob.high - knob.low) / knob.step) if knob.step else 0
+    first_error = None
+    for i in range(steps + 1):
+        density = round(knob.low + i * knob.step, 6)
+        try:
+            probe = SparsitySchedule("density-floor", first_times_fp=0.0, density=density)
+            probe.validate(geometry, tiles)
+        except ValueError as err:
+            first_error = first_error or err
+            continue
+        if first_error is not None:
+            raise ValueError(
+                f"search.density.low={knob.low:g}: {first_error}. The smallest density on the "
+                f"search's grid this run allows is {density:g}: set search.density.low={density:g}"
+            )
+        return
+    raise ValueError(
+        f"search.density={knob.low:g}..{knob.high:g}: no value on its grid can run here "
+        f"({first_error}); raise search.density.high or use smaller kernel tiles"
+    )
+
+
 def unknown_search_key(path: str) -> str | None:
     """The problem with a ``search.*`` override's key, with the closest key; None if it is one.
 
@@ -180,20 +216,18 @@ def unknown_search_key(path: str) -> str | None:
         path: the dotted key, e.g. ``search.density.low``.
     """
     parts = path.split(".")[1:]
-    node: Any = SearchConfig
+    node: Any = SearchConfig  # None below a leaf
     for depth, part in enumerate(parts):
-        fields = (
-            {f.name: f for f in dataclasses.fields(node)} if dataclasses.is_dataclass(node) else {}
-        )
-        if part not in fields:
-            close = difflib.get_close_matches(part, sorted(fields), n=1, cutoff=0.6)
+        types = {f.name: f.type for f in dataclasses.fields(node)} if node else {}
+        if part not in types:
+            close = difflib.get_close_matches(part, sorted(types), n=1, cutoff=0.6)
             hint = (
-                f"; did you mean {'.'.join(['search', *parts[:depth], close[0]])}?" if close else ""
+                f"; did you mean {'.'.join(['search', *parts[:depth], *close])}?" if close else ""
             )
             return (
-                f"unknown setting {path!r}{hint}; the settings here are {', '.join(sorted(fields))}"
+                f"unknown setting {path!r}{hint}; the settings here are {', '.join(sorted(types))}"
             )
-        node = FloatRange if fields[part].type in ("FloatRange", FloatRange) else None
+        node = FloatRange if types[part] in ("FloatRange", FloatRange) else None
     return None
 
 

@@ -27,12 +27,11 @@ from evalharness.exit_codes import Terminated, signals_deferred
 from evalharness.metric_names import Metric
 from evalharness.refusal import PreflightRefusal
 from evalharness.search import storage
-from evalharness.search.density_floor import check_density_floor
 from evalharness.search.front import no_recommendation_message
 from evalharness.search.objectives import objective_values, readings, thresholds
 from evalharness.search.parent import NoParent, ParentRun, open_parent
 from evalharness.search.plan import SearchPlan, make_plan
-from evalharness.search.settings import SearchConfig, search_dict, split_search
+from evalharness.search.settings import SearchConfig, check_density_floor, search_dict, split_search
 from evalharness.search.space import enqueue_references, make_sampler, suggest
 from evalharness.search.summary import (
     FLOOR_ATTR,

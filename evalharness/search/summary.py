@@ -1,7 +1,10 @@
 """The study's answer in files: the trials as :class:`TrialPoint`, the front table
-(``front.md``, ``front.csv``), the figure (``front.png``), the recommended schedule
-(``conf/schedule/<name>.yaml``) and ``summary.json``, rewritten after every trial so that an
-interrupted search keeps what it found.
+(``front.md``, ``front.csv``), the figure (``front.png``), the recommended schedule and
+``summary.json``, rewritten after every trial so that an interrupted search keeps what it found.
+
+The schedule is written into the study's folder as ``conf/schedule/<name>.yaml``, so that folder
+is a Hydra search path (``hydra.searchpath=[file://<study folder>/conf] schedule=<name>`` runs
+it), and copying the file into ``conf/schedule/`` makes it a named schedule like the others.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from omegaconf import OmegaConf
 
 from evalharness.metric_names import Metric
 from evalharness.search.figure import front_figure
@@ -28,11 +33,12 @@ from evalharness.search.front import (
     uncovered_references,
 )
 from evalharness.search.objectives import Reading
-from evalharness.search.schedule_yaml import usage_lines, write_schedule
+from kernels.policy import SparsitySchedule
 
 if TYPE_CHECKING:
     import optuna
 
+SCHEDULE_FIELDS = ("first_times_fp", "first_layers_fp", "density", "variant", "routing_samples")
 # Trial user attributes (Optuna) the points are rebuilt from.
 READINGS_ATTR = "readings"
 REFERENCE_ATTR = "reference"
@@ -170,5 +176,50 @@ def answer_lines(answer: Answer, psnr_label: str, schedule_name: str) -> list[st
             f"recommended: trial {best.number}, speedup {best.speedup:.3f}x, {psnr_label} "
             f"{best.psnr:.2f} dB ({knob_text(best.knobs)}): {answer.schedule_path}"
         )
-        lines += usage_lines(answer.schedule_path, schedule_name)
+        conf = answer.schedule_path.resolve().parents[1]
+        lines += [
+            f"run it: python -m evalharness 'hydra.searchpath=[file://{conf}]' "
+            f"schedule={schedule_name}",
+            f"or keep it: cp {answer.schedule_path} conf/schedule/ && python -m evalharness "
+            f"schedule={schedule_name}",
+        ]
     return lines
+
+
+def schedule_text(name: str, knobs: Mapping[str, Any], comment: str) -> str:
+    """The YAML of a schedule group file, read back through :class:`SparsitySchedule` first so
+    that a file the run would refuse is never written.
+
+    Args:
+        name: the schedule's name (also its file's stem).
+        knobs: ``first_times_fp``, ``first_layers_fp``, ``density``, ``variant``,
+            ``routing_samples``.
+        comment: why this schedule (one or more lines, written as ``#`` comments).
+
+    Raises:
+        ValueError: a knob is missing or a value the schedule refuses (the message names it).
+    """
+    missing = [k for k in SCHEDULE_FIELDS if k not in knobs]
+    if missing:
+        raise ValueError(f"the schedule {name!r} lacks {missing}: every knob is written out")
+    values = {"name": name, **{k: _plain(knobs[k]) for k in SCHEDULE_FIELDS}}
+    SparsitySchedule.from_mapping(values)
+    header = "".join(f"# {line}\n" for line in comment.strip().splitlines())
+    body = OmegaConf.to_yaml(OmegaConf.create(values))
+    return f"{header}defaults:\n  - schedule_schema\n{body}"
+
+
+def _plain(value: Any) -> Any:
+    """A YAML scalar: an Enum as its string, a float rounded off its binary noise."""
+    return rounded(value) if isinstance(value, float | int) else str(value)
+
+
+def write_schedule(folder: Path, name: str, knobs: Mapping[str, Any], comment: str) -> Path:
+    """Writes ``<folder>/conf/schedule/<name>.yaml`` (through a temporary file, so a reader
+    never sees half of it) and returns its path."""
+    path = folder / "conf" / "schedule" / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".yaml.partial")
+    partial.write_text(schedule_text(name, knobs, comment))
+    partial.replace(path)
+    return path
