@@ -123,19 +123,17 @@ class SearchPlan:
         room = self.max_minutes - self.cold_minutes
         fits = 0 if room < 0 else 1 + math.floor(room / self.trial_minutes)
         need = math.ceil(self.total_minutes * 1.1)
+        per_trial = f"{self.trial_minutes:,.1f} min each"
+        if self.cold_minutes != self.trial_minutes:
+            per_trial = (
+                f"{self.cold_minutes:,.1f} min the first, {self.trial_minutes:,.1f} min the others"
+            )
         return (
             f"an estimated {self.total_minutes:,.1f} minutes for {self.trials} trials "
-            f"({self._per_trial()}) exceeds max_minutes={self.max_minutes:g}; raise "
+            f"({per_trial}) exceeds max_minutes={self.max_minutes:g}; raise "
             f"max_minutes (e.g. max_minutes={need}), or run search.trials={self.done + fits} now "
             "and resume later (search.resume=true), or set search.time_budget_minutes"
         )
-
-    def _per_trial(self) -> str:
-        if self.cold_minutes != self.trial_minutes:
-            return (
-                f"{self.cold_minutes:,.1f} min the first, {self.trial_minutes:,.1f} min the others"
-            )
-        return f"{self.trial_minutes:,.1f} min each"
 
 
 def slowest_knobs(search: SearchConfig) -> dict[str, object]:

@@ -20,14 +20,13 @@ from evalharness.tracking import redacted
 if TYPE_CHECKING:
     import optuna
 
-SEARCHES = "searches"
 POSTGRES_SCHEMA = "optuna"
 DIRECTIONS = ("maximize", "maximize")  # speedup, PSNR
 
 
 def searches_root(output_root: str | Path) -> Path:
     """The folder holding every study's folder."""
-    return Path(output_root) / SEARCHES
+    return Path(output_root) / "searches"
 
 
 def study_name_for(name: str | None, output_root: str | Path, resume: bool) -> str:

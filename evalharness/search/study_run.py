@@ -1,12 +1,8 @@
 """``run_search(cfg)``: the study from its first trial to its answer, as a plain function the CLI
-and the tests call.
-
-Order: the search section and the run's config are checked (a bad value refuses before any work);
-the time plan is made and a search over ``max_minutes`` is refused; the study is created or
-resumed; the named schedules are queued first; then trial after trial (ask, run, tell), each
-committed to Optuna's storage and the answer's files rewritten before the next one starts. Ctrl-C
-or SIGTERM marks the running trial interrupted (a resume runs it again), closes the parent run as
-KILLED and goes on up as the exit code says.
+and the tests call. Every setting is checked and the time plan made before any trial; each trial
+(ask, run, tell) is committed to Optuna's storage and the answer's files rewritten before the next
+starts. Ctrl-C or SIGTERM fails the running trial as interrupted (a resume runs it again), closes
+the parent run KILLED and goes on up as the exit code says.
 """
 
 from __future__ import annotations
@@ -34,13 +30,10 @@ from evalharness.search.plan import SearchPlan, make_plan
 from evalharness.search.settings import SearchConfig, check_density_floor, search_dict, split_search
 from evalharness.search.space import enqueue_references, make_sampler, suggest
 from evalharness.search.summary import (
-    FLOOR_ATTR,
-    READINGS_ATTR,
     REFERENCE_ATTR,
-    RUN_DIR_ATTR,
-    RUN_ID_ATTR,
     Answer,
     points_from_study,
+    record_point,
     write_answer,
 )
 from evalharness.search.trials import (
@@ -367,13 +360,7 @@ def _tell(s: Search, study: optuna.Study, trial: optuna.Trial, outcome: TrialOut
         s.say(f"trial {trial.number} has no result: {outcome.error}")
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
         return
-    found = readings(metrics, s.limits, s.statistic)
-    trial.set_user_attr(READINGS_ATTR, [[r.metric, r.threshold, r.value] for r in found])
-    for r in found:  # Optuna 5's named constraints (<= 0 feasible), which TPE reads
-        trial.set_constraint(r.metric, r.constraint)
-    trial.set_user_attr(RUN_ID_ATTR, metrics.get("mlflow_run_id"))
-    trial.set_user_attr(RUN_DIR_ATTR, metrics.get("run_dir"))
-    trial.set_user_attr(FLOOR_ATTR, float(metrics.get(Metric.NOISE_FLOOR_PSNR_DB, float("nan"))))
+    record_point(trial, readings(metrics, s.limits, s.statistic), metrics)
     study.tell(trial, list(values))
 
 

@@ -87,6 +87,17 @@ def points_from_study(study: optuna.Study) -> list[TrialPoint]:
     return points
 
 
+def record_point(trial: optuna.Trial, found: Sequence[Reading], metrics: Mapping[str, Any]) -> None:
+    """Keeps on a measured trial what :func:`points_from_study` reads back, its readings also as
+    Optuna 5's named constraints (``<= 0`` feasible; TPE reads them)."""
+    trial.set_user_attr(READINGS_ATTR, [[r.metric, r.threshold, r.value] for r in found])
+    for r in found:
+        trial.set_constraint(r.metric, r.constraint)
+    trial.set_user_attr(RUN_ID_ATTR, metrics.get("mlflow_run_id"))
+    trial.set_user_attr(RUN_DIR_ATTR, metrics.get("run_dir"))
+    trial.set_user_attr(FLOOR_ATTR, float(metrics.get(Metric.NOISE_FLOOR_PSNR_DB, math.nan)))
+
+
 def write_answer(
     folder: Path,
     points: Sequence[TrialPoint],
