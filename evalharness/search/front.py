@@ -103,27 +103,17 @@ def no_recommendation_message(points: Sequence[TrialPoint]) -> str:
     )
 
 
-def best_reached(points: Sequence[TrialPoint]) -> dict[str, tuple[float, float]]:
-    """For each threshold, the best value any trial reached and the threshold.
-
-    Returns:
-        metric -> (best value, threshold); a metric no trial measured maps to NaN.
-    """
-    best: dict[str, tuple[float, float]] = {}
-    for point in points:
-        for r in point.readings:
-            value, _ = best.get(r.metric, (float("nan"), r.threshold))
-            if not math.isnan(r.value) and (math.isnan(value) or r.value > value):
-                value = r.value
-            best[r.metric] = (value, r.threshold)
-    return best
-
-
 def unmet_message(points: Sequence[TrialPoint]) -> str:
-    """Why no trial is feasible: each threshold with the best value reached, and the nearest
-    trial (the one with the smallest total violation)."""
+    """Why no trial is feasible: each threshold with the best value any trial reached (NaN when
+    none measured it), and the nearest trial (the one with the smallest total violation)."""
+    best: dict[str, tuple[float, float]] = {}  # metric -> (best value, threshold)
+    for r in (r for p in points for r in p.readings):
+        value, _ = best.get(r.metric, (float("nan"), r.threshold))
+        if not math.isnan(r.value) and (math.isnan(value) or r.value > value):
+            value = r.value
+        best[r.metric] = (value, r.threshold)
     parts = []
-    for metric, (value, threshold) in best_reached(points).items():
+    for metric, (value, threshold) in best.items():
         verdict = "met by some trial" if value >= threshold else "never met"
         parts.append(
             f"{metric}: best {value:.4g} against the threshold {threshold:.4g} ({verdict})"

@@ -80,11 +80,8 @@ def readings(
     metrics: Mapping[str, Any], limits: Mapping[str, float], statistic: str
 ) -> list[Reading]:
     """Every set threshold against the trial's metric at ``statistic``."""
-    out = []
-    for metric, threshold in limits.items():
-        name, value = read_metric(metrics, metric, statistic)
-        out.append(Reading(name, threshold, value))
-    return out
+    read = [(read_metric(metrics, metric, statistic), t) for metric, t in limits.items()]
+    return [Reading(name, threshold, value) for (name, value), threshold in read]
 
 
 def objective_values(metrics: Mapping[str, Any], statistic: str) -> tuple[float, float]:

@@ -104,13 +104,9 @@ def run_trial(cfg: DictConfig) -> TrialOutcome:
         return TrialOutcome(exit_codes.FAILED, None, f"{type(err).__name__}: {err} (a bug)")
 
 
-def enable_compile_cache(cache_dir: str | Path) -> Path:
+def enable_compile_cache(cache_dir: str | Path) -> None:
     """Turns on JAX's persistent compilation cache under ``<cache_dir>/jax_compile``: a program
-    compiled by an earlier trial (the dense loops, a repeated schedule) is loaded, not compiled.
-
-    Returns:
-        The cache folder.
-    """
+    compiled by an earlier trial (the dense loops, a repeated schedule) is loaded, not compiled."""
     folder = Path(cache_dir) / "jax_compile"
     folder.mkdir(parents=True, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", str(folder))
@@ -118,4 +114,3 @@ def enable_compile_cache(cache_dir: str | Path) -> Path:
     # for the smallest pieces.
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    return folder
