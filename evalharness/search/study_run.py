@@ -140,11 +140,11 @@ def prepare(cfg: DictConfig | dict) -> Search:
 
 def dry_run_search(cfg: DictConfig | dict) -> tuple[int, str]:
     """The plan, printed before anything runs: 0 within ``max_minutes``, 3 over it."""
-    import optuna
-
     s = prepare(cfg)
     done = 0
     if s.search.resume:
+        import optuna
+
         url = storage.storage_url(s.search.storage, s.base.logger.tracking_uri, s.folder)
         done = _finished(optuna.load_study(study_name=s.name, storage=url))
     plan = make_plan(s.run_cfg, s.search, done, s.base.max_minutes)
