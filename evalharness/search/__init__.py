@@ -5,7 +5,6 @@ schedule (``docs/search.md``).
 """
 
 from evalharness.search.front import (
-    KNOBS,
     TrialPoint,
     feasible_front,
     pareto_front,
@@ -14,25 +13,13 @@ from evalharness.search.front import (
     unmet_message,
 )
 from evalharness.search.objectives import Reading, objective_values, readings, thresholds
-from evalharness.search.schedule_yaml import schedule_text, write_schedule
-from evalharness.search.settings import (
-    FloatRange,
-    SearchConfig,
-    check_search,
-    register_search_configs,
-    split_search,
-    unknown_search_key,
-)
-from evalharness.search.study_run import SearchResult, dry_run_search, run_search
+from evalharness.search.settings import register_search_configs, split_search, unknown_search_key
+from evalharness.search.study_run import dry_run_search, run_search
+from evalharness.search.summary import schedule_text, write_schedule
 
 __all__ = [
-    "KNOBS",
-    "FloatRange",
     "Reading",
-    "SearchConfig",
-    "SearchResult",
     "TrialPoint",
-    "check_search",
     "dry_run_search",
     "feasible_front",
     "objective_values",

@@ -31,13 +31,9 @@ register_configs()
 register_search_configs()
 
 
-_endings: list[tuple[int, str]] = []  # (code, message), exited with after Hydra returns
-
-
-def _end(code: int, message: str) -> None:
-    """Records the ending; the exit happens after Hydra returns (Hydra's own failure to compose
-    a config exits 1 from inside it, which :func:`cli` turns into 2)."""
-    _endings.append((code, message))
+# (code, message): exited with after Hydra returns (Hydra's own failure to compose a config
+# exits 1 from inside it, which :func:`cli` turns into 2).
+_endings: list[tuple[int, str]] = []
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="search")
@@ -48,23 +44,23 @@ def main(cfg: DictConfig) -> None:
             code, report = dry_run_search(cfg)
             print(report, flush=True)
             if code:
-                _end(code, "the search's estimated time exceeds max_minutes (see the plan)")
+                message = "the search's estimated time exceeds max_minutes (see the plan)"
+                _endings.append((code, message))
             return
         result = run_search(cfg)
     except PreflightRefusal as refusal:
-        _end(exit_codes.REFUSED, str(refusal))
-        return
+        _endings.append((exit_codes.REFUSED, str(refusal)))
     except CONFIG_ERRORS as err:
-        _end(exit_codes.REFUSED, f"{err} (nothing was run)")
-        return
+        _endings.append((exit_codes.REFUSED, f"{err} (nothing was run)"))
     except Exception:  # noqa: BLE001 - a bug: keep its traceback, and still one meaning for 4
         log.exception("the search failed")
-        _end(exit_codes.FAILED, "the search failed (traceback above; the study keeps its trials)")
-        return
-    print("\n".join(answer_lines(result.answer, result.psnr_label, result.schedule_name)))
-    print(result.message, flush=True)
-    if result.code != exit_codes.OK:
-        _end(result.code, result.message)
+        message = "the search failed (traceback above; the study keeps its trials)"
+        _endings.append((exit_codes.FAILED, message))
+    else:
+        print("\n".join(answer_lines(result.answer, result.psnr_label, result.schedule_name)))
+        print(result.message, flush=True)
+        if result.code != exit_codes.OK:
+            _endings.append((result.code, result.message))
 
 
 def check_search_overrides(args: list[str]) -> str | None:

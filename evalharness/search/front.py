@@ -1,16 +1,13 @@
 """The study's trials as points of speed against quality: the Pareto front, the recommended
 schedule (the fastest that meets every threshold), the best value a failed search reached, and
-the front table.
-
-Pure functions over :class:`TrialPoint` (no Optuna, no MLflow), so that the search, its tests and
-a resumed study read the same answer from the same trials.
+the front table. Pure functions (no Optuna, no MLflow): a resumed study reads the same answer.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from evalharness.formatting import markdown_table
@@ -47,23 +44,16 @@ class TrialPoint:
     run_id: str | None = None
     run_dir: str | None = None
     noise_floor_db: float = float("nan")
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def feasible(self) -> bool:
         """Whether it meets every threshold."""
         return all(r.met for r in self.readings)
 
-    @property
-    def constraints(self) -> tuple[float, ...]:
-        """Optuna's constraint values (``<= 0`` feasible), one per threshold."""
-        return tuple(r.constraint for r in self.readings)
-
 
 def dominates(a: TrialPoint, b: TrialPoint) -> bool:
     """Whether ``a`` is at least as good as ``b`` on both objectives and better on one."""
-    at_least = a.speedup >= b.speedup and a.psnr >= b.psnr
-    return at_least and (a.speedup > b.speedup or a.psnr > b.psnr)
+    return weakly_dominates(a, b) and (a.speedup > b.speedup or a.psnr > b.psnr)
 
 
 def weakly_dominates(a: TrialPoint, b: TrialPoint) -> bool:
@@ -88,12 +78,14 @@ def feasible_front(points: Sequence[TrialPoint]) -> list[TrialPoint]:
 
 
 def recommend(points: Sequence[TrialPoint]) -> TrialPoint | None:
-    """The fastest trial that meets every threshold and is faster than dense (ties: the higher
-    PSNR, then the earlier trial); None when none is."""
-    faster = [p for p in points if p.feasible and p.speedup > DENSE_SPEEDUP]
-    if not faster:
-        return None
-    return max(faster, key=lambda p: (p.speedup, p.psnr, -p.number))
+    """The fastest trial (:func:`_fastest`) that meets every threshold and is faster than dense;
+    None when none is."""
+    return _fastest([p for p in points if p.feasible and p.speedup > DENSE_SPEEDUP])
+
+
+def _fastest(points: Sequence[TrialPoint]) -> TrialPoint | None:
+    """The fastest point (ties: the higher PSNR, then the earlier trial); None when empty."""
+    return max(points, key=lambda p: (p.speedup, p.psnr, -p.number), default=None)
 
 
 def no_recommendation_message(points: Sequence[TrialPoint]) -> str:
@@ -102,7 +94,7 @@ def no_recommendation_message(points: Sequence[TrialPoint]) -> str:
     feasible = [p for p in points if p.feasible and not math.isnan(p.speedup)]
     if not feasible:
         return f"no trial of {len(points)} met every threshold; " + unmet_message(points)
-    fastest = max(feasible, key=lambda p: (p.speedup, p.psnr, -p.number))
+    fastest = _fastest(feasible)
     return (
         f"{len(feasible)} trial(s) of {len(points)} met every threshold, but none is faster than "
         f"dense (speedup <= {DENSE_SPEEDUP:g}; the fastest, trial {fastest.number}, "
@@ -111,32 +103,24 @@ def no_recommendation_message(points: Sequence[TrialPoint]) -> str:
     )
 
 
-def best_reached(points: Sequence[TrialPoint]) -> dict[str, tuple[float, float]]:
-    """For each threshold, the best value any trial reached and the threshold.
-
-    Returns:
-        metric -> (best value, threshold); a metric no trial measured maps to NaN.
-    """
-    best: dict[str, tuple[float, float]] = {}
-    for point in points:
-        for r in point.readings:
-            value, _ = best.get(r.metric, (float("nan"), r.threshold))
-            if not math.isnan(r.value) and (math.isnan(value) or r.value > value):
-                value = r.value
-            best[r.metric] = (value, r.threshold)
-    return best
-
-
 def unmet_message(points: Sequence[TrialPoint]) -> str:
-    """Why no trial is feasible: each threshold with the best value reached, and the nearest
-    trial (the one with the smallest total violation)."""
+    """Why no trial is feasible: each threshold with the best value any trial reached (NaN when
+    none measured it), and the nearest trial (the one with the smallest total violation)."""
+    best: dict[str, tuple[float, float]] = {}  # metric -> (best value, threshold)
+    for r in (r for p in points for r in p.readings):
+        value, _ = best.get(r.metric, (float("nan"), r.threshold))
+        if not math.isnan(r.value) and (math.isnan(value) or r.value > value):
+            value = r.value
+        best[r.metric] = (value, r.threshold)
     parts = []
-    for metric, (value, threshold) in best_reached(points).items():
+    for metric, (value, threshold) in best.items():
         verdict = "met by some trial" if value >= threshold else "never met"
         parts.append(
             f"{metric}: best {value:.4g} against the threshold {threshold:.4g} ({verdict})"
         )
-    nearest = min(points, key=lambda p: sum(max(c, 0.0) for c in p.constraints), default=None)
+    nearest = min(
+        points, key=lambda p: sum(max(r.constraint, 0.0) for r in p.readings), default=None
+    )
     tail = ""
     if nearest is not None:
         tail = f"; nearest: trial {nearest.number} ({knob_text(nearest.knobs)})"
@@ -158,6 +142,11 @@ def knob_text(knobs: Mapping[str, Any]) -> str:
 
 def _short(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def rounded(value: Any) -> Any:
+    """A knob without its binary noise (Optuna's grid gives 0.30000000000000004)."""
+    return round(value, 6) if isinstance(value, float) else value
 
 
 def front_rows(points: Sequence[TrialPoint]) -> list[dict[str, Any]]:
@@ -183,9 +172,8 @@ def front_table(points: Sequence[TrialPoint], psnr_label: str) -> str:
     """The front table in Markdown: every trial, its knobs, objectives, thresholds and place."""
     metrics = list(dict.fromkeys(r.metric for p in points for r in p.readings))
     columns = [("trial", "trial", "{}"), ("reference", "reference", "{}")]
-    columns += [(k, k, "{:g}" if k not in ("variant",) else "{}") for k in KNOBS]
+    columns += [(k, k, "{}" if k == "variant" else "{:g}") for k in KNOBS]
     columns += [(Metric.SPEEDUP, Metric.SPEEDUP, "{:.3f}"), (psnr_label, "psnr", "{:.2f}")]
     columns += [(m, m, "{:.3f}") for m in metrics if m != psnr_label]
-    columns += [("feasible", "feasible", "{}"), ("front", "front", "{}")]
-    columns += [("recommended", "recommended", "{}")]
+    columns += [(c, c, "{}") for c in ("feasible", "front", "recommended")]
     return markdown_table(front_rows(points), columns)

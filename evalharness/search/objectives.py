@@ -1,11 +1,7 @@
-"""What a trial's metrics mean to the study: two objectives to maximize and one constraint value
-per gate threshold, read exactly as the gate reads them (``evalharness.gate``).
-
-Objectives: the headline ``speedup`` (against the faster dense control, timed side by side in the
-trial's process) and the PSNR at the search's statistic (``psnr_db_mean``, ``psnr_db_lcb`` or
-``psnr_db_worst``). Constraints follow Optuna's convention: ``threshold - value``, so a value
-``<= 0`` is feasible; a missing or NaN reading gets :data:`UNMET`, a violation no measured value
-reaches.
+"""What a trial's metrics mean to the study, read exactly as the gate reads them
+(``evalharness.gate``): two objectives to maximize, the headline ``speedup`` and the PSNR at the
+search's statistic (``psnr_db_mean``, ``psnr_db_lcb`` or ``psnr_db_worst``), and one constraint
+per gate threshold in Optuna's convention (``threshold - value``, feasible when ``<= 0``).
 """
 
 from __future__ import annotations
@@ -84,11 +80,8 @@ def readings(
     metrics: Mapping[str, Any], limits: Mapping[str, float], statistic: str
 ) -> list[Reading]:
     """Every set threshold against the trial's metric at ``statistic``."""
-    out = []
-    for metric, threshold in limits.items():
-        name, value = read_metric(metrics, metric, statistic)
-        out.append(Reading(name, threshold, value))
-    return out
+    read = [(read_metric(metrics, metric, statistic), t) for metric, t in limits.items()]
+    return [Reading(name, threshold, value) for (name, value), threshold in read]
 
 
 def objective_values(metrics: Mapping[str, Any], statistic: str) -> tuple[float, float]:

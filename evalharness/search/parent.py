@@ -9,7 +9,6 @@ parent is :class:`NoParent` and the files stay in the study's folder.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,8 +26,6 @@ from evalharness.tracking import (
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
-
-log = logging.getLogger(__name__)
 
 
 class NoParent:
@@ -109,11 +106,11 @@ class ParentRun:
         self.client.log_batch(self.run_id, tags=items)
 
     def log_files(self, folder: Path) -> None:
-        """Uploads the study folder's files, except Optuna's database (a live file)."""
+        """Uploads the study folder's files, except Optuna's database (a live file) and a
+        schedule file being written."""
         for path in sorted(folder.rglob("*")):
-            if path.is_file() and not path.name.startswith("optuna.db"):
-                if path.suffix == ".partial":
-                    continue
+            live = path.name.startswith("optuna.db") or path.suffix == ".partial"
+            if path.is_file() and not live:
                 parent = path.parent.relative_to(folder).as_posix()
                 self.client.log_artifact(
                     self.run_id, str(path), artifact_path=None if parent == "." else parent

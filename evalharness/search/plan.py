@@ -1,23 +1,14 @@
 """The search's time plan, before any trial runs: how many trials, the estimated minutes of one,
 the total against ``max_minutes`` (and against ``search.time_budget_minutes``).
 
-A trial is a whole run, so its estimate is the run planner's own (``evalharness.admission.admit``:
-the time plan a run writes to ``time_plan.md``, every pair's loops, the work outside them and,
-on a CPU, compiling), asked for the trial's config at the slowest corner of the search space: the
-highest density, the most dense steps and layers, the most routing samples, the slowest variant
-the bounds allow, with ``routing_stats`` as ``search.routing_stats`` sets it.
-
-The first trial of a fresh study is that run as the planner states it (a cold dense-arm cache).
-Every later trial, and every trial of a resumed study, does less, because the search reuses
-(``evalharness.admission.reusable_seconds``): the dense and noise-floor loops are loaded from JAX's persistent
-compilation cache instead of compiled (so is the VAE decoder), the dense arm's and the noise
-floor's decoded videos come from the dense-arm cache, and the prompt embeddings from the text
-encoder's cache. Nothing else is reused: every trial times the dense, sparse and noise-floor
-arms afresh, and encodes and measures every video of its run folder.
-
-``max_minutes`` bounds the whole search (the estimate of the trials still to run); each trial's own
-preflight still checks it against one run. After each trial the search revises the rest from what
-the trials took (:meth:`SearchPlan.revised_minutes`) and stops if that exceeds ``max_minutes``.
+A trial is a whole run, so its estimate is the run planner's (``evalharness.admission.admit``, the
+plan a run writes to ``time_plan.md``) for the trial's config at the slowest corner of the bounds.
+The first trial of a fresh study is that run as planned; every later trial, and every trial of a
+resumed study, spends less by what ``evalharness.admission.reusable_seconds`` counts (the dense
+loops' compiles, the dense videos' decoding, the prompt embeddings); every trial still times all
+its arms afresh and measures every video. ``max_minutes`` bounds the whole search; each trial's
+own preflight checks one run against it, and after each trial the rest is revised from what the
+trials took (:meth:`SearchPlan.revised_minutes`): the search stops if that is over.
 """
 
 from __future__ import annotations
@@ -35,12 +26,6 @@ from evalharness.refusal import PreflightRefusal
 from evalharness.search.settings import SearchConfig
 from evalharness.search.trials import trial_config
 from kernels.policy.schedule import SPARSE_VARIANTS
-
-# Slowest first, as the registry orders them: b1 treats every visited tile as partial, b2 runs
-# full tiles mask-free, b3 also rounds partial tiles away.
-_SLOWEST_VARIANTS = SPARSE_VARIANTS
-# The arms whose loops are the same program in every trial (the schedule is not part of them).
-DENSE_ARMS = ("dense", "noise_floor")
 
 
 @dataclass(frozen=True)
@@ -138,24 +123,24 @@ class SearchPlan:
         room = self.max_minutes - self.cold_minutes
         fits = 0 if room < 0 else 1 + math.floor(room / self.trial_minutes)
         need = math.ceil(self.total_minutes * 1.1)
+        per_trial = f"{self.trial_minutes:,.1f} min each"
+        if self.cold_minutes != self.trial_minutes:
+            per_trial = (
+                f"{self.cold_minutes:,.1f} min the first, {self.trial_minutes:,.1f} min the others"
+            )
         return (
             f"an estimated {self.total_minutes:,.1f} minutes for {self.trials} trials "
-            f"({self._per_trial()}) exceeds max_minutes={self.max_minutes:g}; raise "
+            f"({per_trial}) exceeds max_minutes={self.max_minutes:g}; raise "
             f"max_minutes (e.g. max_minutes={need}), or run search.trials={self.done + fits} now "
             "and resume later (search.resume=true), or set search.time_budget_minutes"
         )
 
-    def _per_trial(self) -> str:
-        if self.cold_minutes != self.trial_minutes:
-            return (
-                f"{self.cold_minutes:,.1f} min the first, {self.trial_minutes:,.1f} min the others"
-            )
-        return f"{self.trial_minutes:,.1f} min each"
-
 
 def slowest_knobs(search: SearchConfig) -> dict[str, object]:
     """The corner of the bounds whose trial takes longest."""
-    variants = sorted(search.variant, key=_SLOWEST_VARIANTS.index)
+    # Slowest first, as the registry orders them: b1 treats every visited tile as partial, b2
+    # runs full tiles mask-free, b3 also rounds partial tiles away.
+    variants = sorted(search.variant, key=SPARSE_VARIANTS.index)
     return {
         "density": search.density.high,
         "first_times_fp": search.first_times_fp.high,
@@ -183,7 +168,7 @@ def trial_minutes(run_cfg: DictConfig, search: SearchConfig) -> tuple[float, flo
     later one, at the slowest corner."""
     timing = trial_timing(run_cfg, search)
     cold = timing.total_minutes
-    return cold, cold - reusable_seconds(timing, DENSE_ARMS) / 60.0
+    return cold, cold - reusable_seconds(timing) / 60.0
 
 
 def make_plan(

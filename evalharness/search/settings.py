@@ -1,11 +1,9 @@
-"""The ``search`` section of ``python -m evalharness.search``: the trial and time budgets, the
-bounds of each schedule knob, the sampler's seed, where the study is stored and which PSNR
-statistic is an objective.
-
-It is a structured config like the run's (``evalharness.config``), registered as
-``search_schema`` and composed first by ``conf/search.yaml``, so a misspelt ``search.*`` key or a
-value of the wrong type fails at composition (:func:`unknown_search_key` names the closest key
-before Hydra runs). A trial's config is the run's config without ``search`` (:func:`split_search`).
+"""The ``search`` section of ``python -m evalharness.search`` (its keys: ``docs/search.md``): a
+structured config like the run's, registered as ``search_schema`` and composed first by
+``conf/search.yaml``, so a misspelt key or a wrong type fails at composition
+(:func:`unknown_search_key` names the closest key before Hydra runs). A trial's config is the
+run's config without ``search`` (:func:`split_search`). :func:`check_density_floor` checks the
+density range against the run's geometry.
 """
 
 from __future__ import annotations
@@ -18,9 +16,14 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from evalharness.config import GateOn, limit_problem
+from evalharness.assembly import platform_choices
+from evalharness.config import EvalConfig, GateOn, limit_problem, token_geometry
+from kernels.plans.block_sizes import BlockSizes
 from kernels.policy import SparsitySchedule
 from kernels.policy.schedule import SPARSE_VARIANTS
+
+# The fractional knobs, each searched over a FloatRange.
+RANGE_KNOBS = ("density", "first_times_fp", "first_layers_fp")
 
 
 @dataclass
@@ -44,34 +47,30 @@ class SearchConfig:
     """What the search tries and for how long.
 
     Attributes:
-        trials: trials the study should hold when done (finished ones; a resumed study counts
-            those it already has, and a trial interrupted by Ctrl-C is run again).
+        trials: finished trials the study should hold (a resume counts those it has; a trial
+            interrupted by Ctrl-C runs again).
         time_budget_minutes: no trial starts after this many minutes of this invocation (None:
-            the trials alone bound it); a trial that started runs to its end.
+            none); a started trial runs to its end.
         density: kept fraction of the sparse masks' query-key pairs.
         first_times_fp: fraction of dense warm-up steps.
         first_layers_fp: fraction of dense leading layers.
-        routing_samples: the query rows sampled per (step, layer) to route heads; one is chosen.
+        routing_samples: query rows sampled per (step, layer) to route heads; one is chosen.
         variant: sparse executor variants (``b1``, ``b2``, ``b3``); one is chosen.
-        reference: named schedules (``conf/schedule/<name>.yaml``) run first as trials: the
-            reference points of the front, measured in the same process under the same load as
-            every other trial; a named schedule outside the bounds is skipped with a warning.
-        sampler_seed: seed of Optuna's NSGA-II sampler (the same seed proposes the same trials).
-        study_name: the study's name (None: ``search-<date>-<time>``); its folder is
-            ``<output_root>/searches/<study_name>``.
-        storage: an SQLAlchemy URL for Optuna's storage (None: ``optuna.db`` in the study's
-            folder, or a ``optuna`` schema in the PostgreSQL database that
-            ``logger.tracking_uri`` names).
-        resume: continue the study named ``study_name`` (None: the latest study under
-            ``<output_root>/searches``) instead of refusing an existing name.
-        statistic: the PSNR statistic over a suite's pairs that is an objective and a
-            constraint (``mean``, ``lcb``, ``worst``; None: ``gate.on``).
-        schedule_name: the name of the recommended schedule's file (None:
-            ``searched-<study_name>``).
-        routing_stats: whether each trial records its routing statistics (one more, untimed
-            sparse run per pair and its compile, for the routing plots; no objective or
-            constraint reads them). Off by default: a plain run of the recommended schedule
-            records them.
+        reference: named schedules (``conf/schedule/<name>.yaml``) run first, as the front's
+            reference points measured under the trials' load; one outside the bounds is skipped
+            with a warning.
+        sampler_seed: the TPE sampler's seed (the same seed proposes the same trials).
+        study_name: the study's name and folder ``<output_root>/searches/<study_name>`` (None:
+            ``search-<date>-<time>``).
+        storage: Optuna's SQLAlchemy URL (None: ``evalharness.search.storage.storage_url``'s).
+        resume: continue ``study_name`` (None: the latest study under ``<output_root>/searches``)
+            instead of refusing a taken name.
+        statistic: the PSNR statistic that is an objective and a constraint (``mean``, ``lcb``,
+            ``worst``; None: ``gate.on``).
+        schedule_name: the recommended schedule's name (None: ``searched-<study_name>``).
+        routing_stats: whether each trial records its routing statistics (an untimed extra
+            sparse run and its compile per pair; nothing the search reads). Off by default: a
+            plain run of the recommended schedule records them.
     """
 
     trials: int = 12
@@ -130,10 +129,8 @@ def check_search(search: SearchConfig) -> None:
     budget = limit_problem("search.time_budget_minutes", search.time_budget_minutes, positive=True)
     if budget:
         problems.append(f"{budget}, or null for no time budget")
-    limits = {"density": (0.0, 1.0, True), "first_times_fp": (0.0, 1.0, False)}
-    limits["first_layers_fp"] = (0.0, 1.0, False)
-    for name, (lowest, highest, open_low) in limits.items():
-        problems += _range_problems(name, getattr(search, name), lowest, highest, open_low)
+    for name in RANGE_KNOBS:  # every knob is a fraction; a density of 0 keeps nothing
+        problems += _range_problems(name, getattr(search, name), open_low=name == "density")
     if not search.routing_samples or any(s < 1 for s in search.routing_samples):
         problems.append(
             f"search.routing_samples={list(search.routing_samples)} must list counts >= 1, "
@@ -144,37 +141,30 @@ def check_search(search: SearchConfig) -> None:
         problems.append(
             f"search.variant={list(search.variant)} must list variants of {SPARSE_VARIANTS}"
         )
-    if search.study_name is not None and not _plain_name(search.study_name):
-        problems.append(
-            f"search.study_name={search.study_name!r} must be a plain name (letters, digits, "
-            "'-', '_', '.'): it names a folder"
-        )
-    if search.schedule_name is not None and not _plain_name(search.schedule_name):
-        problems.append(
-            f"search.schedule_name={search.schedule_name!r} must be a plain name: it names "
-            "conf/schedule/<name>.yaml"
-        )
+    for key, why in (
+        ("study_name", " (letters, digits, '-', '_', '.'): it names a folder"),
+        ("schedule_name", ": it names conf/schedule/<name>.yaml"),
+    ):
+        value = getattr(search, key)
+        if value is not None and not _plain_name(value):
+            problems.append(f"search.{key}={value!r} must be a plain name{why}")
     if problems:
         raise ValueError("; ".join(problems))
 
 
-def _range_problems(
-    name: str, knob: FloatRange, lowest: float, highest: float, open_low: bool
-) -> list[str]:
-    """What is wrong with one knob's range (empty when nothing is)."""
+def _range_problems(name: str, knob: FloatRange, *, open_low: bool) -> list[str]:
+    """What is wrong with one knob's range within [0, 1] (empty when nothing is)."""
     key = f"search.{name}"
     bounds = (("low", knob.low, False), ("high", knob.high, False), ("step", knob.step, True))
     not_finite = [limit_problem(f"{key}.{b}", v, positive=p) for b, v, p in bounds]
     if any(not_finite):
         return [p for p in not_finite if p]
-    where = f"({lowest:g}, {highest:g}]" if open_low else f"[{lowest:g}, {highest:g}]"
-    below = knob.low <= lowest if open_low else knob.low < lowest
-    if below or knob.high > highest or knob.low > knob.high:
+    where = "(0, 1]" if open_low else "[0, 1]"
+    below = knob.low <= 0 if open_low else knob.low < 0
+    if below or knob.high > 1 or knob.low > knob.high:
         return [
             f"{key}: low={knob.low:g}, high={knob.high:g} must satisfy low <= high within {where}"
         ]
-    if knob.step <= 0:
-        return [f"{key}.step={knob.step:g} must be > 0, e.g. 0.05"]
     steps = (knob.high - knob.low) / knob.step
     if abs(steps - round(steps)) > 1e-6:
         return [
@@ -184,6 +174,41 @@ def _range_problems(
     return []
 
 
+def check_density_floor(search: SearchConfig, base: EvalConfig) -> None:
+    """Refuses a density range whose low end this run's geometry cannot run: a band narrower
+    than one tile is refused by every trial that draws it (each would end the search with code 2
+    for a point the search itself chose).
+
+    Raises:
+        ValueError: ``search.density.low`` too small; the message names the smallest grid value
+            the geometry and tiles allow, or says that none does.
+    """
+    resolved = platform_choices.resolve(base)
+    geometry = token_geometry(base.resolution.video)
+    tiles = BlockSizes(resolved.kernel.block_q, resolved.kernel.block_kv)
+    knob = search.density
+    steps = round((knob.high - knob.low) / knob.step) if knob.step else 0
+    first_error = None
+    for i in range(steps + 1):
+        density = round(knob.low + i * knob.step, 6)
+        try:
+            probe = SparsitySchedule("density-floor", first_times_fp=0.0, density=density)
+            probe.validate(geometry, tiles)
+        except ValueError as err:
+            first_error = first_error or err
+            continue
+        if first_error is not None:
+            raise ValueError(
+                f"search.density.low={knob.low:g}: {first_error}. The smallest density on the "
+                f"search's grid this run allows is {density:g}: set search.density.low={density:g}"
+            )
+        return
+    raise ValueError(
+        f"search.density={knob.low:g}..{knob.high:g}: no value on its grid can run here "
+        f"({first_error}); raise search.density.high or use smaller kernel tiles"
+    )
+
+
 def unknown_search_key(path: str) -> str | None:
     """The problem with a ``search.*`` override's key, with the closest key; None if it is one.
 
@@ -191,20 +216,18 @@ def unknown_search_key(path: str) -> str | None:
         path: the dotted key, e.g. ``search.density.low``.
     """
     parts = path.split(".")[1:]
-    node: Any = SearchConfig
+    node: Any = SearchConfig  # None below a leaf
     for depth, part in enumerate(parts):
-        fields = (
-            {f.name: f for f in dataclasses.fields(node)} if dataclasses.is_dataclass(node) else {}
-        )
-        if part not in fields:
-            close = difflib.get_close_matches(part, sorted(fields), n=1, cutoff=0.6)
+        types = {f.name: f.type for f in dataclasses.fields(node)} if node else {}
+        if part not in types:
+            close = difflib.get_close_matches(part, sorted(types), n=1, cutoff=0.6)
             hint = (
-                f"; did you mean {'.'.join(['search', *parts[:depth], close[0]])}?" if close else ""
+                f"; did you mean {'.'.join(['search', *parts[:depth], *close])}?" if close else ""
             )
             return (
-                f"unknown setting {path!r}{hint}; the settings here are {', '.join(sorted(fields))}"
+                f"unknown setting {path!r}{hint}; the settings here are {', '.join(sorted(types))}"
             )
-        node = FloatRange if fields[part].type in ("FloatRange", FloatRange) else None
+        node = FloatRange if types[part] in ("FloatRange", FloatRange) else None
     return None
 
 
@@ -220,7 +243,7 @@ def within_bounds(search: SearchConfig, schedule: SparsitySchedule) -> list[str]
         schedule: a schedule (e.g. a named one, as a reference trial).
     """
     outside = []
-    for name in ("density", "first_times_fp", "first_layers_fp"):
+    for name in RANGE_KNOBS:
         knob: FloatRange = getattr(search, name)
         value = getattr(schedule, name)
         if not knob.low - 1e-9 <= value <= knob.high + 1e-9:

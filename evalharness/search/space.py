@@ -1,23 +1,23 @@
 """The search space: a trial's knobs from Optuna's sampler within ``search.*`` bounds, the named
 schedules queued as the first trials (reference points), and the sampler itself.
 
-TPE (Optuna's multi-objective TPE, constrained by each trial's ``set_constraint``) rather than NSGA-II, Optuna's
-multi-objective default: NSGA-II's first generation (50 trials by default) is random, which at a
-dozen trials is a random search; TPE models the trials after a few random ones.
+TPE rather than NSGA-II, Optuna's multi-objective default: NSGA-II's first generation (50 trials
+by default) is random, which at a dozen trials is a random search; TPE models the trials after a
+few random ones.
 """
 
 from __future__ import annotations
 
 import logging
 import warnings
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
 from evalharness.config import CONF_DIR
-from evalharness.search.front import KNOBS
-from evalharness.search.settings import SearchConfig, within_bounds
+from evalharness.search.front import KNOBS, rounded
+from evalharness.search.settings import RANGE_KNOBS, SearchConfig, within_bounds
+from evalharness.search.summary import REFERENCE_ATTR
 from kernels.policy import SparsitySchedule
 
 if TYPE_CHECKING:
@@ -25,16 +25,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-REFERENCE_ATTR = "reference"
-
 
 def suggest(trial: optuna.Trial, search: SearchConfig) -> dict[str, Any]:
     """The trial's knobs (:data:`~evalharness.search.front.KNOBS`), on each range's grid."""
     knobs: dict[str, Any] = {}
-    for name in ("density", "first_times_fp", "first_layers_fp"):
+    for name in RANGE_KNOBS:
         knob = getattr(search, name)
-        value = trial.suggest_float(name, knob.low, knob.high, step=knob.step)
-        knobs[name] = round(value, 6)
+        knobs[name] = rounded(trial.suggest_float(name, knob.low, knob.high, step=knob.step))
     knobs["routing_samples"] = trial.suggest_categorical(
         "routing_samples", list(search.routing_samples)
     )
@@ -42,13 +39,13 @@ def suggest(trial: optuna.Trial, search: SearchConfig) -> dict[str, Any]:
     return knobs
 
 
-def named_schedule(name: str, conf_dir: Path = CONF_DIR) -> SparsitySchedule:
+def named_schedule(name: str) -> SparsitySchedule:
     """A schedule of ``conf/schedule/<name>.yaml``, read without Hydra.
 
     Raises:
         FileNotFoundError: no such schedule (the message lists those there are).
     """
-    path = conf_dir / "schedule" / f"{name}.yaml"
+    path = CONF_DIR / "schedule" / f"{name}.yaml"
     if not path.is_file():
         names = sorted(p.stem for p in path.parent.glob("*.yaml"))
         raise FileNotFoundError(
@@ -100,7 +97,5 @@ def make_sampler(search: SearchConfig) -> optuna.samplers.BaseSampler:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return optuna.samplers.TPESampler(
-            seed=search.sampler_seed,
-            n_startup_trials=startup,
-            multivariate=True,
+            seed=search.sampler_seed, n_startup_trials=startup, multivariate=True
         )

@@ -10,7 +10,6 @@ next starts, so an interrupted search loses at most the trial that was running.
 
 from __future__ import annotations
 
-import logging
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,16 +20,13 @@ from evalharness.tracking import redacted
 if TYPE_CHECKING:
     import optuna
 
-log = logging.getLogger(__name__)
-
-SEARCHES = "searches"
 POSTGRES_SCHEMA = "optuna"
 DIRECTIONS = ("maximize", "maximize")  # speedup, PSNR
 
 
 def searches_root(output_root: str | Path) -> Path:
     """The folder holding every study's folder."""
-    return Path(output_root) / SEARCHES
+    return Path(output_root) / "searches"
 
 
 def study_name_for(name: str | None, output_root: str | Path, resume: bool) -> str:

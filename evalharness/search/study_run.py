@@ -1,12 +1,8 @@
 """``run_search(cfg)``: the study from its first trial to its answer, as a plain function the CLI
-and the tests call.
-
-Order: the search section and the run's config are checked (a bad value refuses before any work);
-the time plan is made and a search over ``max_minutes`` is refused; the study is created or
-resumed; the named schedules are queued first; then trial after trial (ask, run, tell), each
-committed to Optuna's storage and the answer's files rewritten before the next one starts. Ctrl-C
-or SIGTERM marks the running trial interrupted (a resume runs it again), closes the parent run as
-KILLED and goes on up as the exit code says.
+and the tests call. Every setting is checked and the time plan made before any trial; each trial
+(ask, run, tell) is committed to Optuna's storage and the answer's files rewritten before the next
+starts. Ctrl-C or SIGTERM fails the running trial as interrupted (a resume runs it again), closes
+the parent run KILLED and goes on up as the exit code says.
 """
 
 from __future__ import annotations
@@ -16,31 +12,28 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
 from evalharness import exit_codes
-from evalharness.config import to_config
+from evalharness.config import EvalConfig, to_config
 from evalharness.evidence import code_version
 from evalharness.exit_codes import Terminated, signals_deferred
 from evalharness.metric_names import Metric
 from evalharness.refusal import PreflightRefusal
 from evalharness.search import storage
-from evalharness.search.density_floor import check_density_floor
 from evalharness.search.front import no_recommendation_message
 from evalharness.search.objectives import objective_values, readings, thresholds
 from evalharness.search.parent import NoParent, ParentRun, open_parent
 from evalharness.search.plan import SearchPlan, make_plan
-from evalharness.search.settings import SearchConfig, search_dict, split_search
-from evalharness.search.space import REFERENCE_ATTR, enqueue_references, make_sampler, suggest
+from evalharness.search.settings import SearchConfig, check_density_floor, search_dict, split_search
+from evalharness.search.space import enqueue_references, make_sampler, suggest
 from evalharness.search.summary import (
-    FLOOR_ATTR,
-    READINGS_ATTR,
-    RUN_DIR_ATTR,
-    RUN_ID_ATTR,
+    REFERENCE_ATTR,
     Answer,
     points_from_study,
+    record_point,
     write_answer,
 )
 from evalharness.search.trials import (
@@ -92,6 +85,7 @@ class Search:
     Attributes:
         search: the search section.
         run_cfg: the run's config without ``search``.
+        base: ``run_cfg`` checked as a run checks it (:func:`to_config`).
         name: the study's name.
         folder: the study's folder.
         statistic: the PSNR statistic (``mean``, ``lcb``, ``worst``).
@@ -104,6 +98,7 @@ class Search:
 
     search: SearchConfig
     run_cfg: DictConfig
+    base: EvalConfig
     name: str
     folder: Path
     statistic: str
@@ -122,6 +117,10 @@ class Search:
         """The recommended schedule's name."""
         return self.search.schedule_name or f"searched-{self.name}"
 
+    def say(self, text: str) -> None:
+        """Prints one progress line, named by the study."""
+        print(f"search {self.name}: {text}", flush=True)
+
 
 def prepare(cfg: DictConfig | dict) -> Search:
     """Checks the search section and the run's config; names the study.
@@ -135,9 +134,8 @@ def prepare(cfg: DictConfig | dict) -> Search:
     check_density_floor(search, base)
     name = storage.study_name_for(search.study_name, base.output_root, search.resume)
     statistic = str(search.statistic or base.gate.on)
-    limits = thresholds(base.gate)
     folder = storage.searches_root(base.output_root) / name
-    return Search(search, run_cfg, name, folder, statistic, limits)
+    return Search(search, run_cfg, base, name, folder, statistic, thresholds(base.gate))
 
 
 def dry_run_search(cfg: DictConfig | dict) -> tuple[int, str]:
@@ -145,22 +143,13 @@ def dry_run_search(cfg: DictConfig | dict) -> tuple[int, str]:
     s = prepare(cfg)
     done = 0
     if s.search.resume:
-        done = _finished_in_storage(s)
-    plan = make_plan(s.run_cfg, s.search, done, to_config(s.run_cfg).max_minutes)
+        import optuna
+
+        url = storage.storage_url(s.search.storage, s.base.logger.tracking_uri, s.folder)
+        done = _finished(optuna.load_study(study_name=s.name, storage=url))
+    plan = make_plan(s.run_cfg, s.search, done, s.base.max_minutes)
     lines = [f"# Search plan: study {s.name}", "", *plan.lines()]
     return (exit_codes.OK if plan.within else exit_codes.OVER_TIME), "\n".join(lines)
-
-
-def _finished_in_storage(s: Search) -> int:
-    import optuna
-
-    url = storage.storage_url(s.search.storage, _logger(s).tracking_uri, s.folder)
-    study = optuna.load_study(study_name=s.name, storage=url)
-    return _finished(study)
-
-
-def _logger(s: Search) -> Any:
-    return to_config(s.run_cfg).logger
 
 
 def _finished(study: optuna.Study) -> int:
@@ -168,13 +157,12 @@ def _finished(study: optuna.Study) -> int:
     interruption."""
     import optuna
 
-    count = 0
-    for t in study.get_trials(deepcopy=False):
-        if t.state == optuna.trial.TrialState.COMPLETE:
-            count += 1
-        elif t.state == optuna.trial.TrialState.FAIL and not t.user_attrs.get(INTERRUPTED_ATTR):
-            count += 1
-    return count
+    states = optuna.trial.TrialState
+    return sum(
+        t.state == states.COMPLETE
+        or (t.state == states.FAIL and not t.user_attrs.get(INTERRUPTED_ATTR))
+        for t in study.get_trials(deepcopy=False)
+    )
 
 
 def run_search(cfg: DictConfig | dict) -> SearchResult:
@@ -186,17 +174,17 @@ def run_search(cfg: DictConfig | dict) -> SearchResult:
         KeyboardInterrupt, Terminated: interrupted; the study keeps its finished trials.
     """
     s = prepare(cfg)
-    logger, output_root = _logger(s), Path(to_config(s.run_cfg).output_root)
+    logger, output_root = s.base.logger, Path(s.base.output_root)
     check_tracking(logger.kind, logger.tracking_uri, logger.experiment_name, output_root)
     s.folder.mkdir(parents=True, exist_ok=True)
     url = storage.storage_url(s.search.storage, logger.tracking_uri, s.folder)
     study = storage.open_study(s.name, url, make_sampler(s.search), resume=s.search.resume)
-    plan = make_plan(s.run_cfg, s.search, _finished(study), to_config(s.run_cfg).max_minutes)
+    plan = make_plan(s.run_cfg, s.search, _finished(study), s.base.max_minutes)
     if not plan.within:
         raise PreflightRefusal(f"search {s.name}: {plan.refusal()}")
     shown = redacted(url.split("?")[0])
     print("\n".join([f"search {s.name} (storage {shown})", *plan.lines()]), flush=True)
-    enable_compile_cache(to_config(s.run_cfg).cache_dir)
+    enable_compile_cache(s.base.cache_dir)
     # The trials run the code imported now: hashing it now (once per process) keeps edits to
     # the working tree meanwhile out of every trial's dense-arm cache key.
     code_version()
@@ -205,7 +193,7 @@ def run_search(cfg: DictConfig | dict) -> SearchResult:
         parent.start(s.name, study.user_attrs.get(PARENT_ATTR))
         if parent.run_id is not None:
             study.set_user_attr(PARENT_ATTR, parent.run_id)
-        _record_start(s, study, parent, plan, url)
+        _record_start(s, study, parent, plan, shown)
         _trials(s, study, parent, plan, time.perf_counter())
         answer = _answer(s, study, parent)
         with signals_deferred():
@@ -217,22 +205,24 @@ def run_search(cfg: DictConfig | dict) -> SearchResult:
 
 
 def _record_start(
-    s: Search, study: optuna.Study, parent: ParentRun | NoParent, plan: SearchPlan, url: str
+    s: Search, study: optuna.Study, parent: ParentRun | NoParent, plan: SearchPlan, shown: str
 ) -> None:
-    """``search.json`` (settings, storage, parent run), the parent's params and tags, and the
-    named schedules queued on a fresh study, or interrupted trials queued again on a resume."""
+    """``search.json`` (settings, storage ``shown`` without its password, parent run), the
+    parent's params and tags, and the named schedules queued on a fresh study, or interrupted
+    trials queued again on a resume."""
+    settings = search_dict(s.search)
     info = {
         "study_name": s.name,
-        "storage": redacted(url.split("?")[0]),
+        "storage": shown,
         "mlflow_parent_run_id": parent.run_id,
         "tracking_uri": parent.tracking_uri,
         "psnr_metric": s.psnr_label,
         "thresholds": s.limits,
-        "search": redacted_values(search_dict(s.search)),  # an explicit storage's password
+        "search": redacted_values(settings),  # an explicit storage's password
         "estimated_trial_minutes": plan.trial_minutes,
     }
     (s.folder / "search.json").write_text(json.dumps(info, indent=2, default=str) + "\n")
-    params = {f"search.{k}": v for k, v in search_dict(s.search).items()}
+    params = {f"search.{k}": v for k, v in settings.items()}
     params.update({"study_name": s.name, "psnr_metric": s.psnr_label})
     parent.log(params, {"estimated_trial_minutes": plan.trial_minutes})
     parent.set_tags({SEARCH_TAG: s.name, "search_folder": str(s.folder.resolve())})
@@ -267,9 +257,7 @@ def _trials(
     paced: list[tuple[float, float]] = []  # (took, estimated) of the trials that measured
     while _finished(study) < s.search.trials:
         if budget_s is not None and time.perf_counter() - start > budget_s:
-            print(
-                f"search {s.name}: time budget of {plan.budget_minutes:g} min reached", flush=True
-            )
+            s.say(f"time budget of {plan.budget_minutes:g} min reached")
             return
         began = time.perf_counter()
         trial, outcome = _one_trial(s, study, parent)
@@ -279,22 +267,21 @@ def _trials(
         if outcome.measured:
             paced.append((took[-1], estimated))
         left = s.search.trials - _finished(study)
-        elapsed = (time.perf_counter() - start) / 60
         revised = plan.revised_minutes(paced, left)
-        print(
-            f"search {s.name}: trial {trial.number} took {took[-1]:.1f} min (estimated "
-            f"{estimated:.1f}); {left} left, about {revised:.1f} min more at the measured pace "
-            f"({elapsed + revised:.1f} of max_minutes={plan.max_minutes:g} in all)",
-            flush=True,
+        end = (time.perf_counter() - start) / 60 + revised
+        s.say(
+            f"trial {trial.number} took {took[-1]:.1f} min (estimated {estimated:.1f}); {left} "
+            f"left, about {revised:.1f} min more at the measured pace "
+            f"({end:.1f} of max_minutes={plan.max_minutes:g} in all)"
         )
-        if left and elapsed + revised > plan.max_minutes:
+        if left and end > plan.max_minutes:
             s.stopped = (
                 f"stopped after {len(took)} trial(s) of this invocation: at the measured pace the "
-                f"{left} left would end at {elapsed + revised:.1f} min, over "
-                f"max_minutes={plan.max_minutes:g}; the study keeps its {_finished(study)} "
-                "finished trials (search.resume=true with a higher max_minutes continues it)"
+                f"{left} left would end at {end:.1f} min, over max_minutes={plan.max_minutes:g}; "
+                f"the study keeps its {_finished(study)} finished trials (search.resume=true with "
+                "a higher max_minutes continues it)"
             )
-            print(f"search {s.name}: {s.stopped}", flush=True)
+            s.say(s.stopped)
             return
 
 
@@ -315,7 +302,7 @@ def _one_trial(
     tags = {SEARCH_TAG: s.name, TRIAL_TAG: str(trial.number)}
     if parent.run_id is not None:
         tags[PARENT_TAG] = parent.run_id
-    print(f"search {s.name}: trial {trial.number} ({name}): {knobs}", flush=True)
+    s.say(f"trial {trial.number} ({name}): {knobs}")
     began = time.perf_counter()
     cfg = trial_config(s.run_cfg, name, knobs, tags, routing_stats=s.search.routing_stats)
     outcome = run_trial(cfg)
@@ -337,12 +324,12 @@ def _close_on_error(
     import optuna
 
     interrupted = isinstance(err, KeyboardInterrupt | Terminated)
+    why = f"{type(err).__name__}: {err}"[:5000]
     try:
         with signals_deferred():
             trial = s.current
             running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
             if trial is not None and trial.number in {t.number for t in running}:
-                why = f"{type(err).__name__}: {err}"[:5000]
                 trial.set_user_attr(ERROR_ATTR, why)
                 if interrupted:
                     trial.set_user_attr(INTERRUPTED_ATTR, True)
@@ -352,7 +339,7 @@ def _close_on_error(
     finally:
         if parent.run_id is not None:  # None: no tracking, or the parent was never created
             with signals_deferred():
-                parent.set_tags({"error": f"{type(err).__name__}: {err}"[:5000]})
+                parent.set_tags({"error": why})
                 parent.finish("KILLED" if interrupted else "FAILED")
 
 
@@ -370,23 +357,17 @@ def _tell(s: Search, study: optuna.Study, trial: optuna.Trial, outcome: TrialOut
             outcome = TrialOutcome(exit_codes.FAILED, None, str(err))
     if values is None:
         trial.set_user_attr(ERROR_ATTR, (outcome.error or "no metrics")[:5000])
-        print(f"search {s.name}: trial {trial.number} has no result: {outcome.error}", flush=True)
+        s.say(f"trial {trial.number} has no result: {outcome.error}")
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
         return
-    found = readings(metrics, s.limits, s.statistic)
-    trial.set_user_attr(READINGS_ATTR, [[r.metric, r.threshold, r.value] for r in found])
-    for r in found:  # Optuna 5's named constraints (<= 0 feasible), which TPE reads
-        trial.set_constraint(r.metric, r.constraint)
-    trial.set_user_attr(RUN_ID_ATTR, metrics.get("mlflow_run_id"))
-    trial.set_user_attr(RUN_DIR_ATTR, metrics.get("run_dir"))
-    trial.set_user_attr(FLOOR_ATTR, float(metrics.get(Metric.NOISE_FLOOR_PSNR_DB, float("nan"))))
+    record_point(trial, readings(metrics, s.limits, s.statistic), metrics)
     study.tell(trial, list(values))
 
 
 def _answer(s: Search, study: optuna.Study, parent: ParentRun | NoParent) -> Answer:
     """Rewrites the answer's files and uploads them to the parent run."""
     points = points_from_study(study)
-    base = to_config(s.run_cfg)
+    base = s.base
     suite = f"prompts={base.prompts or 'prompt'} seeds={base.seeds or [base.seed]}"
     provenance = (
         f"model={base.model.name} resolution={base.resolution.name} steps={base.steps} {suite} "
@@ -417,21 +398,19 @@ def _answer(s: Search, study: optuna.Study, parent: ParentRun | NoParent) -> Ans
 def _verdict(s: Search, answer: Answer) -> SearchResult:
     """The exit code and closing line (:class:`SearchResult`)."""
     failed = [c for c in s.codes if c in (exit_codes.FAILED, exit_codes.REFUSED)]
-    if answer.recommended is None:
-        if not answer.points:
-            message = f"search {s.name}: no trial measured anything (see each trial's error)"
-        else:
-            message = f"search {s.name}: " + no_recommendation_message(answer.points)
-        code = exit_codes.GATE_FAILED
-    else:
-        best = answer.recommended
+    best = answer.recommended
+    code = exit_codes.GATE_FAILED if best is None else exit_codes.OK
+    if best is not None:
         message = (
-            f"search {s.name}: recommended trial {best.number} (speedup {best.speedup:.3f}x, "
+            f"recommended trial {best.number} (speedup {best.speedup:.3f}x, "
             f"{s.psnr_label} {best.psnr:.2f} dB): {answer.schedule_path}"
         )
         if not s.limits:
             message += " (no gate threshold was set: it is simply the fastest trial)"
-        code = exit_codes.OK
+    elif answer.points:
+        message = no_recommendation_message(answer.points)
+    else:
+        message = "no trial measured anything (see each trial's error)"
     if s.stopped:
         message += f"; {s.stopped}"
     if failed:
@@ -439,4 +418,4 @@ def _verdict(s: Search, answer: Answer) -> SearchResult:
         message += (
             f"; {len(failed)} trial(s) were refused or failed (their errors are in the study)"
         )
-    return SearchResult(answer, code, message, s.psnr_label, s.schedule_name)
+    return SearchResult(answer, code, f"search {s.name}: {message}", s.psnr_label, s.schedule_name)

@@ -1,7 +1,10 @@
 """The study's answer in files: the trials as :class:`TrialPoint`, the front table
-(``front.md``, ``front.csv``), the figure (``front.png``), the recommended schedule
-(``conf/schedule/<name>.yaml``) and ``summary.json``, rewritten after every trial so that an
-interrupted search keeps what it found.
+(``front.md``, ``front.csv``), the figure (``front.png``), the recommended schedule and
+``summary.json``, rewritten after every trial so that an interrupted search keeps what it found.
+
+The schedule is written into the study's folder as ``conf/schedule/<name>.yaml``, so that folder
+is a Hydra search path (``hydra.searchpath=[file://<study folder>/conf] schedule=<name>`` runs
+it), and copying the file into ``conf/schedule/`` makes it a named schedule like the others.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from omegaconf import OmegaConf
+
 from evalharness.metric_names import Metric
 from evalharness.search.figure import front_figure
 from evalharness.search.front import (
@@ -24,14 +29,16 @@ from evalharness.search.front import (
     knob_text,
     pareto_front,
     recommend,
+    rounded,
     uncovered_references,
 )
 from evalharness.search.objectives import Reading
-from evalharness.search.schedule_yaml import usage_lines, write_schedule
+from kernels.policy import SparsitySchedule
 
 if TYPE_CHECKING:
     import optuna
 
+SCHEDULE_FIELDS = ("first_times_fp", "first_layers_fp", "density", "variant", "routing_samples")
 # Trial user attributes (Optuna) the points are rebuilt from.
 READINGS_ATTR = "readings"
 REFERENCE_ATTR = "reference"
@@ -49,13 +56,11 @@ class Answer:
         recommended: the fastest trial meeting every threshold, if faster than dense (None:
             none is).
         schedule_path: its written ``conf/schedule/<name>.yaml`` (None: none).
-        figure: ``front.png`` (None: nothing to draw).
     """
 
     points: list[TrialPoint]
     recommended: TrialPoint | None
     schedule_path: Path | None
-    figure: Path | None
 
 
 def points_from_study(study: optuna.Study) -> list[TrialPoint]:
@@ -69,7 +74,7 @@ def points_from_study(study: optuna.Study) -> list[TrialPoint]:
         points.append(
             TrialPoint(
                 number=trial.number,
-                knobs={k: _rounded(trial.params[k]) for k in KNOBS if k in trial.params},
+                knobs={k: rounded(trial.params[k]) for k in KNOBS if k in trial.params},
                 speedup=float(trial.values[0]),
                 psnr=float(trial.values[1]),
                 readings=readings,
@@ -82,9 +87,15 @@ def points_from_study(study: optuna.Study) -> list[TrialPoint]:
     return points
 
 
-def _rounded(value: Any) -> Any:
-    """A knob without its binary noise (Optuna's grid gives 0.30000000000000004)."""
-    return round(value, 6) if isinstance(value, float) else value
+def record_point(trial: optuna.Trial, found: Sequence[Reading], metrics: Mapping[str, Any]) -> None:
+    """Keeps on a measured trial what :func:`points_from_study` reads back, its readings also as
+    Optuna 5's named constraints (``<= 0`` feasible; TPE reads them)."""
+    trial.set_user_attr(READINGS_ATTR, [[r.metric, r.threshold, r.value] for r in found])
+    for r in found:
+        trial.set_constraint(r.metric, r.constraint)
+    trial.set_user_attr(RUN_ID_ATTR, metrics.get("mlflow_run_id"))
+    trial.set_user_attr(RUN_DIR_ATTR, metrics.get("run_dir"))
+    trial.set_user_attr(FLOOR_ATTR, float(metrics.get(Metric.NOISE_FLOOR_PSNR_DB, math.nan)))
 
 
 def write_answer(
@@ -110,19 +121,14 @@ def write_answer(
     points = list(points)
     (folder / "front.md").write_text(front_table(points, psnr_label) + "\n")
     _write_csv(folder / "front.csv", points)
-    figure = front_figure(
-        points,
-        folder / "front.png",
-        psnr_label=psnr_label,
-        psnr_threshold=limits.get(Metric.PSNR_DB),
-        speedup_threshold=limits.get(Metric.SPEEDUP),
-    )
+    front_figure(points, folder / "front.png", psnr_label, limits)
     best = recommend(points)
     path = None
     if best is not None:
+        met = ", ".join(f"{k} >= {v:g}" for k, v in limits.items()) or "no threshold set"
         comment = (
             f"Found by python -m evalharness.search: trial {best.number} of {len(points)}, the "
-            f"fastest that met every threshold ({_limits_text(limits)}) and beat dense.\n"
+            f"fastest that met every threshold ({met}) and beat dense.\n"
             f"Measured: speedup {best.speedup:.3f}x, {psnr_label} {best.psnr:.2f} dB; "
             f"{provenance}."
         )
@@ -137,11 +143,7 @@ def write_answer(
         "thresholds": dict(limits),
     }
     (folder / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    return Answer(points, best, path, figure)
-
-
-def _limits_text(limits: Mapping[str, float]) -> str:
-    return ", ".join(f"{k} >= {v:g}" for k, v in limits.items()) or "no threshold set"
+    return Answer(points, best, path)
 
 
 def _point_dict(p: TrialPoint) -> dict[str, Any]:
@@ -185,5 +187,50 @@ def answer_lines(answer: Answer, psnr_label: str, schedule_name: str) -> list[st
             f"recommended: trial {best.number}, speedup {best.speedup:.3f}x, {psnr_label} "
             f"{best.psnr:.2f} dB ({knob_text(best.knobs)}): {answer.schedule_path}"
         )
-        lines += usage_lines(answer.schedule_path, schedule_name)
+        conf = answer.schedule_path.resolve().parents[1]
+        lines += [
+            f"run it: python -m evalharness 'hydra.searchpath=[file://{conf}]' "
+            f"schedule={schedule_name}",
+            f"or keep it: cp {answer.schedule_path} conf/schedule/ && python -m evalharness "
+            f"schedule={schedule_name}",
+        ]
     return lines
+
+
+def schedule_text(name: str, knobs: Mapping[str, Any], comment: str) -> str:
+    """The YAML of a schedule group file, read back through :class:`SparsitySchedule` first so
+    that a file the run would refuse is never written.
+
+    Args:
+        name: the schedule's name (also its file's stem).
+        knobs: ``first_times_fp``, ``first_layers_fp``, ``density``, ``variant``,
+            ``routing_samples``.
+        comment: why this schedule (one or more lines, written as ``#`` comments).
+
+    Raises:
+        ValueError: a knob is missing or a value the schedule refuses (the message names it).
+    """
+    missing = [k for k in SCHEDULE_FIELDS if k not in knobs]
+    if missing:
+        raise ValueError(f"the schedule {name!r} lacks {missing}: every knob is written out")
+    values = {"name": name, **{k: _plain(knobs[k]) for k in SCHEDULE_FIELDS}}
+    SparsitySchedule.from_mapping(values)
+    header = "".join(f"# {line}\n" for line in comment.strip().splitlines())
+    body = OmegaConf.to_yaml(OmegaConf.create(values))
+    return f"{header}defaults:\n  - schedule_schema\n{body}"
+
+
+def _plain(value: Any) -> Any:
+    """A YAML scalar: an Enum as its string, a float rounded off its binary noise."""
+    return rounded(value) if isinstance(value, float | int) else str(value)
+
+
+def write_schedule(folder: Path, name: str, knobs: Mapping[str, Any], comment: str) -> Path:
+    """Writes ``<folder>/conf/schedule/<name>.yaml`` (through a temporary file, so a reader
+    never sees half of it) and returns its path."""
+    path = folder / "conf" / "schedule" / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".yaml.partial")
+    partial.write_text(schedule_text(name, knobs, comment))
+    partial.replace(path)
+    return path

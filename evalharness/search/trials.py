@@ -1,15 +1,9 @@
 """One trial: the run's config with the trial's schedule, run by ``evalharness.run.run`` exactly
-as ``python -m evalharness schedule=<that schedule>`` would run it.
-
-Each trial is a whole run in this process: its dense arm, its second dense control and its sparse
-arm are compiled and timed round-robin side by side, so its speedup is a ratio of medians taken
-under one load, like any run's. What carries over between trials: the dense arm's decoded video
-(the dense-arm cache, keyed without the schedule), the prompt embeddings (the encoder's cache),
-and compiled programs (JAX's persistent compilation cache, which :func:`enable_compile_cache`
-turns on): the dense loops are the same program every trial, so after the first trial they are
-loaded instead of compiled; the sparse loop is recompiled for every new schedule, because its
-mask plans (visit lists of the density's band), its dense steps and layers and its routing sample
-count are static parts of the program.
+as ``python -m evalharness schedule=<that schedule>`` would run it, in this process (its arms
+timed side by side under one load, like any run's). Between trials the dense-arm cache, the
+encoder's cache and JAX's persistent compilation cache (:func:`enable_compile_cache`) carry the
+dense arms over; the sparse loop is recompiled for every new schedule, whose knobs are static
+parts of its program (``docs/search.md``).
 """
 
 from __future__ import annotations
@@ -28,6 +22,7 @@ from evalharness.exit_codes import RunFailed
 from evalharness.metric_names import RunMetrics
 from evalharness.refusal import CONFIG_ERRORS, PreflightRefusal
 from evalharness.run import GateFailed, run
+from evalharness.search.front import rounded
 
 log = logging.getLogger(__name__)
 
@@ -77,23 +72,19 @@ def trial_config(
     """
     cfg = OmegaConf.create(OmegaConf.to_container(base, resolve=False))
     with open_dict(cfg):
-        cfg.schedule = {"name": name, "sparse": True, **{k: _plain(v) for k, v in knobs.items()}}
+        cfg.schedule = {"name": name, "sparse": True, **{k: rounded(v) for k, v in knobs.items()}}
         cfg.logger.tags = {**(cfg.logger.tags or {}), **tags}
         cfg.dry_run = False
         cfg.routing_stats = bool(routing_stats)
     return cfg
 
 
-def _plain(value: Any) -> Any:
-    return round(value, 6) if isinstance(value, float) else value
-
-
 def run_trial(cfg: DictConfig) -> TrialOutcome:
     """Runs one trial; Ctrl-C and SIGTERM go on up (the run has marked itself killed).
 
-    A setting the run refuses is a refused trial (2); any other error is a failed one (4): a
-    bug raised before the run's folder existed (a bare ``KeyError`` or ``TypeError`` among
-    them) is logged with its traceback, and the search goes on.
+    A setting the run refuses is a refused trial (2); any other error is a failed one (4), a bug
+    raised before the run's folder existed (a bare ``KeyError`` or ``TypeError``) logged with its
+    traceback; the search goes on.
 
     Args:
         cfg: the trial's config (:func:`trial_config`).
@@ -113,13 +104,9 @@ def run_trial(cfg: DictConfig) -> TrialOutcome:
         return TrialOutcome(exit_codes.FAILED, None, f"{type(err).__name__}: {err} (a bug)")
 
 
-def enable_compile_cache(cache_dir: str | Path) -> Path:
+def enable_compile_cache(cache_dir: str | Path) -> None:
     """Turns on JAX's persistent compilation cache under ``<cache_dir>/jax_compile``: a program
-    compiled by an earlier trial (the dense loops, a repeated schedule) is loaded, not compiled.
-
-    Returns:
-        The cache folder.
-    """
+    compiled by an earlier trial (the dense loops, a repeated schedule) is loaded, not compiled."""
     folder = Path(cache_dir) / "jax_compile"
     folder.mkdir(parents=True, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", str(folder))
@@ -127,4 +114,3 @@ def enable_compile_cache(cache_dir: str | Path) -> Path:
     # for the smallest pieces.
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    return folder
