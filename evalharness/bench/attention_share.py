@@ -193,7 +193,7 @@ def run(setup: AttentionCall) -> dict[str, Any]:
 
 
 def format_table(result: dict[str, Any]) -> str:
-    """Markdown: what was run, then one row per resolution."""
+    """Markdown: what was run, then the row."""
     c = result["config"]
     head = (
         f"Self-attention share of one transformer forward: {c['model']} ({c['weights']}), "
@@ -203,18 +203,12 @@ def format_table(result: dict[str, Any]) -> str:
     return head + "\n" + markdown_table(result["rows"], COLUMNS)
 
 
-def records(result: dict[str, Any]) -> list[BenchRecord]:
-    """One MLflow record per resolution (``bench=attention_share``)."""
-    c = result["config"]
-    out = []
-    for row in result["rows"]:
-        single = {"config": c, "rows": [row]}
-        tags = {"model": c["model"], "resolution": row["resolution"], "backend": c["backend"]}
-        config = {**c, "resolution": row["resolution"], "tokens": row["tokens"]}
-        out.append(
-            BenchRecord("attention_share", config, [row], "resolution", format_table(single), tags)
-        )
-    return out
+def record(result: dict[str, Any]) -> BenchRecord:
+    """:func:`run`'s result as an MLflow record (``bench=attention_share``)."""
+    c, (row,) = result["config"], result["rows"]
+    tags = {"model": c["model"], "resolution": row["resolution"], "backend": c["backend"]}
+    config = {**c, "resolution": row["resolution"], "tokens": row["tokens"]}
+    return BenchRecord("attention_share", config, [row], "resolution", format_table(result), tags)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -231,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     setup = AttentionCall(cfg)
     preflight(setup)
     result = run(setup)
-    emit(args, result, format_table(result), records(result), setup.cfg)
+    emit(args, result, format_table(result), [record(result)], setup.cfg)
     return 0
 
 

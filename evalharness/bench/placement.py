@@ -90,26 +90,14 @@ def settings(cfg: EvalConfig) -> AttentionCall:
         raise ValueError(f"schedule={cfg.schedule.name} is dense; pick a sparse schedule")
     cfg = platform_choices.resolve(cfg)
     s = AttentionCall(cfg)
-    _check_split(cfg, s.heads, s.geometry.tokens, s.devices)
-    return s
-
-
-def _check_split(cfg: EvalConfig, heads: int, tokens: int, devices: int) -> None:
-    """Refuses a device count the heads or the tokens do not divide by."""
-    where = f"parallel.sequence={cfg.parallel.sequence}"
-    if cfg.parallel.sequence == 0:
-        where += f" (every local device: {devices})"
-    if heads % devices:
-        divisors = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0)
-        raise ValueError(
-            f"model={cfg.model.name} has {heads} heads, which do not divide by {where}; set "
-            f"parallel.sequence to one of {divisors}, or pick another model"
-        )
-    if tokens % devices:
+    _ = s.device_heads  # refuses heads that do not divide by P, naming the P that do
+    tokens = s.geometry.tokens
+    if tokens % s.devices:
         raise ValueError(
             f"resolution={cfg.resolution.name} has {tokens} tokens, which do not split over "
-            f"{where}; set parallel.sequence to a divisor of {tokens}"
+            f"{s.parallel_setting}; set parallel.sequence to a divisor of {tokens}"
         )
+    return s
 
 
 def _policy(s: AttentionCall) -> AttentionPolicy:

@@ -142,19 +142,30 @@ class AttentionCall:
         return sequence_devices(self.cfg)
 
     @property
+    def parallel_setting(self) -> str:
+        """``parallel.sequence=N``, with P where N is 0 (every local device)."""
+        setting = f"parallel.sequence={self.cfg.parallel.sequence}"
+        if self.cfg.parallel.sequence == 0:
+            setting += f" (every local device: {self.devices})"
+        return setting
+
+    @property
     def device_heads(self) -> int:
         """Heads of one device's call: sequence parallelism exchanges tokens for heads, so each
         of the P devices attends over the whole sequence with H / P heads.
 
         Raises:
-            ValueError: heads that do not divide by P.
+            ValueError: heads that do not divide by P (naming the P that do).
         """
-        if self.heads % self.devices:
+        heads = self.heads
+        if heads % self.devices:
+            divisors = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0)
             raise ValueError(
-                f"model={self.cfg.model.name} has {self.heads} heads, which do not divide by "
-                f"parallel.sequence={self.cfg.parallel.sequence} ({self.devices} devices)"
+                f"model={self.cfg.model.name} has {heads} heads, which do not divide by "
+                f"{self.parallel_setting}; set parallel.sequence to one of {divisors}, or pick "
+                "another model"
             )
-        return self.heads // self.devices
+        return heads // self.devices
 
     @property
     def dtype(self) -> jnp.dtype:
