@@ -83,19 +83,13 @@ def kernel_table(
             row.update(backend.launch(block_sizes.block_q, head_dim))
         else:
             fn = backend.dense_fn(variant)
-            # A dense control computes every pair once: no tiles, no padding.
-            row.update(
-                density=1.0,
-                tiles_visited_fraction=1.0,
-                executed_pairs_fraction=1.0,
-                masked_fraction=0.0,
-            )
-            # No XLA visit groups (see ``plan_row``): zero on "xla" as before, None elsewhere.
+            # Every pair once: no tiles, no padding, no visit groups (zero on "xla", else None).
             xla = backend.name == "xla"
-            row.update(wasted_fraction=0.0 if xla else None, scan_groups=0 if xla else None)
+            row.update(density=1.0, tiles_visited_fraction=1.0, executed_pairs_fraction=1.0)
+            row.update(masked_fraction=0.0, wasted_fraction=0.0 if xla else None)
+            row["scan_groups"] = 0 if xla else None
         fns[variant] = lambda fn=fn: fn(q, k, v)
         rows.append(row)
-    # Round-robin over the variants: drift on a shared machine affects every row alike.
     timings = time_warm_ms(fns, runs)
     for row in rows:
         row.update(timings[row["variant"]])

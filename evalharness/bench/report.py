@@ -26,8 +26,6 @@ TIMING_COLUMNS = (
     ("max", "max_ms", NUMBER),
     ("CPU ms", "cpu_median_ms", NUMBER),
 )
-# "executed pairs %": query-key pairs the kernel computes (visited tiles x BQ x BKV, padding
-# included) over N^2; "wasted %": on xla, the padding share of the scan's tile products on top.
 TILE_COLUMNS = (
     ("visited %", "tiles_visited_fraction", NUMBER),
     ("executed pairs %", "executed_pairs_fraction", NUMBER),
@@ -35,8 +33,6 @@ TILE_COLUMNS = (
     ("wasted %", "wasted_fraction", NUMBER),
     ("density %", "density", NUMBER),
 )
-# "of ideal" is against the fastest dense row (B0 or the dense control, see
-# ``kernel_table.add_speedups``); "flag" says when it is above 1.0, i.e. the baseline ran slow.
 SPEEDUP_COLUMNS = (
     ("speedup vs B0", "speedup_vs_b0", NUMBER),
     ("speedup vs control", "speedup_vs_dense", NUMBER),

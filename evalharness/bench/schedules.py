@@ -36,16 +36,10 @@ from flax import nnx
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from evalharness.admission import samples_per_call
 from evalharness.arms import PreparedArm, prepare_arm, time_arms_interleaved
-from evalharness.assembly import (
-    dense_attend,
-    kernel_options,
-    run_block_sizes,
-    run_sampler,
-)
+from evalharness.assembly import dense_attend, kernel_options, run_sampler
 from evalharness.bench.mlflow_record import BenchRecord, emit
-from evalharness.bench.run_config import bench_parser, config_or_exit
+from evalharness.bench.run_config import AttentionCall, bench_parser, config_or_exit
 from evalharness.bench.timing import ms_stats
 from evalharness.config import (
     CONF_DIR,
@@ -54,7 +48,6 @@ from evalharness.config import (
     group_options,
     load_resolution,
     to_config,
-    token_geometry,
 )
 from evalharness.formatting import markdown_table
 from evalharness.machine import machine_info
@@ -63,7 +56,6 @@ from kernels.plans.block_sizes import BlockSizes
 from kernels.policy.attention_policy import AttentionPolicy
 from kernels.policy.routing import routing_flops_fraction
 from kernels.policy.schedule import SparsitySchedule
-from models.config import get_transformer_config
 from models.dtypes import dtype_of
 from models.pipeline import uses_guidance
 from models.transformer import WanTransformer
@@ -116,24 +108,22 @@ def load_schedules(
 
 @dataclasses.dataclass(frozen=True)
 class _Setup:
-    """What every arm shares: the config, model, sampler and inputs, and the token geometry."""
+    """What every arm shares: the run's call (config, geometry, tiles), model, sampler, inputs."""
 
-    cfg: EvalConfig
-    geometry: TokenGeometry
-    tiles: BlockSizes
+    call: AttentionCall
     model: Any
     sampler: Any
-    num_layers: int
     inputs: tuple  # noise, context, negative context (None without guidance)
 
 
 def _setup(cfg: EvalConfig) -> _Setup:
     """The model with random weights, the run's sampler, and random float32 noise and prompt
     embeddings shaped as the run's (no negative context without guidance)."""
-    video = cfg.resolution.video
-    config = get_transformer_config(cfg.model.name)
+    call = AttentionCall(cfg)
+    config = call.model
     keys = jax.random.split(jax.random.key(cfg.seed), 3)
-    noise = jax.random.normal(keys[0], (1, *video.latent_shape(config.in_channels)), jnp.float32)
+    latent = (1, *call.video.latent_shape(config.in_channels))
+    noise = jax.random.normal(keys[0], latent, jnp.float32)
     text = (1, config.text_len, config.text_dim)
     context = jax.random.normal(keys[1], text, jnp.float32)
     negative = None
@@ -146,26 +136,19 @@ def _setup(cfg: EvalConfig) -> _Setup:
         dtype=dtype_of(cfg.dtype),
         scan_layers=cfg.model.scan_layers,
     )
-    return _Setup(
-        cfg=cfg,
-        geometry=token_geometry(video),
-        tiles=run_block_sizes(cfg),
-        model=model,
-        sampler=run_sampler(cfg),
-        num_layers=config.num_layers,
-        inputs=(noise, context, negative),
-    )
+    return _Setup(call, model, run_sampler(cfg), (noise, context, negative))
 
 
 def _schedule_arm(setup: _Setup, schedule: SparsitySchedule) -> tuple[PreparedArm, dict]:
     """One schedule's loop with the policy the run's sparse arm builds for it, compiled and
     warmed up as the run prepares an arm (``prepare_arm``), and its record (timings later)."""
-    cfg, geometry, tiles, steps = setup.cfg, setup.geometry, setup.tiles, setup.cfg.steps
+    cfg, geometry, tiles = setup.call.cfg, setup.call.geometry, setup.call.block_sizes
+    steps, layers = cfg.steps, setup.call.model.num_layers
     policy = AttentionPolicy(
         schedule,
         geometry,
         num_steps=steps,
-        num_layers=setup.num_layers,
+        num_layers=layers,
         backend=cfg.kernel.backend.value,
         block_sizes=tiles,
         dense_attend=dense_attend(cfg, cfg.kernel.dense_executor),
@@ -190,7 +173,7 @@ def _schedule_arm(setup: _Setup, schedule: SparsitySchedule) -> tuple[PreparedAr
         routing = routing_flops_fraction(geometry, density, schedule.routing_samples)
     arm = {
         "schedule": schedule.name,
-        "kept_fraction": schedule.overall_kept_fraction(steps, setup.num_layers, geometry, tiles),
+        "kept_fraction": schedule.overall_kept_fraction(steps, layers, geometry, tiles),
         "sparse_density": schedule.sparse_density(geometry, tiles) if schedule.sparse else 1.0,
         "dense_steps": policy.dense_steps,
         "dense_layers": policy.dense_layers,
@@ -202,8 +185,8 @@ def _schedule_arm(setup: _Setup, schedule: SparsitySchedule) -> tuple[PreparedAr
 
 def _describe(cfg: EvalConfig) -> dict:
     """What was run: the settings the table's header and the MLflow params show."""
-    res, tiles = cfg.resolution, run_block_sizes(cfg)
-    g = token_geometry(res.video)
+    call, res = AttentionCall(cfg), cfg.resolution
+    g, tiles = call.geometry, call.block_sizes
     return {
         "model": f"{cfg.model.name} (random weights)",
         "resolution": res.name,
@@ -224,7 +207,7 @@ def _describe(cfg: EvalConfig) -> dict:
         "guidance": {
             "scale": cfg.guidance_scale,
             "passes": cfg.guidance_passes.value,
-            "batch": samples_per_call(cfg),
+            "batch": call.batch,
         },
         "seed": cfg.seed,
     }
@@ -333,8 +316,8 @@ def configure(
         parser.error(str(error))
     cfg = config_or_exit(parser, args.overrides, mlflow=args.mlflow, median=True)
     try:
-        geometry = token_geometry(cfg.resolution.video)
-        schedules = load_schedules(args.overrides, geometry, run_block_sizes(cfg))
+        call = AttentionCall(cfg)
+        schedules = load_schedules(args.overrides, call.geometry, call.block_sizes)
     except (HydraException, OmegaConfBaseException, ValueError) as error:
         parser.error(str(error))
     return cfg, schedules
