@@ -54,7 +54,6 @@ from evalharness.machine import machine_info
 from evalharness.metric_names import Metric
 from kernels.policy.negative_controls import NEGATIVE_CONTROLS
 from models.pipeline import DenoiseLoop
-from models.video_geometry import VideoGeometry
 
 DEFAULT_MIN_PSNR_DB = 28.0  # the CI gate's threshold (.ci/run)
 ROW_NAMES = {"none": "correct"}
@@ -69,38 +68,25 @@ COLUMNS = (
 )
 
 
-@dataclasses.dataclass
-class _Inputs:
-    """What every arm shares: model, sampler, noise and prompt embeddings."""
-
-    components: Components
-    video: VideoGeometry
-    sampler: Any
-    noise: jax.Array
-    context: jax.Array
-    negative_context: jax.Array | None
-
-
-def _inputs(cfg: EvalConfig) -> _Inputs:
-    video = cfg.resolution.video
+def _job_loop(cfg: EvalConfig) -> tuple[Components, Callable[[Any], np.ndarray]]:
+    """The run's components, and the job's (prompt, seed) denoised with an attention function
+    into its final latents (refusing NaN or Inf)."""
     components = build_components(cfg.model, cfg.dtype, cfg.cache_dir)
     contexts, negative = encode_contexts(cfg, components, [cfg.prompt])
-    noise = jax.random.normal(jax.random.key(cfg.seed), (1, *video.latent_shape()), jnp.float32)
+    shape = (1, *cfg.resolution.video.latent_shape())
+    noise = jax.random.normal(jax.random.key(cfg.seed), shape, jnp.float32)
     sampler = run_sampler(cfg)
-    return _Inputs(components, video, sampler, noise, contexts[cfg.prompt], negative)
 
+    def latents_of(attend: Any) -> np.ndarray:
+        loop = DenoiseLoop(
+            components.transformer, sampler, guidance_scale=cfg.guidance_scale, attend=attend
+        )
+        out = loop(noise, contexts[cfg.prompt], negative)
+        if not bool(out.finite):
+            raise RuntimeError("the denoising loop produced NaN or Inf latents")
+        return np.asarray(out.latents)
 
-def _denoise(cfg: EvalConfig, inputs: _Inputs, attend: Any) -> np.ndarray:
-    loop = DenoiseLoop(
-        inputs.components.transformer,
-        inputs.sampler,
-        guidance_scale=cfg.guidance_scale,
-        attend=attend,
-    )
-    out = loop(inputs.noise, inputs.context, inputs.negative_context)
-    if not bool(out.finite):
-        raise RuntimeError("the denoising loop produced NaN or Inf latents")
-    return np.asarray(out.latents)
+    return components, latents_of
 
 
 def measure_controls(
@@ -128,22 +114,21 @@ def measure_controls(
     for control in controls:
         NegativeControl(control)  # unknown names fail before any work
     started = time.perf_counter()
-    tcfg = transformer_config_for(cfg.model)
-    inputs = _inputs(cfg)
-    setup = build_attention(cfg, inputs.video, tcfg)
+    tcfg, video = transformer_config_for(cfg.model), cfg.resolution.video
+    components, latents_of = _job_loop(cfg)
+    setup = build_attention(cfg, video, tcfg)
     on_event(f"dense arm ({cfg.kernel.dense_executor.value})")
-    dense_latents = _denoise(cfg, inputs, setup.dense)
-    dense_frames = inputs.components.decode(dense_latents)
+    dense_latents = latents_of(setup.dense)
+    dense_frames = components.decode(dense_latents)
     on_event(f"dense arm done in {time.perf_counter() - started:.1f} s")
     rows = []
     for control in controls:
         start = time.perf_counter()
         arm_cfg = dataclasses.replace(cfg, negative_control=NegativeControl(control))
-        arm = build_attention(arm_cfg, inputs.video, tcfg)
+        arm = build_attention(arm_cfg, video, tcfg)
         # The recording twin computes the sparse arm's latents and also keeps its routing.
-        attend = arm.recording if arm.recording is not None else arm.sparse
-        latents = _denoise(cfg, inputs, attend)
-        quality = frame_quality(dense_frames, inputs.components.decode(latents))
+        latents = latents_of(arm.recording if arm.recording is not None else arm.sparse)
+        quality = frame_quality(dense_frames, components.decode(latents))
         metrics = {
             Metric.PSNR_DB: quality.video_psnr_db,
             Metric.PSNR_WORST_FRAME_DB: quality.worst_psnr_db,
