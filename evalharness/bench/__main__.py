@@ -2,41 +2,32 @@
 
 Usage:
     python -m evalharness.bench [run] [OVERRIDE ...] [--interpret] [--json] ...
-        kernel table (B0, the run's dense controls, B1, B2, B3 on the run's backend), tile sweep,
-        temporal-head comparison, compiled peak memory at --memory-resolution, acceptance checks.
+        kernel table (B0, the run's dense controls, B1-B3 on the run's backend), tile sweep,
+        temporal-head comparison, compiled peak memory at --memory-resolution, checks.
     python -m evalharness.bench experiment=seed_720p
-        the seed's 720p kernel call ([2, 75,600, 5, 128] bf16 at density 0.3887: 10 heads x 128)
-        on this host's kernel: Pallas GPU (Triton) against cuDNN on a GPU, Pallas TPU against
-        splash on a TPU.
+        the seed's 720p call ([2, 75,600, 5, 128] bf16 at density 0.3887) on this host's kernel:
+        Pallas GPU (Triton) against cuDNN on a GPU, Pallas TPU against splash on a TPU.
     python -m evalharness.bench tiles resolution=720p schedule.density=0.3887 \\
         kernel.block_q=3328 kernel.block_kv=1536 --json
         tile statistics only (no timing), one JSON object.
     python -m evalharness.bench ... --mlflow [logger.tracking_uri=URI] [logger.experiment_name=NAME]
-        also logs each part as an MLflow run (tag bench=kernel_table, tile_sweep,
-        temporal_heads, kernel_memory; see evalharness.bench.mlflow_record).
+        also logs each part as an MLflow run (bench=kernel_table, tile_sweep, temporal_heads,
+        kernel_memory).
 
-What is timed is one self-attention call of the run's own configuration (``python -m
-evalharness``'s, composed as the run composes it, Hydra overrides as positional arguments,
-resolved for this host; ``evalharness.bench.run_config.AttentionCall``): q, k, v of shape
-[samples per model call, tokens of ``resolution``, the model's heads / ``parallel.sequence``,
-head_dim] in the run's compute dtype, the band density its ``schedule`` targets at that grid, the
-run's backend, tiles, warps and stages (``kernel``), ``warm_runs`` timed rounds.
-
-The dense rows are b0 and the run's two dense controls (``kernel.dense_executor`` and
-``kernel.noise_floor_executor``: xla_flash and dot_product_attention on a CPU, splash on a TPU,
-cudnn on a GPU). The sweep is BQ at fixed BKV on xla and pallas_tpu, and a BQ x BKV grid on
-pallas_gpu (tiles the kernel refuses are listed with the reason). A Pallas backend off its
-platform is refused as the run refuses it unless --interpret asks for Pallas interpret mode: the
-config is then resolved for the kernel's platform, and the interpreter is timed (for checking the
-benchmark, not for timings); the cuDNN row then drops out, as cuDNN needs a GPU.
+What is timed is one self-attention call of the run's own configuration, composed and resolved
+as the run does (``run_config.AttentionCall``): q, k, v of [samples per model call, tokens,
+heads / ``parallel.sequence``, head_dim] in the compute dtype, the band density the ``schedule``
+targets, the run's backend, tiles, warps and stages, ``warm_runs`` rounds. The dense rows are b0
+and the run's two dense controls (``kernel.dense_executor``, ``kernel.noise_floor_executor``).
+The sweep is BQ at fixed BKV on xla and pallas_tpu, a BQ x BKV grid on pallas_gpu (refused tiles
+listed with the reason). A Pallas backend off its platform is refused unless --interpret: the
+config is then resolved for the kernel's platform and the interpreter is timed (to check the
+benchmark, not for timings), without the cuDNN row.
 
 Timings are wall-clock medians of warm runs (compile excluded), rows timed round-robin in one
-process (every part: kernel table, sweeps, temporal heads), with min/max and process CPU time
-beside them, because the benchmark machine may be shared with other work.
-
-The kernel table's "of ideal" is the speedup over the fastest dense row (B0 at the table's tiles
-or a dense control, whichever ran faster) times the mask's kept fraction; above 1.0 it is flagged
-"baseline likely slow" in the table and the notes. "executed pairs %" is the share of the N^2
+process, with min/max and process CPU time beside them (the machine may be shared). The kernel
+table's "of ideal" is the speedup over the fastest dense row times the mask's kept fraction;
+above 1.0 it is flagged "baseline likely slow". "executed pairs %" is the share of the N^2
 query-key pairs the kernel computes (visited tiles x tile area, padding included).
 """
 
@@ -51,9 +42,14 @@ import jax
 from evalharness.bench.backends import Backend
 from evalharness.bench.checks import acceptance_checks
 from evalharness.bench.kernel_records import kernel_records
-from evalharness.bench.kernel_table import SLOW_BASELINE, kernel_table, slow_baseline_notes
+from evalharness.bench.kernel_table import (
+    SLOW_BASELINE,
+    kernel_table,
+    slow_baseline_notes,
+    tile_stats,
+)
 from evalharness.bench.memory import compiled_peak_bytes
-from evalharness.bench.mlflow_record import add_tracking_args, emit
+from evalharness.bench.mlflow_record import emit
 from evalharness.bench.report import part_table, record_table
 from evalharness.bench.run_config import AttentionCall, bench_parser, config_or_exit
 from evalharness.bench.sweep import (
@@ -65,7 +61,6 @@ from evalharness.bench.sweep import (
     tile_sweep,
 )
 from evalharness.bench.temporal import temporal_comparison
-from evalharness.bench.tile_stats import tile_stats
 from evalharness.config import EvalConfig, load_resolution, resolution_names
 from evalharness.machine import machine_info, machine_line
 from kernels.executors.dispatch import BACKENDS
@@ -101,7 +96,9 @@ def _parts(text: str) -> frozenset[str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = bench_parser("evalharness.bench", __doc__, "experiment=seed_720p (first: run|tiles)")
+    parser = bench_parser(
+        "evalharness.bench", __doc__, "experiment=seed_720p (first: run|tiles)", mlflow=True
+    )
     parser.add_argument(
         "--interpret",
         action="store_true",
@@ -135,16 +132,14 @@ def _parser() -> argparse.ArgumentParser:
         "--skip", type=_parts, default=frozenset(), help="comma-separated: " + ",".join(PARTS)
     )
     parser.add_argument("--json-out", help="also write the JSON object to this path")
-    add_tracking_args(parser)
     return parser
 
 
 def _run_config(
     parser: argparse.ArgumentParser, args: argparse.Namespace, command: str
 ) -> EvalConfig:
-    """The run's config resolved for this host; with ``--interpret`` (or for ``tiles``, which runs
-    nothing) for the platform of its Pallas backend instead. Exits 2 through ``parser`` with the
-    run's own message on a setting the run refuses."""
+    """The run's config resolved for this host, or with ``--interpret`` (or for ``tiles``, which
+    runs nothing) for its Pallas backend's platform; exits 2 on a setting the run refuses."""
     unresolved = config_or_exit(parser, args.overrides, resolve=False, mlflow=args.mlflow)
     backend = unresolved.kernel.backend.value
     if args.interpret and backend not in _PALLAS_PLATFORMS:
@@ -164,7 +159,7 @@ def _run_config(
 
 
 def _tiles(args: argparse.Namespace, call: AttentionCall) -> int:
-    """The ``tiles`` command: tile statistics of the call's grid, density and tiles, no timing."""
+    """The ``tiles`` command: the call's tile statistics, no timing."""
     stats = tile_stats(call.geometry, call.target_density, call.block_sizes)
     stats["machine"] = machine_info()
     if args.json:
@@ -175,8 +170,8 @@ def _tiles(args: argparse.Namespace, call: AttentionCall) -> int:
 
 
 def _dense_controls(cfg: EvalConfig) -> tuple[tuple[str, ...], list[str]]:
-    """The dense rows beside b0: the run's dense arm and noise floor (b0 is a row anyway), less
-    cuDNN off a GPU (only interpret mode gets there), with a note saying so."""
+    """The dense rows beside b0: the run's dense arm and noise floor, less cuDNN off a GPU (only
+    interpret mode gets there), with a note saying so."""
     kernel = cfg.kernel
     dense = [e.value for e in (kernel.dense_executor, kernel.noise_floor_executor)]
     dense = [name for name in dense if name != "b0"]
@@ -192,7 +187,7 @@ def _dense_controls(cfg: EvalConfig) -> tuple[tuple[str, ...], list[str]]:
 def _memory(
     call: AttentionCall, args: argparse.Namespace, backend: Backend, dense: tuple[str, ...]
 ) -> list[dict]:
-    """Compiled peak memory of b0-b3 on ``backend`` and of the dense controls (compile only) at
+    """Compiled peak memory (compile only) of b0-b3 and the dense controls at
     ``--memory-resolution``, the call's batch, heads, dtype, density and tiles otherwise."""
     geometry = load_resolution(args.memory_resolution).tokens
     backend.check_tiles(call.block_sizes, geometry.tokens, call.head_dim, call.dtype)
@@ -211,7 +206,7 @@ def _memory(
 
 
 def _config(call: AttentionCall, backend: Backend, dense: tuple[str, ...]) -> dict:
-    """What was benchmarked and where, recorded with the results."""
+    """What was benchmarked and where."""
     geometry, block_sizes = call.geometry, call.block_sizes
     return {
         "backend": backend.name,
@@ -266,8 +261,7 @@ def _sweep(args: argparse.Namespace, call: AttentionCall, backend: Backend, time
 
 
 def _baseline_notes(rows: list[dict]) -> list[str]:
-    """Which row the kernel table's fractions of ideal are against, and any row flagged above 1.0
-    (``kernel_table.slow_baseline_notes``)."""
+    """Which row the fractions of ideal are against, and any row flagged above 1.0."""
     fastest = next((r["fastest_dense"] for r in rows if r.get("fastest_dense")), None)
     if fastest is None:
         return []
@@ -288,8 +282,8 @@ def _measure(
     dense: tuple[str, ...],
     dropped: list[str],
 ) -> dict:
-    """Runs every part not in ``--skip``; returns the results keyed by part, and "notes" (with
-    ``dropped``, why a dense control of the run is not among ``dense``)."""
+    """Runs every part not in ``--skip``; returns the results by part and "notes" (with
+    ``dropped``, why a dense control is not among ``dense``)."""
     skip = args.skip
     timed = {
         "batch": call.batch,

@@ -1,20 +1,16 @@
 """``python -m evalharness.bench.attention_share``: how much of a transformer forward is self-attention.
 
-Times one forward of the Wan transformer twice at the run's model and resolution: with the run's
-dense attention (its dense arm's executor and tiles on this platform, built by
-``evalharness.assembly.dense_attend`` as for the run), and with self-attention replaced by ``q + k
-+ v`` (same shape, so the q/k/v projections, norms, RoPE, output projection, cross-attention and
-FFN all still run). Both are compiled first, then timed in interleaved rounds
-(``evalharness.arms.time_interleaved``, ``warm_runs`` rounds); the measured share is ``1 -
-median(without) / median(with)``. Beside it: the analytic FLOP share of self-attention
+Times one forward of the Wan transformer at the run's model and resolution twice, compiled first
+and then in interleaved rounds (``warm_runs``): with the run's dense attention
+(``evalharness.assembly.dense_attend``, as the run's dense arm) and with self-attention replaced
+by ``q + k + v`` (same shape: projections, norms, RoPE, cross-attention and FFN still run). The
+measured share is ``1 - median(without) / median(with)``; beside it the analytic FLOP share
 (``evalharness.estimates.flops.step_flops``) and, at 720p / 1080p / 1440p, the seed's measured
 share of a transformer block (Wan 2.1 14B, 81 frames, TPU v6e): 55.5% / 72.5% / 88.2%.
 
-The configuration is the run's (``python -m evalharness``'s Hydra config and defaults, overrides
-as positional arguments): model shapes, resolution, dtype, dense executor, guidance batch,
-``warm_runs``, ``seed`` and ``max_minutes``. Weights are random (seeded by ``seed``; no
-checkpoint is read): the share depends on shapes, not on values. A size that would not fit this
-device, or take longer than ``max_minutes``, is refused before anything is allocated.
+The configuration is the run's (overrides as positional arguments); weights are random (seeded by
+``seed``): the share depends on shapes, not values. A size that would not fit this device, or
+take longer than ``max_minutes``, is refused before anything is allocated.
 
 Usage:
     python -m evalharness.bench.attention_share model=tiny-random [--json]
@@ -38,10 +34,9 @@ from flax import nnx
 
 from evalharness.arms import time_interleaved
 from evalharness.assembly import dense_attend
-from evalharness.bench.mlflow_record import BenchRecord, add_tracking_args, emit
+from evalharness.bench.mlflow_record import BenchRecord, emit
 from evalharness.bench.run_config import AttentionCall, bench_parser, config_or_exit
 from evalharness.bench.timing import ms_stats
-from evalharness.config import EvalConfig
 from evalharness.estimates import (
     SEED_ATTENTION_SHARE,
     SEED_SETUP,
@@ -55,7 +50,6 @@ from evalharness.formatting import markdown_table
 from evalharness.machine import machine_info
 from kernels.executors.dense_memory import dense_executor_temp_bytes
 from models.transformer import WanTransformer
-from models.video_geometry import VideoGeometry
 
 # The share of device memory a run may plan to use (the rest: runtime, fragmentation).
 MEMORY_HEADROOM = 0.85
@@ -73,38 +67,20 @@ COLUMNS = (
 )
 
 
-class ShareSetup(AttentionCall):
-    """What the benchmark measures: the run's config (resolved for this platform: executor,
-    tiles, dtype), the model's shapes with random weights, the batch of one model call, the
-    compute and parameter dtype, and ``label``, the resolution preset's name or
-    ``<frames>x<height>x<width>px`` for a size that is not the preset's."""
-
-    @property
-    def video(self) -> VideoGeometry:
-        """The video size (``cfg.resolution``)."""
-        return self.cfg.resolution.video
-
-
-def share_setup(cfg: EvalConfig) -> ShareSetup:
-    """What the benchmark measures, from the run's config resolved for this platform
-    (``config_or_exit``)."""
-    return ShareSetup(cfg)
-
-
 def without_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, step, layer) -> jax.Array:
     """Self-attention replaced by ``q + k + v`` ([B, N, H, D]): O(N) work that keeps the q, k, v
-    projections (and everything feeding them) in the compiled graph."""
+    projections in the compiled graph."""
     del step, layer
     return q + k + v
 
 
-def preflight(setup: ShareSetup) -> None:
+def preflight(setup: AttentionCall) -> None:
     """Refuses (``SystemExit`` with the numbers and what to change) a size that would not fit
     this device's memory or ``max_minutes``; allocates nothing.
 
-    Memory is judged on a lower bound, the weights and the dense executor's temporaries (both
-    exact for the shapes), so a refusal is never wrong; time on the forwards' FLOPs at this
-    device's measured matmul throughput, with half again for compiles and warm-up runs.
+    Memory is judged on a lower bound (the weights and the dense executor's temporaries, exact
+    for the shapes), so a refusal is never wrong; time on the forwards' FLOPs at this device's
+    measured matmul throughput, with half again for compiles and warm-up runs.
     """
     cfg, config, video = setup.cfg, setup.model, setup.video
     item = setup.dtype.itemsize
@@ -146,7 +122,7 @@ def preflight(setup: ShareSetup) -> None:
         )
 
 
-def _compiled_forwards(setup: ShareSetup) -> dict[str, Callable[[], Any]]:
+def _compiled_forwards(setup: AttentionCall) -> dict[str, Callable[[], Any]]:
     """Both forwards, compiled and run once; returns name -> zero-argument call."""
     cfg, config, dtype, batch = setup.cfg, setup.model, setup.dtype, setup.batch
     dense = dense_attend(cfg, cfg.kernel.dense_executor)
@@ -169,7 +145,7 @@ def _compiled_forwards(setup: ShareSetup) -> dict[str, Callable[[], Any]]:
     return calls
 
 
-def measure(setup: ShareSetup) -> dict[str, Any]:
+def measure(setup: AttentionCall) -> dict[str, Any]:
     """The row: both forwards' timings, the measured, analytic and seed shares."""
     start = time.perf_counter()
     calls = _compiled_forwards(setup)
@@ -198,7 +174,7 @@ def measure(setup: ShareSetup) -> dict[str, Any]:
     return row
 
 
-def run(setup: ShareSetup) -> dict[str, Any]:
+def run(setup: AttentionCall) -> dict[str, Any]:
     """The measurement; returns {"config", "rows"} (one row)."""
     cfg = setup.cfg
     config = {
@@ -217,7 +193,7 @@ def run(setup: ShareSetup) -> dict[str, Any]:
 
 
 def format_table(result: dict[str, Any]) -> str:
-    """Markdown: what was run, then one row per resolution."""
+    """Markdown: what was run, then the row."""
     c = result["config"]
     head = (
         f"Self-attention share of one transformer forward: {c['model']} ({c['weights']}), "
@@ -227,36 +203,29 @@ def format_table(result: dict[str, Any]) -> str:
     return head + "\n" + markdown_table(result["rows"], COLUMNS)
 
 
-def records(result: dict[str, Any]) -> list[BenchRecord]:
-    """One MLflow record per resolution (``bench=attention_share``)."""
-    c = result["config"]
-    out = []
-    for row in result["rows"]:
-        single = {"config": c, "rows": [row]}
-        tags = {"model": c["model"], "resolution": row["resolution"], "backend": c["backend"]}
-        config = {**c, "resolution": row["resolution"], "tokens": row["tokens"]}
-        out.append(
-            BenchRecord("attention_share", config, [row], "resolution", format_table(single), tags)
-        )
-    return out
+def record(result: dict[str, Any]) -> BenchRecord:
+    """:func:`run`'s result as an MLflow record (``bench=attention_share``)."""
+    c, (row,) = result["config"], result["rows"]
+    tags = {"model": c["model"], "resolution": row["resolution"], "backend": c["backend"]}
+    config = {**c, "resolution": row["resolution"], "tokens": row["tokens"]}
+    return BenchRecord("attention_share", config, [row], "resolution", format_table(result), tags)
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = bench_parser("evalharness.bench.attention_share", __doc__, "resolution=720p")
-    add_tracking_args(parser)
-    return parser
+    return bench_parser(
+        "evalharness.bench.attention_share", __doc__, "resolution=720p", mlflow=True
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code."""
     parser = _parser()
     args = parser.parse_intermixed_args(argv)
-    setup = share_setup(config_or_exit(parser, args.overrides, mlflow=args.mlflow))
-    if setup.cfg.warm_runs < 3:
-        parser.error(f"warm_runs={setup.cfg.warm_runs}: use at least 3 for a median")
+    cfg = config_or_exit(parser, args.overrides, mlflow=args.mlflow, median=True)
+    setup = AttentionCall(cfg)
     preflight(setup)
     result = run(setup)
-    emit(args, result, format_table(result), records(result), setup.cfg)
+    emit(args, result, format_table(result), [record(result)], setup.cfg)
     return 0
 
 

@@ -1,17 +1,6 @@
-"""How the kernel benchmark calls the executors on each backend.
-
-| backend | b0-b3 | platform |
-|---|---|---|
-| "xla" | pure JAX (``kernels.executors.xla_blocksparse``) | any |
-| "pallas_tpu" | Pallas TPU kernel | tpu |
-| "pallas_gpu" | Pallas GPU (Triton) kernel | gpu |
-
-The dense controls beside them are the run's (``kernel.dense_executor`` and
-``kernel.noise_floor_executor``, resolved by ``evalharness.assembly.platform_choices``, which also
-refuses a Pallas backend off its platform). Off its platform a Pallas kernel runs only in Pallas
-interpret mode, which times the interpreter, not the kernel: the benchmark runs it only when asked
-explicitly (``--interpret``), so an interpreter's numbers are never read as a kernel's by mistake.
-"""
+"""How the kernel benchmark calls b0-b3 on each backend: "xla" (pure JAX, any platform),
+"pallas_tpu" (Pallas TPU kernel) and "pallas_gpu" (Triton). Off its platform a Pallas kernel runs
+only in interpret mode, which times the interpreter, so only when asked (``--interpret``)."""
 
 from __future__ import annotations
 
@@ -36,10 +25,7 @@ class Backend:
     Attributes:
         name: "xla", "pallas_tpu" or "pallas_gpu".
         interpret: Pallas interpret mode (ignored by "xla").
-        num_warps: warps per program on "pallas_gpu"; None picks per tile
-            (``pallas_gpu_budget.default_num_warps``).
-        num_stages: pipelining stages on "pallas_gpu"; None takes
-            ``pallas_gpu_budget.DEFAULT_NUM_STAGES``.
+        num_warps, num_stages: the "pallas_gpu" launch (None: ``pallas_gpu_budget``'s defaults).
         vmem_limit_bytes: the Pallas TPU kernel's scoped VMEM limit (None: Mosaic's default).
     """
 
@@ -56,23 +42,19 @@ class Backend:
         return label + (", interpret mode" if self.interpret else "")
 
     def launch(self, block_q: int, head_dim: int) -> dict[str, int | None]:
-        """num_warps and num_stages a b0-b3 call runs with (None off "pallas_gpu").
-
-        Resolved here rather than left to the kernel so that what is recorded is what ran.
-        """
+        """num_warps and num_stages a b0-b3 call runs with (None off "pallas_gpu"), resolved
+        here rather than in the kernel so that what is recorded is what ran."""
         if self.name != "pallas_gpu":
             return {"num_warps": None, "num_stages": None}
-        warps = self.num_warps
+        warps, stages = self.num_warps, self.num_stages
         if warps is None:
             warps = pallas_gpu_budget.default_num_warps(block_q, head_dim)
-        stages = self.num_stages
         if stages is None:
             stages = pallas_gpu_budget.DEFAULT_NUM_STAGES
         return {"num_warps": warps, "num_stages": stages}
 
     def kernel_options(self, block_q: int, head_dim: int) -> KernelOptions:
-        """The options a b0-b3 call runs with: interpret mode, the VMEM limit and ``launch``'s
-        warps and stages."""
+        """A b0-b3 call's options: interpret mode, VMEM limit, ``launch``'s warps and stages."""
         return KernelOptions(
             interpret=self.interpret,
             vmem_limit_bytes=self.vmem_limit_bytes,
@@ -80,12 +62,9 @@ class Backend:
         )
 
     def check_tiles(self, block_sizes: BlockSizes, tokens: int, head_dim: int, dtype) -> None:
-        """Raises ValueError unless ``block_sizes`` suit this backend for the sequence.
-
-        The tile granularity of ``BlockSizes.validate`` and, on "pallas_gpu", the shared-memory
-        budget of ``pallas_gpu_budget.check_gpu_tiles`` (also in interpret mode, so a check run
-        on a CPU refuses what the GPU would).
-        """
+        """Raises ValueError unless ``block_sizes`` suit this backend for the sequence: the
+        granularity of ``BlockSizes.validate`` and, on "pallas_gpu" (interpret mode too, so a
+        CPU refuses what the GPU would), ``pallas_gpu_budget.check_gpu_tiles``."""
         block_sizes.validate(tokens, self.name)
         if self.name == "pallas_gpu":
             stages = self.launch(block_sizes.block_q, head_dim)["num_stages"]
@@ -107,8 +86,7 @@ class Backend:
         return jax.jit(lambda q, k, v: self.attend(q, k, v, plan))
 
     def dense_fn(self, variant: str) -> Callable[[jax.Array, jax.Array, jax.Array], jax.Array]:
-        """The dense control ``variant`` (a mask-free executor), jitted; splash follows interpret
-        mode."""
+        """The dense control ``variant`` (mask-free), jitted; splash follows interpret mode."""
         options = KernelOptions(interpret=self.interpret)
         return jax.jit(lambda q, k, v: attention(q, k, v, None, executor=variant, options=options))
 

@@ -1,9 +1,6 @@
-"""Acceptance checks of the kernel benchmark, pure functions of its tables.
-
-The thresholds are those of the issues that asked for them: on the CPU (XLA backend) B3 within 5%
-of the ideal 1/density over B0; on a GPU (Pallas Triton kernel) B3 within 10% of it, B0 within
-1.25x of cuDNN's dense flash attention, and B3 over cuDNN at 0.8 of the ideal.
-"""
+"""Acceptance checks of the kernel benchmark, pure functions of its tables: on XLA B3 within 5%
+of the ideal 1/density over B0; on a GPU (Triton) B3 within 10% of it, B0 within 1.25x of cuDNN's
+dense flash attention, and B3 over cuDNN at 0.8 of the ideal."""
 
 from __future__ import annotations
 
@@ -13,8 +10,6 @@ from typing import Any
 from kernels.plans.tiles import VARIANTS
 from kernels.policy.schedule import SPARSE_VARIANTS
 
-# GPU thresholds (the Pallas GPU kernel's acceptance): fractions of the ideal speedup 1/density, and B0's
-# allowed slowdown against cuDNN.
 GPU_IDEAL_VS_B0 = 0.90
 GPU_B0_OVER_CUDNN = 1.25
 GPU_IDEAL_VS_CUDNN = 0.8
@@ -27,20 +22,12 @@ def _by_variant(table: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, An
 def gpu_checks(
     table: Sequence[Mapping[str, Any]], key: str = "median_ms"
 ) -> dict[str, bool | None]:
-    """The pallas_gpu checks on a kernel table.
-
-    - ``b3_at_least_0.90_of_ideal_vs_b0``: b0 / b3 >= 0.90 / density.
-    - ``b0_within_1.25x_of_cudnn``: b0 <= 1.25 * cudnn.
-    - ``b3_vs_cudnn_at_least_0.8_of_ideal``: cudnn / b3 >= 0.8 / density.
-
-    Args:
-        table: kernel-table rows with "variant", ``key`` and, on the b3 row, "mask_density"
-            (the exact mask's kept fraction).
-        key: which time to compare (wall-clock medians by default).
+    """The pallas_gpu checks on a kernel table's ``key`` times: b0 / b3 >= 0.90 / density, b0
+    <= 1.25 * cudnn, cudnn / b3 >= 0.8 / density (density: the b3 row's "mask_density").
 
     Returns:
-        The three checks; a check whose rows are missing (cuDNN dropped off a GPU, say) is None,
-        so it shows as not evaluated rather than vanishing or passing.
+        The three checks; one whose rows are missing (cuDNN dropped off a GPU, say) is None, so
+        it shows as not evaluated rather than vanishing or passing.
     """
     by = _by_variant(table)
     checks: dict[str, bool | None] = {}
@@ -78,22 +65,14 @@ def acceptance_checks(
     memory: Sequence[Mapping[str, Any]],
     backend: str = "xla",
 ) -> dict[str, bool | None]:
-    """The checks the benchmark reports for ``backend``.
+    """The checks the benchmark reports for ``backend``: check name -> True/False (None: not
+    evaluated).
 
     On "xla" and "pallas_tpu": B3 at 0.95 of ideal, the orderings, B0 not slower than the XLA
-    einsum (when it ran), each on wall-clock medians and again on process CPU medians (the
-    benchmark machine may be shared: other processes stretch wall time unevenly across rows,
-    while CPU seconds of this process are less disturbed). On "pallas_gpu": ``gpu_checks`` and
-    the orderings on wall-clock medians only, since the host's CPU time while a GPU kernel runs
-    measures waiting, not the kernel. With memory rows: compiled peak of b0-b3 under 4 GiB.
-
-    Args:
-        table: kernel-table rows (possibly empty when the table was skipped).
-        memory: compiled-peak rows (possibly empty).
-        backend: the backend the table ran on.
-
-    Returns:
-        Check name -> True/False (None: not evaluated, see ``gpu_checks``).
+    einsum (when it ran), on wall-clock medians and again on process CPU medians (less disturbed
+    by other processes on a shared machine). On "pallas_gpu": ``gpu_checks`` and the orderings
+    on wall-clock medians only (the host's CPU time measures waiting). With ``memory`` rows:
+    compiled peak of b0-b3 under 4 GiB. ``table`` and ``memory`` may be empty (part skipped).
     """
     by = _by_variant(table)
     checks: dict[str, bool | None] = {}

@@ -1,34 +1,30 @@
 """``python -m evalharness.bench.dense_cpu``: is our CPU dense control as fast as PyTorch's?
 
-Times, round-robin in one process, the CPU's dense executors beside the sparse one on two
-geometries, and prints one table per geometry:
+Times, round-robin in one process, the CPU's dense executors beside the sparse one, one table per
+geometry, float32, the band+sink mask at density 0.39:
 
-- "long": 16,128 tokens (21 x 24 x 32), 2 heads x 128, float32, batch 1, the band+sink mask at
-  density 0.39 on 768 x 768 tiles (a sequence 7.5x the default job's, where the kernels'
-  differences are large; ``python -m evalharness.bench --frames 21 --height 24 --width 32
-  --density 0.39 --block-q 768 --block-kv 768`` times the same kernels);
-- "default": the default job's attention call, 2,160 tokens (9 x 12 x 20), 4 heads x 64, float32,
-  batch 2 (the guided pair), the same mask on 128 x 128 tiles (the CPU's auto tiles).
+- "long": 16,128 tokens (21 x 24 x 32), 2 heads x 128, batch 1, 768 x 768 tiles (7.5x the
+  default job's sequence, where the kernels differ most);
+- "default": the default job's call, 2,160 tokens (9 x 12 x 20), 4 heads x 64, batch 2 (the
+  guided pair), 128 x 128 tiles (the CPU's auto tiles).
 
-Rows: "xla_flash" (our CPU dense control, ``kernels.executors.xla_flash``), "b0" (the block-sparse
-scan over every tile, ``kernels.executors.xla_blocksparse``), "b3" (the sparse kernel),
-"torch_sdpa" (``torch.nn.functional.scaled_dot_product_attention``, the outside reference) when
-torch imports, the two ceiling rows of ``evalharness.bench.matmul_ceiling``: "xla_matmuls" and
-"torch_matmuls" (only the two matmuls of xla_flash's steps, at its block shapes, in XLA and in
-torch), and "dot_product_attention" (the CPU's noise-floor control, XLA einsum).
+Rows: "xla_flash" (our CPU dense control), "b0" (the block-sparse scan over every tile), "b3"
+(the sparse kernel), "torch_sdpa" (``torch.nn.functional.scaled_dot_product_attention``) when
+torch imports, "xla_matmuls" / "torch_matmuls" (only the two matmuls of xla_flash's steps, at its
+block shapes: ``evalharness.bench.matmul_ceiling``) and "dot_product_attention" (the CPU's
+noise-floor control, XLA einsum).
 
-Ratios are paired: each round runs every row once, and a ratio's median is taken over the rounds'
+Ratios are paired: each round runs every row once and a ratio's median is over the rounds'
 ratios, so drift on a shared machine cancels. "dot_product_attention" is timed in rounds of its
 own after the others (its ratios are of medians, marked unpaired): it writes the whole
 [B, H, N, N] score array, and inside the rounds it slowed the row after it by up to 17%
-(xla_flash 1,060 -> 1,240 ms at the "long" geometry). The "GFLOP/s per core" column divides each
-row's FLOPs (padding and executed tiles included) by its CPU time, which a loaded machine blurs
-less than wall time.
+(xla_flash 1,060 -> 1,240 ms at "long"). "GFLOP/s per core" divides each row's FLOPs (padding and
+executed tiles included) by its CPU time, which a loaded machine blurs less than wall time.
 
-The checks: xla_flash / torch_sdpa <= 1.2 at both geometries; B3's speedup over
-xla_flash within 1.05x of the ideal over executed pairs (1 / executed-pairs fraction of B3's plan)
-at the "long" geometry. Beside them, the ceiling: xla_matmuls / torch_sdpa, below which
-xla_flash / torch_sdpa cannot go however its softmax is written.
+The checks: xla_flash / torch_sdpa <= 1.2 at both geometries; B3's speedup over xla_flash within
+1.05x of the ideal (1 / executed-pairs fraction of B3's plan) at "long". Beside them the ceiling:
+xla_matmuls / torch_sdpa, below which xla_flash / torch_sdpa cannot go however its softmax is
+written.
 
 Usage:
     python -m evalharness.bench.dense_cpu [--geometry long default] [--rounds 5] [--json]
@@ -45,7 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from evalharness.bench.inputs import random_qkv
+from evalharness.bench.kernel_table import random_qkv
 from evalharness.bench.matmul_ceiling import (
     chunked_matmul_flops,
     torch_chunked_matmuls,
@@ -82,9 +78,12 @@ SDPA_BOUND = 1.2
 IDEAL_BOUND = 1.05
 
 
-def _torch_sdpa(q: jax.Array, k: jax.Array, v: jax.Array) -> Callable[[], object] | None:
-    """torch's SDPA on the same q, k, v ([B, H, N, D] copies), or None without torch."""
+def _torch_row(row: str, q: jax.Array, k: jax.Array, v: jax.Array, flash) -> Callable | None:
+    """A torch row's callable (SDPA on [B, H, N, D] copies, or the chunked matmuls), or None
+    when torch does not import."""
     try:
+        if row == "torch_matmuls":
+            return torch_chunked_matmuls(np.asarray(q), np.asarray(k), np.asarray(v), flash)
         import torch
     except ImportError:
         return None
@@ -95,16 +94,6 @@ def _torch_sdpa(q: jax.Array, k: jax.Array, v: jax.Array) -> Callable[[], object
             return torch.nn.functional.scaled_dot_product_attention(tq, tk, tv)
 
     return call
-
-
-def _torch_row(row: str, q: jax.Array, k: jax.Array, v: jax.Array, flash) -> Callable | None:
-    """A torch row's callable, or None when torch does not import."""
-    try:
-        if row == "torch_sdpa":
-            return _torch_sdpa(q, k, v)
-        return torch_chunked_matmuls(np.asarray(q), np.asarray(k), np.asarray(v), flash)
-    except ImportError:
-        return None
 
 
 def _jax_row(row: str, plan, tiles: BlockSizes, flash: BlockSizes) -> Callable:
@@ -166,20 +155,15 @@ def _rows(name: str, rows: tuple[str, ...]) -> tuple[dict[str, Callable[[], obje
 
 
 def time_geometry(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, dict]:
-    """The benchmarks' warm round-robin timer (``evalharness.bench.timing.time_warm``: every
-    callable warmed up once, then ``rounds`` interleaved rounds) over the paired rows, then over
-    the ``APART`` rows on their own.
+    """``time_warm`` over the paired rows, then over the ``APART`` rows on their own.
 
     Args:
         fns: name -> zero-argument callable that returns when its work is done.
-        rounds: timed rounds (>= 1).
+        rounds: timed rounds (>= 1; else ValueError).
 
     Returns:
         name -> {"wall_ms": [per round], "cpu_ms": [per round], "paired": whether it ran in the
         shared rounds}, in the order of ``fns``.
-
-    Raises:
-        ValueError: ``rounds`` is not an integer >= 1.
     """
     paired = {name: fn for name, fn in fns.items() if name not in APART}
     apart = {name: fn for name, fn in fns.items() if name in APART}
@@ -208,15 +192,12 @@ def _ratio(samples: dict[str, dict], name: str, ref: str) -> dict:
 
 
 def summarize(samples: dict[str, dict], info: dict) -> dict:
-    """Per-row statistics, ratios and the dense-control checks for one geometry.
+    """Per-row statistics, ratios and the checks for one geometry: {"info", "rows", "checks"}.
 
     Args:
         samples: ``time_geometry``'s output.
-        info: the geometry's description (``b3_executed_pairs_fraction`` used for the ideal;
+        info: the geometry's description (``b3_executed_pairs_fraction`` for the ideal;
             ``flops``, when present, per row for the rate column).
-
-    Returns:
-        {"info", "rows": {name: {...}}, "checks": {...}}.
     """
     rows = {}
     flops = info.get("flops", {})

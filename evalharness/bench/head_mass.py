@@ -1,22 +1,16 @@
 """``python -m evalharness.bench.head_mass``: are the model's heads spatial or temporal, as SVG assumes?
 
-Sparse VideoGen's premise is that each attention head puts most of its mass either inside its own
-frame (a *spatial* head) or at its own position across frames (a *temporal* head), so one of the two
-band masks keeps almost all of it. This measures that premise on the default job's model (or any
-``model=``), at the schedule's density and tiles, on the model's own video:
-
-1. the dense arm of the job's (prompt, seed) is generated (its final latents ``x0``);
-2. at some of the schedule's sparse steps, ``x0`` is noised to that step's level with the run's own
-   noise (``(1-σ)·x0 + σ·ε``, what the model sees there when it agrees with itself) and one
-   conditional forward captures every layer's q and k;
-3. per layer and head: the share of attention mass (softmax over all keys, averaged over every
-   query) inside the spatial band (frame-major layout) and inside the temporal band (the temporal
-   layout), the band's share of pairs, and the router's choice (``kernels.policy.routing``, the
-   run's sampled routing with the run's key).
-
-A head is *spatial* or *temporal* by which band holds more of its mass; the summary counts both
-kinds, and how often the router agrees. The full attention matrix is formed per head, so this is
-for small token counts (CPU presets); larger ones are refused.
+Sparse VideoGen's premise is that each head puts most of its mass either inside its own frame
+(*spatial*) or at its own position across frames (*temporal*), so one band mask keeps almost all
+of it. This measures it on the job's model (or any ``model=``) at the schedule's density and
+tiles: the dense arm of the job's (prompt, seed) gives final latents ``x0``; at some sparse steps
+``x0`` is noised to that step's level with the run's own noise (``(1-σ)·x0 + σ·ε``) and one
+conditional forward captures every layer's q and k; per layer and head it reports the share of
+attention mass (softmax over all keys, averaged over every query) inside the spatial band
+(frame-major) and the temporal band (temporal layout), and the router's choice (the run's
+sampled routing with the run's key). A head is the kind whose band holds more of its mass; the
+summary counts both and how often the router agrees. The full attention matrix is formed per
+head, so larger token counts than CPU presets are refused.
 
 Usage:
     python -m evalharness.bench.head_mass [--at first middle last] [--json] [OVERRIDE ...]
@@ -25,7 +19,6 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 from collections.abc import Sequence
@@ -42,8 +35,8 @@ from evalharness.assembly import (
     run_sampler,
     transformer_config_for,
 )
-from evalharness.bench.markdown_report import report_markdown
 from evalharness.bench.mlflow_record import emit
+from evalharness.bench.report import report_markdown
 from evalharness.bench.run_config import bench_parser, config_or_exit
 from evalharness.config import EvalConfig
 from evalharness.formatting import markdown_table
@@ -62,14 +55,8 @@ STEP_CHOICES = ("first", "middle", "last")
 
 @dataclasses.dataclass(frozen=True)
 class HeadMass:
-    """One head at one step.
-
-    Attributes:
-        step, layer, head: where.
-        spatial, temporal: mean share of the head's attention mass inside each band (0..1).
-        kind: "spatial" or "temporal", whichever band holds more.
-        routed: the router's choice ("spatial" or "temporal"), or "dense" on a dense layer.
-    """
+    """One head at one step: mean share of its mass inside each band (0..1), ``kind`` (the band
+    holding more) and ``routed`` (the router's choice, or "dense" on a dense layer)."""
 
     step: int
     layer: int
@@ -82,12 +69,8 @@ class HeadMass:
 
 @dataclasses.dataclass(frozen=True)
 class MassReport:
-    """Every head's masses and the bands' shares of pairs.
-
-    Attributes:
-        heads: one row per (step, layer, head).
-        spatial_band_share, temporal_band_share: fraction of (query, key) pairs each band keeps.
-    """
+    """Every (step, layer, head)'s masses, and the fraction of (query, key) pairs each band
+    keeps."""
 
     heads: list[HeadMass]
     spatial_band_share: float
@@ -142,8 +125,7 @@ def head_masses(
 
 
 def _dense_video(cfg: EvalConfig, video: VideoGeometry, components, sampler, dense_attend):
-    """The dense arm's final latents ``x0`` of the job's (prompt, seed), its noise and the
-    prompt's context."""
+    """The dense arm's final latents ``x0`` of the job's (prompt, seed), its noise and context."""
     contexts, negative = encode_contexts(cfg, components, [cfg.prompt])
     context = contexts[cfg.prompt]
     noise = jax.random.normal(jax.random.key(cfg.seed), (1, *video.latent_shape()), jnp.float32)
@@ -242,18 +224,13 @@ def format_report(report: MassReport, setup: dict) -> str:
     )
 
 
-def _parser() -> argparse.ArgumentParser:
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; exit status 2 on a setting this cannot measure."""
     parser = bench_parser("evalharness.bench.head_mass", __doc__, "schedule=aggressive")
     parser.add_argument(
         "--at", nargs="+", default=list(STEP_CHOICES), choices=STEP_CHOICES,
         help="which sparse steps (default: first, middle and last)",
     )  # fmt: skip
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; exit status 2 on a setting this cannot measure."""
-    parser = _parser()
     args = parser.parse_args(argv)
     cfg = config_or_exit(parser, args.overrides)
     try:

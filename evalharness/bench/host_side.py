@@ -1,20 +1,14 @@
 """``python -m evalharness.bench.host_side``: the host's cost per pixel of a run's video work.
 
-After the arms are decoded, a run spends host time that no accelerator speeds up: each arm is
-encoded twice (``<arm>.mp4`` to watch, ``<arm>.lossless.mkv`` to measure), the side-by-side
-video once, and each measured arm (sparse, noise floor) is measured against the dense arm (raw-
-frame PSNR and SSIM with scikit-image, FFmpeg's ``psnr`` on the lossless videos, the codec noise
-of ``dense.mp4``). This benchmark runs exactly those functions
-(``evalharness.evidence.run_folder`` / ``quality``) on a synthetic smooth video and prints
-nanoseconds per pixel (pixel = frame x height x width of one arm's video), median (min-max) over
-rounds, beside the figures the time estimate states (``evalharness.estimates.run_time``). A
-machine much slower or faster than the stated one shows here; the estimate's constants say which
-machine they were measured on.
-
-The configuration is the run's (overrides as positional arguments): the video is
-``resolution``'s size in pixels, encoded at the run's ``fps`` and ``crf``; ``warm_runs`` rounds,
-each running every part once in a run's order, all timed (nothing compiles, so nothing is
-excluded).
+After the arms are decoded a run spends host time no accelerator speeds up: each arm is encoded
+twice (``<arm>.mp4`` to watch, ``<arm>.lossless.mkv`` to measure), the side-by-side video once,
+and each measured arm is measured against the dense arm (raw-frame PSNR and SSIM, FFmpeg's
+``psnr`` on the lossless videos, the codec noise of ``dense.mp4``). This runs exactly those
+functions (``evalharness.evidence.run_folder`` / ``quality``) on a synthetic smooth video of the
+run's ``resolution`` (encoded at its ``fps`` and ``crf``) and prints nanoseconds per pixel (frame
+x height x width of one arm's video), median (min-max) over ``warm_runs`` rounds (every one
+timed: nothing compiles), beside the figures the time estimate states
+(``evalharness.estimates.run_time``, which says which machine they were measured on).
 
 Usage:
     python -m evalharness.bench.host_side [--json] [OVERRIDE ...]
@@ -63,19 +57,15 @@ def _arm(label: str, frames: np.ndarray) -> SimpleNamespace:
 
 
 def host_parts(frames: np.ndarray, cfg: EvalConfig, folders: Iterator[Path]) -> dict[str, Any]:
-    """The host-side parts of one dense + sparse + noise-floor comparison, in the order a run
-    does them, as zero-argument calls for the run's interleaved timer: each round encodes the
-    arms into the next of ``folders``, writes the side-by-side video there and measures the
-    sparse arm against the dense one.
+    """Part name -> zero-argument call of the host-side parts of one dense + sparse +
+    noise-floor comparison, in a run's order: each round encodes the arms into the next of
+    ``folders`` (one empty folder per round), writes the side-by-side video there and measures
+    the sparse arm against the dense one.
 
     Args:
         frames: uint8 [T, H, W, 3], the dense and noise-floor arms' video (the sparse arm's is
             two levels brighter).
         cfg: the run's config (``fps``, ``crf``).
-        folders: one empty folder per round.
-
-    Returns:
-        part name -> call.
     """
     noisy = np.clip(frames.astype(np.int16) + 2, 0, 255).astype(np.uint8)
     dense, sparse, floor = _arm("dense", frames), _arm("sparse", noisy), _arm("noise_floor", frames)

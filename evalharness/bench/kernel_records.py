@@ -1,10 +1,6 @@
-"""The kernel benchmark's parts as MLflow records: one run per part that ran.
-
-``python -m evalharness.bench --mlflow`` logs ``bench=kernel_table`` (B0, dense controls, B1-B3),
-``bench=tile_sweep`` (the BQ sweep on xla / pallas_tpu, the BQ x BKV grid on pallas_gpu),
-``bench=temporal_heads`` and ``bench=kernel_memory``, each with the run's configuration and machine
-as params and the notes and checks in its Markdown.
-"""
+"""The kernel benchmark's parts as MLflow records (one run per part that ran: ``bench=``
+kernel_table, tile_sweep, temporal_heads, kernel_memory), with its config and machine as params
+and the notes and checks in the Markdown."""
 
 from __future__ import annotations
 
@@ -56,15 +52,12 @@ def _notes(key: str, notes: list[str]) -> list[str]:
 def kernel_records(
     result: Mapping[str, Any], resolution: str | None, plots: Mapping[str, str | None] | None = None
 ) -> list[BenchRecord]:
-    """One record per part of ``result`` (what ``python -m evalharness.bench --json`` prints).
+    """One record per part of ``result`` that ran (what ``--json`` prints), in part order.
 
     Args:
         result: the benchmark's result: "config" (with "machine"), the parts, "notes", "checks".
         resolution: the resolution's label (``AttentionCall.label``), or None for no tag.
         plots: result key -> figure path (the sweep's PNG), uploaded with that part.
-
-    Returns:
-        Records in part order; parts that did not run are left out.
     """
     config = result["config"]
     tags = {"backend": str(config["backend"])}
@@ -77,17 +70,9 @@ def kernel_records(
             continue
         rows = _rows(key, result[key])
         plot = (plots or {}).get(key)
+        markdown = _markdown(title, key, rows, result)
         files = (Path(plot),) if plot else ()
-        part_config = {**config, "part": key}
         records.append(
-            BenchRecord(
-                bench=bench,
-                config=part_config,
-                rows=rows,
-                row_key=row_key,
-                markdown=_markdown(title, key, rows, result),
-                tags=tags,
-                files=files,
-            )
+            BenchRecord(bench, {**config, "part": key}, rows, row_key, markdown, tags, files)
         )
     return records

@@ -1,10 +1,12 @@
 """The kernel table: B0, the run's dense controls, B1, B2, B3 on one attention call (seed Table 2
-in spirit), on one backend."""
+in spirit), on one backend; the tile statistics and synthetic inputs the other parts share."""
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
+
 from evalharness.bench.backends import XLA, Backend
-from evalharness.bench.inputs import random_qkv
 from evalharness.bench.timing import time_warm_ms
 from kernels.executors.xla_blocksparse import visit_groups
 from kernels.masks.band import band_for_density
@@ -17,14 +19,19 @@ IDEAL_CEILING = 1.0
 SLOW_BASELINE = "baseline likely slow"
 
 
-def plan_row(plan, backend: str = "xla") -> dict:
-    """Tile statistics of a plan, plus the padding share of its XLA visit groups on "xla".
+def random_qkv(tokens: int, heads: int, head_dim: int, dtype, seed: int = 0, batch: int = 1):
+    """Standard-normal q, k, v of shape [batch, tokens, heads, head_dim] in ``dtype``."""
+    keys = jax.random.split(jax.random.key(seed), 3)
+    shape = (batch, tokens, heads, head_dim)
+    return tuple(jax.random.normal(key, shape, jnp.float32).astype(dtype) for key in keys)
 
-    ``executed_pairs_fraction`` is the work the kernel does (``executed_pairs_fraction``); the
-    visit groups (``wasted_fraction``, ``scan_groups``) are how the XLA path batches its tiles,
-    and ``wasted_fraction`` the share of the scan's tile products that are padding on top of that.
-    The Pallas kernels visit tiles one by one, so there those two are None rather than figures of
-    a schedule that does not run.
+
+def plan_row(plan, backend: str = "xla") -> dict:
+    """Tile statistics of a plan (``executed_pairs_fraction``: the work the kernel does).
+
+    On "xla" also its visit groups (how the XLA scan batches tiles): ``scan_groups`` and
+    ``wasted_fraction``, the padding share of the scan's tile products on top; None on the
+    Pallas kernels, which visit tiles one by one.
     """
     sched = visit_groups(plan) if backend == "xla" else None
     return {
@@ -53,25 +60,20 @@ def kernel_table(
     """Times each variant on the spatial SVG mask, round-robin in one process.
 
     Args:
-        geometry: token geometry.
-        density: target kept fraction.
+        geometry, density: the token grid and the band's target kept fraction.
         block_sizes: tiles for b0-b3 (already checked against the backend by the caller).
-        heads: attention heads.
-        batch: samples per call (q, k, v are [batch, tokens, heads, head_dim]).
-        head_dim: head dimension.
-        dtype: input dtype.
+        heads, batch, head_dim, dtype: q, k, v of [batch, tokens, heads, head_dim] in ``dtype``.
         runs: timed warm runs per variant.
-        variants: which rows to run: b0-b3 and dense controls (mask-free executors).
+        variants: the rows: b0-b3 and dense controls (mask-free executors).
         backend: where b0-b3 run; the dense controls follow its interpret mode.
 
     Returns:
-        One dict per variant: timing, tile statistics (executed pairs included), num_warps and
-        num_stages (b0-b3), and the speedups and fractions of ideal of :func:`add_speedups`.
+        One dict per variant: timing, tile statistics, num_warps and num_stages (b0-b3), and
+        :func:`add_speedups`'s speedups and fractions of ideal.
     """
     mask = band_for_density(geometry, density)
     q, k, v = random_qkv(geometry.tokens, heads, head_dim, dtype, batch=batch)
-    rows = []
-    fns = {}
+    rows, fns = [], {}
     for variant in variants:
         row = {"variant": variant}
         if variant in VARIANTS:
@@ -81,19 +83,13 @@ def kernel_table(
             row.update(backend.launch(block_sizes.block_q, head_dim))
         else:
             fn = backend.dense_fn(variant)
-            # A dense control computes every pair once: no tiles, no padding.
-            row.update(
-                density=1.0,
-                tiles_visited_fraction=1.0,
-                executed_pairs_fraction=1.0,
-                masked_fraction=0.0,
-            )
-            # No XLA visit groups (see ``plan_row``): zero on "xla" as before, None elsewhere.
+            # Every pair once: no tiles, no padding, no visit groups (zero on "xla", else None).
             xla = backend.name == "xla"
-            row.update(wasted_fraction=0.0 if xla else None, scan_groups=0 if xla else None)
+            row.update(density=1.0, tiles_visited_fraction=1.0, executed_pairs_fraction=1.0)
+            row.update(masked_fraction=0.0, wasted_fraction=0.0 if xla else None)
+            row["scan_groups"] = 0 if xla else None
         fns[variant] = lambda fn=fn: fn(q, k, v)
         rows.append(row)
-    # Round-robin over the variants: drift on a shared machine affects every row alike.
     timings = time_warm_ms(fns, runs)
     for row in rows:
         row.update(timings[row["variant"]])
@@ -110,32 +106,21 @@ def _fastest(rows: list[dict], key: str) -> dict | None:
 def add_speedups(rows: list[dict], mask_density: float, cpu: bool = True) -> None:
     """Adds speedups, fractions of ideal and slow-baseline flags to timed rows, in place.
 
-    The baseline is the fastest dense executor that ran: B0 at the table's tiles or one of the
-    run's dense controls (``xla_flash``, ``dot_product_attention``, ``splash``, ``cudnn``),
-    whichever has the smaller median, chosen separately for wall-clock and CPU medians. Against
-    it:
-
-    - ``speedup_vs_fastest_dense`` = baseline_ms / row_ms (``fastest_dense`` names the row);
-    - ``fraction_of_ideal`` = speedup_vs_fastest_dense * mask_density, the ideal speedup being
-      1 / (exact kept fraction of the SVG mask) for every sparse row;
-    - ``cpu_speedup_vs_fastest_dense`` and ``cpu_fraction_of_ideal`` likewise on CPU medians
-      (``cpu_fastest_dense``), unless ``cpu`` is False.
-
-    Beside them: ``speedup_vs_b0`` (the kernel effect against our own dense tiles, what the
-    checks use) with ``fraction_of_ideal_vs_b0``, and ``speedup_vs_dense`` /
-    ``fraction_of_ideal_vs_dense`` against the first dense control (the first row that is not
-    b0-b3: the run's dense arm).
-
-    A fraction of ideal above ``IDEAL_CEILING`` cannot be the kernel's doing (it would compute
-    fewer pairs than the mask keeps): the baseline ran slow. Such rows get ``ideal_flag`` =
-    ``SLOW_BASELINE`` (with "(CPU)" when only the CPU fraction is above); else ``ideal_flag`` is
-    None.
+    The baseline is the fastest dense row that ran (B0 at the table's tiles or a dense control),
+    chosen apart for wall-clock and CPU medians: ``speedup_vs_fastest_dense`` = baseline_ms /
+    row_ms (``fastest_dense`` names it) and ``fraction_of_ideal`` = that x ``mask_density`` (the
+    ideal being 1 / the mask's exact kept fraction); ``cpu_*`` likewise on CPU medians unless
+    ``cpu`` is False (on a GPU the host's CPU time measures waiting). Beside them:
+    ``speedup_vs_b0`` / ``fraction_of_ideal_vs_b0`` (what the checks use) and
+    ``speedup_vs_dense`` / ``fraction_of_ideal_vs_dense`` against the first dense control (the
+    run's dense arm). A fraction above ``IDEAL_CEILING`` would compute fewer pairs than the mask
+    keeps, so the baseline ran slow: ``ideal_flag`` = ``SLOW_BASELINE`` (+ " (CPU)" when only
+    the CPU fraction is above), else None.
 
     Args:
         rows: dicts with "variant", "median_ms" and (optionally) "cpu_median_ms".
         mask_density: the exact mask's kept fraction.
-        cpu: whether CPU medians are judged (False on a GPU, where the host's CPU time measures
-            waiting for the kernel): without it no CPU fraction of ideal is computed or flagged.
+        cpu: whether CPU medians are judged.
     """
     base = next((r for r in rows if r["variant"] == "b0"), None)
     dense = next((r for r in rows if r["variant"] not in VARIANTS), None)
@@ -171,12 +156,8 @@ def add_speedups(rows: list[dict], mask_density: float, cpu: bool = True) -> Non
 
 
 def slow_baseline_notes(rows: list[dict]) -> list[str]:
-    """One note per row whose fraction of ideal is above ``IDEAL_CEILING`` (see ``add_speedups``).
-
-    Returns:
-        Notes naming the row, its fraction of ideal and the baseline it was measured against; an
-        empty list when no row is flagged.
-    """
+    """One note per row whose fraction of ideal is above ``IDEAL_CEILING`` (``add_speedups``),
+    naming the row, the fraction and its baseline."""
     notes = []
     for row in rows:
         for prefix, label in (("", "wall-clock"), ("cpu_", "CPU")):
@@ -188,3 +169,34 @@ def slow_baseline_notes(rows: list[dict]) -> list[str]:
                     f"kernel reaches: {SLOW_BASELINE}, not a result"
                 )
     return notes
+
+
+def tile_stats(geometry: TokenGeometry, density: float, block_sizes: BlockSizes) -> dict:
+    """Tile statistics of the SVG mask at ``density`` and ``block_sizes`` (no timing): the grid,
+    visited and masked tile fractions of B1-B3, executed pairs (visited tiles x tile area over
+    N^2, padding included) and the B3 rounded density, JSON-ready."""
+    mask = band_for_density(geometry, density)
+    b2 = build_plan(mask, block_sizes, "b2")
+    b3 = build_plan(mask, block_sizes, "b3", None)
+    return {
+        "frames": geometry.frames,
+        "height": geometry.height,
+        "width": geometry.width,
+        "tokens": geometry.tokens,
+        "tokens_per_frame": geometry.tokens_per_frame,
+        "block_q": block_sizes.block_q,
+        "block_kv": block_sizes.block_kv,
+        "num_q_tiles": b2.num_q_tiles,
+        "num_kv_tiles": b2.num_kv_tiles,
+        "target_density": density,
+        "half_width": mask.half_width,
+        "density": mask.density,
+        "tiles_visited_fraction": b2.tiles_visited_fraction,
+        "executed_pairs_fraction": b2.executed_pairs_fraction,
+        "b1_masked_fraction": 1.0,
+        "b2_masked_fraction": b2.masked_fraction,
+        "b3_tiles_visited_fraction": b3.tiles_visited_fraction,
+        "b3_executed_pairs_fraction": b3.executed_pairs_fraction,
+        "b3_masked_fraction": b3.masked_fraction,
+        "b3_density": b3.density,
+    }

@@ -1,15 +1,11 @@
 """The matmuls of a dense attention call alone, in XLA and in torch: the ceiling of a CPU control.
 
-``xla_flash`` (``kernels.executors.xla_flash``) computes attention as two matmuls per (query
-chunk, key block) step with the online softmax between them. Its time can only approach, never
-beat, the time of those same matmuls with the softmax taken out. Timing them in XLA
-(``xla_chunked_matmuls``) and in torch (``torch_chunked_matmuls``, MKL on a CPU) at the very
-shapes ``xla_flash`` runs separates what our executor costs from what XLA:CPU's matmul library
-costs: if XLA's bare matmuls are already slower than torch's whole SDPA call, no XLA executor can
-match SDPA, however its softmax is written.
-
-Both compute ``sum_j (q_i k_j^T) v_j`` per query chunk i: the same FLOPs as attention
-(4 * B * H * N^2 * D), a number nobody needs, so the functions are for benchmarks only.
+``xla_flash`` computes attention as two matmuls per (query chunk, key block) step with the online
+softmax between them, so its time can only approach that of the bare matmuls. Timing them in XLA
+and in torch (MKL on a CPU) at ``xla_flash``'s shapes separates what our executor costs from what
+XLA:CPU's matmul library costs: if XLA's bare matmuls are slower than torch's whole SDPA call, no
+XLA executor can match SDPA. Both compute ``sum_j (q_i k_j^T) v_j`` per query chunk i (attention's
+FLOPs, a number nobody needs): for benchmarks only.
 """
 
 from __future__ import annotations
@@ -57,11 +53,9 @@ def _whole_blocks(tokens: int, block_sizes: BlockSizes) -> tuple[int, int]:
 
 
 def chunked_matmul_flops(shape: tuple[int, int, int, int], block_sizes: BlockSizes) -> float:
-    """FLOPs of ``xla_chunked_matmuls`` / ``torch_chunked_matmuls`` on ``shape`` [B, N, H, D].
-
-    Only whole chunks and blocks are computed (the ragged rest is left out, as a ceiling should
-    not pay for padding), so this is at most attention's 4 * B * H * N^2 * D.
-    """
+    """FLOPs of ``xla_chunked_matmuls`` / ``torch_chunked_matmuls`` on ``shape`` [B, N, H, D]:
+    whole chunks and blocks only (a ceiling should not pay for padding), so at most attention's
+    4 * B * H * N^2 * D."""
     b, n, h, d = shape
     nq, nkv = _whole_blocks(n, block_sizes)
     return 4.0 * b * h * d * (nq * block_sizes.block_q) * (nkv * block_sizes.block_kv)
@@ -86,15 +80,15 @@ def xla_chunked_matmuls(
 def torch_chunked_matmuls(
     q: np.ndarray, k: np.ndarray, v: np.ndarray, block_sizes: BlockSizes
 ) -> Callable[[], object]:
-    """The same matmuls in torch (its BLAS: MKL on an x86 CPU), as a zero-argument callable.
+    """The same matmuls in torch (MKL on an x86 CPU, its default thread count), as a
+    zero-argument callable returning the accumulators.
 
     Args:
         q, k, v: [batch, tokens, heads, head_dim] host arrays.
         block_sizes: (query chunk, key block) rows.
 
-    Returns:
-        A callable that computes the matmuls (torch's default thread count) and returns the
-        accumulators; raises ImportError when torch is not installed.
+    Raises:
+        ImportError: torch is not installed.
     """
     import torch
 

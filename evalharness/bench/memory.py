@@ -7,25 +7,23 @@ Usage:
 For each CPU shape and arm (dense b0, noise-floor dot_product_attention, sparse policy with a
 dense first step) it prints the denoise-phase peak of:
 
-- plan, given: ``evalharness.estimates.memory_estimate.estimate_memory`` with each executor's temporaries given as
-  bytes (XLA's plan of the executor alone) plus the computed routing and layout buffers: the
+- plan, given: ``evalharness.estimates.estimate_memory`` with each executor's temporaries given
+  as bytes (XLA's plan of the executor alone) plus the computed routing and layout buffers: the
   dry-run path, for executors that do not compile on the planning host;
-- plan, compiled: the same plan with each arm's attention compiled into the transformer (the path
-  of a run on its own device);
-- whole loop: XLA's plan of the arm's whole denoising loop (``DenoiseLoop.lower(...).compile()
-  .memory_analysis()``: arguments + outputs + temporaries), on abstract weights;
+- plan, compiled: the same plan with the attention compiled into the transformer (the path of a
+  run on its own device);
+- whole loop: XLA's plan (arguments + outputs + temporaries) of the arm's whole denoising loop,
+  on abstract weights;
 - measured: a fresh subprocess builds the model, compiles the loop, returns freed heap to the OS
-  (``malloc_trim``), resets the kernel's peak-RSS counter (``/proc/self/clear_refs``), runs the
-  loop once and reports the peak RSS growth plus the bytes of the weights and inputs it held
-  before. Large allocations go straight to ``mmap`` (``MALLOC_MMAP_THRESHOLD_``) so RSS follows
-  live buffers. XLA:CPU's dot runtime also packs operands outside XLA's plan (about one more
-  [B, H, N, N] buffer for the einsum attention): that is in the measurement and in no plan.
+  (``malloc_trim``), resets the peak-RSS counter (``/proc/self/clear_refs``), runs the loop once
+  and reports the peak RSS growth plus the bytes of the weights and inputs it held. Large
+  allocations go straight to ``mmap`` (``MALLOC_MMAP_THRESHOLD_``) so RSS follows live buffers.
+  XLA:CPU's dot runtime also packs operands outside XLA's plan (about one more [B, H, N, N]
+  buffer for the einsum attention): that is in the measurement and in no plan.
 
-Each shape takes one to two minutes on a 2-core CPU. ``--mlflow`` also logs the table as an MLflow
-run (tag ``bench=memory_prediction``) in the store and experiment of the run's config: the
-shapes are the benchmark's own, so of the run's overrides only ``logger.*`` and ``output_root``
-are taken. ``compiled_peak_bytes`` (one executor's plan) is what ``python -m evalharness.bench``
-uses.
+Each shape takes one to two minutes on a 2-core CPU. ``--mlflow`` logs the table as an MLflow run
+(``bench=memory_prediction``); the shapes are the benchmark's own, so of the run's overrides only
+``logger.*`` and ``output_root`` are taken.
 """
 
 from __future__ import annotations
@@ -44,7 +42,7 @@ from dataclasses import asdict, dataclass
 import jax
 import jax.numpy as jnp
 
-from evalharness.bench.mlflow_record import BenchRecord, add_tracking_args, emit
+from evalharness.bench.mlflow_record import BenchRecord, emit
 from evalharness.bench.run_config import bench_parser, config_or_exit
 from evalharness.config import token_geometry
 from evalharness.estimates import (
@@ -99,15 +97,7 @@ _SCHEDULE = SparsitySchedule("bench", first_times_fp=0.5, density=0.35, routing_
 
 
 def compiled_peak_bytes(fn: Callable, *shapes: jax.ShapeDtypeStruct) -> int:
-    """Arguments + outputs + temporaries of ``jax.jit(fn)`` compiled for ``shapes``.
-
-    Args:
-        fn: the function (q, k, v) -> out.
-        *shapes: abstract arguments.
-
-    Returns:
-        Bytes XLA plans to hold at once (an upper bound on live buffers, excluding the runtime).
-    """
+    """:func:`lowered_peak_bytes` of ``jax.jit(fn)`` lowered for the abstract ``shapes``."""
     return lowered_peak_bytes(jax.jit(fn).lower(*shapes))
 
 
@@ -199,12 +189,8 @@ def _plan(shape: BenchShape, attends: dict[str, Callable], compile_attention: bo
 
 
 def predict(shape: BenchShape) -> list[dict]:
-    """The two plans' and the whole loop's compiled bytes per arm; nothing is allocated.
-
-    "given": attention bytes from the executors' own plans plus the computed routing and
-    layout buffers (the dry-run path, where the executor may not compile on this host);
-    "compiled": the arms' attention compiled into the blocks (the path of a run on its device).
-    """
+    """The two plans' ("given", "compiled", see the module) and the whole loop's compiled
+    bytes per arm; nothing is allocated."""
     attends = _attends(shape)
     given = _plan(shape, attends, compile_attention=False)
     compiled = _plan(shape, attends, compile_attention=True)
@@ -303,10 +289,11 @@ def benchmark(names: list[str]) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = bench_parser("evalharness.bench.memory", __doc__, "logger.experiment_name=bench")
+    parser = bench_parser(
+        "evalharness.bench.memory", __doc__, "logger.experiment_name=bench", mlflow=True
+    )
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # the subprocess's entry point
-    add_tracking_args(parser)
     args = parser.parse_intermixed_args(argv)
     if args.measure:
         spec = json.loads(args.measure)
@@ -328,14 +315,8 @@ def record(rows: list[dict], shapes: list[str]) -> BenchRecord:
     """The rows as an MLflow record (``bench=memory_prediction``), metrics ``<shape>/<arm>.<col>``."""
     named = [{"case": f"{r['shape']}/{r['arm']}", **r} for r in rows]
     config = {"shapes": shapes, "machine": machine_info()}
-    return BenchRecord(
-        "memory_prediction",
-        config,
-        named,
-        "case",
-        markdown_table(rows, COLUMNS),
-        {"backend": "xla"},
-    )
+    table = markdown_table(rows, COLUMNS)
+    return BenchRecord("memory_prediction", config, named, "case", table, {"backend": "xla"})
 
 
 if __name__ == "__main__":

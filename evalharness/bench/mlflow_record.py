@@ -1,24 +1,12 @@
-"""Benchmarks as MLflow runs: one run per benchmark table, when the command line asks for it.
+"""Benchmarks as MLflow runs: one finished run per benchmark table, with ``--mlflow``.
 
-A benchmark that logs adds ``--mlflow`` (:func:`add_tracking_args`), the one switch
-(``logger.kind`` is not read). Where its runs go is the run's config, composed from the same
-overrides as for ``python -m evalharness``: ``logger.tracking_uri`` (None: the sqlite store
-``<output_root>/mlflow.db``), ``logger.experiment_name`` (``evalharness``, beside the harness's
-own runs, so ``python -m reports`` finds both) and ``output_root``;
-``config_or_exit(..., mlflow=True)`` checks that store as the run does before anything is
-measured, and the URI is shown only with its password hidden (``evalharness.tracking``).
-
-A run holds:
-
-- tags: ``bench=<name>``, the environment (``evalharness.tracking.mlflow_client.environment_tags``: device,
-  host, machine, JAX version, git commit) and ``model`` / ``resolution`` / ``backend`` where they
-  apply;
-- params: the geometry and settings of the benchmark, and ``version.*`` (Python, JAX, jaxlib,
-  Flax, NumPy);
-- metrics: one per row and measured column, ``<row>.<column>`` (e.g. ``b3.median_ms``,
-  ``b3.fraction_of_ideal``), names made of MLflow's allowed characters;
-- artifacts: ``<name>.md`` (the printed table), ``<name>.json`` (``{"config": ..., "rows": [...]}``,
-  what ``reports`` reads) and any figure the benchmark drew.
+The store is the run's config (``logger.tracking_uri``, else ``<output_root>/mlflow.db``;
+experiment ``logger.experiment_name``, beside the harness's own runs so ``python -m reports``
+finds both); ``logger.kind`` is not read. A run holds tags ``bench=<name>``, the environment
+(``evalharness.tracking.environment_tags``) and ``model`` / ``resolution`` / ``backend`` where
+they apply; params: the benchmark's settings and ``version.*``; metrics ``<row>.<column>`` (e.g.
+``b3.median_ms``) in MLflow's allowed characters; artifacts ``<name>.md`` (the printed table),
+``<name>.json`` (``{"config", "rows"}``, what ``reports`` reads) and any figure.
 """
 
 from __future__ import annotations
@@ -29,6 +17,7 @@ import math
 import platform
 import re
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -48,11 +37,9 @@ class BenchRecord:
     """One benchmark table as it goes to MLflow.
 
     Attributes:
-        bench: the ``bench`` tag and the artifact file stem, e.g. ``kernel_table``.
-        config: what was benchmarked (geometry, tiles, backend, ...); logged as params and as
-            ``config`` in the JSON artifact.
-        rows: the table's rows (dicts), as the benchmark computed them.
-        row_key: the key naming each row in metric names (``variant``, ``schedule``, ...).
+        bench: the ``bench`` tag and artifact file stem, e.g. ``kernel_table``.
+        config: what was benchmarked; logged as params and as the JSON artifact's ``config``.
+        rows: the table's rows; ``row_key`` names each row in metric names.
         markdown: the table as printed.
         tags: ``model``, ``resolution``, ``backend`` where they apply.
         files: figures to upload beside the table.
@@ -104,16 +91,8 @@ def emit(
     records: Iterable[BenchRecord] = (),
     cfg: EvalConfig | None = None,
 ) -> None:
-    """A benchmark's ending: ``result`` as JSON with ``--json``, else ``markdown``; then, with
-    ``--mlflow``, ``records`` logged where ``cfg`` says (:func:`log_records`).
-
-    Args:
-        args: the parsed command line (``json``, and ``mlflow`` where the benchmark has it).
-        result: the JSON-able result (NumPy scalars are written as floats).
-        markdown: what is printed without ``--json``.
-        records: the tables to log.
-        cfg: the run's config the benchmark composed; needed with ``--mlflow``.
-    """
+    """Prints ``result`` as JSON with ``args.json`` (NumPy scalars as floats), else
+    ``markdown``; then, with ``args.mlflow``, logs ``records`` where ``cfg`` says."""
     print(json.dumps(result, indent=1, default=float) if args.json else markdown)
     if getattr(args, "mlflow", False):
         log_records(cfg, records)
@@ -162,12 +141,7 @@ def write_record_files(record: BenchRecord, folder: Path) -> list[Path]:
 
 
 def log_record(cfg: EvalConfig, record: BenchRecord) -> str:
-    """Logs one benchmark table as a finished MLflow run; returns its run id.
-
-    Args:
-        cfg: the run's config: its store (``logger.tracking_uri``, else the sqlite file and
-            artifacts under ``output_root``) and experiment (``logger.experiment_name``).
-        record: the table.
+    """Logs one table as a finished MLflow run in ``cfg``'s store; returns its run id.
 
     Raises:
         Whatever MLflow raises; the run is then closed as FAILED with an ``error`` tag.
@@ -194,15 +168,12 @@ def log_record(cfg: EvalConfig, record: BenchRecord) -> str:
 
 def log_records(cfg: EvalConfig, records: Iterable[BenchRecord]) -> list[str]:
     """Logs each record (:func:`log_record`) and says where on stderr; returns the run ids."""
-    import sys
-
     ids = []
     for record in records:
-        run_id = log_record(cfg, record)
-        ids.append(run_id)
+        ids.append(log_record(cfg, record))
         experiment = cfg.logger.experiment_name
         print(
-            f"mlflow: bench={record.bench} run {run_id} in experiment {experiment!r}",
+            f"mlflow: bench={record.bench} run {ids[-1]} in experiment {experiment!r}",
             file=sys.stderr,
             flush=True,
         )

@@ -1,17 +1,12 @@
 """``python -m evalharness.bench.mosaic_budget``: our SMEM/VMEM model against Mosaic's own verdict.
 
-For each resolution and tile pair (with and without ``vmem_limit_bytes``), the Pallas TPU kernel
+For each resolution and tile pair (with and without ``vmem_limit_bytes``) the Pallas TPU kernel
 is planned at one chip's real shape (14B over 8 v6e chips after the head exchange: every token,
-5 heads of 128, bf16, batch 2, the aggressive schedule's band) and:
-
-- our budget (``kernels.executors.pallas_tpu_budget``) says whether it fits SMEM and the scoped
-  VMEM limit, and how much it needs;
-- Mosaic, through libtpu's compile-only v6e topology (``evalharness.estimates.tpu_compiler``),
-  compiles the same kernel with our check switched off (``check_budget=False``), so it judges
-  alone; its refusal is condensed to one line.
-
-A row where the two verdicts differ is a disagreement to explain or fix. Needs the ``tpu`` extra;
-nothing runs on a TPU. Prints a Markdown table.
+5 heads of 128, bf16, batch 2, the aggressive schedule's band); our budget
+(``kernels.executors.pallas_tpu_budget``) says whether it fits SMEM and the scoped VMEM limit,
+and Mosaic, through libtpu's compile-only v6e topology, compiles it with our check off
+(``check_budget=False``), its refusal condensed to one line. A row where the verdicts differ is a
+disagreement to explain or fix. Needs the ``tpu`` extra; nothing runs on a TPU.
 """
 
 from __future__ import annotations

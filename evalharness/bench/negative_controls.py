@@ -1,17 +1,14 @@
 """``python -m evalharness.bench.negative_controls``: does the gate fail a broken sparse arm?
 
-Runs the default job (``python -m evalharness``'s config: model, resolution, schedule, prompt,
-seed, sampler, guidance, kernel) once dense, then once per sparse arm: the correct one and each
-negative control of ``kernels.policy.negative_controls`` (every head spatial, every head temporal,
-every head given the other layout, temporal heads' outputs left in the temporal layout). Every row
-is measured against the one shared dense arm with the gate's own metric (``psnr_db``: raw-frame
-PSNR of the whole video) plus the worst frame and SSIM, and gets the gate's verdict at the run's
-``gate.min_psnr_db`` (28 dB, the CI gate's threshold, where the config sets none). A sound harness
-passes the correct row and fails every other.
-
-Nothing is timed (the controls cost what the correct arm costs); each sparse arm runs its
-routing-recording policy, whose latents are the sparse arm's, so each row also reports the
-fraction of heads that ran in the temporal layout.
+Runs the default job (``python -m evalharness``'s config) once dense, then once per sparse arm:
+the correct one and each negative control of ``kernels.policy.negative_controls`` (every head
+spatial, every head temporal, every head given the other layout, temporal heads' outputs left in
+the temporal layout). Each is measured against the one dense arm with the gate's metric
+(``psnr_db``: raw-frame PSNR of the whole video), the worst frame and SSIM, and gets the gate's
+verdict at ``gate.min_psnr_db`` (28 dB, the CI gate's, where the config sets none). A sound
+harness passes the correct row and fails every other. Nothing is timed; each sparse arm runs its
+routing-recording policy (the sparse arm's latents), so each row also reports the fraction of
+heads that ran in the temporal layout.
 
 Usage:
     python -m evalharness.bench.negative_controls [--controls ...] [--json] [OVERRIDE ...]
@@ -28,7 +25,6 @@ on a construction built to expose them.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 import time
@@ -47,8 +43,8 @@ from evalharness.assembly import (
     run_sampler,
     transformer_config_for,
 )
-from evalharness.bench.markdown_report import report_markdown
 from evalharness.bench.mlflow_record import emit
+from evalharness.bench.report import report_markdown
 from evalharness.bench.run_config import bench_parser, config_or_exit
 from evalharness.config import EvalConfig, NegativeControl
 from evalharness.evidence import frame_quality
@@ -58,9 +54,7 @@ from evalharness.machine import machine_info
 from evalharness.metric_names import Metric
 from kernels.policy.negative_controls import NEGATIVE_CONTROLS
 from models.pipeline import DenoiseLoop
-from models.video_geometry import VideoGeometry
 
-# The repository's Hydra config folder (parents: bench, evalharness, then the repository root).
 DEFAULT_MIN_PSNR_DB = 28.0  # the CI gate's threshold (.ci/run)
 ROW_NAMES = {"none": "correct"}
 COLUMNS = (
@@ -74,38 +68,25 @@ COLUMNS = (
 )
 
 
-@dataclasses.dataclass
-class _Inputs:
-    """What every arm shares: model, sampler, noise and prompt embeddings."""
-
-    components: Components
-    video: VideoGeometry
-    sampler: Any
-    noise: jax.Array
-    context: jax.Array
-    negative_context: jax.Array | None
-
-
-def _inputs(cfg: EvalConfig) -> _Inputs:
-    video = cfg.resolution.video
+def _job_loop(cfg: EvalConfig) -> tuple[Components, Callable[[Any], np.ndarray]]:
+    """The run's components, and the job's (prompt, seed) denoised with an attention function
+    into its final latents (refusing NaN or Inf)."""
     components = build_components(cfg.model, cfg.dtype, cfg.cache_dir)
     contexts, negative = encode_contexts(cfg, components, [cfg.prompt])
-    noise = jax.random.normal(jax.random.key(cfg.seed), (1, *video.latent_shape()), jnp.float32)
+    shape = (1, *cfg.resolution.video.latent_shape())
+    noise = jax.random.normal(jax.random.key(cfg.seed), shape, jnp.float32)
     sampler = run_sampler(cfg)
-    return _Inputs(components, video, sampler, noise, contexts[cfg.prompt], negative)
 
+    def latents_of(attend: Any) -> np.ndarray:
+        loop = DenoiseLoop(
+            components.transformer, sampler, guidance_scale=cfg.guidance_scale, attend=attend
+        )
+        out = loop(noise, contexts[cfg.prompt], negative)
+        if not bool(out.finite):
+            raise RuntimeError("the denoising loop produced NaN or Inf latents")
+        return np.asarray(out.latents)
 
-def _denoise(cfg: EvalConfig, inputs: _Inputs, attend: Any) -> np.ndarray:
-    loop = DenoiseLoop(
-        inputs.components.transformer,
-        inputs.sampler,
-        guidance_scale=cfg.guidance_scale,
-        attend=attend,
-    )
-    out = loop(inputs.noise, inputs.context, inputs.negative_context)
-    if not bool(out.finite):
-        raise RuntimeError("the denoising loop produced NaN or Inf latents")
-    return np.asarray(out.latents)
+    return components, latents_of
 
 
 def measure_controls(
@@ -115,13 +96,9 @@ def measure_controls(
     min_psnr_db: float = DEFAULT_MIN_PSNR_DB,
     on_event: Callable[[str], None] = lambda message: None,
 ) -> list[dict[str, Any]]:
-    """One dense arm, then one row per sparse arm (``controls``), each against that dense arm.
-
-    Args:
-        cfg: a resolved config (``config_or_exit``); its own ``negative_control`` is ignored.
-        controls: names from ``NEGATIVE_CONTROLS`` (``none`` is the correct arm).
-        min_psnr_db: the gate's ``psnr_db`` threshold.
-        on_event: progress hook, called with one line per phase.
+    """One dense arm, then one row per sparse arm of ``controls`` (``NEGATIVE_CONTROLS``;
+    ``none`` is the correct arm) against it, judged at ``min_psnr_db``; ``cfg``'s own
+    ``negative_control`` is ignored; ``on_event`` gets one line per phase.
 
     Returns:
         Per control: ``arm``, ``control``, ``psnr_db``, ``psnr_worst_frame_db``,
@@ -137,22 +114,21 @@ def measure_controls(
     for control in controls:
         NegativeControl(control)  # unknown names fail before any work
     started = time.perf_counter()
-    tcfg = transformer_config_for(cfg.model)
-    inputs = _inputs(cfg)
-    setup = build_attention(cfg, inputs.video, tcfg)
+    tcfg, video = transformer_config_for(cfg.model), cfg.resolution.video
+    components, latents_of = _job_loop(cfg)
+    setup = build_attention(cfg, video, tcfg)
     on_event(f"dense arm ({cfg.kernel.dense_executor.value})")
-    dense_latents = _denoise(cfg, inputs, setup.dense)
-    dense_frames = inputs.components.decode(dense_latents)
+    dense_latents = latents_of(setup.dense)
+    dense_frames = components.decode(dense_latents)
     on_event(f"dense arm done in {time.perf_counter() - started:.1f} s")
     rows = []
     for control in controls:
         start = time.perf_counter()
         arm_cfg = dataclasses.replace(cfg, negative_control=NegativeControl(control))
-        arm = build_attention(arm_cfg, inputs.video, tcfg)
+        arm = build_attention(arm_cfg, video, tcfg)
         # The recording twin computes the sparse arm's latents and also keeps its routing.
-        attend = arm.recording if arm.recording is not None else arm.sparse
-        latents = _denoise(cfg, inputs, attend)
-        quality = frame_quality(dense_frames, inputs.components.decode(latents))
+        latents = latents_of(arm.recording if arm.recording is not None else arm.sparse)
+        quality = frame_quality(dense_frames, components.decode(latents))
         metrics = {
             Metric.PSNR_DB: quality.video_psnr_db,
             Metric.PSNR_WORST_FRAME_DB: quality.worst_psnr_db,
@@ -200,7 +176,8 @@ def format_report(result: dict[str, Any]) -> str:
     )
 
 
-def _parser() -> argparse.ArgumentParser:
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; exit status 1 when the verdict is not sound."""
     parser = bench_parser("evalharness.bench.negative_controls", __doc__, "schedule=aggressive")
     parser.add_argument(
         "--controls",
@@ -209,12 +186,6 @@ def _parser() -> argparse.ArgumentParser:
         choices=NEGATIVE_CONTROLS,
         help="arms to run (none is the correct arm); default: all",
     )
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; exit status 1 when the verdict is not sound."""
-    parser = _parser()
     args = parser.parse_args(argv)
     cfg = config_or_exit(parser, args.overrides)
     min_psnr_db = DEFAULT_MIN_PSNR_DB if cfg.gate.min_psnr_db is None else cfg.gate.min_psnr_db

@@ -3,26 +3,16 @@
 Times one sparse self-attention call (routing + permutation + head exchange + sparse kernel +
 exchange back) on P devices for both placements, "head_local" (permute after the all-to-all, a
 local gather) and "before_exchange" (permute while the tokens are still sequence-sharded, which
-needs the whole sequence on every device), beside the single-device policy without any exchange.
-It also prints the bytes each placement sends between devices, computed
-(``kernels.parallel.exchange.exchange_bytes``) for the benchmarked shape and for the real 720p
-geometry of Wan 14B.
+needs the whole sequence on every device), beside the single-device policy, with the bytes each
+sends (``kernels.parallel.exchange.exchange_bytes``) at the benchmarked shape and at Wan 14B 720p.
 
-What is timed is the run's own configuration (``python -m evalharness``'s, composed as the run
-composes it, Hydra overrides as positional arguments, resolved for this host): the token grid of
-``resolution``, the heads and head_dim of ``model``, the batch of one model call under the run's
-guidance (2 with joint classifier-free guidance), the compute dtype, the band density the
-``schedule`` targets at that grid (every step and layer sparse here, so each call routes), the
-run's tiles for its backend (``kernel``), P from ``parallel.sequence`` and the number of timed
-runs from ``warm_runs``. The heads must divide by P.
-
-The benchmark's one setting of its own: ``parallel.sequence=0`` (the run's default) means every
-local device, and a CPU host has one, so on a CPU the benchmark exposes
-``BENCH_HOST_DEVICES`` (4, dividing the heads of every model preset) host devices, or
-``parallel.sequence=N`` of them when N is given; XLA_FLAGS with
-``--xla_force_host_platform_device_count`` takes precedence. Those devices are threads of one
-process, so the "exchange" is a memory copy: the timings rank the placements by the work they add,
-not by interconnect speed, which the byte counts cover.
+The call is the run's (``run_config.AttentionCall``: tokens, heads, head_dim, batch of one model
+call, dtype, tiles, ``warm_runs``), with the band density the ``schedule`` targets, every step
+and layer sparse so each call routes; P is ``parallel.sequence`` and must divide the heads. Its
+0 (every local device) means one device on a CPU, so there the benchmark exposes
+``BENCH_HOST_DEVICES`` (4) host devices, or N for ``parallel.sequence=N``, unless XLA_FLAGS sets
+``--xla_force_host_platform_device_count``. Those devices are threads of one process: the
+timings rank the placements by the work they add, not by interconnect speed (the bytes do that).
 
 Usage:
     python -m evalharness.bench.placement [--json] [OVERRIDE ...]
@@ -34,7 +24,6 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import sys
@@ -43,7 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from evalharness.assembly import kernel_options, platform_choices
-from evalharness.bench.mlflow_record import BenchRecord, add_tracking_args, emit
+from evalharness.bench.mlflow_record import BenchRecord, emit
 from evalharness.bench.report import PLACEMENT_COLUMNS
 from evalharness.bench.run_config import AttentionCall, bench_parser, config_or_exit
 from evalharness.bench.timing import time_warm_ms
@@ -72,14 +61,8 @@ FULL_720P = {
 }
 
 
-# What the benchmark times: the run's attention call (its config resolved for this host, the
-# model's shapes, the batch of one model call, dtype, tiles, P devices and ``warm_runs``).
-Settings = AttentionCall
-
-
 def expose_host_devices(cfg: EvalConfig) -> int | None:
-    """Makes a CPU backend hold the devices the benchmark splits the sequence over: those of
-    ``parallel.sequence``, or ``BENCH_HOST_DEVICES`` for its 0 (every local device).
+    """Makes a CPU backend hold ``parallel.sequence`` devices (``BENCH_HOST_DEVICES`` for 0).
 
     Returns:
         The host device count set, or None when XLA_FLAGS already forces one or JAX's backends
@@ -95,9 +78,9 @@ def expose_host_devices(cfg: EvalConfig) -> int | None:
     return count
 
 
-def settings(cfg: EvalConfig) -> Settings:
-    """The benchmark's settings from the run's config, not yet resolved (``config_or_exit`` with
-    ``resolve=False``: resolving starts JAX, which must wait for ``expose_host_devices``).
+def settings(cfg: EvalConfig) -> AttentionCall:
+    """The call from the run's unresolved config (resolving starts JAX, which must wait for
+    ``expose_host_devices``).
 
     Raises:
         ValueError: a dense schedule, or heads or tokens that do not split over the devices
@@ -106,30 +89,18 @@ def settings(cfg: EvalConfig) -> Settings:
     if not cfg.schedule.sparse:
         raise ValueError(f"schedule={cfg.schedule.name} is dense; pick a sparse schedule")
     cfg = platform_choices.resolve(cfg)
-    s = Settings(cfg)
-    _check_split(cfg, s.heads, s.geometry.tokens, s.devices)
+    s = AttentionCall(cfg)
+    _ = s.device_heads  # refuses heads that do not divide by P, naming the P that do
+    tokens = s.geometry.tokens
+    if tokens % s.devices:
+        raise ValueError(
+            f"resolution={cfg.resolution.name} has {tokens} tokens, which do not split over "
+            f"{s.parallel_setting}; set parallel.sequence to a divisor of {tokens}"
+        )
     return s
 
 
-def _check_split(cfg: EvalConfig, heads: int, tokens: int, devices: int) -> None:
-    """Refuses a device count the heads or the tokens do not divide by."""
-    where = f"parallel.sequence={cfg.parallel.sequence}"
-    if cfg.parallel.sequence == 0:
-        where += f" (every local device: {devices})"
-    if heads % devices:
-        divisors = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0)
-        raise ValueError(
-            f"model={cfg.model.name} has {heads} heads, which do not divide by {where}; set "
-            f"parallel.sequence to one of {divisors}, or pick another model"
-        )
-    if tokens % devices:
-        raise ValueError(
-            f"resolution={cfg.resolution.name} has {tokens} tokens, which do not split over "
-            f"{where}; set parallel.sequence to a divisor of {tokens}"
-        )
-
-
-def _policy(s: Settings) -> AttentionPolicy:
+def _policy(s: AttentionCall) -> AttentionPolicy:
     """The run's schedule with every step and layer sparse, so each timed call routes,
     permutes, exchanges and runs the sparse kernel, on the run's backend and tiles."""
     schedule = dataclasses.replace(s.cfg.schedule, first_times_fp=0.0, first_layers_fp=0.0)
@@ -145,7 +116,7 @@ def _policy(s: Settings) -> AttentionPolicy:
     )
 
 
-def _traffic(s: Settings, policy: AttentionPolicy, placement: str) -> dict:
+def _traffic(s: AttentionCall, policy: AttentionPolicy, placement: str) -> dict:
     """Bytes sent per call at the benchmarked shape and at 720p 14B."""
     samples = policy.schedule.routing_samples
     shape = (s.batch, s.geometry.tokens, s.heads, s.head_dim, s.dtype.itemsize)
@@ -158,10 +129,9 @@ def _traffic(s: Settings, policy: AttentionPolicy, placement: str) -> dict:
     }
 
 
-def _rows(s: Settings, policy: AttentionPolicy) -> list[dict]:
+def _rows(s: AttentionCall, policy: AttentionPolicy) -> list[dict]:
     """Timings of the single-device policy and of each placement on ``s.devices`` devices,
-    timed round-robin (``time_warm_ms``: the run's timer): one run of each per round, after every one has
-    compiled and warmed up."""
+    round-robin after every one has compiled and warmed up (``time_warm_ms``)."""
     shape = (s.batch, s.geometry.tokens, s.heads, s.head_dim)
     keys = jax.random.split(jax.random.key(0), 3)
     q, k, v = (jax.random.normal(key, shape, s.dtype) for key in keys)
@@ -181,12 +151,9 @@ def _rows(s: Settings, policy: AttentionPolicy) -> list[dict]:
     return [{"variant": name, **timings[name], **traffic.get(name, {})} for name in fns]
 
 
-def run(s: Settings, host_devices: int | None = None) -> dict:
-    """Times both placements (and the single-device policy) and computes their traffic.
-
-    Args:
-        s: the settings (``settings``).
-        host_devices: the host device count ``expose_host_devices`` set, for the record.
+def run(s: AttentionCall, host_devices: int | None = None) -> dict:
+    """Times both placements and the single-device policy, with their traffic;
+    ``host_devices`` (what ``expose_host_devices`` set) is recorded.
 
     Returns:
         {"machine", "config", "rows": [one dict per variant]}.
@@ -271,15 +238,11 @@ def record(result: dict) -> BenchRecord:
     )
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = bench_parser("evalharness.bench.placement", __doc__, "parallel.sequence=2")
-    add_tracking_args(parser)
-    return parser
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code (2 for settings the benchmark cannot run)."""
-    parser = _parser()
+    parser = bench_parser(
+        "evalharness.bench.placement", __doc__, "parallel.sequence=2", mlflow=True
+    )
     args = parser.parse_intermixed_args(argv)
     cfg = config_or_exit(parser, args.overrides, resolve=False, mlflow=args.mlflow)
     host_devices = expose_host_devices(cfg)

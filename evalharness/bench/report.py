@@ -1,8 +1,5 @@
-"""Columns of the benchmark's Markdown tables, rendered by :func:`evalharness.formatting.markdown_table`.
-
-Columns are ``(title, key, fmt)``. Measured values show four significant digits; shares of tiles and
-pairs are shown in percent, so rows go through :func:`as_percent` before they are rendered.
-"""
+"""The benchmarks' Markdown: the kernel benchmark's columns ``(title, key, fmt)`` (four
+significant digits; shares of tiles and pairs in percent) and a benchmark report's frame."""
 
 from __future__ import annotations
 
@@ -10,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from evalharness.formatting import markdown_table
+from evalharness.machine import machine_line
 
 NUMBER = "{:.4g}"
 
@@ -28,8 +26,6 @@ TIMING_COLUMNS = (
     ("max", "max_ms", NUMBER),
     ("CPU ms", "cpu_median_ms", NUMBER),
 )
-# "executed pairs %": query-key pairs the kernel computes (visited tiles x BQ x BKV, padding
-# included) over N^2; "wasted %": on xla, the padding share of the scan's tile products on top.
 TILE_COLUMNS = (
     ("visited %", "tiles_visited_fraction", NUMBER),
     ("executed pairs %", "executed_pairs_fraction", NUMBER),
@@ -37,8 +33,6 @@ TILE_COLUMNS = (
     ("wasted %", "wasted_fraction", NUMBER),
     ("density %", "density", NUMBER),
 )
-# "of ideal" is against the fastest dense row (B0 or the dense control, see
-# ``kernel_table.add_speedups``); "flag" says when it is above 1.0, i.e. the baseline ran slow.
 SPEEDUP_COLUMNS = (
     ("speedup vs B0", "speedup_vs_b0", NUMBER),
     ("speedup vs control", "speedup_vs_dense", NUMBER),
@@ -60,10 +54,7 @@ KERNEL_TABLE_COLUMNS = (
 GPU_KERNEL_TABLE_COLUMNS = (
     ("variant", "variant", "{}"),
     *TIMING_COLUMNS[:3],
-    ("visited %", "tiles_visited_fraction", NUMBER),
-    ("executed pairs %", "executed_pairs_fraction", NUMBER),
-    ("visited masked %", "masked_fraction", NUMBER),
-    ("density %", "density", NUMBER),
+    *(c for c in TILE_COLUMNS if c[1] != "wasted_fraction"),
     *SPEEDUP_COLUMNS,
     FLAG_COLUMN,
     ("warps", "num_warps", "{}"),
@@ -116,31 +107,22 @@ PLACEMENT_COLUMNS = (
 )
 
 
-def as_percent(rows: Iterable[Mapping[str, Any]], keys: Sequence[str] = PERCENT_KEYS) -> list[dict]:
-    """Copies of ``rows`` with the fractions under ``keys`` multiplied by 100 (None stays None)."""
-    return [
-        {k: (100 * v if k in keys and v is not None else v) for k, v in row.items()} for row in rows
-    ]
-
-
 def table(
     rows: Iterable[Mapping[str, Any]],
     columns: Sequence[tuple[str, str, str]],
     percent_keys: Sequence[str] = PERCENT_KEYS,
 ) -> str:
-    """A benchmark table: fractions under ``percent_keys`` in percent, then :func:`markdown_table`."""
-    return markdown_table(as_percent(rows, percent_keys), columns)
+    """``markdown_table`` of ``rows`` with the fractions under ``percent_keys`` in percent."""
+    rows = [
+        {k: (100 * v if k in percent_keys and v is not None else v) for k, v in row.items()}
+        for row in rows
+    ]
+    return markdown_table(rows, columns)
 
 
 def part_table(key: str, rows: Iterable[Mapping[str, Any]], gpu: bool) -> str:
-    """One part of the kernel benchmark as a table, in that part's own columns.
-
-    Args:
-        key: the part's result key: ``kernel_table``, ``bq_sweep``, ``tile_sweep``, ``temporal``
-            or ``memory``.
-        rows: the part's rows.
-        gpu: whether the backend is ``pallas_gpu`` (its kernel table has the BQ x BKV columns).
-    """
+    """One part of the kernel benchmark (its result ``key``) in its own columns; ``gpu``: the
+    backend is ``pallas_gpu`` (its kernel table's own columns)."""
     columns = {
         "kernel_table": GPU_KERNEL_TABLE_COLUMNS if gpu else KERNEL_TABLE_COLUMNS,
         "bq_sweep": SWEEP_COLUMNS,
@@ -155,15 +137,18 @@ def part_table(key: str, rows: Iterable[Mapping[str, Any]], gpu: bool) -> str:
     return table(rows, columns[key])
 
 
-def _plain(value: Any) -> Any:
-    return ("yes" if value else "no") if isinstance(value, bool) else value
-
-
 def record_table(record: Mapping[str, Any]) -> str:
     """One dict as a one-row table, a column per key in order: numbers to four digits, bools as
     yes/no (for records whose keys vary, such as tile statistics and acceptance checks)."""
-    row = {key: _plain(value) for key, value in record.items()}
+    row = {k: ("yes" if v else "no") if isinstance(v, bool) else v for k, v in record.items()}
     columns = [
         (key, key, NUMBER if isinstance(value, float) else "{}") for key, value in row.items()
     ]
     return markdown_table([row], columns)
+
+
+def report_markdown(title: str, setup: dict, table: str, closing: str, machine: dict) -> str:
+    """A benchmark's Markdown report: ``# title``, the setup line, the machine
+    (``evalharness.machine.machine_info``'s), the table and the closing line (the verdict)."""
+    setup_line = ", ".join(f"{k} {v}" for k, v in setup.items())
+    return "\n\n".join([f"# {title}", setup_line, machine_line(machine), table, closing])

@@ -2,11 +2,8 @@
 
 One head per temporal share (``kernels.policy.synthetic_heads``), routed over every query row and
 over frame 0's rows alone, at the CPU preset's token grid and at Wan's 21 latent frames: a sound
-routing follows the share monotonically and has no frame-0 bias (a purely temporal head's temporal
-error stays below its spatial error on frame 0's rows too). docs/against-sparse-videogen.md.
-
-The band is the run's ``schedule`` (its kept fraction at each geometry: ``density``, or the band
-of ``svg_sparsity``), with the run's overrides as positional arguments.
+routing follows the share monotonically and has no frame-0 bias (docs/against-sparse-videogen.md).
+The band is the run's ``schedule`` at each geometry (the run's overrides as arguments).
 
 Usage:
     python -m evalharness.bench.routing_spectrum [OVERRIDE ...]

@@ -1,7 +1,6 @@
-"""The benchmarks' command line on the run's configuration: ``--json`` and the run's Hydra
-overrides as positional arguments, composed and resolved for this host as ``python -m
-evalharness`` does, so a benchmark has no defaults of its own; and the attention call such a
-config makes (``AttentionCall``)."""
+"""The benchmarks' command line: ``--json`` and the run's Hydra overrides, composed and resolved
+as ``python -m evalharness`` does (a benchmark has no defaults of its own); and the attention
+call such a config makes (``AttentionCall``)."""
 
 from __future__ import annotations
 
@@ -15,6 +14,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from evalharness.admission import samples_per_call
 from evalharness.assembly import platform_choices, run_block_sizes, sequence_devices
+from evalharness.bench.mlflow_record import add_tracking_args
 from evalharness.config import (
     EvalConfig,
     check_overrides,
@@ -29,6 +29,9 @@ from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes
 from models.config import WanTransformerConfig, get_transformer_config
 from models.dtypes import dtype_of
+from models.video_geometry import VideoGeometry
+
+MIN_RUNS = 3  # a median of fewer runs is one run's noise
 
 
 def config_or_exit(
@@ -38,15 +41,15 @@ def config_or_exit(
     resolve: bool = True,
     platform: str | None = None,
     mlflow: bool = False,
+    median: bool = False,
 ) -> EvalConfig:
-    """The run's config from a command line's overrides, or exit 2 through ``parser`` with what
-    the run itself would say: an unknown setting and the closest one, a group choice that does
-    not exist, a value the schema or the platform refuses. ``resolve=False`` leaves it
-    unresolved (resolving starts JAX's backends); ``platform`` resolves it for that platform
-    ("tpu", "gpu", "cpu") instead of this host's. ``mlflow`` (the benchmark's ``--mlflow``)
-    also checks the tracking store the config names (``logger.tracking_uri``, else the sqlite
-    file under ``output_root``) as the run checks it, so a store that cannot be used exits 2 in
-    seconds, before minutes of measurement are lost.
+    """The run's config from ``overrides``, or exit 2 through ``parser`` with the run's own
+    message (unknown setting and the closest one, missing group choice, refused value).
+
+    ``resolve=False`` leaves it unresolved (resolving starts JAX's backends); ``platform``
+    ("tpu", "gpu", "cpu") resolves it for that platform instead of this host's. ``mlflow`` also
+    checks the config's tracking store as the run does, so an unusable store exits 2 before
+    minutes of measurement are lost. ``median`` refuses fewer than ``MIN_RUNS`` warm runs.
     """
     problem = check_overrides(list(overrides))
     if problem:
@@ -56,17 +59,21 @@ def config_or_exit(
         if mlflow:
             logger = cfg.logger
             check_tracking("mlflow", logger.tracking_uri, logger.experiment_name, cfg.output_root)
-        return platform_choices.resolve(cfg, platform) if resolve else cfg
+        cfg = platform_choices.resolve(cfg, platform) if resolve else cfg
     except (HydraException, OmegaConfBaseException, ValueError) as error:
         parser.error(str(error))
     except TrackingUnavailable as refusal:
         parser.exit(2, f"error: {refusal}\n")
+    if median and cfg.warm_runs < MIN_RUNS:
+        parser.error(f"warm_runs={cfg.warm_runs}: use at least {MIN_RUNS} for a median")
+    return cfg
 
 
-def bench_parser(module: str, doc: str | None, example: str) -> argparse.ArgumentParser:
-    """A benchmark's parser: ``python -m <module>``, ``doc`` (its docstring) as the help,
-    ``--json`` and the run's overrides (``example`` shows one in the help); the benchmark adds
-    its own options."""
+def bench_parser(
+    module: str, doc: str | None, example: str, *, mlflow: bool = False
+) -> argparse.ArgumentParser:
+    """A benchmark's parser: ``python -m <module>`` with ``doc`` as help, ``--json``, the run's
+    overrides (``example`` shows one) and, with ``mlflow``, ``--mlflow``."""
     parser = argparse.ArgumentParser(
         prog=f"python -m {module}",
         description=doc,
@@ -74,17 +81,15 @@ def bench_parser(module: str, doc: str | None, example: str) -> argparse.Argumen
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("overrides", nargs="*", help=f"the run's Hydra overrides, e.g. {example}")
+    if mlflow:
+        add_tracking_args(parser)
     return parser
 
 
 @dataclasses.dataclass(frozen=True)
 class AttentionCall:
-    """One self-attention call of the run, read from its config: what a benchmark times.
-
-    Attributes:
-        cfg: the run's config resolved by ``platform_choices.resolve`` (concrete backend, tiles,
-            dense executors and compute dtype).
-    """
+    """One self-attention call of the run, read from ``cfg`` (resolved by
+    ``platform_choices.resolve``): what a benchmark times."""
 
     cfg: EvalConfig
 
@@ -94,9 +99,14 @@ class AttentionCall:
         return get_transformer_config(self.cfg.model.name)
 
     @property
+    def video(self) -> VideoGeometry:
+        """The video size (``cfg.resolution``)."""
+        return self.cfg.resolution.video
+
+    @property
     def geometry(self) -> TokenGeometry:
         """The token grid of ``cfg.resolution`` (latent frames x Hp x Wp)."""
-        return token_geometry(self.cfg.resolution.video)
+        return token_geometry(self.video)
 
     @property
     def target_density(self) -> float:
@@ -105,8 +115,7 @@ class AttentionCall:
 
     @property
     def label(self) -> str:
-        """The resolution preset's name, or ``<frames>x<height>x<width>px`` for a size that is
-        not the preset's."""
+        """The resolution preset's name, or ``<frames>x<height>x<width>px`` off the preset."""
         res = self.cfg.resolution
         if res.name in resolution_names() and load_resolution(res.name).video == res.video:
             return res.name
@@ -133,20 +142,30 @@ class AttentionCall:
         return sequence_devices(self.cfg)
 
     @property
+    def parallel_setting(self) -> str:
+        """``parallel.sequence=N``, with P where N is 0 (every local device)."""
+        setting = f"parallel.sequence={self.cfg.parallel.sequence}"
+        if self.cfg.parallel.sequence == 0:
+            setting += f" (every local device: {self.devices})"
+        return setting
+
+    @property
     def device_heads(self) -> int:
-        """Heads of one device's attention call: sequence parallelism exchanges tokens for heads
-        before attention, so each of the P devices attends over the whole sequence with H / P
-        heads.
+        """Heads of one device's call: sequence parallelism exchanges tokens for heads, so each
+        of the P devices attends over the whole sequence with H / P heads.
 
         Raises:
-            ValueError: heads that do not divide by P.
+            ValueError: heads that do not divide by P (naming the P that do).
         """
-        if self.heads % self.devices:
+        heads = self.heads
+        if heads % self.devices:
+            divisors = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0)
             raise ValueError(
-                f"model={self.cfg.model.name} has {self.heads} heads, which do not divide by "
-                f"parallel.sequence={self.cfg.parallel.sequence} ({self.devices} devices)"
+                f"model={self.cfg.model.name} has {heads} heads, which do not divide by "
+                f"{self.parallel_setting}; set parallel.sequence to one of {divisors}, or pick "
+                "another model"
             )
-        return self.heads // self.devices
+        return heads // self.devices
 
     @property
     def dtype(self) -> jnp.dtype:

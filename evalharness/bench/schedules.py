@@ -1,19 +1,16 @@
 """``python -m evalharness.bench.schedules``: denoising time of every sparsity schedule against dense.
 
-Takes the run's own configuration (``python -m evalharness``'s ``conf/config.yaml``, composed as
-the run composes it and resolved for this platform), with any Hydra overrides given: the video
-size of ``resolution``, the transformer shapes of ``model``, ``dtype``, ``steps``, ``sampler``,
-guidance (``guidance_scale``, ``guidance_passes``), the backend, tiles and dense executor of
-``kernel``, ``seed`` (inputs and routing), ``model.seed`` (weights) and ``warm_runs`` (the timed
-runs per arm, at least 3). The weights are always random: this benchmark never loads a
-checkpoint (``model.checkpoint`` is ignored) and measures time only, not video quality.
+Takes the run's own configuration, composed and resolved as the run does, with any overrides:
+``resolution``, ``model`` shapes, ``dtype``, ``steps``, ``sampler``, guidance, ``kernel``
+(backend, tiles, dense executor), ``seed`` (inputs, routing), ``model.seed`` (weights) and
+``warm_runs`` (timed runs per arm, at least 3). The weights are always random: this benchmark
+never loads a checkpoint (``model.checkpoint`` is ignored) and measures time, not quality.
 
-Every schedule of ``conf/schedule`` (the run's presets; a ``schedule.<field>=`` override applies
-to each) runs through ``models.pipeline.DenoiseLoop`` with the policy the run's sparse arm
-builds, dense steps and layers on the run's dense executor. Every arm is compiled first (compile
-time reported apart); then the timed runs are interleaved across arms, one run of each per round,
-so that load from other processes on a shared machine hits every arm alike. The speedup is the
-dense schedule's median over the arm's median, measured in the same process.
+Every schedule of ``conf/schedule`` (a ``schedule.<field>=`` override applies to each) runs
+through ``models.pipeline.DenoiseLoop`` with the policy the run's sparse arm builds. Every arm is
+compiled first (compile time reported apart), then timed in interleaved rounds (one run of each
+per round, so load on a shared machine hits every arm alike). The speedup is the dense
+schedule's median over the arm's, measured in the same process.
 
 Usage:
     python -m evalharness.bench.schedules [--json] [OVERRIDE ...]
@@ -39,16 +36,10 @@ from flax import nnx
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from evalharness.admission import samples_per_call
 from evalharness.arms import PreparedArm, prepare_arm, time_arms_interleaved
-from evalharness.assembly import (
-    dense_attend,
-    kernel_options,
-    run_block_sizes,
-    run_sampler,
-)
-from evalharness.bench.mlflow_record import BenchRecord, add_tracking_args, emit
-from evalharness.bench.run_config import bench_parser, config_or_exit
+from evalharness.assembly import dense_attend, kernel_options, run_sampler
+from evalharness.bench.mlflow_record import BenchRecord, emit
+from evalharness.bench.run_config import AttentionCall, bench_parser, config_or_exit
 from evalharness.bench.timing import ms_stats
 from evalharness.config import (
     CONF_DIR,
@@ -57,7 +48,6 @@ from evalharness.config import (
     group_options,
     load_resolution,
     to_config,
-    token_geometry,
 )
 from evalharness.formatting import markdown_table
 from evalharness.machine import machine_info
@@ -66,13 +56,11 @@ from kernels.plans.block_sizes import BlockSizes
 from kernels.policy.attention_policy import AttentionPolicy
 from kernels.policy.routing import routing_flops_fraction
 from kernels.policy.schedule import SparsitySchedule
-from models.config import get_transformer_config
 from models.dtypes import dtype_of
 from models.pipeline import uses_guidance
 from models.transformer import WanTransformer
 
 SCHEDULE_DIR = CONF_DIR / "schedule"
-MIN_RUNS = 3  # a median of fewer runs is one run's noise
 COLUMNS = (
     ("schedule", "schedule", "{}"),
     ("kept fraction", "kept_fraction", "{:.4f}"),
@@ -100,13 +88,12 @@ def _check_overrides(overrides: Sequence[str]) -> None:
 def load_schedules(
     overrides: Sequence[str], geometry: TokenGeometry, tiles: BlockSizes
 ) -> list[SparsitySchedule]:
-    """Every preset of ``conf/schedule`` as the run composes it with ``overrides``, checked
-    against ``geometry`` and ``tiles``: the dense schedule first, then the sparse ones from the
-    most kept pairs at ``geometry`` to the fewest.
+    """Every preset of ``conf/schedule`` composed with ``overrides`` and validated against
+    ``geometry`` and ``tiles``: the dense one first, then the sparse ones by falling kept pairs.
 
     Raises:
-        ValueError: ``conf/schedule`` has no dense schedule to compare against, or a schedule
-            does not suit the geometry or tiles (``SparsitySchedule.validate``).
+        ValueError: no dense schedule to compare against, or one that does not suit the
+            geometry or tiles (``SparsitySchedule.validate``).
     """
     schedules = [
         to_config(compose_run_config([*overrides, f"schedule={name}"])).schedule
@@ -121,24 +108,22 @@ def load_schedules(
 
 @dataclasses.dataclass(frozen=True)
 class _Setup:
-    """What every arm shares: the config, model, sampler and inputs, and the token geometry."""
+    """What every arm shares: the run's call (config, geometry, tiles), model, sampler, inputs."""
 
-    cfg: EvalConfig
-    geometry: TokenGeometry
-    tiles: BlockSizes
+    call: AttentionCall
     model: Any
     sampler: Any
-    num_layers: int
     inputs: tuple  # noise, context, negative context (None without guidance)
 
 
 def _setup(cfg: EvalConfig) -> _Setup:
-    """The model's shapes with random weights, the run's sampler, and random inputs shaped as the
-    run's (float32 noise and prompt embeddings; no negative context without guidance)."""
-    video = cfg.resolution.video
-    config = get_transformer_config(cfg.model.name)
+    """The model with random weights, the run's sampler, and random float32 noise and prompt
+    embeddings shaped as the run's (no negative context without guidance)."""
+    call = AttentionCall(cfg)
+    config = call.model
     keys = jax.random.split(jax.random.key(cfg.seed), 3)
-    noise = jax.random.normal(keys[0], (1, *video.latent_shape(config.in_channels)), jnp.float32)
+    latent = (1, *call.video.latent_shape(config.in_channels))
+    noise = jax.random.normal(keys[0], latent, jnp.float32)
     text = (1, config.text_len, config.text_dim)
     context = jax.random.normal(keys[1], text, jnp.float32)
     negative = None
@@ -151,50 +136,36 @@ def _setup(cfg: EvalConfig) -> _Setup:
         dtype=dtype_of(cfg.dtype),
         scan_layers=cfg.model.scan_layers,
     )
-    return _Setup(
-        cfg=cfg,
-        geometry=token_geometry(video),
-        tiles=run_block_sizes(cfg),
-        model=model,
-        sampler=run_sampler(cfg),
-        num_layers=config.num_layers,
-        inputs=(noise, context, negative),
-    )
+    return _Setup(call, model, run_sampler(cfg), (noise, context, negative))
 
 
-def _policy(setup: _Setup, schedule: SparsitySchedule) -> AttentionPolicy:
-    """The policy the run's sparse arm builds for ``schedule`` (``assembly.build_attention``):
-    the resolved backend and tiles, dense steps and layers on the run's dense executor."""
-    cfg = setup.cfg
-    return AttentionPolicy(
+def _schedule_arm(setup: _Setup, schedule: SparsitySchedule) -> tuple[PreparedArm, dict]:
+    """One schedule's loop with the policy the run's sparse arm builds for it, compiled and
+    warmed up as the run prepares an arm (``prepare_arm``), and its record (timings later)."""
+    cfg, geometry, tiles = setup.call.cfg, setup.call.geometry, setup.call.block_sizes
+    steps, layers = cfg.steps, setup.call.model.num_layers
+    policy = AttentionPolicy(
         schedule,
-        setup.geometry,
-        num_steps=cfg.steps,
-        num_layers=setup.num_layers,
+        geometry,
+        num_steps=steps,
+        num_layers=layers,
         backend=cfg.kernel.backend.value,
-        block_sizes=setup.tiles,
+        block_sizes=tiles,
         dense_attend=dense_attend(cfg, cfg.kernel.dense_executor),
         seed=cfg.seed,
         options=kernel_options(cfg),
     )
-
-
-def _schedule_arm(setup: _Setup, schedule: SparsitySchedule) -> tuple[PreparedArm, dict]:
-    """One schedule's loop, compiled and warmed up as the run prepares an arm
-    (``evalharness.arms.prepare_arm``), and its record (timings are filled in later)."""
-    geometry, tiles, steps = setup.geometry, setup.tiles, setup.cfg.steps
-    policy = _policy(setup, schedule)
     noise, context, negative = setup.inputs
     prepared = prepare_arm(
         schedule.name,
         setup.model,
         setup.sampler,
-        guidance_scale=setup.cfg.guidance_scale,
+        guidance_scale=cfg.guidance_scale,
         attend=policy,
         noise=noise,
         context=context,
         negative_context=negative,
-        guidance_passes=setup.cfg.guidance_passes.value,
+        guidance_passes=cfg.guidance_passes.value,
     )
     routing = 0.0
     if schedule.sparse:
@@ -202,7 +173,7 @@ def _schedule_arm(setup: _Setup, schedule: SparsitySchedule) -> tuple[PreparedAr
         routing = routing_flops_fraction(geometry, density, schedule.routing_samples)
     arm = {
         "schedule": schedule.name,
-        "kept_fraction": schedule.overall_kept_fraction(steps, setup.num_layers, geometry, tiles),
+        "kept_fraction": schedule.overall_kept_fraction(steps, layers, geometry, tiles),
         "sparse_density": schedule.sparse_density(geometry, tiles) if schedule.sparse else 1.0,
         "dense_steps": policy.dense_steps,
         "dense_layers": policy.dense_layers,
@@ -212,22 +183,10 @@ def _schedule_arm(setup: _Setup, schedule: SparsitySchedule) -> tuple[PreparedAr
     return prepared, arm
 
 
-def _time_rounds(prepared: dict[str, PreparedArm], arms: dict[str, dict], runs: int) -> None:
-    """The run's interleaved timer for prepared arms (``evalharness.arms.time_arms_interleaved``:
-    one run of every arm per round, non-finite latents stop it); adds timings and speedups to
-    ``arms``."""
-    for name, times in time_arms_interleaved(prepared, runs).items():
-        arms[name]["wall_ms"] = [1e3 * s for s in times.runs_s]
-        arms[name]["cpu_ms"] = [1e3 * s for s in times.cpu_s]
-        arms[name].update(ms_stats(times))
-    for arm in arms.values():
-        arm["speedup_vs_dense"] = arms["dense"]["median_ms"] / arm["median_ms"]
-
-
 def _describe(cfg: EvalConfig) -> dict:
     """What was run: the settings the table's header and the MLflow params show."""
-    res, tiles = cfg.resolution, run_block_sizes(cfg)
-    g = token_geometry(res.video)
+    call, res = AttentionCall(cfg), cfg.resolution
+    g, tiles = call.geometry, call.block_sizes
     return {
         "model": f"{cfg.model.name} (random weights)",
         "resolution": res.name,
@@ -248,18 +207,16 @@ def _describe(cfg: EvalConfig) -> dict:
         "guidance": {
             "scale": cfg.guidance_scale,
             "passes": cfg.guidance_passes.value,
-            "batch": samples_per_call(cfg),
+            "batch": call.batch,
         },
         "seed": cfg.seed,
     }
 
 
 def run(cfg: EvalConfig, schedules: Sequence[SparsitySchedule]) -> dict:
-    """Builds, compiles and times every arm.
-
-    Args:
-        cfg: the resolved run config (``config_or_exit``).
-        schedules: the arms (:func:`load_schedules`); one named ``dense`` is the reference.
+    """Builds, compiles and times every arm of ``schedules`` (:func:`load_schedules`; the one
+    named ``dense`` is the reference) on the resolved ``cfg``, in the run's interleaved timer
+    (``time_arms_interleaved``: non-finite latents stop it).
 
     Returns:
         The machine, the settings (:func:`_describe`), the routing cost at 720p and the arms.
@@ -269,7 +226,12 @@ def run(cfg: EvalConfig, schedules: Sequence[SparsitySchedule]) -> dict:
     arms: dict[str, dict] = {}
     for schedule in schedules:
         prepared[schedule.name], arms[schedule.name] = _schedule_arm(setup, schedule)
-    _time_rounds(prepared, arms, cfg.warm_runs)
+    for name, times in time_arms_interleaved(prepared, cfg.warm_runs).items():
+        arms[name]["wall_ms"] = [1e3 * s for s in times.runs_s]
+        arms[name]["cpu_ms"] = [1e3 * s for s in times.cpu_s]
+        arms[name].update(ms_stats(times))
+    for arm in arms.values():
+        arm["speedup_vs_dense"] = arms["dense"]["median_ms"] / arm["median_ms"]
     hd720 = load_resolution("720p").tokens
     return {
         "machine": machine_info(),
@@ -325,22 +287,8 @@ def format_table(result: dict) -> str:
     return title + table + f"\n\nrouting FLOPs / sparse attention at 720p: {hd}\n"
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = bench_parser(
-        "evalharness.bench.schedules",
-        __doc__,
-        "resolution=480p steps=4 (the weights stay random: no checkpoint is ever loaded)",
-    )
-    add_tracking_args(parser)
-    return parser
-
-
 def record(result: dict) -> BenchRecord:
-    """The result as an MLflow record (``bench=schedules``), one row per arm.
-
-    Args:
-        result: what :func:`run` returns.
-    """
+    """:func:`run`'s result as an MLflow record (``bench=schedules``), one row per arm."""
     config = {k: v for k, v in result.items() if k != "arms"}
     rows = [
         {k: v for k, v in arm.items() if k not in ("wall_ms", "cpu_ms")}
@@ -361,26 +309,28 @@ def configure(
     parser: argparse.ArgumentParser, args: argparse.Namespace
 ) -> tuple[EvalConfig, list[SparsitySchedule]]:
     """The resolved config and the schedules, or exit 2 through ``parser`` naming the problem
-    (a bad override, too few warm runs, with ``--mlflow`` a tracking store that cannot be
-    used)."""
+    (a bad override, too few warm runs, with ``--mlflow`` an unusable tracking store)."""
     try:
         _check_overrides(args.overrides)
     except ValueError as error:
         parser.error(str(error))
-    cfg = config_or_exit(parser, args.overrides, mlflow=args.mlflow)
+    cfg = config_or_exit(parser, args.overrides, mlflow=args.mlflow, median=True)
     try:
-        geometry = token_geometry(cfg.resolution.video)
-        schedules = load_schedules(args.overrides, geometry, run_block_sizes(cfg))
+        call = AttentionCall(cfg)
+        schedules = load_schedules(args.overrides, call.geometry, call.block_sizes)
     except (HydraException, OmegaConfBaseException, ValueError) as error:
         parser.error(str(error))
-    if cfg.warm_runs < MIN_RUNS:
-        parser.error(f"warm_runs={cfg.warm_runs}: use at least {MIN_RUNS} for a median")
     return cfg, schedules
 
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
-    parser = _parser()
+    parser = bench_parser(
+        "evalharness.bench.schedules",
+        __doc__,
+        "resolution=480p steps=4 (the weights stay random: no checkpoint is ever loaded)",
+        mlflow=True,
+    )
     args = parser.parse_intermixed_args(argv)
     cfg, schedules = configure(parser, args)
     result = run(cfg, schedules)

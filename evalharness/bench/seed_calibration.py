@@ -1,12 +1,10 @@
 """``python -m evalharness.bench.seed_calibration``: our time estimate beside the seed's measurements.
 
-For ``experiment=seed_720p``, ``seed_1080p`` and ``seed_1440p`` on ``tpu-v6e-8`` (14B, 40 steps,
-8 chips, bf16, the seed's tiles, aggressive schedule at the kernel table's 38.87%), the dry run's
-time estimate (``evalharness.admission.estimate_run_time``; nothing is compiled) gives the dense
-and B3 attention call, the dense and sparse loops, the speedup and the attention share of a dense
-step, printed beside the seed's figures (``evalharness.estimates.seed_measurements``) with the
-difference. The rates come from ``evalharness.estimates.time_rates``: fitted at 720p, so the
-1080p and 1440p rows are the check. Prints a Markdown table; allocates nothing.
+For ``experiment=seed_720p``, ``seed_1080p`` and ``seed_1440p`` on ``tpu-v6e-8``, the dry run's
+time estimate (``evalharness.admission.estimate_run_time``; nothing is compiled or allocated) of
+the dense and B3 attention call, the loops, the speedup and the attention share of a dense step,
+beside the seed's figures (``evalharness.estimates.seed_measurements``) with the difference. The
+rates (``evalharness.estimates.time_rates``) are fitted at 720p: 1080p and 1440p are the check.
 """
 
 from __future__ import annotations
@@ -40,8 +38,7 @@ def predict(resolution: str) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Prints the comparison (Markdown): one row per resolution, the seed's figure, ours and the
-    difference."""
+    """Prints the comparison (Markdown), one row per resolution."""
     argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     print(seed_table([seed_row(res, predict(res)) for res in SEED_RESOLUTIONS]))
     print(

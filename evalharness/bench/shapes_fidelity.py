@@ -1,21 +1,14 @@
 """``python -m evalharness.bench.shapes_fidelity``: does a model trained on shapes draw its prompt?
 
-Runs the job's dense arm (model, resolution, sampler, steps, guidance, dense executor; the model
-the default ``tiny``, shipped, or a folder exported by ``python -m models.training``) on
-held-out (prompt, seed) pairs of
-the moving-shapes data (``models.shapes_data.held_out_specs``: combinations training never saw),
-decodes each video and reads it with
-``models.shapes_detector``: the dominant non-background colour, the direction of its centroid's
-motion and the R² of a straight-line fit to that track. A pair counts as
-
-- **colour right** when the dominant colour is the prompt's;
-- **direction right** when the fitted direction is the prompt's;
-- **smooth** when the track's straight-line R² is at least ``--min-r2`` (every prompt asks for a
-  constant velocity).
-
-The summary gives each as a share of pairs beside the thresholds a learned default must meet (90%,
-85%, and 85% of tracks with R² >= 0.9); the exit status is 1 when one is missed. Nothing is
-timed.
+Runs the job's dense arm (its model: the shipped ``tiny`` or a folder exported by ``python -m
+models.training``) on held-out (prompt, seed) pairs of the moving-shapes data
+(``models.shapes_data.held_out_specs``: combinations training never saw), decodes each video and
+reads it with ``models.shapes_detector``: the dominant non-background colour, the direction of
+its centroid's motion and the R² of a straight-line fit to that track. A pair has the **colour
+right** or the **direction right** when it is the prompt's, and is **smooth** when the R² is at
+least ``--min-r2`` (every prompt asks for a constant velocity). The summary gives each as a share
+of pairs beside the thresholds a learned default must meet (90%, 85%, and 85% of tracks with R²
+>= 0.9); the exit status is 1 when one is missed. Nothing is timed.
 
 Usage:
     python -m evalharness.bench.shapes_fidelity [--pairs 24] [--json] [OVERRIDE ...]
@@ -24,7 +17,6 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 import time
@@ -41,8 +33,8 @@ from evalharness.assembly import (
     run_sampler,
     transformer_config_for,
 )
-from evalharness.bench.markdown_report import report_markdown
 from evalharness.bench.mlflow_record import emit
+from evalharness.bench.report import report_markdown
 from evalharness.bench.run_config import bench_parser, config_or_exit
 from evalharness.config import EvalConfig
 from evalharness.formatting import markdown_table
@@ -63,8 +55,6 @@ class PairReading:
     """What the detector read from one pair's dense video against what its prompt asked.
 
     Attributes:
-        prompt, seed: the pair.
-        colour, direction: asked by the prompt.
         seen_colour: the dominant colour read (None: nothing stood out from the background).
         seen_direction: the fitted direction ("static" when it barely moved; None without colour).
         r2: straight-line R² of the dominant colour's centroid track (0 without colour).
@@ -110,7 +100,7 @@ class FidelitySummary:
 
 
 def held_out_pairs(count: int) -> list[tuple[ClipSpec, int]]:
-    """``count`` held-out (spec, seed) pairs, spread evenly over the held-out combinations (so
+    """``count`` held-out (spec, seed) pairs spread evenly over the held-out combinations (so
     every background appears), each with its own noise seed."""
     specs = held_out_specs()
     if not 1 <= count <= len(specs):
@@ -210,16 +200,11 @@ def format_report(
     )
 
 
-def _parser() -> argparse.ArgumentParser:
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; exit status 1 when a threshold is missed, 2 on bad input."""
     parser = bench_parser("evalharness.bench.shapes_fidelity", __doc__, "steps=20")
     parser.add_argument("--pairs", type=int, default=24, help="held-out pairs (default 24)")
     parser.add_argument("--min-r2", type=float, default=MIN_R2, help="smooth-track R² (0.9)")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; exit status 1 when a threshold is missed, 2 on bad input."""
-    parser = _parser()
     args = parser.parse_args(argv)
     try:
         pairs = held_out_pairs(args.pairs)

@@ -1,29 +1,17 @@
-"""Tile-size sweeps (seed Figure 7 in spirit).
-
-- ``block_q_sweep`` (xla, pallas_tpu): BQ values at fixed BKV, latency vs masked work, every BQ
-  timed round-robin.
-- ``tile_sweep`` (pallas_gpu): a BQ x BKV grid of Triton blocks, B0, B2 and B3 per tile timed
-  round-robin, fraction of ideal per tile. Tiles the backend refuses (tile granularity, shared
-  memory) are kept as rows saying why, so a gap in the grid is never silent.
-"""
+"""Tile-size sweeps (seed Figure 7 in spirit): BQ at fixed BKV (xla, pallas_tpu), and a BQ x BKV
+grid (pallas_gpu) whose refused tiles stay as rows saying why, so a gap is never silent."""
 
 from __future__ import annotations
 
 from evalharness.bench.backends import XLA, Backend
-from evalharness.bench.inputs import random_qkv
-from evalharness.bench.kernel_table import (
-    IDEAL_CEILING,
-    SLOW_BASELINE,
-    plan_row,
-)
+from evalharness.bench.kernel_table import IDEAL_CEILING, SLOW_BASELINE, plan_row, random_qkv
 from evalharness.bench.timing import time_warm_ms
 from kernels.masks.band import band_for_density
 from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes
 from kernels.plans.tiles import VARIANTS, build_plan
 
-# Variants of the tile sweep: B0 is the per-tile baseline of the fraction of ideal.
-# The tile plans whose speed depends on the tiles (b1 masks every visit, as b0 computes them).
+# B0 (the per-tile baseline of the fraction of ideal), B2, B3: b1 masks every visit b0 computes.
 TILE_SWEEP_VARIANTS = tuple(v for v in VARIANTS if v != "b1")
 # Grid of the pallas_gpu sweep when none is given: powers of two around the 128 x 64 default.
 GPU_SWEEP_BLOCK_Q = (64, 128, 256)
@@ -44,18 +32,12 @@ def block_q_sweep(
     variant: str = "b2",
     backend: Backend = XLA,
 ) -> list[dict]:
-    """Times ``variant`` (default B2: full/partial split, exact mask) for each BQ.
-
-    Every BQ is checked and compiled first; then the BQs are timed round-robin
-    (``time_warm_ms``: the run's timer), one run of each per round, so load drift hits every BQ alike.
-
-    Returns:
-        One dict per BQ with timing and tile statistics.
-    """
+    """Times ``variant`` (default B2: full/partial split, exact mask) for each BQ, every BQ
+    checked and compiled first, then timed round-robin (``time_warm_ms``); one row per BQ with
+    timing and tile statistics (q, k, v as in ``kernel_table``)."""
     mask = band_for_density(geometry, density)
     q, k, v = random_qkv(geometry.tokens, heads, head_dim, dtype, batch=batch)
-    rows = []
-    fns = {}
+    rows, fns = [], {}
     for block_q in block_qs:
         block_sizes = BlockSizes(block_q, block_kv)
         backend.check_tiles(block_sizes, geometry.tokens, head_dim, dtype)
@@ -84,31 +66,19 @@ def tile_sweep(
     runs: int,
     backend: Backend,
 ) -> list[dict]:
-    """Times B0, B2 and B3 for every BQ x BKV the backend accepts; records the others.
+    """Times B0, B2 and B3 for every BQ x BKV ``backend`` accepts; records the others.
 
-    Each tile's three variants run round-robin (``time_warm_ms``: the run's timer), so a tile's fractions of
-    ideal compare runs taken under the same load. The ideal is 1 / (the exact mask's density),
-    against B0 at the same tiles.
-
-    Args:
-        geometry: token geometry.
-        density: target kept fraction.
-        block_qs: query tiles.
-        block_kvs: key/value tiles.
-        heads: attention heads.
-        batch: samples per call (q, k, v are [batch, tokens, heads, head_dim]).
-        head_dim: head dimension.
-        dtype: input dtype.
-        runs: timed rounds per tile.
-        backend: where the kernels run (``Backend.check_tiles`` decides what is refused).
+    Each tile's three variants run round-robin (``time_warm_ms``), so its fractions of ideal
+    (1 / the exact mask's density, against B0 at the same tiles) compare runs under one load.
+    q, k, v are as in ``kernel_table``; ``runs`` is per tile.
 
     Returns:
-        One dict per (BQ, BKV), in grid order: "block_q", "block_kv", "num_warps", "num_stages",
-        "refused" (None, or why: the backend's tile rules, or B3 rounding's tolerance), and for accepted tiles "{variant}_median_ms",
-        "_min_ms", "_max_ms" per variant, "b2_/b3_fraction_of_ideal", "ideal_flag" (the
-        kernel table's ``SLOW_BASELINE`` when either is above 1.0: B0 ran slow, else None) and
-        the B3 plan's "b3_tiles_visited_fraction", "b3_executed_pairs_fraction" and
-        "b3_masked_fraction".
+        One dict per (BQ, BKV), in grid order: "block_q", "block_kv", "num_warps",
+        "num_stages", "refused" (None, or why: ``Backend.check_tiles`` or B3 rounding's
+        tolerance), and for accepted tiles "{variant}_median_ms" / "_min_ms" / "_max_ms",
+        "b2_/b3_fraction_of_ideal", "ideal_flag" (``SLOW_BASELINE`` when either is above 1.0,
+        else None) and the B3 plan's "b3_tiles_visited_fraction", "b3_executed_pairs_fraction"
+        and "b3_masked_fraction".
     """
     mask = band_for_density(geometry, density)
     q, k, v = random_qkv(geometry.tokens, heads, head_dim, dtype, batch=batch)
@@ -128,8 +98,7 @@ def tile_sweep(
                 continue
             row["refused"] = None
             compiled = {name: backend.sparse_fn(plan) for name, plan in plans.items()}
-            fns = {name: (lambda fn=fn: fn(q, k, v)) for name, fn in compiled.items()}
-            timings = time_warm_ms(fns, runs)
+            timings = time_warm_ms({n: (lambda f=f: f(q, k, v)) for n, f in compiled.items()}, runs)
             for name, timing in timings.items():
                 for key in ("median_ms", "min_ms", "max_ms"):
                     row[f"{name}_{key}"] = timing[key]
@@ -138,9 +107,8 @@ def tile_sweep(
                 row[f"{name}_fraction_of_ideal"] = speedup * mask.density
             above = any(row[f"{n}_fraction_of_ideal"] > IDEAL_CEILING for n in ("b2", "b3"))
             row["ideal_flag"] = SLOW_BASELINE if above else None
-            row["b3_tiles_visited_fraction"] = plans["b3"].tiles_visited_fraction
-            row["b3_executed_pairs_fraction"] = plans["b3"].executed_pairs_fraction
-            row["b3_masked_fraction"] = plans["b3"].masked_fraction
+            for key in ("tiles_visited_fraction", "executed_pairs_fraction", "masked_fraction"):
+                row[f"b3_{key}"] = getattr(plans["b3"], key)
             rows.append(row)
     return rows
 
@@ -153,16 +121,9 @@ def _latency_plot(
     path: str,
     line: bool,
 ) -> None:
-    """Median latency (min-max bars) against masked-work share, one labelled point per row.
-
-    Args:
-        rows: timed rows with ``{prefix}masked_fraction`` and ``{prefix}median_ms/min_ms/max_ms``.
-        prefix: key prefix ("" or "b3_").
-        labels: one annotation per row.
-        axes: x label, y label, title.
-        path: PNG path.
-        line: join the points (a one-parameter sweep) or not (a grid).
-    """
+    """Median latency (min-max bars) against masked-work share, one labelled point per row
+    (keys ``{prefix}masked_fraction``, ``{prefix}median_ms`` ...), ``axes`` = (x label, y label,
+    title), saved to the PNG ``path``; ``line`` joins the points (a one-parameter sweep)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -197,11 +158,8 @@ def plot_sweep(rows: list[dict], path: str) -> None:
 
 
 def plot_tile_sweep(rows: list[dict], path: str) -> bool:
-    """B3 latency against B3's masked-work share, one point per accepted tile, saved as a PNG.
-
-    Returns:
-        False (and no file) when every tile was refused.
-    """
+    """B3 latency against B3's masked-work share, one point per accepted tile, saved as a PNG;
+    False (and no file) when every tile was refused."""
     timed = [r for r in rows if r.get("refused") is None]
     if not timed:
         return False

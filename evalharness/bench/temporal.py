@@ -13,8 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from evalharness.bench.backends import XLA, Backend
-from evalharness.bench.inputs import random_qkv
-from evalharness.bench.kernel_table import plan_row
+from evalharness.bench.kernel_table import plan_row, random_qkv
 from evalharness.bench.timing import time_warm_ms
 from kernels.masks.band import strided_temporal_mask
 from kernels.masks.geometry import TokenGeometry
@@ -36,23 +35,13 @@ def temporal_comparison(
     variant: str = "b2",
     backend: Backend = XLA,
 ) -> list[dict]:
-    """Both ways of running every head as a temporal head with the exact mask.
-
-    Both paths compute the same pairs, so their outputs must agree; the largest difference is
-    reported. Both run on ``backend``, timed round-robin (``time_warm_ms``: the run's timer).
-
-    Args:
-        geometry: token geometry.
-        density: the band's kept fraction.
-        block_sizes: tiles of both plans.
-        heads, batch, head_dim, dtype: the synthetic q, k, v ([batch, tokens, heads,
-            head_dim]).
-        runs: timed rounds.
-        variant: the sparse executor ("b1"-"b3").
-        backend: where both run.
+    """Both ways of running every head as a temporal head with the exact mask, on ``backend``
+    with ``variant`` ("b1"-"b3"), timed round-robin (``time_warm_ms``). Both compute the same
+    pairs, so the largest difference of their outputs is reported; q, k, v as in
+    ``kernel_table``.
 
     Returns:
-        Two dicts ("permute_band_unpermute", "strided_in_place") with timing and tile stats.
+        Two rows ("permute_band_unpermute", "strided_in_place") with timing and tile stats.
     """
     q, k, v = random_qkv(geometry.tokens, heads, head_dim, dtype, batch=batch)
     schedule = SparsitySchedule(

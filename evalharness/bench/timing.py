@@ -1,6 +1,6 @@
-"""The benchmarks' timing: the run's interleaved timer (``evalharness.arms.time_interleaved``),
-after one warm-up call of each callable, reported in milliseconds with this process's CPU time
-beside the wall time."""
+"""The benchmarks' timing: the run's interleaved timer (``evalharness.arms.time_interleaved``)
+after one warm-up call of each callable, in milliseconds with this process's CPU time beside the
+wall time."""
 
 from __future__ import annotations
 
@@ -15,11 +15,7 @@ from evalharness.arms import RunTimes, check_warm_runs, time_interleaved
 
 
 def ms_stats(times: RunTimes) -> dict[str, float]:
-    """One computation's timed runs in milliseconds.
-
-    Returns:
-        {"median_ms", "min_ms", "max_ms", "cpu_median_ms"}.
-    """
+    """One computation's timed runs as {"median_ms", "min_ms", "max_ms", "cpu_median_ms"}."""
     return {
         "median_ms": times.median_s * 1e3,
         "min_ms": times.min_s * 1e3,
@@ -36,18 +32,15 @@ def time_warm(
     cpu_clock: Callable[[], float] = time.process_time,
     block: Callable[[Any], Any] = jax.block_until_ready,
 ) -> dict[str, RunTimes]:
-    """Times several callables round-robin so drift of a shared machine hits them all alike.
-
-    Every callable is called once first (compile and warm-up, untimed); then the run's timer
-    (``evalharness.arms.time_interleaved``) runs ``runs`` rounds, each calling every callable
-    once in order, timed to the completion of its outputs.
+    """Times several callables round-robin so drift of a shared machine hits them all alike:
+    each is called once untimed (compile, warm-up), then ``runs`` rounds call each once, timed
+    to the completion of its outputs.
 
     Args:
         fns: name -> zero-argument callable returning JAX arrays.
         runs: rounds (>= 1).
-        clock: monotonic seconds (injected by tests).
-        cpu_clock: this process's CPU seconds (injected by tests).
-        block: waits for a call's outputs (injected by tests).
+        clock, cpu_clock, block: wall and process-CPU seconds and the wait for a call's outputs
+            (injected by tests).
 
     Returns:
         name -> its run times (wall and CPU seconds of every round), in the order of ``fns``.
@@ -61,21 +54,7 @@ def time_warm(
     return time_interleaved(fns, runs, clock=clock, cpu_clock=cpu_clock, block=block)
 
 
-def time_warm_ms(
-    fns: dict[str, Callable[[], Any]],
-    runs: int = 5,
-    *,
-    clock: Callable[[], float] = time.perf_counter,
-    cpu_clock: Callable[[], float] = time.process_time,
-    block: Callable[[Any], Any] = jax.block_until_ready,
-) -> dict[str, dict]:
-    """:func:`time_warm` in milliseconds (:func:`ms_stats`).
-
-    Returns:
-        name -> {"median_ms", "min_ms", "max_ms", "cpu_median_ms", "runs"}.
-
-    Raises:
-        ValueError: ``runs`` is not an integer >= 1.
-    """
-    times = time_warm(fns, runs, clock=clock, cpu_clock=cpu_clock, block=block)
+def time_warm_ms(fns: dict[str, Callable[[], Any]], runs: int = 5, **clocks) -> dict[str, dict]:
+    """:func:`time_warm` (same arguments) as name -> :func:`ms_stats` plus "runs"."""
+    times = time_warm(fns, runs, **clocks)
     return {name: {**ms_stats(t), "runs": runs} for name, t in times.items()}

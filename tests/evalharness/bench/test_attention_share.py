@@ -8,13 +8,14 @@ import pytest
 
 from evalharness.assembly import platform_choices
 from evalharness.bench import attention_share
+from evalharness.bench.run_config import AttentionCall
 from evalharness.config import compose_run_config, to_config
 from evalharness.estimates import SEED_ATTENTION_SHARE
 from tests.helpers.harness_config import resolved_run_config
 
 
-def _setup(*overrides: str) -> attention_share.ShareSetup:
-    return attention_share.share_setup(resolved_run_config(overrides))
+def _setup(*overrides: str) -> AttentionCall:
+    return AttentionCall(resolved_run_config(overrides))
 
 
 def test_what_is_not_given_is_the_runs_configuration():
