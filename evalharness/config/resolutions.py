@@ -1,9 +1,7 @@
-"""Resolution presets by name, read from the Hydra group ``conf/resolution``.
-
-The YAML files there are the only place a preset's pixel size is written down; this module turns one
-into the geometry each side of the project works in: the pixel config, the model's
-:class:`~models.video_geometry.VideoGeometry` (latents) and the kernels'
-:class:`~kernels.masks.geometry.TokenGeometry` (tokens).
+"""Resolution presets by name, read from the Hydra group ``conf/resolution`` (the only place a
+preset's pixel size is written down), in the geometries each side of the project works in: the
+pixel config, the model's :class:`~models.video_geometry.VideoGeometry` (latents) and the
+kernels' :class:`~kernels.masks.geometry.TokenGeometry` (tokens).
 """
 
 from __future__ import annotations
@@ -13,7 +11,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from evalharness.config.conf_dir import CONF_DIR
+from evalharness.config.compose import CONF_DIR
 from evalharness.config.schemas import ResolutionConfig
 from kernels.masks.geometry import TokenGeometry
 from models.video_geometry import VideoGeometry
@@ -68,5 +66,4 @@ def load_resolution(name: str, directory: Path = RESOLUTION_DIR) -> Resolution:
     raw.pop("defaults", None)
     merged = OmegaConf.merge(OmegaConf.structured(ResolutionConfig), raw)
     config: ResolutionConfig = OmegaConf.to_object(merged)
-    video = VideoGeometry(frames=config.frames, height=config.height, width=config.width)
-    return Resolution(config=config, video=video, tokens=token_geometry(video))
+    return Resolution(config=config, video=config.video, tokens=token_geometry(config.video))

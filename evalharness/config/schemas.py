@@ -78,39 +78,28 @@ PermutePlacement = _choices(
 )
 
 
-class DType(enum.StrEnum):
-    """Parameter dtype."""
-
-    float32 = "float32"
-    bfloat16 = "bfloat16"
-
-
-class ComputeDType(enum.StrEnum):
-    """Compute dtype; ``auto`` is bfloat16 for checkpoint models and on a GPU (cuDNN flash attention,
-    the GPU's dense arm, is bfloat16-only), float32 for the tiny presets on a CPU or TPU."""
-
-    auto = "auto"
-    float32 = "float32"
-    bfloat16 = "bfloat16"
-
-
-class GateOn(enum.StrEnum):
-    """Which statistic of a prompt suite the gate reads: the mean over (prompt, seed) pairs, the
-    lower bound of its 95% bootstrap confidence interval, or the worst pair."""
-
-    mean = "mean"
-    lcb = "lcb"
-    worst = "worst"
-
-
-class ChipCompileMode(enum.StrEnum):
-    """What a dry run for a TPU target compiles with the TPU compiler (libtpu, the ``tpu`` extra):
-    ``step``, the run's whole denoising loop (every layer, the sequence-parallel mesh and its
-    all-to-all; about 1.5 CPU-minutes per arm for 14B with the layers scanned); ``off``, nothing
-    (our model's table only, seconds)."""
-
-    step = "step"
-    off = "off"
+DType = _choices("DType", ("float32", "bfloat16"), "Parameter dtype.")
+ComputeDType = _choices(
+    "ComputeDType",
+    ("auto", "float32", "bfloat16"),
+    "Compute dtype; ``auto`` is bfloat16 for checkpoint models and on a GPU (cuDNN flash "
+    "attention, the GPU's dense arm, is bfloat16-only), float32 for the tiny presets on a CPU or "
+    "TPU.",
+)
+GateOn = _choices(
+    "GateOn",
+    ("mean", "lcb", "worst"),
+    "Which statistic of a prompt suite the gate reads: the mean over (prompt, seed) pairs, the "
+    "lower bound of its 95% bootstrap confidence interval, or the worst pair.",
+)
+ChipCompileMode = _choices(
+    "ChipCompileMode",
+    ("step", "off"),
+    "What a dry run for a TPU target compiles with the TPU compiler (libtpu, the ``tpu`` extra): "
+    "``step``, the run's whole denoising loop (every layer, the sequence-parallel mesh and its "
+    "all-to-all; about 1.5 CPU-minutes per arm for 14B with the layers scanned); ``off``, nothing "
+    "(our model's table only, seconds).",
+)
 
 
 class ChipPhases(enum.StrEnum):
@@ -145,11 +134,11 @@ class ProgressMode(enum.StrEnum):
         return None if self is ProgressMode.auto else self is ProgressMode.on
 
 
-class LoggerKind(enum.StrEnum):
-    """Result tracking: MLflow, or nothing (files in the run folder only)."""
-
-    mlflow = "mlflow"
-    none = "none"
+LoggerKind = _choices(
+    "LoggerKind",
+    ("mlflow", "none"),
+    "Result tracking: MLflow, or nothing (files in the run folder only).",
+)
 
 
 @dataclass
