@@ -111,7 +111,11 @@ def run(cfg: EvalConfig | DictConfig | dict) -> RunMetrics:
     try:
         with closed_on_error(tracker):
             _record_start(cfg, plan, run_dir, tracker)
-            components = _build_model(cfg, plan, progress)
+            progress.phase("build model")
+            # On a mesh the weights are placed (or, for checkpoints, streamed) onto it here,
+            # before any DenoiseLoop captures them.
+            mesh = plan.attention.mesh
+            components = build_components(cfg.model, cfg.dtype, cfg.cache_dir, mesh)
             inputs, text_encode_s = _encode_prompts(cfg, plan, components, progress, pairs)
             comparison = Comparison(
                 cfg, plan, progress, run_dir, tracker, components, text_encode_s
@@ -243,14 +247,6 @@ def _record_start(cfg: EvalConfig, plan: Admission, run_dir: Path, tracker: Trac
     (run_dir / "memory_plan.md").write_text(sizing_md.rstrip() + "\n")
     # The estimate beside what the run will measure (its loops' medians, decode_s, wall).
     (run_dir / "time_plan.md").write_text(sizing.timing.to_markdown().rstrip() + "\n")
-
-
-def _build_model(cfg: EvalConfig, plan: Admission, progress: Progress) -> Components:
-    """Transformer, prompt encoder and VAE, on the mesh when there is one."""
-    progress.phase("build model")
-    # On a mesh the weights are placed (or, for checkpoints, streamed) onto it here, before any
-    # DenoiseLoop captures them.
-    return build_components(cfg.model, cfg.dtype, cfg.cache_dir, plan.attention.mesh)
 
 
 def _encode_prompts(
