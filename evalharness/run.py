@@ -250,11 +250,7 @@ def _record_start(cfg: EvalConfig, plan: Admission, run_dir: Path, tracker: Trac
 
 
 def _encode_prompts(
-    cfg: EvalConfig,
-    plan: Admission,
-    components: Components,
-    progress: Progress,
-    pairs: list[Pair],
+    cfg: EvalConfig, plan: Admission, components: Components, progress: Progress, pairs: list[Pair]
 ) -> tuple[list[PairInputs], float]:
     """Every pair's prompt embeddings (each prompt encoded once) and its initial noise, and the
     seconds the encoding took."""
