@@ -92,9 +92,8 @@ def transformer_config_for(model: ModelConfig) -> WanTransformerConfig:
     return found
 
 
-# Files up to this size are identified by their full content (configs, safetensors indexes,
-# tokenizer files: hashing a 16 MB tokenizer.json takes milliseconds); larger files other than
-# safetensors by their size and their first and last MiB.
+# The largest file identified by its full content (``file_identity``): hashing a 16 MB
+# tokenizer.json takes milliseconds.
 _FULL_HASH_BYTES = 64 << 20
 _SAMPLE_BYTES = 1 << 20
 # The parts of a checkpoint folder a run reads (``models.checkpoint.locate_checkpoint``).

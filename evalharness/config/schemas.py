@@ -116,9 +116,8 @@ class ChipPhases(enum.StrEnum):
     @property
     def phases(self) -> tuple[str, ...]:
         """The phases compiled: ``encode``, ``decode``."""
-        return {"none": (), "encoder": ("encode",), "encoder_and_vae": ("encode", "decode")}[
-            self.value
-        ]
+        phases = {"none": (), "encoder": ("encode",), "encoder_and_vae": ("encode", "decode")}
+        return phases[self.value]
 
 
 class ProgressMode(enum.StrEnum):
@@ -374,8 +373,7 @@ def schema(node_type: type) -> DictConfig:
 def _make_writable(node: DictConfig) -> None:
     OmegaConf.set_readonly(node, None)
     for key in node:
-        child = node._get_node(key)
-        if isinstance(child, DictConfig):
+        if isinstance(child := node._get_node(key), DictConfig):
             _make_writable(child)
 
 
@@ -420,9 +418,6 @@ def to_config(cfg: EvalConfig | DictConfig | dict) -> EvalConfig:
 
 
 def to_plain_dict(cfg: EvalConfig) -> dict[str, Any]:
-    """The resolved config as nested plain dicts, every choice its string value.
-
-    This is what ``config.yaml`` in the run folder and the MLflow params hold, so
-    ``kernel.backend`` is ``"auto"`` there, never an Enum's repr.
-    """
+    """The resolved config as nested plain dicts, every choice its string value: what
+    ``config.yaml`` in the run folder and the MLflow params hold (never an Enum's repr)."""
     return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True, enum_to_str=True)
