@@ -129,14 +129,14 @@ def build_attention(
     kernel = cfg.kernel
     if kernel.backend is KernelBackend.auto or kernel.block_q is None or kernel.block_kv is None:
         raise ValueError("build_attention needs a resolved config; call platform_choices.resolve")
-    block_sizes = run_block_sizes(cfg)
+    backend, block_sizes = kernel.backend.value, run_block_sizes(cfg)
     schedule, layers = cfg.schedule, model.num_layers
     dense = dense_attend(cfg, kernel.dense_executor)
     noise_floor = dense_attend(cfg, kernel.noise_floor_executor)
     options = dict(
         num_steps=cfg.steps,
         num_layers=layers,
-        backend=kernel.backend.value,
+        backend=backend,
         block_sizes=block_sizes,
         dense_attend=dense,
         seed=cfg.seed,
@@ -159,15 +159,7 @@ def build_attention(
             parallelize(a, mesh, placement=placement, tokens=geometry.tokens) for a in attends
         )
     return AttentionSetup(
-        schedule,
-        geometry,
-        kernel.backend.value,
-        block_sizes,
-        *attends,
-        kept,
-        cfg.steps,
-        layers,
-        mesh,
+        schedule, geometry, backend, block_sizes, *attends, kept, cfg.steps, layers, mesh
     )
 
 
