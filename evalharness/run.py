@@ -259,13 +259,6 @@ def _encode_prompts(
     contexts, negative = encode_contexts(cfg, components, [pair.prompt for pair in pairs])
     text_encode_s = time.perf_counter() - start
     shape = (1, *plan.geometry.latent_shape())
-    inputs = [
-        PairInputs(
-            pair,
-            jax.random.normal(jax.random.key(pair.seed), shape, jnp.float32),
-            contexts[pair.prompt],
-            negative,
-        )
-        for pair in pairs
-    ]
+    noise = lambda seed: jax.random.normal(jax.random.key(seed), shape, jnp.float32)
+    inputs = [PairInputs(p, noise(p.seed), contexts[p.prompt], negative) for p in pairs]
     return inputs, text_encode_s

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from evalharness.assembly.checkpoint_source import fetch_checkpoint, transformer_folder
+from evalharness.assembly.checkpoint_source import fetch_checkpoint, hub_snapshot
 from evalharness.assembly.platform_choices import host_platform, scan_layers_for
 from evalharness.config import DType, ModelConfig
 from models.checkpoint import WanCheckpoint, checkpoint_prompt_encoder, checkpoint_vae
@@ -80,7 +80,8 @@ def transformer_config_for(model: ModelConfig) -> WanTransformerConfig:
             )
         return get_transformer_config(model.name)
     preset = get_transformer_config(model.name)
-    folder = transformer_folder(model) or fetch_checkpoint(model).transformer
+    snapshot = hub_snapshot(model, weights=False)
+    folder = snapshot.folder / "transformer" if snapshot else fetch_checkpoint(model).transformer
     found = read_diffusers_config(folder, text_len=preset.text_len)
     differences = config_differences(preset, found)
     if differences:
