@@ -63,8 +63,7 @@ _PALLAS_NEEDS = {
 
 
 def backend_for(backend: KernelBackend | str, platform: str) -> str:
-    """The kernels' backend string: ``auto`` is ``pallas_tpu`` on a TPU, ``pallas_gpu`` on a GPU
-    and ``xla`` on a CPU.
+    """The kernels' backend string; ``auto`` is the platform's (the module's table).
 
     Raises:
         ValueError: ``pallas_tpu`` asked for off a TPU, or ``pallas_gpu`` off a GPU (either would
@@ -86,9 +85,8 @@ def backend_for(backend: KernelBackend | str, platform: str) -> str:
 
 
 def compute_dtype_for(dtype: ComputeDType | str, model_name: str, platform: str) -> ComputeDType:
-    """``auto`` is bfloat16 for Wan models (the seed's setting) and on a GPU for every model
-    (cuDNN flash attention, the GPU's dense arm, is bfloat16-only); float32 for the tiny presets
-    (``tiny``, ``tiny-planted``, ``tiny-random``) on a CPU or TPU."""
+    """The compute dtype; ``auto`` as the module says: float32 for the tiny presets on a CPU or
+    TPU, else bfloat16 (the seed's setting for Wan models; cuDNN's only dtype on a GPU)."""
     _check_platform(platform)
     dtype = ComputeDType(dtype)
     if dtype is not ComputeDType.auto:
