@@ -16,6 +16,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
 from evalharness.config.compose import CONF_DIR
 from evalharness.config.schemas import EvalConfig, schema
 
@@ -136,10 +140,6 @@ def value_problem(arg: str) -> str | None:
     """What Hydra would refuse in a ``key=value`` override's value, with the key named: a value
     its override grammar cannot read (an unquoted ``<``), or one of the wrong type for the
     setting (``gate.min_speedup=abc``); None when it reads and fits, or is not a typed leaf."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
     key = arg.split("=", 1)[0]
     try:
         override = OverridesParser.create().parse_override(arg)

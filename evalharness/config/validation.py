@@ -82,7 +82,12 @@ def check_values(cfg: DictConfig) -> None:
         problem = limit_problem(key, OmegaConf.select(cfg, key), positive=positive)
         if problem:
             problems.append(problem)
-    problems += _name_problems(cfg)
+    schedule_name = str(cfg.schedule.name)  # it names the run folder and its MLflow tag
+    if schedule_name in ("", ".", "..") or any(c in schedule_name for c in "/\\\0"):
+        problems.append(
+            f"schedule.name={schedule_name!r} cannot name a folder (it names the run folder): "
+            "use a plain name without '/' or '\\', e.g. schedule.name=my_schedule"
+        )
     if cfg.fps < 1 or not 0 <= cfg.crf <= 51:
         problems.append(f"fps={cfg.fps} must be >= 1 and crf={cfg.crf} within 0 .. 51 (x264)")
     for name in ("block_q", "block_kv", "block_kv_compute", "vmem_limit_bytes"):
@@ -91,14 +96,3 @@ def check_values(cfg: DictConfig) -> None:
             problems.append(f"kernel.{name}={value} must be positive, or null for the default")
     if problems:
         raise ValueError("; ".join(problems))
-
-
-def _name_problems(cfg: DictConfig) -> list[str]:
-    """A schedule name that could not name a folder: it names the run folder and its MLflow tag."""
-    name = str(cfg.schedule.name)
-    if name in ("", ".", "..") or any(c in name for c in "/\\\0"):
-        return [
-            f"schedule.name={name!r} cannot name a folder (it names the run folder): use a plain "
-            "name without '/' or '\\', e.g. schedule.name=my_schedule"
-        ]
-    return []
