@@ -114,8 +114,7 @@ def run(cfg: EvalConfig | DictConfig | dict) -> RunMetrics:
             progress.phase("build model")
             # On a mesh the weights are placed (or, for checkpoints, streamed) onto it here,
             # before any DenoiseLoop captures them.
-            mesh = plan.attention.mesh
-            components = build_components(cfg.model, cfg.dtype, cfg.cache_dir, mesh)
+            components = build_components(cfg.model, cfg.dtype, cfg.cache_dir, plan.attention.mesh)
             inputs, text_encode_s = _encode_prompts(cfg, plan, components, progress, pairs)
             comparison = Comparison(
                 cfg, plan, progress, run_dir, tracker, components, text_encode_s
