@@ -31,8 +31,8 @@ from models.video_geometry import VideoGeometry
 
 
 def _choices(name: str, values: tuple[str, ...], doc: str) -> type[enum.StrEnum]:
-    """A StrEnum whose members are ``values`` (names equal values), built from the tuple that the
-    layer below validates against, so the list of valid values is written down once."""
+    """A StrEnum whose members are ``values`` (names equal values); where the layer below
+    validates a choice, built from its tuple, so the list of valid values is written down once."""
     choices = enum.StrEnum(name, {value: value for value in values}, module=__name__)
     choices.__doc__ = doc
     return choices
