@@ -1,12 +1,11 @@
 """``python -m evalharness``: a matched dense-vs-sparse comparison configured by Hydra.
 
 With no arguments it runs the embedded default (the trained tiny model at the CPU preset, balanced
-schedule). Exit codes (``evalharness.exit_codes``): 0 done; 1 the comparison ran and missed a
-gate threshold; 2 refused before any work (a bad setting or override, checkpoint, plan, tracking
-store or output folder); 3 a dry run that fits but over ``max_minutes``; 4 the run failed while
-running (its folder's ``status.json`` says why); 130 Ctrl-C, 143 SIGTERM. Each ends with one
-``error:`` line, no traceback, except a failure nobody foresaw (a bug), whose traceback is kept.
-In a multirun every job runs; the sweep exits with the worst code of its jobs (4, 2, then 1).
+schedule). Every ending is its exit code (``evalharness.exit_codes``: 0 done, 1 a missed gate, 2
+refused before any work, 3 a dry run over ``max_minutes``, 4 failed while running, 130 / 143
+interrupted) with one ``error:`` line and no traceback, except a failure nobody foresaw (a bug),
+whose traceback is kept. In a multirun every job runs; the sweep exits with the worst code of its
+jobs (4, 2, 3, then 1).
 """
 
 from __future__ import annotations

@@ -16,6 +16,9 @@ It lives below every room of the harness so that each command can use it.
 from __future__ import annotations
 
 import contextlib
+import signal
+import sys
+import threading
 from collections.abc import Callable, Iterator
 
 OK = 0
@@ -51,8 +54,6 @@ _pending: list[BaseException] = []
 def on_signal(signum: int, frame: object) -> None:
     """The handler of SIGINT and SIGTERM: raises ``KeyboardInterrupt`` or ``Terminated`` now,
     and again at the run's next progress step (:func:`raise_pending`) if this one is dropped."""
-    import signal
-
     error: BaseException = (
         KeyboardInterrupt() if signum == signal.SIGINT else Terminated(f"signal {signum}")
     )
@@ -64,8 +65,6 @@ def _quiet_when_signalled(unraisable: object) -> None:
     """``sys.unraisablehook`` while a command runs: a signal's own exception dropped in a
     callback is kept in ``_pending`` and raised again at the next step, so Python's "Exception
     ignored" traceback for it would only mislead; anything else is printed as Python would."""
-    import sys
-
     if getattr(unraisable, "exc_value", None) in _pending:
         return
     sys.__unraisablehook__(unraisable)
@@ -77,11 +76,6 @@ def raise_pending() -> None:
         raise _pending.pop()
 
 
-def clear_pending() -> None:
-    """The signal has ended the run: nothing is left to raise."""
-    _pending.clear()
-
-
 @contextlib.contextmanager
 def signals_deferred() -> Iterator[None]:
     """Holds SIGINT and SIGTERM for the block, then delivers them to the handlers in place.
@@ -91,9 +85,6 @@ def signals_deferred() -> Iterator[None]:
     command right after it, with its usual exception and exit code. Outside the main thread
     (where Python runs no signal handler) the block runs as it is.
     """
-    import signal
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -125,9 +116,6 @@ def run_hydra_entry(main: Callable[[], object], interrupted: str) -> None:
         SystemExit: with the contract's code when ``main`` was interrupted or refused; other
             exits pass through.
     """
-    import signal
-    import sys
-
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
     sys.unraisablehook = _quiet_when_signalled
@@ -138,7 +126,7 @@ def run_hydra_entry(main: Callable[[], object], interrupted: str) -> None:
             sys.exit(REFUSED)
         raise
     except (KeyboardInterrupt, Terminated) as signalled:
-        clear_pending()
+        _pending.clear()  # the signal has ended the run: nothing is left to raise
         ctrl_c = isinstance(signalled, KeyboardInterrupt)
         what = "interrupted (Ctrl-C)" if ctrl_c else "terminated (SIGTERM)"
         print(f"error: {what}; {interrupted}", file=sys.stderr)

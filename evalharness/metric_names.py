@@ -52,17 +52,9 @@ class RunMetrics(Mapping[str, MetricValue]):
     Frozen: a stage that adds figures makes a new value (:meth:`with_values`). As a read-only
     mapping it reads every metric by name (``metrics["psnr_db"] == metrics.psnr_db``), which is
     how the gate reads a statistic (``psnr_db_lcb``) and how files and MLflow are written; a
-    headline field that is None was not measured and is not among its keys.
-
-    Attributes:
-        speedup: :attr:`Metric.SPEEDUP`.
-        psnr_db: :attr:`Metric.PSNR_DB`.
-        psnr_worst_frame_db: :attr:`Metric.PSNR_WORST_FRAME_DB`.
-        ssim_frames: :attr:`Metric.SSIM_FRAMES`.
-        noise_floor_psnr_db: :attr:`Metric.NOISE_FLOOR_PSNR_DB` (None without a noise floor).
-        gap_to_noise_floor_db: :attr:`Metric.GAP_TO_NOISE_FLOOR_DB`.
-        dense_timing_reused: :attr:`Metric.DENSE_TIMING_REUSED`.
-        others: every other metric, by name.
+    headline field that is None was not measured and is not among its keys. Each headline field
+    is described by the :class:`Metric` member of its name (``noise_floor_psnr_db`` is None
+    without a noise floor).
     """
 
     speedup: float | None = None

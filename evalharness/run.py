@@ -111,7 +111,10 @@ def run(cfg: EvalConfig | DictConfig | dict) -> RunMetrics:
     try:
         with closed_on_error(tracker):
             _record_start(cfg, plan, run_dir, tracker)
-            components = _build_model(cfg, plan, progress)
+            progress.phase("build model")
+            # On a mesh the weights are placed (or, for checkpoints, streamed) onto it here,
+            # before any DenoiseLoop captures them.
+            components = build_components(cfg.model, cfg.dtype, cfg.cache_dir, plan.attention.mesh)
             inputs, text_encode_s = _encode_prompts(cfg, plan, components, progress, pairs)
             comparison = Comparison(
                 cfg, plan, progress, run_dir, tracker, components, text_encode_s
@@ -245,20 +248,8 @@ def _record_start(cfg: EvalConfig, plan: Admission, run_dir: Path, tracker: Trac
     (run_dir / "time_plan.md").write_text(sizing.timing.to_markdown().rstrip() + "\n")
 
 
-def _build_model(cfg: EvalConfig, plan: Admission, progress: Progress) -> Components:
-    """Transformer, prompt encoder and VAE, on the mesh when there is one."""
-    progress.phase("build model")
-    # On a mesh the weights are placed (or, for checkpoints, streamed) onto it here, before any
-    # DenoiseLoop captures them.
-    return build_components(cfg.model, cfg.dtype, cfg.cache_dir, plan.attention.mesh)
-
-
 def _encode_prompts(
-    cfg: EvalConfig,
-    plan: Admission,
-    components: Components,
-    progress: Progress,
-    pairs: list[Pair],
+    cfg: EvalConfig, plan: Admission, components: Components, progress: Progress, pairs: list[Pair]
 ) -> tuple[list[PairInputs], float]:
     """Every pair's prompt embeddings (each prompt encoded once) and its initial noise, and the
     seconds the encoding took."""
@@ -267,13 +258,6 @@ def _encode_prompts(
     contexts, negative = encode_contexts(cfg, components, [pair.prompt for pair in pairs])
     text_encode_s = time.perf_counter() - start
     shape = (1, *plan.geometry.latent_shape())
-    inputs = [
-        PairInputs(
-            pair,
-            jax.random.normal(jax.random.key(pair.seed), shape, jnp.float32),
-            contexts[pair.prompt],
-            negative,
-        )
-        for pair in pairs
-    ]
+    noise = lambda seed: jax.random.normal(jax.random.key(seed), shape, jnp.float32)
+    inputs = [PairInputs(p, noise(p.seed), contexts[p.prompt], negative) for p in pairs]
     return inputs, text_encode_s

@@ -13,23 +13,14 @@ from evalharness.assembly.attention_setup import (
     run_block_sizes,
     sequence_devices,
 )
-from evalharness.assembly.checkpoint_source import (
-    checkpoint_tags,
-    fetch_checkpoint,
-    pin_revision,
-)
-from evalharness.assembly.components import (
-    Components,
-    build_components,
-    transformer_config_for,
-)
+from evalharness.assembly.checkpoint_source import checkpoint_tags, fetch_checkpoint, pin_revision
+from evalharness.assembly.components import Components, build_components, transformer_config_for
 from evalharness.assembly.platform_choices import backend_for, host_platform
-from evalharness.assembly.run_inputs import PromptContexts, encode_contexts, run_sampler
+from evalharness.assembly.run_inputs import encode_contexts, run_sampler
 
 __all__ = [
     "AttentionSetup",
     "Components",
-    "PromptContexts",
     "backend_for",
     "build_attention",
     "build_components",

@@ -129,11 +129,10 @@ def build_attention(
     kernel = cfg.kernel
     if kernel.backend is KernelBackend.auto or kernel.block_q is None or kernel.block_kv is None:
         raise ValueError("build_attention needs a resolved config; call platform_choices.resolve")
-    backend = kernel.backend.value
-    block_sizes = run_block_sizes(cfg)
-    schedule = cfg.schedule
-    layers = model.num_layers
-    dense, noise_floor = _dense_attends(cfg)
+    backend, block_sizes = kernel.backend.value, run_block_sizes(cfg)
+    schedule, layers = cfg.schedule, model.num_layers
+    dense = dense_attend(cfg, kernel.dense_executor)
+    noise_floor = dense_attend(cfg, kernel.noise_floor_executor)
     options = dict(
         num_steps=cfg.steps,
         num_layers=layers,
@@ -142,33 +141,25 @@ def build_attention(
         dense_attend=dense,
         seed=cfg.seed,
         options=kernel_options(cfg),
+        # Part of the sparse arm only: the dense arms (and their cache key) never see it.
+        negative_control=NegativeControl(cfg.negative_control).value,
     )
-    # The control is part of the sparse arm only: the dense arms (and their cache key) never see it.
-    control = {"negative_control": NegativeControl(cfg.negative_control).value}
-    sparse = AttentionPolicy(schedule, geometry, **options, **control)
+    sparse = AttentionPolicy(schedule, geometry, **options)
     recording = None
     if schedule.sparse and sparse.dense_steps < cfg.steps:
-        recording = AttentionPolicy(schedule, geometry, record_stats=True, **options, **control)
+        recording = AttentionPolicy(schedule, geometry, record_stats=True, **options)
     kept = schedule.overall_kept_fraction(cfg.steps, layers, geometry, block_sizes)
-    mesh = None
-    if sequence_devices(cfg) > 1:
-        mesh = make_mesh(sequence_devices(cfg))
-        dense, noise_floor, sparse, recording = _on_mesh(
-            cfg, mesh, geometry, (dense, noise_floor, sparse, recording)
+    attends = (dense, noise_floor, sparse, recording)
+    mesh = make_mesh(sequence_devices(cfg)) if sequence_devices(cfg) > 1 else None
+    if mesh is not None:
+        # Token divisibility is checked here, before any model is built or compiled (identical
+        # configs on several hosts are checked by ``evalharness.run`` before any work).
+        placement = cfg.parallel.permute_placement.value
+        attends = tuple(
+            parallelize(a, mesh, placement=placement, tokens=geometry.tokens) for a in attends
         )
     return AttentionSetup(
-        schedule,
-        geometry,
-        backend,
-        block_sizes,
-        dense,
-        noise_floor,
-        sparse,
-        recording,
-        kept,
-        cfg.steps,
-        layers,
-        mesh,
+        schedule, geometry, backend, block_sizes, *attends, kept, cfg.steps, layers, mesh
     )
 
 
@@ -198,23 +189,3 @@ def dense_attend(cfg: EvalConfig, executor: DenseExecutor) -> Callable[..., Any]
         block_sizes=run_block_sizes(cfg),
         options=kernel_options(cfg),
     )
-
-
-def _dense_attends(cfg: EvalConfig) -> tuple[Any, Any]:
-    """The dense arm's and the noise floor's attention functions."""
-    return tuple(
-        dense_attend(cfg, executor)
-        for executor in (cfg.kernel.dense_executor, cfg.kernel.noise_floor_executor)
-    )
-
-
-def _on_mesh(
-    cfg: EvalConfig, mesh: Any, geometry: TokenGeometry, attends: tuple[Any, ...]
-) -> tuple[Any, ...]:
-    """Wraps each attention function (None stays None) for sequence parallelism on ``mesh``.
-
-    Token divisibility is checked here, before any model is built or compiled (identical configs
-    on several hosts are checked by ``evalharness.run`` before any work).
-    """
-    placement = cfg.parallel.permute_placement.value
-    return tuple(parallelize(a, mesh, placement=placement, tokens=geometry.tokens) for a in attends)

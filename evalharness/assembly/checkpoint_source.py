@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from pathlib import Path
 
 from evalharness.config import EvalConfig, ModelConfig
 from models.checkpoint import WanCheckpoint, locate_checkpoint
@@ -55,13 +54,6 @@ def hub_snapshot(model: ModelConfig, *, weights: bool) -> HubSnapshot | None:
         level, "checkpoint %s (revision %s): %s", model.checkpoint, model.revision or "main", what
     )
     return fetch_snapshot(model.checkpoint, model.revision, weights=weights)
-
-
-def transformer_folder(model: ModelConfig) -> Path | None:
-    """The ``transformer/`` folder of a hub checkpoint with only its configs fetched (what a dry
-    run and admission read); None for a local folder."""
-    snapshot = hub_snapshot(model, weights=False)
-    return None if snapshot is None else snapshot.folder / "transformer"
 
 
 def pin_revision(cfg: EvalConfig) -> EvalConfig:

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from evalharness.assembly.checkpoint_source import fetch_checkpoint, transformer_folder
+from evalharness.assembly.checkpoint_source import fetch_checkpoint, hub_snapshot
 from evalharness.assembly.platform_choices import host_platform, scan_layers_for
 from evalharness.config import DType, ModelConfig
 from models.checkpoint import WanCheckpoint, checkpoint_prompt_encoder, checkpoint_vae
@@ -31,12 +31,7 @@ from models.dtypes import dtype_of
 from models.loading import load_transformer, read_diffusers_config
 from models.prompt_encoder import PromptEncoder
 from models.sharding import param_shardings, place_params
-from models.tiny_components import (
-    tiny_identity,
-    tiny_prompt_encoder,
-    tiny_transformer,
-    tiny_vae,
-)
+from models.tiny_components import tiny_identity, tiny_prompt_encoder, tiny_transformer, tiny_vae
 from models.transformer import WanTransformer
 from models.vae import TilingConfig, WanVAE, decode_tiling, decode_to_frames
 
@@ -85,7 +80,8 @@ def transformer_config_for(model: ModelConfig) -> WanTransformerConfig:
             )
         return get_transformer_config(model.name)
     preset = get_transformer_config(model.name)
-    folder = transformer_folder(model) or fetch_checkpoint(model).transformer
+    snapshot = hub_snapshot(model, weights=False)
+    folder = snapshot.folder / "transformer" if snapshot else fetch_checkpoint(model).transformer
     found = read_diffusers_config(folder, text_len=preset.text_len)
     differences = config_differences(preset, found)
     if differences:
@@ -97,9 +93,8 @@ def transformer_config_for(model: ModelConfig) -> WanTransformerConfig:
     return found
 
 
-# Files up to this size are identified by their full content (configs, safetensors indexes,
-# tokenizer files: hashing a 16 MB tokenizer.json takes milliseconds); larger files other than
-# safetensors by their size and their first and last MiB.
+# The largest file identified by its full content (``file_identity``): hashing a 16 MB
+# tokenizer.json takes milliseconds.
 _FULL_HASH_BYTES = 64 << 20
 _SAMPLE_BYTES = 1 << 20
 # The parts of a checkpoint folder a run reads (``models.checkpoint.locate_checkpoint``).
@@ -200,16 +195,16 @@ def build_components(
     """
     dtypes = (dtype_of(model.param_dtype), dtype_of(dtype))
     prompts_cache = Path(cache_dir) / "prompts"
-    if model.name in SEEDED_PRESETS:
-        return _tiny_components(model, dtypes, prompts_cache, mesh)
-    return _checkpoint_components(model, dtypes, prompts_cache, mesh)
+    build = _seeded_parts if model.name in SEEDED_PRESETS else _checkpoint_parts
+    cfg, transformer, encoder, vae, identity = build(model, dtypes, prompts_cache, mesh)
+    return Components(
+        model.name, cfg, transformer, encoder, vae, identity, decode_tiling(model.name)
+    )
 
 
-def _tiny_components(
-    model: ModelConfig, dtypes: tuple, prompts_cache: Path, mesh: Mesh | None
-) -> Components:
+def _seeded_parts(model: ModelConfig, dtypes: tuple, prompts_cache: Path, mesh: Mesh | None):
     """A seeded preset (``tiny-planted``: planted heads; ``tiny-random``: plain random weights),
-    replicated on the mesh if there is one."""
+    replicated on the mesh if there is one: its config, transformer, encoder, VAE and identity."""
     param_dtype, compute = dtypes
     cfg = get_transformer_config(model.name)
     transformer = tiny_transformer(
@@ -221,32 +216,20 @@ def _tiny_components(
     )
     if mesh is not None:
         place_params(transformer, mesh, "replicated")
-    return Components(
-        name=model.name,
-        config=cfg,
-        transformer=transformer,
-        prompt_encoder=tiny_prompt_encoder(
-            model.seed, max_length=cfg.text_len, cache_dir=prompts_cache
-        ),
-        vae=tiny_vae(model.seed),
-        identity=tiny_identity(model.name, model.seed),
-        tiling=decode_tiling(model.name),
-    )
+    encoder = tiny_prompt_encoder(model.seed, max_length=cfg.text_len, cache_dir=prompts_cache)
+    return cfg, transformer, encoder, tiny_vae(model.seed), tiny_identity(model.name, model.seed)
 
 
-def _checkpoint_components(
-    model: ModelConfig, dtypes: tuple, prompts_cache: Path, mesh: Mesh | None
-) -> Components:
+def _checkpoint_parts(model: ModelConfig, dtypes: tuple, prompts_cache: Path, mesh: Mesh | None):
     """A preset read from its checkpoint folder, placed on the mesh as it is read (a tiny model
-    replicated, a Wan model sharded)."""
+    replicated, a Wan model sharded): its config, transformer, encoder, VAE and identity."""
     param_dtype, compute = dtypes
     checkpoint = fetch_checkpoint(model)
     cfg = transformer_config_for(model)
     log.info("loading %s from %s", model.name, checkpoint.root)
-    tiny = model.name in TINY_PRESETS
     shardings = None
     if mesh is not None:
-        rule = "replicated" if tiny else "fsdp"
+        rule = "replicated" if model.name in TINY_PRESETS else "fsdp"
         shardings = functools.partial(param_shardings, mesh=mesh, rule=rule)
     transformer = load_transformer(
         checkpoint.transformer,
@@ -259,12 +242,5 @@ def _checkpoint_components(
     encoder = checkpoint_prompt_encoder(
         checkpoint, max_length=cfg.text_len, cache_dir=prompts_cache, param_dtype=param_dtype
     )
-    return Components(
-        name=model.name,
-        config=cfg,
-        transformer=transformer,
-        prompt_encoder=encoder,
-        vae=checkpoint_vae(checkpoint),
-        identity=checkpoint_identity(model.name, checkpoint),
-        tiling=decode_tiling(model.name),
-    )
+    vae = checkpoint_vae(checkpoint)
+    return cfg, transformer, encoder, vae, checkpoint_identity(model.name, checkpoint)

@@ -63,8 +63,7 @@ _PALLAS_NEEDS = {
 
 
 def backend_for(backend: KernelBackend | str, platform: str) -> str:
-    """The kernels' backend string: ``auto`` is ``pallas_tpu`` on a TPU, ``pallas_gpu`` on a GPU
-    and ``xla`` on a CPU.
+    """The kernels' backend string; ``auto`` is the platform's (the module's table).
 
     Raises:
         ValueError: ``pallas_tpu`` asked for off a TPU, or ``pallas_gpu`` off a GPU (either would
@@ -86,9 +85,8 @@ def backend_for(backend: KernelBackend | str, platform: str) -> str:
 
 
 def compute_dtype_for(dtype: ComputeDType | str, model_name: str, platform: str) -> ComputeDType:
-    """``auto`` is bfloat16 for Wan models (the seed's setting) and on a GPU for every model
-    (cuDNN flash attention, the GPU's dense arm, is bfloat16-only); float32 for the tiny presets
-    (``tiny``, ``tiny-planted``, ``tiny-random``) on a CPU or TPU."""
+    """The compute dtype; ``auto`` as the module says: float32 for the tiny presets on a CPU or
+    TPU, else bfloat16 (the seed's setting for Wan models; cuDNN's only dtype on a GPU)."""
     _check_platform(platform)
     dtype = ComputeDType(dtype)
     if dtype is not ComputeDType.auto:
@@ -136,11 +134,9 @@ def resolve_kernel(kernel: KernelConfig, platform: str, tokens: int) -> KernelCo
     """
     backend = backend_for(kernel.backend, platform)
     _check_gpu_launch(kernel, backend, platform)
-    block_q, block_kv = kernel.block_q, kernel.block_kv
     auto = auto_block_sizes(tokens, backend)
-    if block_q is None or block_kv is None:
-        block_q = auto.block_q if block_q is None else block_q
-        block_kv = auto.block_kv if block_kv is None else block_kv
+    block_q = auto.block_q if kernel.block_q is None else kernel.block_q
+    block_kv = auto.block_kv if kernel.block_kv is None else kernel.block_kv
     _check_tiles(BlockSizes(block_q, block_kv), auto, backend, platform, tokens)
     dense, floor = dense_controls(platform)
     if kernel.dense_executor is not DenseExecutor.auto:
@@ -150,8 +146,13 @@ def resolve_kernel(kernel: KernelConfig, platform: str, tokens: int) -> KernelCo
     elif floor == dense:  # the user pinned the dense arm to what auto would pick second
         floor = dense_controls(platform)[0]
     check_dense_pair(dense, floor)
-    _check_executor_platform(dense, platform, "dense_executor")
-    _check_executor_platform(floor, platform, "noise_floor_executor")
+    for setting, executor in (("dense_executor", dense), ("noise_floor_executor", floor)):
+        needed = get_executor(executor).only_on
+        if needed is not None and needed != platform:
+            raise ValueError(
+                f"kernel.{setting}={executor} runs on {needed} only, but the run targets "
+                f"{platform!r}; use kernel.{setting}=auto (or b0)"
+            )
     return dataclasses.replace(
         kernel,
         backend=KernelBackend(backend),
@@ -176,23 +177,13 @@ def resolve(cfg: EvalConfig, platform: str | None = None, tokens: int | None = N
     """
     platform = host_platform() if platform is None else platform
     if tokens is None:
-        res = cfg.resolution
-        tokens = token_geometry(res.video).tokens
+        tokens = token_geometry(cfg.resolution.video).tokens
     kernel = resolve_kernel(cfg.kernel, platform, tokens)
     dtype = compute_dtype_for(cfg.dtype, cfg.model.name, platform)
     _check_cudnn_dtype(kernel, dtype)
     scan = scan_layers_for(cfg.model.scan_layers, platform)
     model = dataclasses.replace(cfg.model, scan_layers=scan)
     return dataclasses.replace(cfg, kernel=kernel, dtype=dtype, model=model)
-
-
-def _check_executor_platform(executor: str, platform: str, setting: str) -> None:
-    needed = get_executor(executor).only_on
-    if needed is not None and needed != platform:
-        raise ValueError(
-            f"kernel.{setting}={executor} runs on {needed} only, but the run targets {platform!r}; "
-            f"use kernel.{setting}=auto (or b0)"
-        )
 
 
 def _check_tiles(

@@ -16,8 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from evalharness.config.conf_dir import CONF_DIR
-from evalharness.config.schemas import EvalConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
+from evalharness.config.compose import CONF_DIR
+from evalharness.config.schemas import EvalConfig, schema
 
 
 def _dataclass_of(hint: Any) -> type | None:
@@ -32,22 +36,20 @@ def _is_mapping(hint: Any) -> bool:
     return typing.get_origin(hint) is dict or hint is dict
 
 
-def _children(node: type) -> dict[str, Any]:
-    return typing.get_type_hints(node)
-
-
 def _groups() -> set[str]:
     """Config groups under ``conf/`` (``model``, ``experiment``, ...)."""
     return {p.name for p in CONF_DIR.iterdir() if p.is_dir()} if CONF_DIR.is_dir() else set()
 
 
-def unknown_key(path: str) -> str | None:
-    """The problem with a dotted settings path, or None when it names a setting."""
+def _lookup(path: str) -> tuple[str | None, tuple[type, str] | None]:
+    """The problem with a dotted settings path (None when it names a setting), and the
+    dataclass and field it sets when that is a typed leaf (not a group, a sub-config or a
+    free-form mapping), else None."""
     parts = path.split(".")
     node: type = EvalConfig
     groups = _groups()
     for depth, part in enumerate(parts):
-        fields = _children(node)
+        fields = typing.get_type_hints(node)
         known = set(fields) | (groups if depth == 0 else set())
         if part not in known:
             prefix = ".".join(parts[:depth])
@@ -55,20 +57,24 @@ def unknown_key(path: str) -> str | None:
             where = f"{prefix}." if prefix else ""
             hint = f"; did you mean {where}{close[0]}?" if close else ""
             choices = "" if close else f"; the settings here are {', '.join(sorted(known))}"
-            return f"unknown setting {path!r}{hint}{choices}"
-        if depth == 0 and part in groups and part not in fields:
-            return None  # a group with no schema field (experiment): Hydra checks its value
-        hint = fields[part]
-        if _is_mapping(hint) or _is_mapping(typing.get_origin(hint) or hint):
-            return None  # free-form keys (logger.tags.*)
-        child = _dataclass_of(hint)
+            return f"unknown setting {path!r}{hint}{choices}", None
+        # A group with no schema field (experiment: Hydra checks its value), or free-form keys
+        # (logger.tags.*).
+        if part not in fields or _is_mapping(fields[part]):
+            return None, None
+        child = _dataclass_of(fields[part])
+        if child is None and depth + 1 < len(parts):
+            owner = ".".join(parts[: depth + 1])
+            return f"unknown setting {path!r}: {owner} has no fields", None
         if child is None:
-            rest = parts[depth + 1 :]
-            if rest:
-                return f"unknown setting {path!r}: {'.'.join(parts[: depth + 1])} has no fields"
-            return None
+            return None, (node, part)
         node = child
-    return None
+    return None, None
+
+
+def unknown_key(path: str) -> str | None:
+    """The problem with a dotted settings path, or None when it names a setting."""
+    return _lookup(path)[0]
 
 
 def check_overrides(args: list[str]) -> str | None:
@@ -130,32 +136,10 @@ def group_option_problem(arg: str, search: Sequence[Path] = ()) -> str | None:
     return None
 
 
-def _leaf(path: str) -> tuple[type, str] | None:
-    """The dataclass and field a dotted path sets when it is a typed leaf (not a group, a
-    sub-config or a free-form mapping), else None."""
-    *parents, name = path.split(".")
-    node: type = EvalConfig
-    for part in parents:
-        child = _dataclass_of(_children(node).get(part))
-        if child is None:
-            return None
-        node = child
-    hint = _children(node).get(name)
-    if hint is None or _dataclass_of(hint) or _is_mapping(typing.get_origin(hint) or hint):
-        return None
-    return node, name
-
-
 def value_problem(arg: str) -> str | None:
     """What Hydra would refuse in a ``key=value`` override's value, with the key named: a value
     its override grammar cannot read (an unquoted ``<``), or one of the wrong type for the
     setting (``gate.min_speedup=abc``); None when it reads and fits, or is not a typed leaf."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from evalharness.config.schemas import schema
-
     key = arg.split("=", 1)[0]
     try:
         override = OverridesParser.create().parse_override(arg)
@@ -165,7 +149,7 @@ def value_problem(arg: str) -> str | None:
             f"the value of {key} cannot be read by Hydra's override grammar ({reason}); quote "
             f"it: '{key}=\"...\"' (single quotes around it all for the shell)"
         )
-    leaf = _leaf(key)
+    leaf = _lookup(key)[1]
     if leaf is None or override.is_sweep_override():
         return None
     node = schema(leaf[0])
@@ -177,12 +161,8 @@ def value_problem(arg: str) -> str | None:
     return None
 
 
-# Hydra's flags that take no value and may stand anywhere on the command line.
-_MULTIRUN_FLAGS = ("-m", "--multirun")
-
-
 def multirun_first(args: list[str]) -> list[str]:
     """``args`` with ``-m``/``--multirun`` moved to the front, the rest in order (Hydra's parser
     reads the overrides as one run of words, so an override before ``-m`` would split them)."""
-    flags = [a for a in args if a in _MULTIRUN_FLAGS]
-    return [*flags, *(a for a in args if a not in _MULTIRUN_FLAGS)]
+    flags = ("-m", "--multirun")
+    return [*(a for a in args if a in flags), *(a for a in args if a not in flags)]

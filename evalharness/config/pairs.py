@@ -113,8 +113,5 @@ def run_pairs(
             raise ValueError(f"seeds={list(seeds)}: {value!r} is not an int")
     if len(set(seed_list)) != len(seed_list):
         raise ValueError(f"seeds={seed_list} repeats a seed: a repeated pair adds no information")
-    pairs = []
-    for prompt_index, text in enumerate(texts):
-        for value in seed_list:
-            pairs.append(Pair(len(pairs), text, prompt_index, int(value)))
-    return pairs
+    combos = [(i, text, value) for i, text in enumerate(texts) for value in seed_list]
+    return [Pair(n, text, i, int(value)) for n, (i, text, value) in enumerate(combos)]

@@ -1,24 +1,20 @@
-"""Resolution presets by name, read from the Hydra group ``conf/resolution``.
-
-The YAML files there are the only place a preset's pixel size is written down; this module turns one
-into the geometry each side of the project works in: the pixel config, the model's
-:class:`~models.video_geometry.VideoGeometry` (latents) and the kernels'
-:class:`~kernels.masks.geometry.TokenGeometry` (tokens).
+"""Resolution presets by name, read from the Hydra group ``conf/resolution`` (the only place a
+preset's pixel size is written down), in the geometries each side of the project works in: the
+pixel config, the model's :class:`~models.video_geometry.VideoGeometry` (latents) and the
+kernels' :class:`~kernels.masks.geometry.TokenGeometry` (tokens).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from evalharness.config.conf_dir import CONF_DIR
+from evalharness.config.compose import CONF_DIR
+from evalharness.config.overrides import group_options
 from evalharness.config.schemas import ResolutionConfig
 from kernels.masks.geometry import TokenGeometry
 from models.video_geometry import VideoGeometry
-
-RESOLUTION_DIR = CONF_DIR / "resolution"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,17 +37,17 @@ def token_geometry(video: VideoGeometry) -> TokenGeometry:
     return TokenGeometry(*video.token_grid)
 
 
-def resolution_names(directory: Path = RESOLUTION_DIR) -> list[str]:
-    """Names of the presets in ``directory`` (one ``<name>.yaml`` each), sorted."""
-    return sorted(path.stem for path in Path(directory).glob("*.yaml"))
+def resolution_names() -> list[str]:
+    """Names of the presets (one ``conf/resolution/<name>.yaml`` each), sorted."""
+    return group_options("resolution")
 
 
-def load_resolution(name: str, directory: Path = RESOLUTION_DIR) -> Resolution:
-    """Loads the preset ``<directory>/<name>.yaml``, validated against :class:`ResolutionConfig`.
+def load_resolution(name: str) -> Resolution:
+    """Loads the preset ``conf/resolution/<name>.yaml``, validated against
+    :class:`ResolutionConfig`.
 
     Args:
         name: a preset name, e.g. ``"720p"`` (21 x 45 x 80 = 75,600 tokens at 81 frames).
-        directory: the folder of presets; the repository's ``conf/resolution`` by default.
 
     Returns:
         The preset as pixel config, video geometry and token geometry.
@@ -60,13 +56,12 @@ def load_resolution(name: str, directory: Path = RESOLUTION_DIR) -> Resolution:
         ValueError: for an unknown name (the message lists the available ones), or a preset whose
             size the model cannot take.
     """
-    names = resolution_names(directory)
+    names = resolution_names()
     if name not in names:
         raise ValueError(f"unknown resolution {name!r}; available: {', '.join(names)}")
-    raw = OmegaConf.load(Path(directory) / f"{name}.yaml")
+    raw = OmegaConf.load(CONF_DIR / "resolution" / f"{name}.yaml")
     # ``defaults`` names the Hydra schema; the schema is applied here directly instead.
     raw.pop("defaults", None)
     merged = OmegaConf.merge(OmegaConf.structured(ResolutionConfig), raw)
     config: ResolutionConfig = OmegaConf.to_object(merged)
-    video = VideoGeometry(frames=config.frames, height=config.height, width=config.width)
-    return Resolution(config=config, video=video, tokens=token_geometry(video))
+    return Resolution(config=config, video=config.video, tokens=token_geometry(config.video))

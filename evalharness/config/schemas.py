@@ -31,8 +31,8 @@ from models.video_geometry import VideoGeometry
 
 
 def _choices(name: str, values: tuple[str, ...], doc: str) -> type[enum.StrEnum]:
-    """A StrEnum whose members are ``values`` (names equal values), built from the tuple that the
-    layer below validates against, so the list of valid values is written down once."""
+    """A StrEnum whose members are ``values`` (names equal values); where the layer below
+    validates a choice, built from its tuple, so the list of valid values is written down once."""
     choices = enum.StrEnum(name, {value: value for value in values}, module=__name__)
     choices.__doc__ = doc
     return choices
@@ -78,39 +78,28 @@ PermutePlacement = _choices(
 )
 
 
-class DType(enum.StrEnum):
-    """Parameter dtype."""
-
-    float32 = "float32"
-    bfloat16 = "bfloat16"
-
-
-class ComputeDType(enum.StrEnum):
-    """Compute dtype; ``auto`` is bfloat16 for checkpoint models and on a GPU (cuDNN flash attention,
-    the GPU's dense arm, is bfloat16-only), float32 for the tiny presets on a CPU or TPU."""
-
-    auto = "auto"
-    float32 = "float32"
-    bfloat16 = "bfloat16"
-
-
-class GateOn(enum.StrEnum):
-    """Which statistic of a prompt suite the gate reads: the mean over (prompt, seed) pairs, the
-    lower bound of its 95% bootstrap confidence interval, or the worst pair."""
-
-    mean = "mean"
-    lcb = "lcb"
-    worst = "worst"
-
-
-class ChipCompileMode(enum.StrEnum):
-    """What a dry run for a TPU target compiles with the TPU compiler (libtpu, the ``tpu`` extra):
-    ``step``, the run's whole denoising loop (every layer, the sequence-parallel mesh and its
-    all-to-all; about 1.5 CPU-minutes per arm for 14B with the layers scanned); ``off``, nothing
-    (our model's table only, seconds)."""
-
-    step = "step"
-    off = "off"
+DType = _choices("DType", ("float32", "bfloat16"), "Parameter dtype.")
+ComputeDType = _choices(
+    "ComputeDType",
+    ("auto", "float32", "bfloat16"),
+    "Compute dtype; ``auto`` is bfloat16 for checkpoint models and on a GPU (cuDNN flash "
+    "attention, the GPU's dense arm, is bfloat16-only), float32 for the tiny presets on a CPU or "
+    "TPU.",
+)
+GateOn = _choices(
+    "GateOn",
+    ("mean", "lcb", "worst"),
+    "Which statistic of a prompt suite the gate reads: the mean over (prompt, seed) pairs, the "
+    "lower bound of its 95% bootstrap confidence interval, or the worst pair.",
+)
+ChipCompileMode = _choices(
+    "ChipCompileMode",
+    ("step", "off"),
+    "What a dry run for a TPU target compiles with the TPU compiler (libtpu, the ``tpu`` extra): "
+    "``step``, the run's whole denoising loop (every layer, the sequence-parallel mesh and its "
+    "all-to-all; about 1.5 CPU-minutes per arm for 14B with the layers scanned); ``off``, nothing "
+    "(our model's table only, seconds).",
+)
 
 
 class ChipPhases(enum.StrEnum):
@@ -127,9 +116,8 @@ class ChipPhases(enum.StrEnum):
     @property
     def phases(self) -> tuple[str, ...]:
         """The phases compiled: ``encode``, ``decode``."""
-        return {"none": (), "encoder": ("encode",), "encoder_and_vae": ("encode", "decode")}[
-            self.value
-        ]
+        phases = {"none": (), "encoder": ("encode",), "encoder_and_vae": ("encode", "decode")}
+        return phases[self.value]
 
 
 class ProgressMode(enum.StrEnum):
@@ -145,11 +133,11 @@ class ProgressMode(enum.StrEnum):
         return None if self is ProgressMode.auto else self is ProgressMode.on
 
 
-class LoggerKind(enum.StrEnum):
-    """Result tracking: MLflow, or nothing (files in the run folder only)."""
-
-    mlflow = "mlflow"
-    none = "none"
+LoggerKind = _choices(
+    "LoggerKind",
+    ("mlflow", "none"),
+    "Result tracking: MLflow, or nothing (files in the run folder only).",
+)
 
 
 @dataclass
@@ -385,8 +373,7 @@ def schema(node_type: type) -> DictConfig:
 def _make_writable(node: DictConfig) -> None:
     OmegaConf.set_readonly(node, None)
     for key in node:
-        child = node._get_node(key)
-        if isinstance(child, DictConfig):
+        if isinstance(child := node._get_node(key), DictConfig):
             _make_writable(child)
 
 
@@ -431,9 +418,6 @@ def to_config(cfg: EvalConfig | DictConfig | dict) -> EvalConfig:
 
 
 def to_plain_dict(cfg: EvalConfig) -> dict[str, Any]:
-    """The resolved config as nested plain dicts, every choice its string value.
-
-    This is what ``config.yaml`` in the run folder and the MLflow params hold, so
-    ``kernel.backend`` is ``"auto"`` there, never an Enum's repr.
-    """
+    """The resolved config as nested plain dicts, every choice its string value: what
+    ``config.yaml`` in the run folder and the MLflow params hold (never an Enum's repr)."""
     return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True, enum_to_str=True)

@@ -1,5 +1,12 @@
 """The values no run can use, refused when the config is composed (before any work), each
-message naming the key and the fix. The schemas check types and choices; this checks ranges."""
+message naming the key and the fix. The schemas check types and choices; this checks ranges.
+
+Thresholds and limits (a gate threshold, a time limit, a search budget or step, in a setting or
+a command-line flag) follow one rule, :func:`limit_problem`: a finite number, never negative.
+NaN compares false with everything, so a NaN threshold would pass every gate and a NaN limit
+would switch its check off; an infinite one means nothing either (a PSNR of uint8 frames is
+>= 0, a speedup > 0).
+"""
 
 from __future__ import annotations
 
@@ -8,15 +15,41 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from evalharness.config.limits import limit_problem
-
-# Thresholds and limits, each a finite number (``limit_problem``): key -> whether 0 is refused.
+# The config's thresholds and limits: key -> whether 0 is refused.
 LIMITS = (
     ("gate.min_psnr_db", False),
     ("gate.min_worst_frame_psnr_db", False),
     ("gate.min_speedup", False),
     ("max_minutes", True),
 )
+
+
+def limit_problem(key: str, value: Any, *, positive: bool = False) -> str | None:
+    """What is wrong with a threshold or limit, or None when it can be used.
+
+    Args:
+        key: the setting or flag, named in the message (``gate.min_psnr_db``, ``--min-speedup``).
+        value: its value; None (unset) is fine.
+        positive: whether 0 is refused too (a time budget, a grid step).
+
+    Returns:
+        A message naming ``key``, its value and what to give instead, or None.
+    """
+    if value is None:
+        return None
+    bound = "> 0" if positive else ">= 0"
+    wanted = f"give a finite number {bound}"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"{key}={value!r} is not a number; {wanted}"
+    if math.isnan(value):
+        return f"{key}=nan is not a number (NaN compares false, so no check would hold); {wanted}"
+    if math.isinf(value):
+        return f"{key}={value} is infinite; {wanted}"
+    if value < 0:
+        return f"{key}={value:g} is negative; {wanted}"
+    if positive and value == 0:
+        return f"{key}=0 must be > 0"
+    return None
 
 
 def check_values(cfg: DictConfig) -> None:
@@ -45,10 +78,16 @@ def check_values(cfg: DictConfig) -> None:
             "prompt is empty (an unset variable in prompt=$PROMPT?); give a prompt, or "
             "prompts=<suite or file> for several"
         )
-    problems += [
-        p for key, positive in LIMITS if (p := limit_problem(key, _at(cfg, key), positive=positive))
-    ]
-    problems += _name_problems(cfg)
+    for key, positive in LIMITS:
+        problem = limit_problem(key, OmegaConf.select(cfg, key), positive=positive)
+        if problem:
+            problems.append(problem)
+    schedule_name = str(cfg.schedule.name)  # it names the run folder and its MLflow tag
+    if schedule_name in ("", ".", "..") or any(c in schedule_name for c in "/\\\0"):
+        problems.append(
+            f"schedule.name={schedule_name!r} cannot name a folder (it names the run folder): "
+            "use a plain name without '/' or '\\', e.g. schedule.name=my_schedule"
+        )
     if cfg.fps < 1 or not 0 <= cfg.crf <= 51:
         problems.append(f"fps={cfg.fps} must be >= 1 and crf={cfg.crf} within 0 .. 51 (x264)")
     for name in ("block_q", "block_kv", "block_kv_compute", "vmem_limit_bytes"):
@@ -57,19 +96,3 @@ def check_values(cfg: DictConfig) -> None:
             problems.append(f"kernel.{name}={value} must be positive, or null for the default")
     if problems:
         raise ValueError("; ".join(problems))
-
-
-def _at(cfg: DictConfig, key: str) -> Any:
-    """The value at a dotted key of the composed config."""
-    return OmegaConf.select(cfg, key)
-
-
-def _name_problems(cfg: DictConfig) -> list[str]:
-    """A schedule name that could not name a folder: it names the run folder and its MLflow tag."""
-    name = str(cfg.schedule.name)
-    if name in ("", ".", "..") or any(c in name for c in "/\\\0"):
-        return [
-            f"schedule.name={name!r} cannot name a folder (it names the run folder): use a plain "
-            "name without '/' or '\\', e.g. schedule.name=my_schedule"
-        ]
-    return []
