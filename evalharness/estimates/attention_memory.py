@@ -1,14 +1,14 @@
 """What one device's attention call holds beyond q, k, v and its output, per arm.
 
-The arms' executors (``ExecutorSpec``) bring their own temporaries (bytes or a callable at the
-device's ``AttentionShape``); the rest is computed here from the code that allocates it: routing
-(``kernels.policy.routing`` / ``kernels.parallel.routing``), the temporal-layout copies
+The executors' temporaries are their ``ExecutorSpec``'s; routing (``kernels.policy.routing`` /
+``kernels.parallel.routing``), the temporal-layout copies
 (``kernels.policy.attention_policy._select_layout``) and the sequence-parallel head exchange
-(``kernels.parallel.exchange``). ``evalharness.estimates.memory_estimate`` puts them in the memory table.
+(``kernels.parallel.exchange``) are computed here from the code that allocates them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -52,19 +52,9 @@ class AttentionShape:
         ``dtype_bytes``), for compiling an executor without allocating it."""
         return jax.ShapeDtypeStruct((self.batch, self.tokens, self.heads, self.head_dim), dtype)
 
-    def kwargs(self) -> dict[str, int]:
-        """Keyword arguments of a temporaries callable (see ``ExecutorSpec``)."""
-        return {
-            "batch": self.batch,
-            "heads": self.heads,
-            "tokens": self.tokens,
-            "head_dim": self.head_dim,
-            "dtype_bytes": self.dtype_bytes,
-        }
-
 
 def _resolve(temp: TempBytes, shape: AttentionShape) -> int:
-    return int(temp(**shape.kwargs()) if callable(temp) else temp)
+    return int(temp(**dataclasses.asdict(shape)) if callable(temp) else temp)
 
 
 @dataclass(frozen=True)
@@ -126,7 +116,6 @@ def routing_buffer_bytes(
     head_dim: int,
     samples: int,
     devices: int,
-    dtype_bytes: int,
 ) -> int:
     """Routing's buffers on one device (``kernels.policy.routing.route_rows`` and its sharded twin).
 
@@ -135,8 +124,9 @@ def routing_buffer_bytes(
     when k and v already are float32; the conversion fuses into that copy), the [B, R, H, D]
     gathered rows, the [B, H, R, N / P] float32 scores plus two more such buffers for the three
     softmaxes (dense, spatial mask, temporal mask; each one's exponentials are freed after its
-    product), the two [R, N / P] keep masks and three [B, H, R, D] outputs. XLA:CPU's plan for
-    ``route_rows`` is 80-100% of this (tests/evalharness/estimates/test_memory_estimate.py).
+    product), the two [R, N / P] keep masks and three [B, H, R, D] outputs; float32 whatever
+    q, k and v are. XLA:CPU's plan for ``route_rows`` is 80-100% of this
+    (tests/evalharness/estimates/test_memory_estimate.py).
 
     Args:
         batch: B.
@@ -145,9 +135,7 @@ def routing_buffer_bytes(
         head_dim: D.
         samples: R.
         devices: P.
-        dtype_bytes: bytes per element of q, k, v (the copies are float32 whatever it is).
     """
-    del dtype_bytes  # the copies are float32 either way; kept for a uniform signature
     local = -(-tokens // devices)
     kv_copies = 2 * batch * local * heads * head_dim * F32
     rows = batch * samples * heads * head_dim * F32
