@@ -16,11 +16,10 @@ The process must not initialise a GPU backend: :func:`gpu_topology_compiler` ref
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import os
 from pathlib import Path
 
-from evalharness.estimates.tpu_compiler import TpuCompiler, TpuCompilerUnavailable
+from evalharness.estimates.tpu_compiler import TpuCompiler, TpuCompilerUnavailable, compiler_of
 from models.accelerator_env import cuda_plugin_installed
 
 # The target configs we state, by target topology name.
@@ -61,13 +60,4 @@ def _describe(topology: str) -> TpuCompiler:
     desc = topologies.get_topology_desc(
         platform="cuda", topology_name=topology, topology="1x1x1", target_config=spec
     )
-    devices = list(desc.devices)
-    return TpuCompiler(
-        topology=f"{topology}:1x1",
-        device_kind=devices[0].device_kind,
-        chips=len(devices),
-        libtpu_version=importlib.metadata.version(_DISTRIBUTION),
-        device=devices[0],
-        devices=tuple(devices),
-        toolchain=_DISTRIBUTION,
-    )
+    return compiler_of(f"{topology}:1x1", desc.devices, _DISTRIBUTION)

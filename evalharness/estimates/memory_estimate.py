@@ -289,17 +289,21 @@ def estimate_memory(
         tcfg, batch=batch, tokens=geometry.tokens, devices=devices, dtype_bytes=act
     )
     state = loop_state_bytes(tcfg, geometry, batch=batch, dtype_bytes=act, forward_compiled=forward)
-    common = {
+    common = {  # every arm's, in the order the run meets them; the attention rows come next
         "transformer weights": ("resident", resident),
         "text encoder (resident)": ("resident", text_encoder_resident_bytes),
         "gathered block weights": ("denoise", gathered),
         "text encoder": ("encode", text_encoder_bytes),
         "loop state": ("denoise", state),
         "transformer": ("denoise", model.activation_bytes),
-        "VAE decode": ("decode", vae_bytes),
     }
+    rows = {component: dict.fromkeys(executors, size) for component, (_, size) in common.items()}
+    phases = {component: phase for component, (phase, _) in common.items()}
     attention, names = _arms(compile_, executors, model, devices, shape, tcfg, placement)
-    rows, phases = _rows(common, attention)
+    for component, phase in _ATTENTION_PHASES.items():
+        rows[component] = {arm: attention[arm][component] for arm in executors}
+        phases[component] = phase
+    rows["VAE decode"], phases["VAE decode"] = dict.fromkeys(executors, vae_bytes), "decode"
     add_runtime_overhead(rows, phases, runtime_overhead, sorted(executors))
     notes = dict(_NOTES, transformer=_NOTES["transformer"][forward])
     return MemoryTable(rows, phases, notes, device_bytes, device, names)
@@ -314,22 +318,18 @@ def _arms(
     tcfg: WanTransformerConfig,
     placement: str,
 ) -> tuple[dict[str, dict[str, int]], dict[str, str]]:
-    """Each arm's attention rows and executor name; an arm with an ``attend`` is compiled into
-    the transformer where its heads split evenly (``_compiled_attention``)."""
+    """Each arm's attention rows and column title (executor, a routed arm's dense-step executor,
+    and how counted); an arm with an ``attend`` is compiled into the transformer where its heads
+    split evenly (``_compiled_attention``)."""
     attention, names = {}, {}
     for arm, spec in executors.items():
         compiled = _compiled_attention(compile_, spec, model.activation_bytes, devices, shape, tcfg)
         attention[arm] = _attention_rows(
             tcfg, spec, shape, devices=devices, placement=placement, compiled=compiled
         )
-        names[arm] = _executor_name(spec, compiled is not None)
+        dense = f" / {spec.dense_name}" if spec.routed and spec.dense_name else ""
+        names[arm] = spec.name + dense + (", compiled" if compiled is not None else "")
     return attention, names
-
-
-def _executor_name(spec: ExecutorSpec, compiled: bool) -> str:
-    """The arm's column title: executor, a routed arm's dense-step executor, and how counted."""
-    dense = f" / {spec.dense_name}" if spec.routed and spec.dense_name else ""
-    return spec.name + dense + (", compiled" if compiled else "")
 
 
 _ATTENTION_PHASES = {
@@ -338,20 +338,3 @@ _ATTENTION_PHASES = {
     "layout copies": "attention",
     "attention executor": "attention",
 }
-
-
-def _rows(
-    common: Mapping[str, tuple[str, int]], attention: Mapping[str, Mapping[str, int]]
-) -> tuple[dict[str, dict[str, int]], dict[str, str]]:
-    """Table rows (component -> arm -> bytes) and phases, in the order the run meets them."""
-    arms = list(attention)
-    ordered = [c for c in common if c != "VAE decode"] + [*_ATTENTION_PHASES, "VAE decode"]
-    rows, phases = {}, {}
-    for component in ordered:
-        if component in _ATTENTION_PHASES:
-            rows[component] = {arm: attention[arm][component] for arm in arms}
-            phases[component] = _ATTENTION_PHASES[component]
-        else:
-            phases[component], size = common[component]
-            rows[component] = dict.fromkeys(arms, size)
-    return rows, phases

@@ -157,15 +157,14 @@ class TimeEstimate:
     """Minutes per arm on a target, component by component.
 
     Attributes:
-        assumption: the device figures used (``DeviceTarget.assumption``).
+        assumption: the device figures used, in words.
         seconds: component -> arm -> seconds of one denoising step on one device.
         sources: component -> where its rate comes from.
         bound: arm -> "compute" or "memory": the matmuls' roofline side.
         runs: arm -> loop executions per pair (warm-up, timed and recording runs).
         steps: denoising steps per run.
         once: row -> column (an arm, or ``shared``) -> seconds of the run's work outside the
-            loops, every pair included (``evalharness.estimates.run_time``); empty when not
-            estimated.
+            loops, every pair included (``evalharness.estimates.run_time``; empty if not estimated).
         once_sources: row -> where its rate comes from.
         pairs: (prompt, seed) pairs; every pair runs every arm's loops.
     """
@@ -186,8 +185,7 @@ class TimeEstimate:
         return {arm: sum(row[arm] for row in self.seconds.values()) for arm in self.runs}
 
     def once_seconds(self, column: str) -> float:
-        """Seconds of the run's work outside the loops charged to ``column`` (an arm or
-        ``shared``)."""
+        """Seconds of the work outside the loops charged to ``column`` (an arm or ``shared``)."""
         return sum(row.get(column, 0.0) for row in self.once.values())
 
     def _loops_seconds(self) -> dict[str, float]:
