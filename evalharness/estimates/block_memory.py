@@ -104,8 +104,6 @@ def block_memory(
         attend: self-attention compiled into the blocks (called with the last layers' indices
             and a traced step); None is the shape-only stand-in.
 
-    Returns:
-        The ``BlockMemory``; repeated calls with the same arguments return the cached one.
     """
     compute = dtype_of(dtype)
     params = dtype_of(param_dtype or dtype)
@@ -167,11 +165,9 @@ def forward_memory(
 ) -> BlockMemory:
     """XLA's plan of a whole transformer forward with two blocks, on abstract weights.
 
-    The same model with fewer blocks: patch embedding, text and time embedding, rotary tables,
-    two blocks, output head and unpatchify, compiled at one device's token grid. This is
-    what the denoising loop's body holds; XLA:CPU plans a 2-layer Wan forward within 3% per
-    further layer of a 4-layer one in float32 (bfloat16 on a CPU adds per-layer float32 weight
-    copies, an XLA:CPU artefact: its dots run in float32).
+    Patch, text and time embeddings, rotary tables, two blocks, output head and unpatchify at one
+    device's token grid: what the denoising loop's body holds (XLA:CPU plans a 2-layer Wan
+    forward within 3% per further layer of a 4-layer one in float32).
 
     Args:
         tcfg: transformer architecture.
@@ -179,7 +175,7 @@ def forward_memory(
         token_grid: (F, Hp, Wp) tokens on one device (``device_token_grid``).
         dtype: compute dtype name.
         param_dtype: parameter dtype name (default: ``dtype``).
-        attend: self-attention (None: the shape-only stand-in), called with a traced step.
+        attend: as ``block_memory``'s.
 
     Returns:
         ``BlockMemory``: activation arguments are the latents, timesteps and text context.

@@ -272,9 +272,6 @@ def estimate_memory(
         target_platform: "tpu", "gpu" or "cpu" when planning for another platform than this
             host's (a dry run); None: this host's. Decides what is compiled (``_compiler``).
         runtime_overhead: ``DeviceTarget.runtime_overhead``.
-
-    Returns:
-        The ``MemoryTable``; its first call for a shape compiles one block (seconds).
     """
     if not executors:
         raise ValueError("executors is empty; give at least one arm's ExecutorSpec")

@@ -54,10 +54,10 @@ class DeviceTarget:
         hbm_bytes: device memory a JAX program may use.
         peak_flops: peak matmul FLOP/s by dtype name (``bfloat16``, ``float32``).
         hbm_bytes_per_s: memory bandwidth.
-        smem_bytes: TPU scalar memory (where scalar-prefetched visit tables live); None elsewhere.
-        vmem_bytes: TPU vector memory (physical); None elsewhere.
         efficiency: assumed fraction of ``peak_flops`` the transformer reaches.
         source: where the figures come from and which choices were made.
+        smem_bytes: TPU scalar memory (where scalar-prefetched visit tables live); None elsewhere.
+        vmem_bytes: TPU vector memory (physical); None elsewhere.
         runtime_overhead: what the runtime allocates beyond XLA's memory plan, as a fraction of
             the denoising loop's planned bytes (measured on CPU by ``evalharness.bench.memory``;
             0 where it has not been measured).
@@ -74,10 +74,10 @@ class DeviceTarget:
     hbm_bytes: int
     peak_flops: Mapping[str, float]
     hbm_bytes_per_s: float
-    smem_bytes: int | None
-    vmem_bytes: int | None
     efficiency: float
     source: str
+    smem_bytes: int | None = None
+    vmem_bytes: int | None = None
     runtime_overhead: float = 0.0
     shared_memory_bytes: int | None = None
     topology: str | None = None
@@ -118,8 +118,6 @@ TARGETS: Mapping[str, DeviceTarget] = MappingProxyType(
             hbm_bytes=H200_PHYSICAL_BYTES * 3 // 4,
             peak_flops={"bfloat16": 989e12, "float32": 67e12},
             hbm_bytes_per_s=4.8e12,
-            smem_bytes=None,
-            vmem_bytes=None,
             efficiency=ACCELERATOR_EFFICIENCY,
             source=(
                 "NVIDIA H200 SXM: 141 GB HBM3e (143,771 MiB as the device reports it), 4.8 TB/s, "
@@ -198,8 +196,6 @@ def cpu_target(flops_per_s: Mapping[str, float] | None = None) -> DeviceTarget:
         hbm_bytes=host_memory_bytes() // devices,
         peak_flops={k: v / devices for k, v in flops_per_s.items()},
         hbm_bytes_per_s=CPU_BYTES_PER_S / devices,
-        smem_bytes=None,
-        vmem_bytes=None,
         efficiency=1.0,
         source=(
             "this host: RAM from os.sysconf, FLOP/s measured by a jitted square matmul, "

@@ -76,18 +76,7 @@ def _v6e_rates() -> TimeRates:
     ideal = dense_s * SEED_KERNEL["kept"]
     variants = {v: ideal / (SEED_KERNEL_MS[v] / 1e3) for v in SPARSE_VARIANTS}
     variants["b0"] = 1.0
-    # The seed's 720p loops, with the rates above: what remains for the matmuls and the overhead.
-    parts = seed_loop_parts(attention, V6E_ICI_BYTES_PER_S, peak)
-    dense_step = SEED_DENSE_LOOP_S["720p"] / _SEED_STEPS
-    matmul_s = dense_step - parts["dense_attention_s"] - parts["exchange_s"]
-    matmul = parts["matmul_flops"] / (peak * matmul_s)
-    sparse_step = (SEED_SPARSE_LOOP_S["720p"] - parts["dense_steps"] * dense_step) / parts[
-        "sparse_steps"
-    ]
-    kernel = parts["sparse_attention_ideal_s"] / variants["b3"]
-    overhead_s = sparse_step - matmul_s - parts["exchange_s"] - kernel  # per sparse step
-    overhead = overhead_s / parts["sparse_elements"]
-    per_call_ms = 1e3 * overhead_s / parts["calls"]
+    matmul, overhead, per_call_ms = _fit_seed_loops(peak, attention, variants["b3"])
     return TimeRates(
         matmul_efficiency=matmul,
         attention_efficiency=attention,
@@ -115,16 +104,13 @@ def _v6e_rates() -> TimeRates:
     )
 
 
-def seed_loop_parts(
-    attention_efficiency: float, link_bytes_per_s: float, peak: float
-) -> dict[str, float]:
-    """The seed's 720p setting (14B, 8 chips, batch 2, 40 steps) as ``estimate_time`` sees it:
-    the parts ``evalharness.estimates.time_rates`` fits the matmul rate and the sparse overhead
-    to (seconds per step at ``attention_efficiency``, ``link_bytes_per_s`` and a chip's bf16
-    ``peak`` FLOP/s)."""
-    tcfg = get_transformer_config("wan2.1-t2v-14b")
+def _fit_seed_loops(peak: float, attention: float, b3: float) -> tuple[float, float, float]:
+    """What the seed's 720p loops (14B, 8 chips, batch 2, 40 steps, its aggressive schedule) leave
+    for the matmuls and the sparse overhead at the kernels' rates (``attention`` of a chip's bf16
+    ``peak``, B3 at ``b3`` of ideal): the matmuls' fraction of peak, the overhead's seconds per
+    element of a sparse call's q and its milliseconds per call."""
     work = step_work(
-        tcfg,
+        get_transformer_config("wan2.1-t2v-14b"),
         VideoGeometry(81, 720, 1280),
         guidance_batch=2,
         forwards=1,
@@ -133,15 +119,14 @@ def seed_loop_parts(
         dtype="bfloat16",
         gathers=True,
     )
-    attention = work.attention_flops / (peak * attention_efficiency)
+    attention_s = work.attention_flops / (peak * attention)
+    exchange_s = (work.exchange_bytes + work.gather_bytes) / V6E_ICI_BYTES_PER_S
     dense_steps = int(SEED_SCHEDULE["first_times_fp"] * _SEED_STEPS)
-    return {
-        "matmul_flops": work.matmul_flops,
-        "dense_attention_s": attention,
-        "exchange_s": (work.exchange_bytes + work.gather_bytes) / link_bytes_per_s,
-        "dense_steps": dense_steps,
-        "sparse_steps": _SEED_STEPS - dense_steps,
-        "sparse_attention_ideal_s": attention * SEED_KERNEL["kept"],
-        "sparse_elements": work.qkv_elements,
-        "calls": work.calls,
-    }
+    dense_step = SEED_DENSE_LOOP_S["720p"] / _SEED_STEPS
+    matmul_s = dense_step - attention_s - exchange_s
+    sparse_steps = _SEED_STEPS - dense_steps
+    sparse_step = (SEED_SPARSE_LOOP_S["720p"] - dense_steps * dense_step) / sparse_steps
+    kernel = attention_s * SEED_KERNEL["kept"] / b3
+    overhead_s = sparse_step - matmul_s - exchange_s - kernel  # per sparse step
+    matmul = work.matmul_flops / (peak * matmul_s)
+    return matmul, overhead_s / work.qkv_elements, 1e3 * overhead_s / work.calls
