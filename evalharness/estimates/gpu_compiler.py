@@ -2,15 +2,11 @@
 
 With the CUDA plugin installed (the ``gpu-compile`` extra: ``jax-cuda12-plugin`` and
 ``jax-cuda12-pjrt``, no CUDA driver needed), ``jax.experimental.topologies.get_topology_desc``
-builds a compile-only GPU topology from an explicit shape (``topology="1x1x1"``: slices x hosts x
-devices) and a device description (``target_config``: an ``xla.GpuTargetConfigProto`` in text
-form; ours for the H200 is ``gpu_specs/h200.txtpb``, with its sources). ``jax.jit(f).lower(<shapes
-placed on its device>).compile()`` then runs XLA's GPU compiler, Triton included for Pallas GPU
-kernels, and ``memory_analysis()`` gives the program's sizes. cuDNN's fused attention needs the
-cuDNN library at compile time (``nvidia-cudnn-cu12``).
-
-The process must not initialise a GPU backend: :func:`gpu_topology_compiler` refuses unless
-``JAX_PLATFORMS`` leaves ``cuda`` out.
+builds a compile-only GPU topology from a shape (``"1x1x1"``: slices x hosts x devices) and an
+``xla.GpuTargetConfigProto`` in text form (``gpu_specs/h200.txtpb``, with its sources); compiling
+for its device runs XLA's GPU compiler and Triton (Pallas GPU) as ``tpu_compiler`` does for a TPU.
+cuDNN's fused attention needs the cuDNN library at compile time (``nvidia-cudnn-cu12``).
+:func:`gpu_topology_compiler` refuses unless ``JAX_PLATFORMS`` leaves ``cuda`` out.
 """
 
 from __future__ import annotations

@@ -130,6 +130,13 @@ def weight_bytes_per_device(
     return resident, GATHERED_BLOCKS * (full - shard)
 
 
+# The attention call's rows and their phases (routing is not live with the others).
+_ATTENTION_PHASES = {
+    "routing": "routing",
+    "head exchange": "attention",
+    "layout copies": "attention",
+    "attention executor": "attention",
+}
 _NOTES = {
     "transformer weights": "parameters per device (models.sharding rule)",
     "text encoder (resident)": "text-encoder weights the caller keeps on the device",
@@ -327,11 +334,3 @@ def _arms(
         dense = f" / {spec.dense_name}" if spec.routed and spec.dense_name else ""
         names[arm] = spec.name + dense + (", compiled" if compiled is not None else "")
     return attention, names
-
-
-_ATTENTION_PHASES = {
-    "routing": "routing",
-    "head exchange": "attention",
-    "layout copies": "attention",
-    "attention executor": "attention",
-}

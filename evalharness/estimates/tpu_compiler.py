@@ -36,7 +36,7 @@ class TpuCompiler:
         topology: the topology name (``v6e:2x4``).
         device_kind: what JAX calls its chips ("TPU v6 lite").
         chips: chips in the topology.
-        libtpu_version: the installed libtpu's version.
+        libtpu_version: the installed version of the distribution that compiles.
         device: the chip a per-chip program is compiled for.
         devices: every chip of the topology (a mesh over them compiles the collectives).
         toolchain: what compiles: ``libtpu`` (XLA's TPU compiler and Mosaic), or
@@ -182,9 +182,6 @@ def compile_for(device: Any, fn: Callable[..., Any], *args: Any) -> CompiledProg
             this host's default device, the arguments as given.
         fn: the function.
         *args: its abstract arguments (pytrees of ``ShapeDtypeStruct``).
-
-    Returns:
-        The compiler's figures.
     """
     placed = args if device is None else on_device(args, device)
     return compile_program(lambda: jax.jit(fn).lower(*placed).compile())[1]
