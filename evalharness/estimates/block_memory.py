@@ -64,21 +64,6 @@ def _shape_only_attend(q, k, v, *, step, layer):
     return q + k + v
 
 
-def _activations(
-    tcfg: WanTransformerConfig, batch: int, tokens: int, compute: jnp.dtype
-) -> tuple[jax.ShapeDtypeStruct, ...]:
-    """The block's activation inputs and the denoising step (a traced scalar, as in the loop)."""
-    s, half = jax.ShapeDtypeStruct, tcfg.attention_head_dim // 2
-    return (
-        s((batch, tokens, tcfg.dim), compute),  # x, the residual stream
-        s((batch, tcfg.text_len, tcfg.dim), compute),  # projected text
-        s((batch, 6, tcfg.dim), compute),  # modulation (time_proj output, compute dtype)
-        s((tokens, half), jnp.float32),  # rope cos
-        s((tokens, half), jnp.float32),  # rope sin
-        s((), jnp.int32),  # step: traced, so a policy's lax.cond keeps both sides
-    )
-
-
 @functools.lru_cache(maxsize=64)
 def block_memory(
     tcfg: WanTransformerConfig,
@@ -103,21 +88,12 @@ def block_memory(
         param_dtype: parameter dtype name (default: ``dtype``).
         attend: self-attention compiled into the blocks (called with the last layers' indices
             and a traced step); None is the shape-only stand-in.
-
     """
     compute = dtype_of(dtype)
     params = dtype_of(param_dtype or dtype)
     count = max(1, min(2, tcfg.num_layers))
-    split = [
-        nnx.split(
-            nnx.eval_shape(
-                lambda: WanTransformerBlock(
-                    tcfg, dtype=compute, param_dtype=params, rngs=nnx.Rngs(0)
-                )
-            )
-        )
-        for _ in range(count)
-    ]
+    make = lambda: WanTransformerBlock(tcfg, dtype=compute, param_dtype=params, rngs=nnx.Rngs(0))
+    split = [nnx.split(nnx.eval_shape(make)) for _ in range(count)]
     states = [state for _, state in split]
     attend = attend or _shape_only_attend
     first = tcfg.num_layers - count  # the last layers: sparse wherever any layer is
@@ -128,7 +104,15 @@ def block_memory(
             x = block(x, text, modulation, (cos, sin), attend=attend, step=step, layer=first + i)
         return x
 
-    inputs = _activations(tcfg, batch, tokens_per_device, compute)
+    s, tokens, half = jax.ShapeDtypeStruct, tokens_per_device, tcfg.attention_head_dim // 2
+    inputs = (  # the activation inputs and the denoising step
+        s((batch, tokens, tcfg.dim), compute),  # x, the residual stream
+        s((batch, tcfg.text_len, tcfg.dim), compute),  # projected text
+        s((batch, 6, tcfg.dim), compute),  # modulation (time_proj output, compute dtype)
+        s((tokens, half), jnp.float32),  # rope cos
+        s((tokens, half), jnp.float32),  # rope sin
+        s((), jnp.int32),  # step: traced, so a policy's lax.cond keeps both sides
+    )
     return _analyse(forward, states, *inputs)
 
 

@@ -333,7 +333,6 @@ def estimate_time(
         gathers: weights gathered per forward ("fsdp": checkpoint models on several devices).
         rates: the rates of the target's work (``evalharness.estimates.time_rates.rates_for``).
         pairs: (prompt, seed) pairs; each runs every arm's loops.
-
     """
     p = devices or target.devices
     work = step_work(
