@@ -59,13 +59,8 @@ def _jaxpr_flops(jaxpr: jex_core.Jaxpr) -> float:
 
 def _sub_jaxprs(params: dict[str, Any]) -> list[jex_core.Jaxpr]:
     """The programs nested in an equation's parameters (jit, remat, custom_jvp/vjp bodies)."""
-    found = []
-    for value in params.values():
-        if isinstance(value, jex_core.ClosedJaxpr):
-            found.append(value.jaxpr)
-        elif isinstance(value, jex_core.Jaxpr):
-            found.append(value)
-    return found
+    nested = [v for v in params.values() if isinstance(v, jex_core.ClosedJaxpr | jex_core.Jaxpr)]
+    return [v.jaxpr if isinstance(v, jex_core.ClosedJaxpr) else v for v in nested]
 
 
 def _conv_flops(eqn: Any) -> float:
