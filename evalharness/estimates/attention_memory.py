@@ -1,14 +1,14 @@
 """What one device's attention call holds beyond q, k, v and its output, per arm.
 
-The arms' executors (``ExecutorSpec``) bring their own temporaries (bytes or a callable at the
-device's ``AttentionShape``); the rest is computed here from the code that allocates it: routing
-(``kernels.policy.routing`` / ``kernels.parallel.routing``), the temporal-layout copies
+The executors' temporaries are their ``ExecutorSpec``'s; routing (``kernels.policy.routing`` /
+``kernels.parallel.routing``), the temporal-layout copies
 (``kernels.policy.attention_policy._select_layout``) and the sequence-parallel head exchange
-(``kernels.parallel.exchange``). ``evalharness.estimates.memory_estimate`` puts them in the memory table.
+(``kernels.parallel.exchange``) are computed here from the code that allocates them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -52,47 +52,32 @@ class AttentionShape:
         ``dtype_bytes``), for compiling an executor without allocating it."""
         return jax.ShapeDtypeStruct((self.batch, self.tokens, self.heads, self.head_dim), dtype)
 
-    def kwargs(self) -> dict[str, int]:
-        """Keyword arguments of a temporaries callable (see ``ExecutorSpec``)."""
-        return {
-            "batch": self.batch,
-            "heads": self.heads,
-            "tokens": self.tokens,
-            "head_dim": self.head_dim,
-            "dtype_bytes": self.dtype_bytes,
-        }
-
 
 def _resolve(temp: TempBytes, shape: AttentionShape) -> int:
-    return int(temp(**shape.kwargs()) if callable(temp) else temp)
+    return int(temp(**dataclasses.asdict(shape)) if callable(temp) else temp)
 
 
 @dataclass(frozen=True)
 class ExecutorSpec:
     """What one arm's attention holds beyond q, k, v and its output.
 
-    ``temp_bytes`` and ``dense_temp_bytes`` are bytes, or callables
-    ``f(*, batch, heads, tokens, head_dim, dtype_bytes) -> int`` evaluated at the device's
-    ``AttentionShape``, e.g. ``functools.partial(dense_executor_temp_bytes, "b0", block_q=..,
-    block_kv=..)`` or a ``block_memory.compiled_temp_bytes`` of the executor.
-
     Attributes:
         name: the executor, for the table and the refusal (e.g. "b0", "dot_product_attention").
-        temp_bytes: the executor's temporaries.
+        temp_bytes: the executor's temporaries: bytes, or ``f(*, batch, heads, tokens, head_dim,
+            dtype_bytes) -> int`` evaluated at the device's ``AttentionShape`` (e.g. a
+            ``functools.partial`` of ``dense_executor_temp_bytes``, or ``compiled_temp_bytes``).
         routed: the arm routes heads and moves temporal heads to their layout (the sparse arm).
         routing_samples: R, the routed query rows.
         dense_name: the executor of a routed arm's dense steps and layers.
-        dense_temp_bytes: its temporaries (the two sides of a ``lax.cond`` are never live
-            together, so the larger counts).
+        dense_temp_bytes: its temporaries, as ``temp_bytes`` (the two sides of a ``lax.cond``
+            are never live together, so the larger counts).
         fuses_layout: the executor is XLA code that absorbs the layout gather into its own
             operand copies (the xla backend's block-sparse executors: XLA:CPU's plan grows by
-            0.2-0.5 of a q-sized tensor, not four), so one copy is counted instead of four; a
-            Pallas or cuDNN kernel takes materialised operands (False).
-        attend: the arm's single-device attention, ``attend(q, k, v, *, step, layer)`` (for the
-            sparse arm the whole policy: routing, layouts, both sides of its ``lax.cond``), when
-            it compiles on this host. Then ``memory_estimate`` compiles it into the blocks and the
-            compiler's extra bytes replace ``temp_bytes``, routing and layout copies (on several
-            devices it is called on a device's [B, N, H / P, D] share). None: the bytes above.
+            0.2-0.5 of a q-sized tensor, not four), so one copy is counted instead of four.
+        attend: the arm's single-device ``attend(q, k, v, *, step, layer)`` (the sparse arm's
+            whole policy) when it compiles on this host: ``memory_estimate`` then compiles it
+            into the blocks (on a device's [B, N, H / P, D] share), and the compiler's extra bytes
+            replace ``temp_bytes``, routing and layout copies. None: the bytes above.
     """
 
     name: str
@@ -126,17 +111,15 @@ def routing_buffer_bytes(
     head_dim: int,
     samples: int,
     devices: int,
-    dtype_bytes: int,
 ) -> int:
     """Routing's buffers on one device (``kernels.policy.routing.route_rows`` and its sharded twin).
 
-    Each device scores the R sampled rows against its own N / P keys (N on one device): float32
-    copies of its k and v laid out per head for the two products (XLA materialises them even
-    when k and v already are float32; the conversion fuses into that copy), the [B, R, H, D]
-    gathered rows, the [B, H, R, N / P] float32 scores plus two more such buffers for the three
-    softmaxes (dense, spatial mask, temporal mask; each one's exponentials are freed after its
-    product), the two [R, N / P] keep masks and three [B, H, R, D] outputs. XLA:CPU's plan for
-    ``route_rows`` is 80-100% of this (tests/evalharness/estimates/test_memory_estimate.py).
+    Each device scores the R sampled rows against its own N / P keys: float32 copies of its k and
+    v laid out per head (materialised even when already float32), the [B, R, H, D] gathered rows,
+    the [B, H, R, N / P] float32 scores plus two more such buffers for the three softmaxes (dense,
+    spatial, temporal; each one's exponentials are freed after its product), the two [R, N / P]
+    keep masks and three [B, H, R, D] outputs, all float32. XLA:CPU's plan for ``route_rows`` is
+    80-100% of this (tests/evalharness/estimates/test_memory_estimate.py).
 
     Args:
         batch: B.
@@ -145,9 +128,7 @@ def routing_buffer_bytes(
         head_dim: D.
         samples: R.
         devices: P.
-        dtype_bytes: bytes per element of q, k, v (the copies are float32 whatever it is).
     """
-    del dtype_bytes  # the copies are float32 either way; kept for a uniform signature
     local = -(-tokens // devices)
     kv_copies = 2 * batch * local * heads * head_dim * F32
     rows = batch * samples * heads * head_dim * F32

@@ -1,38 +1,32 @@
 """What the FLOP model leaves out of a run on a CPU, measured: the loops' non-matmul work, the
 second dense control's slower executor, the VAE's convolutions, and compiling.
 
-On a CPU the time model's rate is this host's own matmul rate (a jitted square matmul, the fastest
-of 7 runs: ``evalharness.estimates.targets.measure_matmul_flops``). A whole denoising loop of the
-seeded presets runs slower than its FLOPs at that rate (layer norms, rotary embeddings, softmax and
-the sampler are memory-bound and small, and a shared host's other jobs take turns on its cores),
-the noise floor's ``dot_product_attention`` materialises the whole ``[B, H, N, N]`` score matrix
-where ``xla_flash`` tiles it, and the VAE's 3-D convolutions reach a fraction of the matmul rate.
-Each factor is the mean of what runs measured over what the FLOP model gives at the matmul rate
-this VM reaches (150 GFLOP/s float32; the model: the ``tiny-planted`` preset at ``cpu``, 2,160
-tokens, 10
-steps, a 2.11 s dense loop, 1.67 s for ``conservative``'s sparse loop, 1.26 s for
-``aggressive``'s, 2.88 s for a decode at 14%):
+On a CPU the time model's rate is this host's matmul rate (``targets.measure_matmul_flops``). A
+whole loop of the seeded presets runs slower than its FLOPs at that rate (norms, rotary
+embeddings, softmax and the sampler are memory-bound, and a shared host's other jobs take turns on
+its cores), the noise floor's ``dot_product_attention`` materialises the whole ``[B, H, N, N]``
+scores where ``xla_flash`` tiles them, and the VAE's 3-D convolutions reach a fraction of the
+matmul rate. Each factor is the mean of measured runs over the FLOP model at this VM's 150
+GFLOP/s float32 (the model: ``tiny-planted`` at ``cpu``, 2,160 tokens, 10 steps, a 2.11 s dense
+loop, 1.67 s for ``conservative``'s sparse loop, 1.26 s for ``aggressive``'s, 2.88 s for a
+decode at 14%):
 
 | figure | value | measured (medians of 3 interleaved runs, per pair) |
 |---|---|---|
 | dense loop (``xla_flash``) | x1.4 | 13 pairs: 2.19 to 4.57 s, mean 2.96 s |
 | sparse loop (any variant) | x1.8 | aggressive, 9 pairs: 1.80 to 3.06 s, mean 2.31 s (x1.84); conservative, 4 pairs: mean 2.94 s (x1.76) |
-| ``dot_product_attention`` over ``xla_flash`` | x2.3 | the noise-floor arm's median over the dense arm's in the same rounds, 13 pairs: 1.4 to 3.2, mean 2.28 |
+| ``dot_product_attention`` over ``xla_flash`` | x2.3 | the noise floor's median over the dense arm's, same rounds, 13 pairs: 1.4 to 3.2, mean 2.28 |
 | VAE decode | 14% of the matmul rate | ``decode_<arm>_s``, 13 decodes after the first: 3.3 to 6.7 s, mean 4.2 s for 86.5 GFLOP |
 
-Compiling (once per run, per arm; seconds, ``compile_<arm>_s`` and the log's ``compiled in``
-of the same runs): the dense loop 2.0 to 2.7 s, the sparse loop 3.8 to 6.1 s, the noise floor 1.4
-to 2.4 s, the routing-recording loop 5.1 to 12.8 s, the VAE decoder about 4 s (the first pair's
-dense decode over the next ones'). Compile time barely depends on the host's matmul rate (it is
-the compiler's own work), so these are seconds, not factors; they are the ``tiny-planted``
-preset's. A
-loop loaded from JAX's persistent compilation cache (a search's later trials) takes 0.1 to 0.8 s.
+Compiling once (``compile_<arm>_s`` and the log's ``compiled in``, same runs; seconds, not
+factors: it is the compiler's own work): dense loop 2.0 to 2.7 s, sparse 3.8 to 6.1 s, noise floor
+1.4 to 2.4 s, routing recording 5.1 to 12.8 s, VAE decoder about 4 s. A loop loaded from JAX's
+persistent compilation cache (a search's later trials) takes 0.1 to 0.8 s.
 
-Measured on this workplace's 2-core x86_64 CI VM, 2026-12-02, under a load of 1.5 to 5 (other
-jobs: the means are a shared host's; an idle one runs the loops up to 1.3x faster). On other CPUs
-and loads the figures move; the run's ``time_plan.md`` sits beside what it measured, to check
-them. Accelerators are not calibrated here (their executors and VAE rates are
-``evalharness.estimates.time_rates``'s, compile time the dry run's chip compile).
+Measured on this workplace's 2-core x86_64 CI VM, 2026-12-02, under a load of 1.5 to 5 (an idle
+host runs the loops up to 1.3x faster); elsewhere the figures move, and the run's
+``time_plan.md`` sits beside what it measured. Accelerators are not calibrated here
+(``evalharness.estimates.time_rates``; compile time is the dry run's chip compile).
 """
 
 from __future__ import annotations
@@ -44,10 +38,9 @@ from evalharness.estimates.targets import DeviceTarget
 from evalharness.machine import cpu_count, cpu_model
 
 MEASURED_ON = "this workplace's 2-core x86_64 CI VM, 2026-12-02 (tiny preset, load 1.5-5)"
-# The host the figures were measured on (``/proc/cpuinfo``'s model name, cores) and its float32
-# matmul rate they are relative to: the fastest of 7 runs read 140 to 257 GFLOP/s there while runs
-# were going, 150 GFLOP/s the typical reading the factors were fitted at. On that host the planner
-# uses this rate, not the moment's probe (which moves 2x with the other jobs' load).
+# The host the figures were measured on (``/proc/cpuinfo``'s model name, cores) and the float32
+# matmul rate they are relative to (its probe read 140 to 257 GFLOP/s while runs were going; 150
+# typically). On that host the planner uses this rate, not the probe (which moves 2x with load).
 CALIBRATED_HOST = ("Intel(R) Xeon(R) Processor", 2)
 REFERENCE_FLOPS = 150e9
 # A whole loop's seconds over the FLOP model's at the reference matmul rate.
@@ -73,19 +66,11 @@ OVERHEAD_ROW = "non-matmul work"
 
 
 def loop_factors(arms: Mapping[str, str]) -> dict[str, float]:
-    """Each arm's measured factor over the FLOP model.
-
-    Args:
-        arms: arm -> its executor (``dense`` and ``noise_floor``: a dense executor's name;
-            ``sparse``: anything, its variant does not change the factor).
-    """
+    """Each arm's measured factor over the FLOP model, from arm -> its executor."""
     out = {}
     for arm, executor in arms.items():
-        if arm == "sparse":
-            out[arm] = LOOP_FACTOR["sparse"]
-            continue
-        factor = LOOP_FACTOR["dense"]
-        if executor == SLOW_CONTROL:
+        factor = LOOP_FACTOR["sparse" if arm == "sparse" else "dense"]
+        if arm != "sparse" and executor == SLOW_CONTROL:
             factor *= SLOW_CONTROL_FACTOR
         out[arm] = factor
     return out
@@ -98,14 +83,9 @@ def overhead_row(step_seconds: Mapping[str, float], arms: Mapping[str, str]) -> 
 
 
 def compile_row(arms: Mapping[str, int], *, recording: bool) -> dict[str, float]:
-    """Seconds of compiling each arm's loop once per run, the routing-recording loop charged to
-    the sparse arm, the VAE decoder to ``shared``.
-
-    Args:
-        arms: the arms that run.
-        recording: whether the routing-recording loop runs (``routing_stats`` on a routed
-            schedule).
-    """
+    """Seconds of compiling each of ``arms``' loops once per run, the routing-recording loop (when
+    ``recording``: ``routing_stats`` on a routed schedule) charged to the sparse arm, the VAE
+    decoder to ``shared``."""
     row = {arm: COMPILE_S[arm] for arm in arms if arm in COMPILE_S}
     if recording and "sparse" in row:
         row["sparse"] += COMPILE_S["routing recording"]

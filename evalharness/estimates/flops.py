@@ -1,5 +1,5 @@
 """What a comparison computes, counted from the architecture alone: parameters, FLOPs per step
-and of every loop a comparison runs (``evalharness.estimates.workload`` turns them into time)."""
+and of every loop (``evalharness.estimates.workload`` turns them into time)."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ def count_flops(
     noise_floor: bool,
     pairs: int = 1,
 ) -> FlopCount:
-    """Counts the FLOPs of a comparison's loops.
+    """Counts the FLOPs of a comparison's loops (every arm's warm-up and timed runs, every pair).
 
     Args:
         tcfg: transformer architecture.

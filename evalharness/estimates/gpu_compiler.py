@@ -2,25 +2,20 @@
 
 With the CUDA plugin installed (the ``gpu-compile`` extra: ``jax-cuda12-plugin`` and
 ``jax-cuda12-pjrt``, no CUDA driver needed), ``jax.experimental.topologies.get_topology_desc``
-builds a compile-only GPU topology from an explicit shape (``topology="1x1x1"``: slices x hosts x
-devices) and a device description (``target_config``: an ``xla.GpuTargetConfigProto`` in text
-form; ours for the H200 is ``gpu_specs/h200.txtpb``, with its sources). ``jax.jit(f).lower(<shapes
-placed on its device>).compile()`` then runs XLA's GPU compiler, Triton included for Pallas GPU
-kernels, and ``memory_analysis()`` gives the program's sizes. cuDNN's fused attention needs the
-cuDNN library at compile time (``nvidia-cudnn-cu12``).
-
-The process must not initialise a GPU backend: :func:`gpu_topology_compiler` refuses unless
-``JAX_PLATFORMS`` leaves ``cuda`` out.
+builds a compile-only GPU topology from a shape (``"1x1x1"``: slices x hosts x devices) and an
+``xla.GpuTargetConfigProto`` in text form (``gpu_specs/h200.txtpb``, with its sources); compiling
+for its device runs XLA's GPU compiler and Triton (Pallas GPU) as ``tpu_compiler`` does for a TPU.
+cuDNN's fused attention needs the cuDNN library at compile time (``nvidia-cudnn-cu12``).
+:func:`gpu_topology_compiler` refuses unless ``JAX_PLATFORMS`` leaves ``cuda`` out.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import os
 from pathlib import Path
 
-from evalharness.estimates.tpu_compiler import TpuCompiler, TpuCompilerUnavailable
+from evalharness.estimates.tpu_compiler import TpuCompiler, TpuCompilerUnavailable, compiler_of
 from models.accelerator_env import cuda_plugin_installed
 
 # The target configs we state, by target topology name.
@@ -61,13 +56,4 @@ def _describe(topology: str) -> TpuCompiler:
     desc = topologies.get_topology_desc(
         platform="cuda", topology_name=topology, topology="1x1x1", target_config=spec
     )
-    devices = list(desc.devices)
-    return TpuCompiler(
-        topology=f"{topology}:1x1",
-        device_kind=devices[0].device_kind,
-        chips=len(devices),
-        libtpu_version=importlib.metadata.version(_DISTRIBUTION),
-        device=devices[0],
-        devices=tuple(devices),
-        toolchain=_DISTRIBUTION,
-    )
+    return compiler_of(f"{topology}:1x1", desc.devices, _DISTRIBUTION)

@@ -1,16 +1,13 @@
 """The host's memory during a run on an accelerator, checked against the target host's RAM.
 
-On a TPU or a GPU the weights and activations live on the devices (the per-device memory table);
-the host holds what passes through it. Two phases bound it:
+On a TPU or a GPU the host holds only what passes through it, in two phases:
 
-- **loading**: the readers stream tensor by tensor (``models.loading.load_transformer``'s second
-  pass, ``models.safetensors_reader.iter_tensors`` for the text encoder and the VAE): one tensor as
-  stored and its cast copy exist on the host before it is placed on the devices, so the peak is two
-  copies of the largest tensor. Where the stored dtype is not known (a dry run reads configs only)
-  float32 storage is assumed, the larger.
-- **videos**: every arm's decoded uint8 frames (dense, noise floor, sparse), the side-by-side video
-  (three panels wide), and one arm's float32 frames in flight from the VAE; quality is measured one
-  frame at a time (``evalharness.evidence.quality``), which adds a few frames.
+- loading: the readers stream tensor by tensor (``models.loading.load_transformer``'s second pass,
+  ``models.safetensors_reader.iter_tensors``): one tensor as stored and its cast copy, so two
+  copies of the largest tensor, stored as float32 when the dtype is not known (a dry run);
+- videos: every arm's decoded uint8 frames, the side-by-side video (three panels wide) and one
+  arm's float32 frames in flight from the VAE; quality is measured a frame at a time
+  (``evalharness.evidence.quality``), which adds a few frames.
 
 On a CPU the host is the device, and the memory table already is the host's.
 """
@@ -19,11 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from evalharness.estimates.targets import GIB
 from models.config import WanTransformerConfig
 from models.text_encoder import UMT5Config
 from models.video_geometry import VideoGeometry
-
-GIB = 1024**3
 
 # Documented host RAM per target, with the document it comes from. Targets absent here are not
 # checked (the host of a one-chip v6e VM or of one H200 depends on the machine type chosen).

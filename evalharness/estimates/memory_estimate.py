@@ -1,23 +1,18 @@
 """Per-device memory of a comparison, component by component and arm by arm, before anything runs.
 
-Phases (the order ``evalharness.run`` goes through them):
+Phases, in the order ``evalharness.run`` goes through them:
 
-- resident: the transformer's weights (sharded by ``models.sharding`` under "fsdp"), and whatever
-  text-encoder weights the caller says stay on the device, held for the whole run;
-- encode: the text encoder's peak; it runs, and is released, before the denoising loop;
-- denoise: one arm's compiled loop: its state (latents, sampler history, prompt embeddings), the
-  transformer's live activations from the compiler (``evalharness.estimates.block_memory``: a 2-layer
-  forward, or two consecutive blocks), under "fsdp" the gathered weights of the block being computed
-  and of the one XLA prefetches, then the attention call. The attention call has two moments
-  that are not live together: routing (sparse arm), whose buffers are freed before the executor
-  runs, and the executor (head exchange + layout copies + the executor's temporaries);
+- resident: the transformer's weights (sharded by ``models.sharding`` under "fsdp") and whatever
+  text-encoder weights the caller says stay on the device;
+- encode: the text encoder's peak (released before the loop);
+- denoise: one arm's loop: its state, the transformer's live activations from the compiler
+  (``evalharness.estimates.block_memory``), under "fsdp" the gathered weights of the computing
+  and the prefetched block, then the attention call: routing (sparse arm), freed before the
+  executor runs, or the head exchange + layout copies + the executor's temporaries;
 - decode: the VAE's tile peak, after the loop.
 
-So for each arm: peak = resident + max(encode, denoise, decode), with
-denoise = state + transformer + gathered weights + max(routing, exchange + layout + executor).
-Arms run one after another (their loops and outputs are released in between), so the run's peak is
-the largest arm's. Only ``jax.ShapeDtypeStruct`` are compiled and abstract models built: planning a
-14B model at 1440p allocates no weights and no N x N array.
+``evalharness.estimates.memory_table`` combines them. Only ``jax.ShapeDtypeStruct`` are compiled
+and abstract models built: planning 14B at 1440p allocates no weights and no N x N array.
 """
 
 from __future__ import annotations
@@ -31,6 +26,7 @@ import jax
 from jax.sharding import AbstractMesh
 
 from evalharness.estimates.attention_memory import (
+    F32,
     AttentionShape,
     ExecutorSpec,
     attention_shape,
@@ -53,7 +49,6 @@ from models.sharding import param_bytes_per_device
 from models.transformer import abstract_transformer
 from models.video_geometry import VideoGeometry
 
-F32 = 4
 # Blocks whose gathered ("fsdp") weights are live at once: the one computing and the one XLA's
 # scheduler prefetches to hide the all-gather.
 GATHERED_BLOCKS = 2
@@ -64,21 +59,20 @@ def loop_state_bytes(
     geometry: VideoGeometry,
     *,
     batch: int,
-    samples: int,
     dtype_bytes: int,
-    forward_compiled: bool = False,
+    forward_compiled: bool,
 ) -> int:
     """The denoising loop's state beside the transformer (``models.pipeline.DenoiseLoop``).
 
-    Latents [samples, 16, F, H, W] float32: the four UniPC fields, the initial noise, the result
-    and the guided combination (7); prompt and negative-prompt embeddings [samples, L, text_dim]
-    float32. Unless the compiled forward already holds them (``forward_compiled``): the model's
+    Latents [1, 16, F, H, W] float32: the four UniPC fields, the initial noise, the result and the
+    guided combination (7); prompt and negative-prompt embeddings [1, L, text_dim] float32.
+    Unless the compiled forward already holds them (``forward_compiled``): the model's
     input and velocity [B, 16, F, H, W], the [B, L, text_dim] concatenated context, the projected
     text [B, L, dim], temb and modulation [B, 7 dim] float32 and the rotary tables (cos, sin)
     [N, D / 2] float32.
     """
     latent = math.prod(geometry.latent_shape(tcfg.in_channels))
-    state = 7 * samples * latent * F32 + 2 * samples * tcfg.text_len * tcfg.text_dim * F32
+    state = 7 * latent * F32 + 2 * tcfg.text_len * tcfg.text_dim * F32
     if forward_compiled:
         return state
     io = 2 * batch * latent * dtype_bytes + batch * tcfg.text_len * tcfg.text_dim * F32
@@ -95,22 +89,18 @@ def _compiler(
     dtype: str,
     param_dtype: str,
     target_platform: str | None,
-    compile_device: Any = None,
 ) -> Callable[..., BlockMemory]:
     """How the transformer is compiled: ``compile(attend=None) -> BlockMemory``.
 
     The forward of a 2-layer model (``forward_memory``: embeddings, head and the interplay of
     consecutive blocks included) when a device's token grid exists and the plan is for this
-    host's platform, for ``compile_device``'s own compiler, or in float32; otherwise two
-    consecutive blocks (``block_memory``), because XLA:CPU runs bfloat16 dots in float32 and its
-    plan for a whole bf16 forward holds float32 copies of the embeddings' weights that a TPU or
-    GPU never makes.
+    host's platform or in float32; otherwise two consecutive blocks (``block_memory``), because
+    XLA:CPU runs bfloat16 dots in float32 and its plan for a whole bf16 forward holds float32
+    copies of the embeddings' weights that a TPU or GPU never makes.
     """
     grid = device_token_grid(geometry.token_grid, devices)
-    host = platform_family(jax.devices()[0].platform)
-    foreign = target_platform is not None and target_platform != host
-    native = compile_device is not None or not foreign
-    common = dict(dtype=str(dtype), param_dtype=str(param_dtype), device=compile_device)
+    native = target_platform in (None, platform_family(jax.devices()[0].platform))
+    common = dict(dtype=str(dtype), param_dtype=str(param_dtype))
     if grid is not None and (str(dtype) == "float32" or native):
         return functools.partial(forward_memory, tcfg, batch=batch, token_grid=grid, **common)
     local = -(-geometry.tokens // devices)
@@ -119,25 +109,20 @@ def _compiler(
 
 @functools.lru_cache(maxsize=16)
 def weight_bytes_per_device(
-    tcfg: WanTransformerConfig, *, param_dtype: str, devices: int, rule: str | None = None
+    tcfg: WanTransformerConfig, *, param_dtype: str, devices: int
 ) -> tuple[int, int]:
     """(resident weight bytes, gathered-weight bytes) per device, on abstract weights.
 
-    Args:
-        tcfg: transformer architecture.
-        param_dtype: parameter dtype name.
-        devices: P.
-        rule: ``models.sharding`` rule; default "fsdp" on several devices, else "replicated".
-
     Returns:
-        ``param_bytes_per_device`` of the whole model, and under "fsdp" the full weights of
-        ``GATHERED_BLOCKS`` blocks minus their shards (0 when replicated).
+        ``param_bytes_per_device`` of the whole model ("fsdp" on several devices, else
+        "replicated"), and under "fsdp" the full weights of ``GATHERED_BLOCKS`` blocks minus their
+        shards (0 when replicated).
     """
-    rule = rule or ("fsdp" if devices > 1 else "replicated")
+    rule = "fsdp" if devices > 1 else "replicated"
     model = abstract_transformer(tcfg, param_dtype=dtype_of(param_dtype))
     mesh = AbstractMesh((devices,), ("seq",))
     resident = param_bytes_per_device(model, mesh, rule)
-    if rule == "replicated" or devices == 1:
+    if devices == 1:
         return resident, 0
     block = model.blocks[0]
     full = param_bytes_per_device(block, AbstractMesh((1,), ("seq",)), "replicated")
@@ -145,6 +130,13 @@ def weight_bytes_per_device(
     return resident, GATHERED_BLOCKS * (full - shard)
 
 
+# The attention call's rows and their phases (routing is not live with the others).
+_ATTENTION_PHASES = {
+    "routing": "routing",
+    "head exchange": "attention",
+    "layout copies": "attention",
+    "attention executor": "attention",
+}
 _NOTES = {
     "transformer weights": "parameters per device (models.sharding rule)",
     "text encoder (resident)": "text-encoder weights the caller keeps on the device",
@@ -204,22 +196,12 @@ def _compiled_attention(
     try:
         compiled = compile_(attend=_on_head_share(spec.attend, devices))
     except Exception as error:  # noqa: BLE001 - any compiler's refusal, named with its arm
-        raise ArmCompileError(spec.name, error) from error
+        raise ArmCompileError(f"{spec.name}: {compiler_reason(error)}") from error
     return max(0, compiled.activation_bytes - stand_in)
 
 
 class ArmCompileError(RuntimeError):
-    """An arm's attention did not compile into the transformer (e.g. Mosaic refused its tiles).
-
-    Attributes:
-        executor: the arm's executor.
-        reason: the compiler's message, condensed to its first line.
-    """
-
-    def __init__(self, executor: str, error: Exception) -> None:
-        self.executor = executor
-        self.reason = compiler_reason(error)
-        super().__init__(f"{executor}: {self.reason}")
+    """An arm's attention did not compile into the transformer (e.g. Mosaic refused its tiles)."""
 
 
 def _attention_rows(
@@ -245,7 +227,6 @@ def _attention_rows(
             head_dim=shape.head_dim,
             samples=spec.routing_samples,
             devices=devices,
-            dtype_bytes=shape.dtype_bytes,
         )
         layout = (
             shape.tensor_bytes
@@ -272,14 +253,11 @@ def estimate_memory(
     text_encoder_bytes: int,
     vae_bytes: int,
     device_bytes: int,
-    samples: int = 1,
-    param_rule: str | None = None,
     placement: str = "head_local",
     text_encoder_resident_bytes: int = 0,
     device: str = "device",
     target_platform: str | None = None,
     runtime_overhead: float = 0.0,
-    compile_device: Any = None,
 ) -> MemoryTable:
     """Plans the per-device memory of every arm (abstract weights, compiled block; nothing runs).
 
@@ -295,50 +273,41 @@ def estimate_memory(
         text_encoder_bytes: the text encoder's device peak while encoding (0 when on the host).
         vae_bytes: the VAE's device peak while decoding (weights + one tile).
         device_bytes: memory of one device.
-        samples: videos per run (the latents' batch).
-        param_rule: ``models.sharding`` rule (default "fsdp" on several devices).
         placement: sequence-parallel layout placement ("head_local" or "before_exchange").
         text_encoder_resident_bytes: text-encoder weights that stay on the device all run.
         device: the device's name, for the table.
         target_platform: "tpu", "gpu" or "cpu" when planning for another platform than this
             host's (a dry run); None: this host's. Decides what is compiled (``_compiler``).
-        runtime_overhead: what the runtime allocates beyond XLA's plan, as a fraction of the
-            denoising loop's planned bytes (``DeviceTarget.runtime_overhead``; measured on CPU).
-        compile_device: a device whose own compiler plans the transformer and every arm given an
-            ``attend`` (a compile-only TPU chip, ``evalharness.estimates.tpu_compiler``); None:
-            this host's compiler.
-
-    Returns:
-        The ``MemoryTable``; its first call for a shape compiles one block (seconds).
+        runtime_overhead: ``DeviceTarget.runtime_overhead``.
     """
     if not executors:
         raise ValueError("executors is empty; give at least one arm's ExecutorSpec")
     act = dtype_of(dtype).itemsize
     resident, gathered = weight_bytes_per_device(
-        tcfg, param_dtype=str(param_dtype), devices=devices, rule=param_rule
+        tcfg, param_dtype=str(param_dtype), devices=devices
     )
-    compile_ = _compiler(
-        tcfg, geometry, batch, devices, dtype, param_dtype, target_platform, compile_device
-    )
+    compile_ = _compiler(tcfg, geometry, batch, devices, dtype, param_dtype, target_platform)
     model = compile_()
     forward = compile_.func is forward_memory
     shape = attention_shape(
         tcfg, batch=batch, tokens=geometry.tokens, devices=devices, dtype_bytes=act
     )
-    state = loop_state_bytes(
-        tcfg, geometry, batch=batch, samples=samples, dtype_bytes=act, forward_compiled=forward
-    )
-    common = {
+    state = loop_state_bytes(tcfg, geometry, batch=batch, dtype_bytes=act, forward_compiled=forward)
+    common = {  # every arm's, in the order the run meets them; the attention rows come next
         "transformer weights": ("resident", resident),
         "text encoder (resident)": ("resident", text_encoder_resident_bytes),
         "gathered block weights": ("denoise", gathered),
         "text encoder": ("encode", text_encoder_bytes),
         "loop state": ("denoise", state),
         "transformer": ("denoise", model.activation_bytes),
-        "VAE decode": ("decode", vae_bytes),
     }
+    rows = {component: dict.fromkeys(executors, size) for component, (_, size) in common.items()}
+    phases = {component: phase for component, (phase, _) in common.items()}
     attention, names = _arms(compile_, executors, model, devices, shape, tcfg, placement)
-    rows, phases = _rows(common, attention)
+    for component, phase in _ATTENTION_PHASES.items():
+        rows[component] = {arm: attention[arm][component] for arm in executors}
+        phases[component] = phase
+    rows["VAE decode"], phases["VAE decode"] = dict.fromkeys(executors, vae_bytes), "decode"
     add_runtime_overhead(rows, phases, runtime_overhead, sorted(executors))
     notes = dict(_NOTES, transformer=_NOTES["transformer"][forward])
     return MemoryTable(rows, phases, notes, device_bytes, device, names)
@@ -353,44 +322,15 @@ def _arms(
     tcfg: WanTransformerConfig,
     placement: str,
 ) -> tuple[dict[str, dict[str, int]], dict[str, str]]:
-    """Each arm's attention rows and executor name; an arm with an ``attend`` is compiled into
-    the transformer where its heads split evenly (``_compiled_attention``)."""
+    """Each arm's attention rows and column title (executor, a routed arm's dense-step executor,
+    and how counted); an arm with an ``attend`` is compiled into the transformer where its heads
+    split evenly (``_compiled_attention``)."""
     attention, names = {}, {}
     for arm, spec in executors.items():
         compiled = _compiled_attention(compile_, spec, model.activation_bytes, devices, shape, tcfg)
         attention[arm] = _attention_rows(
             tcfg, spec, shape, devices=devices, placement=placement, compiled=compiled
         )
-        names[arm] = _executor_name(spec, compiled is not None)
+        dense = f" / {spec.dense_name}" if spec.routed and spec.dense_name else ""
+        names[arm] = spec.name + dense + (", compiled" if compiled is not None else "")
     return attention, names
-
-
-def _executor_name(spec: ExecutorSpec, compiled: bool) -> str:
-    """The arm's column title: executor, a routed arm's dense-step executor, and how counted."""
-    dense = f" / {spec.dense_name}" if spec.routed and spec.dense_name else ""
-    return spec.name + dense + (", compiled" if compiled else "")
-
-
-_ATTENTION_PHASES = {
-    "routing": "routing",
-    "head exchange": "attention",
-    "layout copies": "attention",
-    "attention executor": "attention",
-}
-
-
-def _rows(
-    common: Mapping[str, tuple[str, int]], attention: Mapping[str, Mapping[str, int]]
-) -> tuple[dict[str, dict[str, int]], dict[str, str]]:
-    """Table rows (component -> arm -> bytes) and phases, in the order the run meets them."""
-    arms = list(attention)
-    ordered = [c for c in common if c != "VAE decode"] + [*_ATTENTION_PHASES, "VAE decode"]
-    rows, phases = {}, {}
-    for component in ordered:
-        if component in _ATTENTION_PHASES:
-            rows[component] = {arm: attention[arm][component] for arm in arms}
-            phases[component] = _ATTENTION_PHASES[component]
-        else:
-            phases[component], size = common[component]
-            rows[component] = dict.fromkeys(arms, size)
-    return rows, phases

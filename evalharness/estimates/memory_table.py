@@ -1,16 +1,12 @@
-"""The memory table: bytes per device by component and arm, and how the phases combine.
+"""The memory table: bytes per device by component (rows) and arm (columns), each row in a phase.
 
-Rows are components (weights, text encoder, loop state, the compiled transformer, routing, the head
-exchange, layout copies, the attention executor, the VAE), columns are the arms (dense,
-noise_floor, sparse), and each row has a phase. For each arm:
+For each arm, since the text encoder is released before the denoising loop, the VAE decodes after
+it, and within one attention call routing's buffers are freed before the executor runs:
 
     peak = resident + max(encode, denoise, decode)
     denoise = its rows + max(routing, attention)
 
-since the text encoder runs (and is released) before the denoising loop, the VAE decodes after it,
-and within one attention call routing's buffers are freed before the executor runs. Arms run one
-after another, so the run's peak is the largest arm's. ``evalharness.estimates.memory_estimate.estimate_memory``
-fills it.
+Arms run one after another, so the run's peak is the largest arm's.
 """
 
 from __future__ import annotations
@@ -19,11 +15,11 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from evalharness.estimates.targets import GIB
 from evalharness.formatting import markdown_table
 
 ARMS = ("dense", "noise_floor", "sparse")
 PHASES = ("resident", "encode", "denoise", "routing", "attention", "decode")
-GIB = 1024**3
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,5 @@
-"""The work of a run outside the denoising loops: loading, text encoding, decoding, the host side.
-
-A comparison's wall time is its arms' denoising loops (``evalharness.estimates.workload``) plus
-work done once per run, per pair or per arm, which the loops' medians leave out but a user waits
-for (and ``max_minutes`` limits):
+"""The work of a run outside the denoising loops (``evalharness.estimates.workload``'s), which
+the loops' medians leave out but a user waits for (and ``max_minutes`` limits):
 
 | row | when | work | rate (source) |
 |---|---|---|---|
@@ -13,13 +10,11 @@ for (and ``max_minutes`` limits):
 | host: measure | each measured arm, each pair | PSNR, SSIM, FFmpeg PSNR, codec noise | ``HOST_NS_PER_PIXEL`` (measured) |
 | host: side by side | each pair | ``side_by_side.mp4`` | ``HOST_NS_PER_PIXEL`` (measured) |
 
-The VAE decoder's FLOPs are its convolutions' and products', counted from the traced program
-(``evalharness.estimates.traced_flops``, the same on every backend) of one latent frame's
-decode (the first frame and a later one differ) at two small sizes; a convolution's FLOPs are
-linear in its area, so the two points give them at any size without building the full-size
-program. On an accelerator compile time is not a row: it depends on the compiler's machine, and the
-dry run's own compile for the chip (``chip_compile=step``) prints how long it took here. On a CPU
-the planner adds it, with the loops' non-matmul work and the slower second control, as measured
+The VAE decoder's FLOPs are counted from the traced program (``evalharness.estimates.traced_flops``)
+of one latent frame's decode (the first frame and a later one differ) at two small sizes; a
+convolution's FLOPs are linear in its area, so the two points give any size. Compile time is not a
+row: on an accelerator the dry run's chip compile (``chip_compile=step``) prints it; on a CPU the
+planner adds it, with the loops' non-matmul work and the slower second control, as measured
 (``evalharness.estimates.cpu_calibration``, ``evalharness.admission.run_timing``).
 """
 
@@ -107,14 +102,11 @@ def vae_decode_flops(
 ) -> float:
     """FLOPs of decoding ``[1, latent_frames, h, w, C]`` latents, tile by tile when ``tiling``.
 
-    Linear in the decoded area (two small sizes fix the line); a tiled decode computes each tile's
-    whole area, overlaps included.
+    Linear in the decoded area (8 x 8 and 16 x 16 fix the line); a tiled decode computes each
+    tile's whole area, overlaps included.
     """
-    small, large = (8, 8), (16, 16)
-    (first_s, later_s), (first_l, later_l) = (
-        _chunk_flops(config, small),
-        _chunk_flops(config, large),
-    )
+    first_s, later_s = _chunk_flops(config, (8, 8))
+    first_l, later_l = _chunk_flops(config, (16, 16))
     slope_first = (first_l - first_s) / (256 - 64)
     slope_later = (later_l - later_s) / (256 - 64)
     area, tiles = _tiled_area(config, latent_hw, tiling)
@@ -131,13 +123,9 @@ def _tiled_area(
     h, w = latent_hw
     if tiling is None:
         return h * w, 1
-    scale = config.scale_factor_spatial
-    rows = tile_spans(
-        h, tiling.tile_sample_min_height // scale, tiling.tile_sample_stride_height // scale
-    )
-    cols = tile_spans(
-        w, tiling.tile_sample_min_width // scale, tiling.tile_sample_stride_width // scale
-    )
+    s = config.scale_factor_spatial
+    rows = tile_spans(h, tiling.tile_sample_min_height // s, tiling.tile_sample_stride_height // s)
+    cols = tile_spans(w, tiling.tile_sample_min_width // s, tiling.tile_sample_stride_width // s)
     return sum(n for _, n in rows) * sum(n for _, n in cols), len(rows) * len(cols)
 
 
@@ -154,7 +142,7 @@ def run_rows(
 
     Args:
         work: what the run does besides its loops.
-        arms: the arms that run (their names; the values are unused here).
+        arms: the arms that run (their names).
         flops_per_s: the target's sustained rate for the text encoder's matmuls.
         float32_flops_per_s: the target's float32 peak (the VAE decodes in float32).
         vae_efficiency: fraction of ``float32_flops_per_s`` the decoder reaches.

@@ -1,11 +1,8 @@
-"""Our time estimate beside the seed's measurements, for a run in the seed's setting.
-
-The seed write-up measured Wan 2.1 14B on TPU v6e (``evalharness.estimates.seed_measurements``):
-the dense splash and B3 calls at 720p, the dense and aggressive loops and their speedups at 720p,
-1080p and 1440p, and the attention share of a block. :func:`seed_prediction` reads the same
-figures off a ``TimeEstimate``; :func:`seed_table` prints them side by side with the difference.
-The dry run prints the table for a 14B run on ``tpu-v6e-8`` at a seed resolution, and
-``python -m evalharness.bench.seed_calibration`` for all three (``experiment=seed_*``).
+"""Our time estimate beside the seed's measurements (``evalharness.estimates.seed_measurements``)
+for a run in the seed's setting: :func:`seed_prediction` reads the seed's figures off a
+``TimeEstimate``, :func:`seed_table` prints both with the difference. The dry run prints the table
+for a 14B run on ``tpu-v6e-8`` at a seed resolution, ``python -m evalharness.bench.seed_calibration``
+for all three (``experiment=seed_*``).
 """
 
 from __future__ import annotations
@@ -26,8 +23,7 @@ from models.config import WanTransformerConfig
 
 SEED_MODEL, SEED_TARGET = "wan2.1-t2v-14b", "tpu-v6e-8"
 SEED_RESOLUTIONS = tuple(SEED_DENSE_LOOP_S)
-# What the calibration test holds the estimate to: speedups within 15%, per-call
-# attention times within 20%.
+# What the calibration test holds the estimate to: speedups within 15%, per-call times within 20%.
 SPEEDUP_BAND, CALL_BAND = 0.15, 0.20
 TITLES = {
     "res": "res",

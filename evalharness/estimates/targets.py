@@ -1,14 +1,10 @@
 """The devices a run can be planned for: memory, peak throughput and bandwidth, with their sources.
 
-A dry run plans for a device it may not have (``target=tpu-v6e-8`` from a laptop); a real run plans
-for the one it is on. Each ``DeviceTarget`` states its figures and where they come from, and the
-time estimate built on them is a roofline per denoising step (``evalharness.estimates.workload``):
-
-    seconds = max(FLOPs / (peak FLOP/s x efficiency), bytes moved / HBM bandwidth)
-
-with ``efficiency`` the stated fraction of peak the transformer's matmuls are assumed to reach
-(0.45 on accelerators: large bf16 matmuls and a flash-style attention usually run at 40-60% of
-peak end to end). The ``cpu`` target is this host, measured when it is asked for.
+A dry run plans for a device it may not have (``target=tpu-v6e-8`` from a laptop), a real run for
+the one it is on; the ``cpu`` target is this host, measured when asked for. The time estimate
+(``evalharness.estimates.workload``) is a roofline per denoising step:
+``max(FLOPs / (peak x efficiency), bytes moved / HBM bandwidth)``, with ``efficiency`` 0.45 on
+accelerators (large bf16 matmuls and a flash-style attention usually reach 40-60% of peak).
 """
 
 from __future__ import annotations
@@ -34,7 +30,6 @@ H200_PHYSICAL_BYTES = 143_771 * 2**20
 DEFAULT_GPU_MEM_FRACTION = 0.75
 _FRACTION_ENV = ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION")
 PLATFORMS = tuple(PLATFORM_TABLE)
-# Fraction of peak FLOP/s assumed for the whole transformer on an accelerator (see module docstring).
 ACCELERATOR_EFFICIENCY = 0.45
 # Stated, not measured: a share of a dual-channel DDR4/DDR5 server socket.
 CPU_BYTES_PER_S = 20e9
@@ -59,19 +54,18 @@ class DeviceTarget:
         hbm_bytes: device memory a JAX program may use.
         peak_flops: peak matmul FLOP/s by dtype name (``bfloat16``, ``float32``).
         hbm_bytes_per_s: memory bandwidth.
-        smem_bytes: TPU scalar memory (where scalar-prefetched visit tables live); None elsewhere.
-        vmem_bytes: TPU vector memory (physical); None elsewhere.
         efficiency: assumed fraction of ``peak_flops`` the transformer reaches.
         source: where the figures come from and which choices were made.
+        smem_bytes: TPU scalar memory (where scalar-prefetched visit tables live); None elsewhere.
+        vmem_bytes: TPU vector memory (physical); None elsewhere.
         runtime_overhead: what the runtime allocates beyond XLA's memory plan, as a fraction of
             the denoising loop's planned bytes (measured on CPU by ``evalharness.bench.memory``;
             0 where it has not been measured).
         shared_memory_bytes: GPU shared memory one thread block may use (the opt-in maximum),
-            which bounds the Pallas GPU kernel's tiles; None elsewhere, and for GPUs not in this
-            table.
-        topology: the topology the compiler compiles for when the target is not attached (a
-            TPU topology such as ``v6e:2x4``; ``h200`` for XLA's GPU compiler)
-            (``jax.experimental.topologies`` names, e.g. ``v6e:2x4``); None elsewhere.
+            which bounds the Pallas GPU kernel's tiles; None elsewhere and for unknown GPUs.
+        topology: what the compiler compiles for when the target is not attached (a
+            ``jax.experimental.topologies`` TPU name such as ``v6e:2x4``; ``h200`` for XLA's GPU
+            compiler); None elsewhere.
     """
 
     name: str
@@ -80,10 +74,10 @@ class DeviceTarget:
     hbm_bytes: int
     peak_flops: Mapping[str, float]
     hbm_bytes_per_s: float
-    smem_bytes: int | None
-    vmem_bytes: int | None
     efficiency: float
     source: str
+    smem_bytes: int | None = None
+    vmem_bytes: int | None = None
     runtime_overhead: float = 0.0
     shared_memory_bytes: int | None = None
     topology: str | None = None
@@ -124,8 +118,6 @@ TARGETS: Mapping[str, DeviceTarget] = MappingProxyType(
             hbm_bytes=H200_PHYSICAL_BYTES * 3 // 4,
             peak_flops={"bfloat16": 989e12, "float32": 67e12},
             hbm_bytes_per_s=4.8e12,
-            smem_bytes=None,
-            vmem_bytes=None,
             efficiency=ACCELERATOR_EFFICIENCY,
             source=(
                 "NVIDIA H200 SXM: 141 GB HBM3e (143,771 MiB as the device reports it), 4.8 TB/s, "
@@ -163,10 +155,9 @@ def device_memory_bytes(device: jax.Device | None = None) -> int:
 def measure_matmul_flops(dtype: str = "float32", size: int | None = None) -> float:
     """Measured FLOP/s of a square matmul on the default device: the fastest of 7 warm runs.
 
-    The fastest run is what the device can do; a median of a few short runs reads the moment's
-    contention instead (on a shared 2-core VM, a median of 3 read 20 to 150 GFLOP/s within
-    minutes while the loops it plans moved by less than 2x). What load costs a whole run is in
-    the measured CPU factors (``evalharness.estimates.cpu_calibration``).
+    The fastest run is what the device can do; a median reads the moment's contention instead (on
+    a shared 2-core VM a median of 3 read 20 to 150 GFLOP/s within minutes). What load costs a
+    whole run is in the measured CPU factors (``evalharness.estimates.cpu_calibration``).
     """
     device = jax.devices()[0]
     size = size or (1024 if device.platform == "cpu" else 8192)
@@ -205,8 +196,6 @@ def cpu_target(flops_per_s: Mapping[str, float] | None = None) -> DeviceTarget:
         hbm_bytes=host_memory_bytes() // devices,
         peak_flops={k: v / devices for k, v in flops_per_s.items()},
         hbm_bytes_per_s=CPU_BYTES_PER_S / devices,
-        smem_bytes=None,
-        vmem_bytes=None,
         efficiency=1.0,
         source=(
             "this host: RAM from os.sysconf, FLOP/s measured by a jitted square matmul, "
@@ -220,11 +209,10 @@ def cpu_target(flops_per_s: Mapping[str, float] | None = None) -> DeviceTarget:
 def gpu_allocator_bytes(physical: int, env: Mapping[str, str] | None = None) -> tuple[int, str]:
     """What JAX's GPU allocator may use of a device with ``physical`` bytes, and why.
 
-    ``XLA_PYTHON_CLIENT_ALLOCATOR=platform`` allocates on demand (no pool: the whole device);
-    otherwise the BFC pool is ``XLA_CLIENT_MEM_FRACTION`` (or its old name
-    ``XLA_PYTHON_CLIENT_MEM_FRACTION``) of the device, 75% when neither is set, whether or not
-    ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` defers the allocation. On an attached GPU the runtime's
-    own ``memory_stats()["bytes_limit"]`` replaces this (``device_memory_bytes``).
+    ``XLA_PYTHON_CLIENT_ALLOCATOR=platform`` allocates on demand (the whole device); otherwise the
+    BFC pool is ``XLA_CLIENT_MEM_FRACTION`` (or its old name ``XLA_PYTHON_CLIENT_MEM_FRACTION``)
+    of the device, 75% when neither is set, preallocated or not. On an attached GPU the runtime's
+    ``memory_stats()["bytes_limit"]`` replaces this (``device_memory_bytes``).
 
     Raises:
         ValueError: a fraction that is not a number in (0, 1].
@@ -280,9 +268,8 @@ def host_target(flops_per_s: float, *, dtype: str) -> DeviceTarget:
 
     Returns:
         ``cpu_target`` on a CPU; on an accelerator its memory limit, device count and the measured
-        throughput (efficiency 1: it is a sustained rate) in ``dtype`` and in float32 (measured
-        now when ``dtype`` is another: the VAE decodes in float32), with the v6e SMEM/VMEM when it
-        is one and Hopper's shared memory per thread block when it is an H100 or H200.
+        (sustained: efficiency 1) throughput in ``dtype`` and in float32 (the VAE's; measured now
+        if another), with a v6e's SMEM/VMEM and Hopper's shared memory per thread block.
     """
     device = jax.devices()[0]
     if device.platform == "cpu":

@@ -1,9 +1,5 @@
-"""How fast each kind of work runs on a target, and where each figure comes from.
-
-The time estimate (``evalharness.estimates.workload.estimate_time``) splits a denoising step
-into the transformer's matmuls, dense and sparse self-attention calls, the sparse calls' overhead
-(routing, the head-local permutation, the executor's dispatch), the all-to-all head exchange and
-the ``fsdp`` weight gathers. Each runs at a rate stated here:
+"""How fast each kind of work runs on a target (``workload.estimate_time``'s components), and where
+each figure comes from.
 
 TPU v6e, from the seed's measurements (``evalharness.estimates.seed_measurements``):
 
@@ -13,19 +9,17 @@ TPU v6e, from the seed's measurements (``evalharness.estimates.seed_measurements
   38.87% of pairs, 93.4% of ideal; B2 56.5%, B1 31.8%; our B0 is taken as dense splash;
 - the matmuls: fitted to the seed's dense 720p loop (153.50 s for 40 steps) minus its 40 x 40
   dense attention calls and the all-to-all;
-- the sparse overhead, per element of a sparse call's q (routing and permutation are linear in it):
-  fitted to the seed's aggressive 720p loop (119.86 s);
+- the sparse overhead, per element of a sparse call's q (routing and permutation are linear in
+  it): fitted to the seed's aggressive 720p loop (119.86 s);
 - ICI: 3,584 Gbps per chip (Google Cloud's v6e figure), 448 GB/s, for the all-to-all and gathers.
 
 The seed contradicts itself on the attention share: 40 layers x 78.70 ms is 82% of its 3.84 s
 dense step, while its Table 1 says 55.5% of a block at 720p. These rates follow the kernel table
-and the end-to-end loops (what a user times); the share they imply is printed beside Table 1's.
-The 1080p and 1440p loops were not used to fit anything: they are the check
-(``python -m evalharness.bench.seed_calibration``).
+and the end-to-end loops (what a user times). The 1080p and 1440p loops fit nothing: they are the
+check (``python -m evalharness.bench.seed_calibration``).
 
-Other targets: every rate is the target's stated ``efficiency`` of peak (an assumption, not a
-measurement: no GPU run has calibrated it yet), sparse variants at the ideal, no sparse overhead,
-and NVLink/ICI left out (one device).
+Other targets: every rate is the target's stated ``efficiency`` of peak (an assumption: no GPU run
+has calibrated it), sparse variants at the ideal, no sparse overhead, nothing exchanged.
 """
 
 from __future__ import annotations
@@ -39,7 +33,7 @@ from evalharness.estimates.seed_measurements import (
     SEED_SCHEDULE,
     SEED_SPARSE_LOOP_S,
 )
-from evalharness.estimates.targets import DeviceTarget
+from evalharness.estimates.targets import DeviceTarget, get_target
 from evalharness.estimates.workload import TimeRates, step_work
 from kernels.policy.schedule import SPARSE_VARIANTS
 from models.config import get_transformer_config
@@ -47,13 +41,8 @@ from models.video_geometry import VideoGeometry
 
 # Google Cloud's TPU v6e interchip interconnect: 3,584 Gbps per chip.
 V6E_ICI_BYTES_PER_S = 3584e9 / 8
-# The seed's end-to-end setting: 14B, 40 steps, 8 chips, joint guidance (batch 2), bf16.
-_SEED_STEPS, _SEED_CHIPS, _SEED_BATCH = 40, 8, 2
-
-
-def attention_flops(tokens: int, heads: int, head_dim: int) -> float:
-    """FLOPs of one dense attention call: q k^T and p v, 2 N^2 d each, per head."""
-    return 4.0 * tokens * tokens * head_dim * heads
+# The seed's end-to-end loops: 40 denoising steps.
+_SEED_STEPS = 40
 
 
 def rates_for(target: DeviceTarget) -> TimeRates:
@@ -79,27 +68,15 @@ def rates_for(target: DeviceTarget) -> TimeRates:
 
 @functools.cache
 def _v6e_rates() -> TimeRates:
-    from evalharness.estimates.targets import get_target
-
     peak = get_target("tpu-v6e-8").peak_flops["bfloat16"]
     dense_s = SEED_KERNEL_MS["b0"] / 1e3
-    flops = attention_flops(SEED_KERNEL["tokens"], SEED_KERNEL["heads"], SEED_KERNEL["head_dim"])
+    tokens, heads, head_dim = SEED_KERNEL["tokens"], SEED_KERNEL["heads"], SEED_KERNEL["head_dim"]
+    flops = 4.0 * tokens * tokens * head_dim * heads  # q k^T and p v, 2 N^2 d each per head
     attention = flops / (peak * dense_s)
     ideal = dense_s * SEED_KERNEL["kept"]
     variants = {v: ideal / (SEED_KERNEL_MS[v] / 1e3) for v in SPARSE_VARIANTS}
     variants["b0"] = 1.0
-    # The seed's 720p loops, with the rates above: what remains for the matmuls and the overhead.
-    parts = seed_loop_parts(attention, V6E_ICI_BYTES_PER_S, peak)
-    dense_step = SEED_DENSE_LOOP_S["720p"] / _SEED_STEPS
-    matmul_s = dense_step - parts["dense_attention_s"] - parts["exchange_s"]
-    matmul = parts["matmul_flops"] / (peak * matmul_s)
-    sparse_step = (SEED_SPARSE_LOOP_S["720p"] - parts["dense_steps"] * dense_step) / parts[
-        "sparse_steps"
-    ]
-    kernel = parts["sparse_attention_ideal_s"] / variants["b3"]
-    overhead_s = sparse_step - matmul_s - parts["exchange_s"] - kernel  # per sparse step
-    overhead = overhead_s / parts["sparse_elements"]
-    per_call_ms = 1e3 * overhead_s / parts["calls"]
+    matmul, overhead, per_call_ms = _fit_seed_loops(peak, attention, variants["b3"])
     return TimeRates(
         matmul_efficiency=matmul,
         attention_efficiency=attention,
@@ -127,16 +104,13 @@ def _v6e_rates() -> TimeRates:
     )
 
 
-def seed_loop_parts(
-    attention_efficiency: float, link_bytes_per_s: float, peak: float
-) -> dict[str, float]:
-    """The seed's 720p setting (14B, 8 chips, batch 2, 40 steps) as ``estimate_time`` sees it:
-    the parts ``evalharness.estimates.time_rates`` fits the matmul rate and the sparse overhead
-    to (seconds per step at ``attention_efficiency``, ``link_bytes_per_s`` and a chip's bf16
-    ``peak`` FLOP/s)."""
-    tcfg = get_transformer_config("wan2.1-t2v-14b")
+def _fit_seed_loops(peak: float, attention: float, b3: float) -> tuple[float, float, float]:
+    """What the seed's 720p loops (14B, 8 chips, batch 2, 40 steps, its aggressive schedule) leave
+    for the matmuls and the sparse overhead at the kernels' rates (``attention`` of a chip's bf16
+    ``peak``, B3 at ``b3`` of ideal): the matmuls' fraction of peak, the overhead's seconds per
+    element of a sparse call's q and its milliseconds per call."""
     work = step_work(
-        tcfg,
+        get_transformer_config("wan2.1-t2v-14b"),
         VideoGeometry(81, 720, 1280),
         guidance_batch=2,
         forwards=1,
@@ -145,16 +119,14 @@ def seed_loop_parts(
         dtype="bfloat16",
         gathers=True,
     )
-    attention = work.attention_flops / (peak * attention_efficiency)
-    steps = 40
-    dense_steps = int(SEED_SCHEDULE["first_times_fp"] * steps)
-    return {
-        "matmul_flops": work.matmul_flops,
-        "dense_attention_s": attention,
-        "exchange_s": (work.exchange_bytes + work.gather_bytes) / link_bytes_per_s,
-        "dense_steps": dense_steps,
-        "sparse_steps": steps - dense_steps,
-        "sparse_attention_ideal_s": attention * SEED_KERNEL["kept"],
-        "sparse_elements": work.qkv_elements,
-        "calls": work.calls,
-    }
+    attention_s = work.attention_flops / (peak * attention)
+    exchange_s = (work.exchange_bytes + work.gather_bytes) / V6E_ICI_BYTES_PER_S
+    dense_steps = int(SEED_SCHEDULE["first_times_fp"] * _SEED_STEPS)
+    dense_step = SEED_DENSE_LOOP_S["720p"] / _SEED_STEPS
+    matmul_s = dense_step - attention_s - exchange_s
+    sparse_steps = _SEED_STEPS - dense_steps
+    sparse_step = (SEED_SPARSE_LOOP_S["720p"] - dense_steps * dense_step) / sparse_steps
+    kernel = attention_s * SEED_KERNEL["kept"] / b3
+    overhead_s = sparse_step - matmul_s - exchange_s - kernel  # per sparse step
+    matmul = work.matmul_flops / (peak * matmul_s)
+    return matmul, overhead_s / work.qkv_elements, 1e3 * overhead_s / work.calls

@@ -1,12 +1,11 @@
 """The real TPU compiler on a machine without a TPU: compile for a topology that is not attached.
 
 With libtpu installed (the ``tpu`` extra), ``jax.experimental.topologies.get_topology_desc``
-describes a TPU slice (``v6e:2x4``: 8 chips of kind "TPU v6 lite") whose devices JAX can compile
-for but not run on; ``jax.jit(f).lower(<ShapeDtypeStructs placed on one of them>).compile()``
-runs XLA's TPU compiler and Mosaic (Pallas kernels: SMEM and VMEM are allocated here), and
-``memory_analysis()`` gives the TPU program's arguments, outputs, temporaries and code. This is
-the ahead-of-time route of MaxText's ``train_compile.py`` and axlearn's
-``run_aot_compilation.py``.
+describes a TPU slice (``v6e:2x4``: 8 chips of kind "TPU v6 lite") that JAX can compile for but
+not run on; ``jax.jit(f).lower(<ShapeDtypeStructs placed on one of its chips>).compile()`` runs
+XLA's TPU compiler and Mosaic (Pallas kernels' SMEM and VMEM are allocated here), and
+``memory_analysis()`` gives the program's sizes: the ahead-of-time route of MaxText's
+``train_compile.py`` and axlearn's ``run_aot_compilation.py``.
 
 libtpu must not initialise a TPU or query a cloud metadata server here: :func:`topology_compiler`
 refuses unless ``JAX_PLATFORMS`` leaves the TPU out and ``TPU_SKIP_MDS_QUERY=1`` is set
@@ -37,7 +36,7 @@ class TpuCompiler:
         topology: the topology name (``v6e:2x4``).
         device_kind: what JAX calls its chips ("TPU v6 lite").
         chips: chips in the topology.
-        libtpu_version: the installed libtpu's version.
+        libtpu_version: the installed version of the distribution that compiles.
         device: the chip a per-chip program is compiled for.
         devices: every chip of the topology (a mesh over them compiles the collectives).
         toolchain: what compiles: ``libtpu`` (XLA's TPU compiler and Mosaic), or
@@ -127,19 +126,24 @@ def topology_compiler(topology: str) -> TpuCompiler:
 def _describe(topology: str) -> TpuCompiler:
     from jax.experimental import topologies
 
-    kind, _, shape = topology.partition(":")
     extra = {}
-    if shape == "1x1":  # one chip: no host bounds to infer
+    if topology.partition(":")[2] == "1x1":  # one chip: no host bounds to infer
         extra = dict(chips_per_host_bounds=(1, 1, 1), num_slices=1)
     desc = topologies.get_topology_desc(platform="tpu", topology_name=topology, **extra)
-    devices = list(desc.devices)
+    return compiler_of(topology, desc.devices, "libtpu")
+
+
+def compiler_of(topology: str, devices: Any, distribution: str) -> TpuCompiler:
+    """The ``TpuCompiler`` of a compile-only topology's ``devices``, compiled by ``distribution``."""
+    devices = tuple(devices)
     return TpuCompiler(
         topology=topology,
         device_kind=devices[0].device_kind,
         chips=len(devices),
-        libtpu_version=importlib.metadata.version("libtpu"),
+        libtpu_version=importlib.metadata.version(distribution),
         device=devices[0],
-        devices=tuple(devices),
+        devices=devices,
+        toolchain=distribution,
     )
 
 
@@ -178,9 +182,6 @@ def compile_for(device: Any, fn: Callable[..., Any], *args: Any) -> CompiledProg
             this host's default device, the arguments as given.
         fn: the function.
         *args: its abstract arguments (pytrees of ``ShapeDtypeStruct``).
-
-    Returns:
-        The compiler's figures.
     """
     placed = args if device is None else on_device(args, device)
     return compile_program(lambda: jax.jit(fn).lower(*placed).compile())[1]

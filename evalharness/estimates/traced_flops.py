@@ -1,12 +1,10 @@
 """FLOPs of a function's convolutions and matrix products, counted from its traced program.
 
-Backend-free: the count reads the jaxpr, so it is the same on a CPU, a GPU or a TPU host, before
-anything is compiled. (XLA's own pre-compile count, ``Lowered.cost_analysis``, exists only on
-backends outside the PJRT plugin interface: CUDA's plugin returns none, and XLA's GPU compiler
-counts no FLOPs for the VAE's convolutions after compiling.) Two FLOPs per multiply-add, the taps
-on a convolution's implicit padding included (Wan's causal convolutions pad explicitly);
-elementwise work (norms, activations) is left out: in a convolutional decoder it is under 1% of the
-total (tested against XLA's CPU count).
+Reading the jaxpr gives the same count on every backend before anything compiles (XLA's
+``Lowered.cost_analysis`` exists only outside the PJRT plugins: CUDA's returns none, and XLA's GPU
+compiler counts no FLOPs for the VAE's convolutions). Two FLOPs per multiply-add, a convolution's
+implicit padding taps included (Wan's causal convolutions pad explicitly); elementwise work is left
+out: under 1% of a convolutional decoder (tested against XLA's CPU count).
 """
 
 from __future__ import annotations
@@ -61,13 +59,8 @@ def _jaxpr_flops(jaxpr: jex_core.Jaxpr) -> float:
 
 def _sub_jaxprs(params: dict[str, Any]) -> list[jex_core.Jaxpr]:
     """The programs nested in an equation's parameters (jit, remat, custom_jvp/vjp bodies)."""
-    found = []
-    for value in params.values():
-        if isinstance(value, jex_core.ClosedJaxpr):
-            found.append(value.jaxpr)
-        elif isinstance(value, jex_core.Jaxpr):
-            found.append(value)
-    return found
+    nested = [v for v in params.values() if isinstance(v, jex_core.ClosedJaxpr | jex_core.Jaxpr)]
+    return [v.jaxpr if isinstance(v, jex_core.ClosedJaxpr) else v for v in nested]
 
 
 def _conv_flops(eqn: Any) -> float:

@@ -1,9 +1,8 @@
-"""How long a comparison takes on a device: bytes and time by component.
+"""How long a comparison takes on a device: seconds by component and arm.
 
-``estimate_time`` turns the architecture's counts (``evalharness.estimates.flops``) into minutes
-on a ``evalharness.estimates.targets.DeviceTarget``, per arm and component, for one denoising
-step on one device, at the rates of ``evalharness.estimates.time_rates`` (each with
-its source):
+``estimate_time`` turns the architecture's counts (``evalharness.estimates.flops``) into seconds
+of one denoising step on one device of a ``DeviceTarget``, at the rates of
+``evalharness.estimates.time_rates`` (each with its source):
 
 - transformer matmuls: everything but self-attention, split over P devices, at the matmul rate,
   or the HBM roofline when that is slower (every weight once per forward, and each block's main
@@ -11,17 +10,15 @@ its source):
 - self-attention: dense calls at the dense executor's rate; sparse calls over the pairs the plan
   executes (visited tiles, masked work and padding included), at the variant's fraction of
   ideal; heads padded to a multiple of P count as computed;
-- sparse overhead: routing, permutation and dispatch of each sparse call, linear in the call's q
-  (batch x N x heads on the device x head_dim);
-- exchange: the all-to-all (q, k, v and the output, [B, N / P, H_pad, D] each per layer) and,
-  for checkpoint models on several devices ("fsdp"), the weights gathered once per forward, at
-  the interconnect's bandwidth, not overlapped with compute.
+- sparse overhead: routing, permutation and dispatch, linear in the call's q;
+- exchange: the all-to-all (q, k, v and the output, [B, N / P, H_pad, D] each per layer) and, under
+  "fsdp" on several devices, the weights gathered once per forward, at the interconnect's
+  bandwidth, not overlapped with compute.
 
-Runs per arm follow ``evalharness.run``: the dense arm warm-up + ``warm_runs`` timed runs, the
-noise floor the same (it is the second dense control), the sparse arm warm-up + ``warm_runs`` + one
-routing-recording run, every (prompt, seed) pair. The work outside the loops (weight loading,
-text encoding, VAE decodes, the host's encodes and quality) is ``evalharness.estimates.run_time``'s,
-attached to the estimate as its ``once`` rows; compilation is in neither.
+Runs per arm follow ``evalharness.run``: warm-up + ``warm_runs`` timed runs (the noise floor too),
+one more routing-recording run for the sparse arm, every (prompt, seed) pair. The work outside the
+loops is ``evalharness.estimates.run_time``'s (the estimate's ``once`` rows); compilation is in
+neither.
 """
 
 from __future__ import annotations
@@ -148,8 +145,7 @@ def step_work(
 
 
 def _itemsize(key: str, name: str) -> int:
-    """Bytes per element of the dtype config key ``key`` names; an unknown name's error names
-    the key."""
+    """Bytes per element of the dtype named by config key ``key`` (errors name the key)."""
     try:
         return dtype_of(name).itemsize
     except ValueError as error:
@@ -161,15 +157,14 @@ class TimeEstimate:
     """Minutes per arm on a target, component by component.
 
     Attributes:
-        assumption: the device figures used (``DeviceTarget.assumption``).
+        assumption: the device figures used, in words.
         seconds: component -> arm -> seconds of one denoising step on one device.
         sources: component -> where its rate comes from.
         bound: arm -> "compute" or "memory": the matmuls' roofline side.
         runs: arm -> loop executions per pair (warm-up, timed and recording runs).
         steps: denoising steps per run.
         once: row -> column (an arm, or ``shared``) -> seconds of the run's work outside the
-            loops, every pair included (``evalharness.estimates.run_time``); empty when not
-            estimated.
+            loops, every pair included (``evalharness.estimates.run_time``; empty if not estimated).
         once_sources: row -> where its rate comes from.
         pairs: (prompt, seed) pairs; every pair runs every arm's loops.
     """
@@ -190,19 +185,19 @@ class TimeEstimate:
         return {arm: sum(row[arm] for row in self.seconds.values()) for arm in self.runs}
 
     def once_seconds(self, column: str) -> float:
-        """Seconds of the run's work outside the loops charged to ``column`` (an arm or
-        ``shared``)."""
+        """Seconds of the work outside the loops charged to ``column`` (an arm or ``shared``)."""
         return sum(row.get(column, 0.0) for row in self.once.values())
+
+    def _loops_seconds(self) -> dict[str, float]:
+        """Arm -> seconds of all its loop runs, every pair."""
+        step = self.step_seconds
+        return {arm: self.pairs * self.steps * self.runs[arm] * step[arm] for arm in self.runs}
 
     @property
     def minutes(self) -> dict[str, float]:
         """Arm -> minutes of all its loop runs (every pair) and its own work outside them."""
-        step = self.step_seconds
-        return {
-            arm: (self.pairs * self.steps * self.runs[arm] * step[arm] + self.once_seconds(arm))
-            / 60.0
-            for arm in self.runs
-        }
+        loops = self._loops_seconds()
+        return {arm: (loops[arm] + self.once_seconds(arm)) / 60.0 for arm in self.runs}
 
     @property
     def shared_minutes(self) -> float:
@@ -260,9 +255,7 @@ class TimeEstimate:
     def _run_markdown(self) -> str:
         """The whole run by arm: loops (every pair), the work outside them, minutes."""
         arms = list(self.runs)
-        step = self.step_seconds
-        loops = {a: self.pairs * self.steps * self.runs[a] * step[a] for a in arms}
-        rows = [{"row": "denoising loops", **loops, "shared": 0.0}]
+        rows = [{"row": "denoising loops", **self._loops_seconds(), "shared": 0.0}]
         rows += [{"row": name, **by_column} for name, by_column in self.once.items()]
         minutes = {**self.minutes, "shared": self.shared_minutes}
         rows.append({"row": "**minutes**", **minutes})
@@ -282,12 +275,8 @@ def _padding_source(tcfg: WanTransformerConfig, devices: int) -> dict[str, str]:
     padded = padded_heads(heads, devices)
     if padded == heads:
         return {}
-    return {
-        "heads": (
-            f"{heads} heads padded to {padded} for {devices} devices: self-attention and the "
-            f"exchange count {padded} ({padded / heads - 1:+.0%})"
-        )
-    }
+    note = f"{heads} heads padded to {padded} for {devices} devices: self-attention and the "
+    return {"heads": note + f"exchange count {padded} ({padded / heads - 1:+.0%})"}
 
 
 def _slug(name: str) -> str:
@@ -344,9 +333,6 @@ def estimate_time(
         gathers: weights gathered per forward ("fsdp": checkpoint models on several devices).
         rates: the rates of the target's work (``evalharness.estimates.time_rates.rates_for``).
         pairs: (prompt, seed) pairs; each runs every arm's loops.
-
-    Returns:
-        The ``TimeEstimate``.
     """
     p = devices or target.devices
     work = step_work(
@@ -412,7 +398,7 @@ def roofline(
 
 
 def _flop_rate(flops_per_s: float) -> str:
-    """A peak as TFLOP/s, or GFLOP/s below one TFLOP/s (a CPU's 0.15 TFLOP/s read "0" before)."""
+    """A peak as TFLOP/s, or GFLOP/s below one TFLOP/s (a CPU's)."""
     if flops_per_s >= 1e12:
         return f"{flops_per_s / 1e12:,.0f} TFLOP/s"
     return f"{flops_per_s / 1e9:,.0f} GFLOP/s"

@@ -159,7 +159,6 @@ def test_routing_formula_bounds_xla_plan(dtype):
         head_dim=d,
         samples=r,
         devices=1,
-        dtype_bytes=jnp.dtype(dtype).itemsize,
     )
     assert 0.75 * predicted <= compiled <= predicted * 1.05
 
