@@ -25,8 +25,7 @@ from evalharness.tracking.mlflow_client import (
     start_tags,
 )
 from evalharness.tracking.multihost import to_host
-from evalharness.tracking.probe import TrackingUnavailable, check_tracking
-from evalharness.tracking.reading import existing_store
+from evalharness.tracking.probe import TrackingUnavailable, check_tracking, existing_store
 from evalharness.tracking.redaction import (
     redact_logs,
     redacted,
