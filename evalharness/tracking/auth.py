@@ -182,26 +182,6 @@ def server_env(config: Path, admin: Credentials) -> dict[str, str]:
     }
 
 
-def ensure_postgres_database(database_uri: str, name: str) -> str:
-    """The SQLAlchemy URI (same user and password) of database ``name`` on ``database_uri``'s
-    PostgreSQL server, created unless it exists (users and permissions live apart from runs)."""
-    import sqlalchemy
-
-    url = sqlalchemy.engine.make_url(database_uri)
-    engine = sqlalchemy.create_engine(url, isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as conn:
-            found = conn.execute(
-                sqlalchemy.text("SELECT 1 FROM pg_database WHERE datname = :name"), {"name": name}
-            ).first()
-            if found is None:
-                quoted = conn.dialect.identifier_preparer.quote(name)
-                conn.execute(sqlalchemy.text(f"CREATE DATABASE {quoted}"))
-    finally:
-        engine.dispose()
-    return url.set(database=name).render_as_string(hide_password=False)
-
-
 def check_admin(url: str, admin: Credentials, source: Path) -> None:
     """Signs in to the server at ``url`` as ``admin`` and checks it is an admin.
 

@@ -21,7 +21,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from urllib.parse import quote
 
@@ -207,7 +207,11 @@ class _Postgres:
 
 @contextlib.contextmanager
 def postgres_server(
-    folder: Path, *, database: str = "mlflow", pg_user: str | None = None
+    folder: Path,
+    *,
+    database: str = "mlflow",
+    pg_user: str | None = None,
+    more_databases: Sequence[str] = (),
 ) -> Iterator[str]:
     """A PostgreSQL server with its data under ``folder/postgres``, on 127.0.0.1.
 
@@ -215,6 +219,7 @@ def postgres_server(
         folder: where the cluster (``postgres/``) and its password file live; reused when they
             exist.
         database: the database to create (letters, digits, underscores).
+        more_databases: other databases to create beside it (on the same URI but its name).
         pg_user: the user PostgreSQL runs as when we are root (default ``postgres``, else
             ``nobody``).
 
@@ -228,8 +233,9 @@ def postgres_server(
         RuntimeError: a PostgreSQL tool failed (its message and the server log's tail included).
         ValueError: ``database`` is not a plain name.
     """
-    if not re.fullmatch(r"[A-Za-z_]\w*", database, flags=re.ASCII):
-        raise ValueError(f"database name {database!r}: use letters, digits and underscores")
+    for name in (database, *more_databases):
+        if not re.fullmatch(r"[A-Za-z_]\w*", name, flags=re.ASCII):
+            raise ValueError(f"database name {name!r}: use letters, digits and underscores")
     folder = Path(folder).resolve()
     folder.mkdir(parents=True, exist_ok=True)
     pg = _Postgres(folder, pg_user)
@@ -240,7 +246,8 @@ def postgres_server(
         # Inside the try: a Ctrl-C while pg_ctl waits may leave a started server to stop. Any
         # server on this folder now is ours (refuse_if_running).
         pg.start(port)
-        pg.ensure_database(database, port, password)
+        for name in (database, *more_databases):
+            pg.ensure_database(name, port, password)
         yield f"postgresql+psycopg://{PG_SUPERUSER}:{quote(password, safe='')}@127.0.0.1:{port}/{database}"
     finally:
         pg.stop()

@@ -29,22 +29,26 @@ from evalharness.tracking.store import (
 
 PROBE_TIMEOUT_S = 5
 PROBE_RETRIES = 1
-SERVER_FIX = (
-    "check the host, port and credentials in logger.tracking_uri (a server that asks for a login "
-    "reads MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN), start "
-    "the server (for local development `python -m evalharness.tracking.server` starts one on "
-    "PostgreSQL and prints its URI), or run with logger=none"
-)
-POSTGRES_FIX = (
-    "check the host, port, database name and credentials in logger.tracking_uri (PostgreSQL: "
-    "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DATABASE, or the password kept out of the URI "
-    "in PGPASSWORD or a PGPASSFILE password file; the database made with createdb), point it at "
-    "an MLflow server (http://HOST:PORT), or run with logger=none"
-)
-DATABASE_FIX = (
-    "check the host, port, database name and credentials in logger.tracking_uri, point it at an "
-    "MLflow server (http://HOST:PORT), or run with logger=none"
-)
+# The fix for a store that cannot be used, by its kind (sqlite's names its file: fix_for).
+FIXES = {
+    "server": (
+        "check the host, port and credentials in logger.tracking_uri (a server that asks for a "
+        "login reads MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or "
+        "MLFLOW_TRACKING_TOKEN), start the server (for local development `python -m "
+        "evalharness.tracking.server` starts one on PostgreSQL and prints its URI), or run with "
+        "logger=none"
+    ),
+    "postgresql": (
+        "check the host, port, database name and credentials in logger.tracking_uri (PostgreSQL: "
+        "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DATABASE, or the password kept out of the "
+        "URI in PGPASSWORD or a PGPASSFILE password file; the database made with createdb), point "
+        "it at an MLflow server (http://HOST:PORT), or run with logger=none"
+    ),
+    "database": (
+        "check the host, port, database name and credentials in logger.tracking_uri, point it at "
+        "an MLflow server (http://HOST:PORT), or run with logger=none"
+    ),
+}
 OTHER_FIX = (
     "correct logger.tracking_uri (sqlite:///PATH/mlflow.db, http://HOST:PORT or "
     "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DATABASE), or run with logger=none"
@@ -62,11 +66,7 @@ def fix_for(uri: str) -> str:
             f"check that {db or uri} is an MLflow sqlite database (or absent, to be created) and "
             f"that its folder is writable: {writable_path_fix(folder)}"
         )
-    return {
-        "server": SERVER_FIX,
-        "postgresql": POSTGRES_FIX,
-        "database": DATABASE_FIX,
-    }.get(kind, OTHER_FIX)
+    return FIXES.get(kind, OTHER_FIX)
 
 
 def check_tracking(
@@ -100,9 +100,8 @@ def check_tracking(
             _check_default_store(sqlite_file(tracking_uri))
             return
         shown = f"{tracking_uri} (the default store, under output_root)"
-    db = sqlite_file(tracking_uri)
-    if db is not None:
-        _check_sqlite_path(db, shown)
+    if sqlite_file(tracking_uri) is not None:
+        _check_sqlite_path(sqlite_file(tracking_uri), shown)
     is_database = store_kind(tracking_uri) in ("sqlite", "postgresql", "database")
     if is_database:
         _check_database(tracking_uri, shown)

@@ -186,10 +186,14 @@ def _serve(args: argparse.Namespace) -> int:
     folder = args.folder.resolve()
     admin_file = (args.admin_credentials or folder / auth.ADMIN_FILE).resolve()
     admin = auth.ensure_admin_credentials(admin_file)[0] if args.auth else None
-    with postgres_server(folder, database=args.database, pg_user=args.pg_user) as db_uri:
+    # Users and permissions live apart from the runs, in a second database of the same server.
+    users = (f"{args.database}_auth",) if admin is not None else ()
+    with postgres_server(
+        folder, database=args.database, pg_user=args.pg_user, more_databases=users
+    ) as db_uri:
         auth_env = None
         if admin is not None:
-            users_db = auth.ensure_postgres_database(db_uri, f"{args.database}_auth")
+            users_db = f"{db_uri.rsplit('/', 1)[0]}/{users[0]}"  # the same user and password
             config = auth.write_auth_config(
                 folder / auth.AUTH_CONFIG_FILE, users_db, admin.username, args.default_permission
             )
