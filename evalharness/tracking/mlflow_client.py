@@ -1,7 +1,5 @@
-"""Experiment tracking behind one small interface: MLflow, or nothing.
-
-The run loop only calls :class:`Tracker` methods, so tracking is never wired into the core loop, and
-``logger=none`` runs the same code without a server or database.
+"""Experiment tracking behind one small interface, :class:`Tracker`: MLflow, or nothing
+(``logger=none`` runs the same code without a server or database).
 """
 
 from __future__ import annotations
@@ -24,12 +22,7 @@ from evalharness.exit_codes import Terminated
 from evalharness.machine import machine_summary
 from evalharness.tracking.redaction import redacted
 from evalharness.tracking.store import default_store_uri, open_client
-from evalharness.tracking.ui_view import (
-    HEADLINE_VIEW,
-    RUN_KIND_TAG,
-    SHARED_VIEW_TAG,
-    headline_view_state,
-)
+from evalharness.tracking.ui_view import HEADLINE_VIEW_TAG, RUN_KIND_TAG, headline_view_state
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -191,8 +184,8 @@ def ensure_experiment(
         # model runs (metrics, params, artifacts), its "model development" view.
         _set_experiment_tag(client, experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
     view = headline_view_state()
-    if tags.get(SHARED_VIEW_TAG + HEADLINE_VIEW) != view:
-        _set_experiment_tag(client, experiment_id, SHARED_VIEW_TAG + HEADLINE_VIEW, view)
+    if tags.get(HEADLINE_VIEW_TAG) != view:
+        _set_experiment_tag(client, experiment_id, HEADLINE_VIEW_TAG, view)
     return experiment_id
 
 
@@ -213,8 +206,7 @@ class MlflowTracker:
 
     Args:
         tracking_uri: any MLflow tracking URI (sqlite, http server, ...).
-        experiment_name: created on first use, with artifacts under ``artifact_root`` for local
-            stores.
+        experiment_name: created on first use.
         run_name: the run's display name.
         artifact_root: artifact folder for a newly created experiment on a local store.
     """
@@ -234,8 +226,8 @@ class MlflowTracker:
         ).info.run_id
 
     def child(self, run_name: str) -> MlflowTracker:
-        """A run nested under this one (MLflow's ``mlflow.parentRunId`` tag), in the same
-        experiment, so the UI lists a suite's pairs under their parent run."""
+        """A run nested under this one (``mlflow.parentRunId``): the UI lists a suite's pairs
+        under their parent run."""
         nested = copy.copy(self)
         run = self.client.create_run(
             self.experiment_id, run_name=run_name, tags={"mlflow.parentRunId": self.run_id}

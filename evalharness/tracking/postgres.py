@@ -26,7 +26,6 @@ from pathlib import Path
 from urllib.parse import quote
 
 PG_SUPERUSER = "evalharness"
-INSTALL_HINT = "install PostgreSQL (Debian: apt-get install postgresql)"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -37,8 +36,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def postgres_bin_dir() -> Path:
-    """The folder of PostgreSQL's server tools: the one of ``initdb`` on ``PATH``, else the newest
-    of Debian's ``/usr/lib/postgresql/<version>/bin`` (Debian keeps them off ``PATH``).
+    """The folder of PostgreSQL's server tools: ``initdb``'s on ``PATH``, else the newest of
+    Debian's ``/usr/lib/postgresql/<version>/bin`` (off ``PATH``).
 
     Raises:
         FileNotFoundError: PostgreSQL is not installed; the message says how to install it.
@@ -49,7 +48,8 @@ def postgres_bin_dir() -> Path:
     found = [p.parent for p in Path("/usr/lib/postgresql").glob("*/bin/initdb")]
     if not found:
         raise FileNotFoundError(
-            f"PostgreSQL's initdb is not on PATH nor under /usr/lib/postgresql: {INSTALL_HINT}"
+            "PostgreSQL's initdb is not on PATH nor under /usr/lib/postgresql: install PostgreSQL "
+            "(Debian: apt-get install postgresql)"
         )
     return max(found, key=lambda p: tuple(int(part) for part in re.findall(r"\d+", p.parent.name)))
 
@@ -175,8 +175,8 @@ class _Postgres:
             )
 
     def refuse_if_running(self) -> None:
-        """Fails when a server already runs on this data folder (started elsewhere): this helper
-        then neither starts a second one nor, on its way out, stops that one."""
+        """Fails when a server (started elsewhere) already runs on this data folder, which this
+        helper must neither start twice nor stop on its way out."""
         status = self.run("pg_ctl", "status", "-D", str(self.data), check=False)
         if status.returncode == 0:
             raise RuntimeError(

@@ -249,8 +249,7 @@ def _add_user(args: argparse.Namespace) -> int:
     """The add-user command: the new password from standard input, never the command line."""
     source = args.admin_file.resolve()
     admin = auth.read_credentials(source)
-    password = _read_new_password(args.username)
-    user = auth.Credentials(args.username, password)
+    user = auth.Credentials(args.username, _read_new_password(args.username))
     auth.add_user(args.tracking_uri, admin, source, user)
     print(f"added user {args.username!r} on {redacted(args.tracking_uri)}")
     return 0

@@ -18,6 +18,7 @@ SEARCH_KIND = "search"  # the parent run of ``python -m evalharness.search``
 # other search parameter or MLflow ignores it) carries the filter, the sort and the columns.
 SHARED_VIEW_TAG = "mlflow.sharedViewState."
 HEADLINE_VIEW = "harness-headline"
+HEADLINE_VIEW_TAG = SHARED_VIEW_TAG + HEADLINE_VIEW
 HEADLINE_COLUMNS = (
     Metric.SPEEDUP,
     Metric.PSNR_DB,
