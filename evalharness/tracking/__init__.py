@@ -1,9 +1,7 @@
-"""Who records the run: the MLflow client (or nothing), the probe that refuses an unusable
-tracking store in seconds, a new store created once when runs start together, the store a reader
-opens (never created), closing a run a killed process left open, a local MLflow server on
-PostgreSQL, which process of a multi-host run owns the folder, the MLflow run and the videos,
-and the one rule that hides a tracking URI's password from everything written down
-(``redaction``).
+"""Who records the run: the MLflow client (or nothing), the probe that refuses an unusable store
+in seconds, stores created once and opened safely, closing runs a killed process left open, a
+local MLflow server on PostgreSQL, which process of a multi-host run writes, and the one rule
+that hides a tracking URI's password from everything written down (``redaction``).
 """
 
 from evalharness.tracking import multihost
@@ -25,8 +23,7 @@ from evalharness.tracking.mlflow_client import (
     start_tags,
 )
 from evalharness.tracking.multihost import to_host
-from evalharness.tracking.probe import TrackingUnavailable, check_tracking
-from evalharness.tracking.reading import existing_store
+from evalharness.tracking.probe import TrackingUnavailable, check_tracking, existing_store
 from evalharness.tracking.redaction import (
     redact_logs,
     redacted,

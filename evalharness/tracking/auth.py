@@ -1,21 +1,13 @@
 """Authentication for the shared tracking server, on MLflow's own basic-auth app.
 
-``mlflow server --app-name basic-auth`` asks every request for a user name and password (HTTP
-basic auth) and keeps its users and their permissions in a database of its own, named in an INI
-file that ``MLFLOW_AUTH_CONFIG_PATH`` points at (MLflow's ``basic_auth.ini`` format). This module
-writes that file, keeps the admin's credentials in a file of their own, and adds users through
-MLflow's ``AuthServiceClient``:
-
-- the admin credentials file holds one line ``USERNAME:PASSWORD`` (mode 0600; a file that other
-  users can read is refused). A missing one is created with the user ``admin`` and a random
-  password. The password reaches ``mlflow server`` in its environment
-  (``MLFLOW_AUTH_ADMIN_PASSWORD``), never on a command line, and is never printed; MLflow uses it
-  to create the admin on the first start of an empty user database.
-- a new user's password is read from standard input (a prompt on a terminal), never from the
-  command line.
-
-Clients (the harness, the gate, the search, ``reports``) send credentials through MLflow's own
-``MLFLOW_TRACKING_USERNAME`` and ``MLFLOW_TRACKING_PASSWORD``.
+``mlflow server --app-name basic-auth`` asks every request for a user name and password and keeps
+users and permissions in a database of its own, named in the INI file ``MLFLOW_AUTH_CONFIG_PATH``
+points at (:func:`write_auth_config`). The admin's credentials file holds one line
+``USERNAME:PASSWORD`` (mode 0600; a file others can read is refused; a missing one is created
+with user ``admin`` and a random password). That password reaches ``mlflow server`` only in its
+environment, never a command line nor the console; MLflow creates the admin with it on an empty
+user database. A new user's password is read from standard input, never the command line.
+Clients send credentials in MLflow's ``MLFLOW_TRACKING_USERNAME`` and ``MLFLOW_TRACKING_PASSWORD``.
 """
 
 from __future__ import annotations
@@ -29,12 +21,10 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from evalharness.tracking.store import environment
-
-if TYPE_CHECKING:
-    from evalharness.tracking.store import TrackingUnavailable
+from evalharness.tracking.redaction import redacted
+from evalharness.tracking.store import TrackingUnavailable, bounded_http, environment
 
 AUTH_APP = "basic-auth"
 ADMIN_FILE = "admin.credentials"
@@ -62,8 +52,7 @@ def check_exposure(host: str, auth: bool) -> None:
     """Refuses to serve beyond this machine without authentication.
 
     Raises:
-        ValueError: ``host`` is not a loopback address and ``auth`` is False; the message names
-            both settings that fix it.
+        ValueError: ``host`` is not a loopback address and ``auth`` is False.
     """
     if auth or is_loopback(host):
         return
@@ -150,17 +139,17 @@ def ensure_admin_credentials(path: Path) -> tuple[Credentials, bool]:
 def write_auth_config(
     path: Path, database_uri: str, admin: str, default_permission: str = DEFAULT_PERMISSION
 ) -> Path:
-    """Writes MLflow's basic-auth config (its ``basic_auth.ini`` format, mode 0600: the user
-    database's URI may hold a password).
+    """Writes MLflow's basic-auth config to ``path`` (its ``basic_auth.ini`` format, replaced,
+    mode 0600: the user database's URI may hold a password) and returns ``path``.
 
     Args:
-        path: the file to write (replaced when it exists).
+        path: the file to write.
         database_uri: the SQLAlchemy URI of the users and permissions database.
         admin: the admin's user name (the password goes in the server's environment).
         default_permission: what every signed-in user may do on others' experiments.
 
-    Returns:
-        ``path``.
+    Raises:
+        ValueError: ``default_permission`` is not one of :data:`PERMISSIONS`.
     """
     if default_permission not in PERMISSIONS:
         raise ValueError(
@@ -186,50 +175,11 @@ def server_env(config: Path, admin: Credentials) -> dict[str, str]:
     """The environment ``mlflow server --app-name basic-auth`` reads its auth settings from: the
     config file, the admin's password (used to create the admin on a new user database) and the
     key that signs the sign-up page's CSRF tokens (one per start, shared by its workers)."""
-    from mlflow.environment_variables import (
-        MLFLOW_AUTH_ADMIN_PASSWORD,
-        MLFLOW_AUTH_CONFIG_PATH,
-        MLFLOW_FLASK_SERVER_SECRET_KEY,
-    )
-
     return {
-        MLFLOW_AUTH_CONFIG_PATH.name: str(config),
-        MLFLOW_AUTH_ADMIN_PASSWORD.name: admin.password,
-        MLFLOW_FLASK_SERVER_SECRET_KEY.name: secrets.token_hex(32),
+        "MLFLOW_AUTH_CONFIG_PATH": str(config),
+        "MLFLOW_AUTH_ADMIN_PASSWORD": admin.password,
+        "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(32),
     }
-
-
-@contextlib.contextmanager
-def signed_in(credentials: Credentials) -> Iterator[None]:
-    """MLflow's client credentials (``MLFLOW_TRACKING_USERNAME``/``_PASSWORD``) set to
-    ``credentials`` for the body, restored after (process-wide: for a command's own requests)."""
-    login = {USERNAME_VAR: credentials.username, PASSWORD_VAR: credentials.password}
-    with environment(login):
-        yield
-
-
-def ensure_postgres_database(database_uri: str, name: str) -> str:
-    """Database ``name`` beside the one ``database_uri`` names, on the same PostgreSQL server,
-    created unless it exists (the users and permissions live apart from the runs).
-
-    Returns:
-        Its SQLAlchemy URI (the same user and password).
-    """
-    import sqlalchemy
-
-    url = sqlalchemy.engine.make_url(database_uri)
-    engine = sqlalchemy.create_engine(url, isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as conn:
-            found = conn.execute(
-                sqlalchemy.text("SELECT 1 FROM pg_database WHERE datname = :name"), {"name": name}
-            ).first()
-            if found is None:
-                quoted = conn.dialect.identifier_preparer.quote(name)
-                conn.execute(sqlalchemy.text(f"CREATE DATABASE {quoted}"))
-    finally:
-        engine.dispose()
-    return url.set(database=name).render_as_string(hide_password=False)
 
 
 def check_admin(url: str, admin: Credentials, source: Path) -> None:
@@ -241,19 +191,19 @@ def check_admin(url: str, admin: Credentials, source: Path) -> None:
     """
     from mlflow.exceptions import MlflowException
 
-    from evalharness.tracking.store import bounded_http
-
     try:
-        with signed_in(admin), bounded_http(1, 10):
-            user = _auth_client(url).get_user(admin.username)
+        with _admin_client(url, admin) as client:
+            user = client.get_user(admin.username)
     except MlflowException as err:
         raise RuntimeError(
-            f"the server at {_shown(url)} refused the admin credentials in {source} ({err.error_code}): "
+            f"the server at {redacted(url)} refused the admin credentials in {source} ({err.error_code}): "
             "the user database keeps the admin password of its first start; put that "
             "password back in the file, or start on a fresh --folder"
         ) from None
     if not user.is_admin:
-        raise RuntimeError(f"user {admin.username!r} in {source} is not an admin on {_shown(url)}")
+        raise RuntimeError(
+            f"user {admin.username!r} in {source} is not an admin on {redacted(url)}"
+        )
 
 
 def add_user(url: str, admin: Credentials, source: Path, user: Credentials) -> None:
@@ -266,40 +216,36 @@ def add_user(url: str, admin: Credentials, source: Path, user: Credentials) -> N
     """
     from mlflow.exceptions import MlflowException
 
-    from evalharness.tracking.store import bounded_http
-
     check_password(user.password, f"the password for {user.username!r}")
     try:
-        with signed_in(admin), bounded_http(1, 10):
-            _auth_client(url).create_user(user.username, user.password)
+        with _admin_client(url, admin) as client:
+            client.create_user(user.username, user.password)
     except MlflowException as err:
         raise ValueError(_add_user_problem(err, url, admin, source, user.username)) from None
 
 
-def _shown(url: str) -> str:
-    """``url`` as messages show it (a password in it hidden)."""
-    from evalharness.tracking.postgres import redacted
-
-    return redacted(url)
-
-
-def _auth_client(url: str) -> Any:
-    """MLflow's client of the basic-auth app's REST API (``AuthServiceClient``)."""
+@contextlib.contextmanager
+def _admin_client(url: str, admin: Credentials) -> Iterator[Any]:
+    """MLflow's client of the basic-auth app's REST API (``AuthServiceClient``), with MLflow's
+    client credentials set to ``admin``'s and its HTTP retries bounded for the body."""
     import warnings
 
-    with warnings.catch_warnings():
-        # Importing MLflow's server package warns about Starlette's WSGI middleware, which a
-        # client never uses.
-        warnings.simplefilter("ignore", UserWarning)
-        from mlflow.server import get_app_client
+    login = {USERNAME_VAR: admin.username, PASSWORD_VAR: admin.password}
+    with environment(login), bounded_http(1, 10):
+        with warnings.catch_warnings():
+            # Importing MLflow's server package warns about Starlette's WSGI middleware, which a
+            # client never uses.
+            warnings.simplefilter("ignore", UserWarning)
+            from mlflow.server import get_app_client
 
-        return get_app_client(AUTH_APP, tracking_uri=url)
+            client = get_app_client(AUTH_APP, tracking_uri=url)
+        yield client
 
 
 def _add_user_problem(err, url: str, admin: Credentials, source: Path, username: str) -> str:
     """Why the server did not add ``username``, with the fix."""
     code = getattr(err, "error_code", "")
-    url = _shown(url)
+    url = redacted(url)
     if code == "UNAUTHENTICATED":
         return (
             f"the server at {url} refused the admin credentials in {source} (401): give the "
@@ -331,8 +277,6 @@ def login_refusal(err: BaseException, shown: str, experiment_name: str) -> Track
         shown: the server's URI, password redacted.
         experiment_name: the experiment the command wanted.
     """
-    from evalharness.tracking.store import TrackingUnavailable
-
     username = os.environ.get(USERNAME_VAR)
     if getattr(err, "error_code", None) == "PERMISSION_DENIED":
         problem = (

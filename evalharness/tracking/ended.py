@@ -1,10 +1,6 @@
-"""Closing an MLflow run that its process left open (killed, machine lost): the run stays
-``RUNNING`` forever otherwise, and a dashboard reads it as still in progress.
-
-The run's next start finds the stale run folder and closes its run with the tracking URI and run
-id the folder recorded (:func:`stale_run_closer`): the URI as written down, its password hidden,
-so the password comes from the starting run's own URI when it names the same store, else from
-the environment (``PGPASSWORD``, ``PGPASSFILE``, ``MLFLOW_TRACKING_PASSWORD``).
+"""Closing an MLflow run that its process left open (killed, machine lost), which a dashboard
+would otherwise read as still in progress: the run's next start finds the stale run folder and
+closes the run it recorded (:func:`stale_run_closer`).
 """
 
 from __future__ import annotations
@@ -13,7 +9,7 @@ import logging
 from collections.abc import Callable
 from typing import Literal
 
-from evalharness.tracking.redaction import connection_uri, redacted
+from evalharness.tracking.redaction import redacted
 from evalharness.tracking.store import bounded_http, open_client, sqlite_file
 
 log = logging.getLogger(__name__)
@@ -30,11 +26,8 @@ MARK_TIMEOUT_S = 10
 
 def mark_run_ended(tracking_uri: str, run_id: str, status: EndedStatus, reason: str) -> bool:
     """Closes run ``run_id`` (and its open child runs: a prompt suite's pairs) as ``status``, with
-    ``reason`` in its ``failure_reason`` tag, if it is still open.
-
-    Never raises for the store's sake: a run already ended, a sqlite store that does not exist
-    (it is not created), a run that is not there or a store that cannot be reached is logged and
-    reported as False, so recovery goes on.
+    ``reason`` in its ``failure_reason`` tag, if it is still open. Never raises for the store's
+    sake (a missing sqlite store is not created): recovery goes on.
 
     Args:
         tracking_uri: the store the run was logged to, with its credentials (or with none, for
@@ -44,8 +37,7 @@ def mark_run_ended(tracking_uri: str, run_id: str, status: EndedStatus, reason: 
         reason: why, e.g. "process 1234 on host-a exited without closing the run".
 
     Returns:
-        True when this call closed the run; False when it was already ended or could not be
-        reached.
+        True when this call closed the run; False when it had ended or could not be reached.
 
     Raises:
         ValueError: ``status`` is not ``FAILED`` or ``KILLED``.
@@ -83,11 +75,13 @@ def mark_run_ended(tracking_uri: str, run_id: str, status: EndedStatus, reason: 
 
 def stale_run_closer(known_uri: str | None) -> Callable[[str, str, EndedStatus, str], bool]:
     """:func:`mark_run_ended` for a run folder's record, whose tracking URI is written down with
-    its password hidden: ``known_uri`` (the starting run's ``logger.tracking_uri``) connects
-    when it names the same store; another store takes its credentials from the environment.
+    its password hidden: ``known_uri`` (the starting run's ``logger.tracking_uri``) connects when
+    it names the same store; another store takes its credentials from the environment
+    (``PGPASSWORD``, ``PGPASSFILE``, ``MLFLOW_TRACKING_PASSWORD``).
     """
 
     def close(shown_uri: str, run_id: str, status: EndedStatus, reason: str) -> bool:
-        return mark_run_ended(connection_uri(shown_uri, known_uri), run_id, status, reason)
+        same_store = known_uri and redacted(known_uri) == shown_uri
+        return mark_run_ended(known_uri if same_store else shown_uri, run_id, status, reason)
 
     return close

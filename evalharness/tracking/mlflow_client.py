@@ -1,12 +1,11 @@
-"""Experiment tracking behind one small interface: MLflow, or nothing.
-
-The run loop only calls :class:`Tracker` methods, so tracking is never wired into the core loop, and
-``logger=none`` runs the same code without a server or database.
+"""Experiment tracking behind one small interface, :class:`Tracker`: MLflow, or nothing
+(``logger=none`` runs the same code without a server or database).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import fnmatch
 import logging
 import os
@@ -23,12 +22,7 @@ from evalharness.exit_codes import Terminated
 from evalharness.machine import machine_summary
 from evalharness.tracking.redaction import redacted
 from evalharness.tracking.store import default_store_uri, open_client
-from evalharness.tracking.ui_view import (
-    HEADLINE_VIEW,
-    RUN_KIND_TAG,
-    SHARED_VIEW_TAG,
-    headline_view_state,
-)
+from evalharness.tracking.ui_view import HEADLINE_VIEW_TAG, RUN_KIND_TAG, headline_view_state
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -40,11 +34,9 @@ log = logging.getLogger(__name__)
 class Tracker(Protocol):
     """What the harness needs from a tracking backend.
 
-    ``tracking_uri`` and ``run_id`` (None without tracking) say where the run is, so a run
-    folder can name it and a later start can close a run its killed process left open
-    (:func:`~evalharness.tracking.ended.mark_run_ended`). ``tracking_uri`` is the store as it may
-    be written down, its password hidden (:func:`~evalharness.tracking.redaction.redacted`); only
-    the tracker's client holds the URI it connects with.
+    ``tracking_uri`` (password hidden: only the tracker's client holds the URI it connects with)
+    and ``run_id`` (None without tracking) let a run folder name the run, so a later start can
+    close a run its killed process left open (:func:`~evalharness.tracking.ended.mark_run_ended`).
     """
 
     tracking_uri: str | None
@@ -52,63 +44,53 @@ class Tracker(Protocol):
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         """Records the run's settings (flat names to values)."""
-        ...
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         """Records numeric metrics; ``step`` places them on a curve (frame, denoising step)."""
-        ...
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         """Sets string tags (environment, gate verdict, error)."""
-        ...
 
     def log_artifacts(self, folder: Path, exclude: Sequence[str] = ()) -> None:
         """Uploads a folder's files, except names matching a shell pattern of ``exclude``."""
-        ...
 
     def finish(self, status: str) -> None:
         """Closes the run as ``FINISHED``, ``FAILED`` or ``KILLED``."""
-        ...
 
     def child(self, run_name: str) -> Tracker:
         """A nested run under this one (a pair of a prompt suite), opened now."""
-        ...
 
 
 class NullTracker:
-    """Tracks nothing; artifacts stay in the run folder."""
+    """Tracks nothing (every method does nothing); artifacts stay in the run folder."""
 
     tracking_uri: str | None = None
     run_id: str | None = None
 
     def log_params(self, params: Mapping[str, Any]) -> None:
-        """Ignores the params."""
+        pass
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-        """Ignores the metrics."""
+        pass
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
-        """Ignores the tags."""
+        pass
 
     def log_artifacts(self, folder: Path, exclude: Sequence[str] = ()) -> None:
-        """Leaves the files where they are."""
+        pass
 
     def finish(self, status: str) -> None:
-        """Nothing to close."""
+        pass
 
     def child(self, run_name: str) -> NullTracker:
-        """Another tracker that tracks nothing."""
         return NullTracker()
 
 
 @contextlib.contextmanager
 def closed_on_error(tracker: Tracker) -> Iterator[Tracker]:
-    """Closes ``tracker``'s run if the body raises: ``KILLED`` on Ctrl-C or SIGTERM, else ``FAILED``, with
-    the exception in an ``error`` tag; the exception then propagates. The body closes the run
-    itself on success.
-
-    A tracking backend that fails while recording the error (a server gone away) is logged and
-    does not replace the body's exception, which says what went wrong first.
+    """Closes ``tracker``'s run if the body raises (``KILLED`` on Ctrl-C or SIGTERM, else
+    ``FAILED``, the exception in an ``error`` tag), then re-raises; on success the body closes it.
+    A backend failing meanwhile (a server gone away) is only logged: the body's error came first.
     """
     try:
         yield tracker
@@ -174,8 +156,8 @@ def ensure_experiment(
 ) -> str:
     """The experiment's id, created (and tagged as a model-development experiment) if missing.
 
-    Creating the store's tables and the experiment once, before several processes log to it
-    (a multirun's jobs), keeps them from racing on a fresh database's schema migration.
+    Creating it once, before several processes log to it (a multirun's jobs), keeps them from
+    racing on a fresh database's schema migration.
 
     Args:
         client: a client of the tracking store.
@@ -194,24 +176,23 @@ def ensure_experiment(
             experiment = client.get_experiment_by_name(experiment_name)
             if experiment is None:
                 raise
-            experiment_id = experiment.experiment_id
-    else:
+    if experiment is not None:
         experiment_id = experiment.experiment_id
-    if experiment is None or EXPERIMENT_KIND_TAG not in experiment.tags:
+    tags = {} if experiment is None else experiment.tags
+    if EXPERIMENT_KIND_TAG not in tags:
         # MLflow 3 opens an experiment without this tag in its GenAI view; ours compares
         # model runs (metrics, params, artifacts), its "model development" view.
         _set_experiment_tag(client, experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
     view = headline_view_state()
-    if experiment is None or experiment.tags.get(SHARED_VIEW_TAG + HEADLINE_VIEW) != view:
-        _set_experiment_tag(client, experiment_id, SHARED_VIEW_TAG + HEADLINE_VIEW, view)
+    if tags.get(HEADLINE_VIEW_TAG) != view:
+        _set_experiment_tag(client, experiment_id, HEADLINE_VIEW_TAG, view)
     return experiment_id
 
 
 def _set_experiment_tag(client: MlflowClient, experiment_id: str, key: str, value: str) -> None:
-    """Sets an experiment tag that several processes may set at once (a multirun's jobs on one
-    server): the store inserts a missing tag, and the second insert of the same key fails on
-    the tag's primary key. The loser reads the tag back; once the row exists, setting it again
-    updates it."""
+    """Sets an experiment tag that several processes may set at once: the second insert of a
+    missing key fails on its primary key, so the loser reads the tag back, and sets it again
+    (an update, now that the row exists) unless it already holds ``value``."""
     try:
         client.set_experiment_tag(experiment_id, key, value)
     except Exception:
@@ -225,8 +206,7 @@ class MlflowTracker:
 
     Args:
         tracking_uri: any MLflow tracking URI (sqlite, http server, ...).
-        experiment_name: created on first use, with artifacts under ``artifact_root`` for local
-            stores.
+        experiment_name: created on first use.
         run_name: the run's display name.
         artifact_root: artifact folder for a newly created experiment on a local store.
     """
@@ -238,35 +218,35 @@ class MlflowTracker:
         run_name: str,
         artifact_root: Path | None = None,
     ) -> None:
-        # A new store is created under a lock: runs starting together would otherwise both
-        # create its tables, and one would fail.
-        self.client = open_client(tracking_uri)
+        self.client = open_client(tracking_uri)  # a new store created once (store.open_client)
         self.tracking_uri: str | None = redacted(tracking_uri)
         self.experiment_id = ensure_experiment(self.client, experiment_name, artifact_root)
-        experiment_id = self.experiment_id
-        run = self.client.create_run(experiment_id, run_name=run_name)
-        self.run_id: str | None = run.info.run_id
+        self.run_id: str | None = self.client.create_run(
+            self.experiment_id, run_name=run_name
+        ).info.run_id
 
     def child(self, run_name: str) -> MlflowTracker:
-        """A run nested under this one (MLflow's ``mlflow.parentRunId`` tag), in the same
-        experiment, so the UI lists a suite's pairs under their parent run."""
-        nested = object.__new__(MlflowTracker)
-        nested.client, nested.tracking_uri = self.client, self.tracking_uri
-        nested.experiment_id = self.experiment_id
+        """A run nested under this one (``mlflow.parentRunId``): the UI lists a suite's pairs
+        under their parent run."""
+        nested = copy.copy(self)
         run = self.client.create_run(
             self.experiment_id, run_name=run_name, tags={"mlflow.parentRunId": self.run_id}
         )
         nested.run_id = run.info.run_id
         return nested
 
+    def _log_batches(self, kind: str, items: list, size: int) -> None:
+        for start in range(0, len(items), size):
+            self.client.log_batch(self.run_id, **{kind: items[start : start + size]})
+
     def log_params(self, params: Mapping[str, Any]) -> None:
-        """Logs params in batches, each value cut to MLflow's length limit, passwords hidden
-        (a tracking URI's among the config's params)."""
+        """Logs params in batches of 100 (MLflow's cap), each value cut to MLflow's 6000
+        characters, passwords hidden (a tracking URI's among the config's params)."""
         from mlflow.entities import Param
 
-        items = [Param(k, _param_text(v)) for k, v in params.items()]
-        for start in range(0, len(items), 100):  # MLflow caps params per batch call at 100
-            self.client.log_batch(self.run_id, params=items[start : start + 100])
+        self._log_batches(
+            "params", [Param(k, redacted(str(v))[:6000]) for k, v in params.items()], 100
+        )
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         """Logs the numeric metrics in batches; None and non-numbers are skipped."""
@@ -275,13 +255,8 @@ class MlflowTracker:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        items = [
-            Metric(k, float(v), now, step or 0)
-            for k, v in metrics.items()
-            if v is not None and _is_number(v)
-        ]
-        for start in range(0, len(items), 1000):
-            self.client.log_batch(self.run_id, metrics=items[start : start + 1000])
+        items = [Metric(k, float(v), now, step or 0) for k, v in metrics.items() if _is_number(v)]
+        self._log_batches("metrics", items, 1000)
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         """Sets the tags, each value cut to MLflow's length limit, passwords hidden."""
@@ -318,11 +293,6 @@ def artifact_files(folder: Path, exclude: Sequence[str] = ()) -> list[Path]:
     return sorted(path for path in folder.rglob("*") if path.is_file() and not excluded(path))
 
 
-def _param_text(value: Any) -> str:
-    text = "None" if value is None else redacted(str(value))
-    return text[:6000]  # MLflow's param value limit
-
-
 def _is_number(value: Any) -> bool:
     try:
         float(value)
@@ -332,10 +302,8 @@ def _is_number(value: Any) -> bool:
 
 
 def finished_runs(client: MlflowClient, experiment_name: str, max_results: int) -> list[Run]:
-    """Finished top-level MLflow runs of an experiment, newest first.
-
-    A prompt suite's per-pair child runs (tag ``mlflow.parentRunId``) are left out: their parent
-    run carries the suite's result.
+    """Finished top-level MLflow runs of an experiment, newest first (a suite's per-pair child
+    runs are left out: their parent run carries the suite's result).
 
     Args:
         client: an ``MlflowClient``.
@@ -430,7 +398,13 @@ def environment_tags() -> dict[str, str]:
 
 
 def log_frame_curves(tracker: Tracker, psnr_db: np.ndarray, ssim: np.ndarray) -> None:
-    """Per-frame PSNR and SSIM as metric histories (``psnr_frame_db``, ``ssim_frame``), step = frame."""
+    """Per-frame PSNR and SSIM as metric histories (``psnr_frame_db``, ``ssim_frame``).
+
+    Args:
+        tracker: where to log.
+        psnr_db: [frames] PSNR in dB.
+        ssim: [frames] SSIM.
+    """
     for i, value in enumerate(psnr_db):
         tracker.log_metrics({"psnr_frame_db": value, "ssim_frame": ssim[i]}, step=i)
 

@@ -1,13 +1,10 @@
 """One run over several processes (multi-host JAX): who joins, who writes, how arrays come home.
 
-Every process runs the same program (JAX's multi-controller model): the same arms, compiled and
-timed together, their collectives spanning every host's devices. Process 0 is the primary: it
-owns the run folder, the MLflow run, the videos and the summary; the others compute alongside and
-write into a scratch folder that is removed when the run ends. A host copy of a sharded array is
-gathered from every process (``multihost_utils.process_allgather``), and the gate's verdict is
-the primary's, sent to every process, so all of them exit with the same code.
-
-On one process every function here is the plain single-host operation.
+Every process runs the same program (JAX's multi-controller model), its collectives spanning
+every host's devices. Process 0, the primary, owns the run folder, the MLflow run, the videos and
+the summary; the others write into a scratch folder removed when the run ends. The gate's verdict
+is the primary's, sent to every process, so all exit with the same code. On one process every
+function here is the plain single-host operation.
 """
 
 from __future__ import annotations
@@ -19,6 +16,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 from evalharness.refusal import PreflightRefusal
 from kernels.parallel.mesh import check_same_config, initialize_distributed
@@ -63,9 +61,7 @@ class ConfigMismatch(PreflightRefusal):
 
 def same_config(resolved: Mapping[str, Any], code_version: Callable[[], str] | None = None) -> None:
     """Refuses, on every process, a launch whose processes do not all run this configuration
-    with the same code and JAX.
-
-    A collective in a multi-process run; nothing on one process.
+    with the same code and JAX (a collective; nothing on one process).
 
     Args:
         resolved: the run's resolved config as plain data (``config.to_plain_dict``); each
@@ -112,20 +108,16 @@ def refuse_together(refusal: PreflightRefusal | None) -> None:
 
 
 def to_host(array: Any) -> np.ndarray:
-    """A NumPy copy of a (possibly several-host) array, identical on every process.
-
-    A collective when the array spans other processes' devices: every process must call it, in
-    the same order. A fully addressable array (one process, or a local one) is copied directly.
+    """A NumPy copy of a (possibly several-host) array, identical on every process: a collective
+    (every process calls it, in the same order) when the array spans other processes' devices.
 
     Args:
-        array: a ``jax.Array`` or anything ``np.asarray`` takes.
+        array: a ``jax.Array`` (any shape) or anything ``np.asarray`` takes.
 
     Returns:
-        The whole array on the host.
+        The whole array on the host, of ``array``'s shape.
     """
     if isinstance(array, jax.Array) and not array.is_fully_addressable:
-        from jax.experimental import multihost_utils
-
         return np.asarray(multihost_utils.process_allgather(array, tiled=True))
     return np.asarray(array)
 
@@ -141,8 +133,6 @@ def from_primary(value: bool) -> bool:
     """
     if jax.process_count() == 1:
         return value
-    from jax.experimental import multihost_utils
-
     sent = multihost_utils.broadcast_one_to_all(np.asarray(int(value), np.int32))
     return bool(np.asarray(sent))
 
@@ -158,7 +148,5 @@ def everywhere(value: bool) -> bool:
     """
     if jax.process_count() == 1:
         return value
-    from jax.experimental import multihost_utils
-
     answers = multihost_utils.process_allgather(np.asarray([int(value)], np.int32))
     return bool(np.all(np.asarray(answers)))

@@ -1,17 +1,13 @@
 """A local PostgreSQL server for MLflow's backend store, run with PostgreSQL's own tools.
 
-``postgres_server(folder)`` initialises a cluster under ``folder/postgres`` (``initdb``), starts it
-on 127.0.0.1 (``pg_ctl``), creates the database (``psql``, ``createdb``), yields its SQLAlchemy URI
-and stops it (``pg_ctl stop -m fast``). The tools come from ``PATH`` or Debian's
-``/usr/lib/postgresql/<version>/bin`` (the ``postgresql`` package).
-
-PostgreSQL refuses to run as root. Started by root, its tools run as the ``postgres`` user (which
-Debian's package creates; ``nobody`` where it does not, or ``pg_user``) through ``subprocess``'s
-``user=``/``group=`` (what ``runuser`` does, without PAM); that user must be able to reach the
-folder (a 0700 parent such as pytest's ``/tmp/pytest-of-root`` is refused with that message). The
-server listens on 127.0.0.1 only, without a Unix socket, and asks for a random password kept in
-``<folder>/postgres.password`` (mode 0600), so other local users cannot open the database. The data
-persists: started again on the same folder, the server reuses the cluster, database and password.
+:func:`postgres_server` initialises a cluster under ``folder/postgres`` (``initdb``), starts it
+(``pg_ctl``), creates the database (``psql``, ``createdb``), yields its URI and stops it. The tools
+come from ``PATH`` or Debian's ``/usr/lib/postgresql/<version>/bin``. PostgreSQL refuses to run as
+root: started by root, its tools run as ``postgres`` (else ``nobody``, or ``pg_user``) through
+``subprocess``'s ``user=``/``group=``, and that user must reach the folder. The server listens on
+127.0.0.1 only, without a Unix socket, and asks for a random password kept in
+``<folder>/postgres.password`` (mode 0600), so other local users cannot open the database. The
+data persists: started again on the same folder, it reuses the cluster, database and password.
 """
 
 from __future__ import annotations
@@ -25,15 +21,11 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from urllib.parse import quote
 
-# The URI this module yields carries the password: callers show it through the one redaction rule.
-from evalharness.tracking.redaction import redacted as redacted
-
 PG_SUPERUSER = "evalharness"
-INSTALL_HINT = "install PostgreSQL (Debian: apt-get install postgresql)"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -44,8 +36,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def postgres_bin_dir() -> Path:
-    """The folder of PostgreSQL's server tools: the one of ``initdb`` on ``PATH``, else the newest
-    of Debian's ``/usr/lib/postgresql/<version>/bin`` (Debian keeps them off ``PATH``).
+    """The folder of PostgreSQL's server tools: ``initdb``'s on ``PATH``, else the newest of
+    Debian's ``/usr/lib/postgresql/<version>/bin`` (off ``PATH``).
 
     Raises:
         FileNotFoundError: PostgreSQL is not installed; the message says how to install it.
@@ -56,13 +48,10 @@ def postgres_bin_dir() -> Path:
     found = [p.parent for p in Path("/usr/lib/postgresql").glob("*/bin/initdb")]
     if not found:
         raise FileNotFoundError(
-            f"PostgreSQL's initdb is not on PATH nor under /usr/lib/postgresql: {INSTALL_HINT}"
+            "PostgreSQL's initdb is not on PATH nor under /usr/lib/postgresql: install PostgreSQL "
+            "(Debian: apt-get install postgresql)"
         )
-    return max(found, key=lambda p: _version_key(p.parent.name))
-
-
-def _version_key(name: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", name))
+    return max(found, key=lambda p: tuple(int(part) for part in re.findall(r"\d+", p.parent.name)))
 
 
 def _service_user(requested: str | None) -> pwd.struct_passwd | None:
@@ -186,8 +175,8 @@ class _Postgres:
             )
 
     def refuse_if_running(self) -> None:
-        """Fails when a server already runs on this data folder (started elsewhere): this helper
-        then neither starts a second one nor, on its way out, stops that one."""
+        """Fails when a server (started elsewhere) already runs on this data folder, which this
+        helper must neither start twice nor stop on its way out."""
         status = self.run("pg_ctl", "status", "-D", str(self.data), check=False)
         if status.returncode == 0:
             raise RuntimeError(
@@ -197,19 +186,8 @@ class _Postgres:
     def start(self, port: int) -> None:
         """Starts the server on 127.0.0.1:``port`` (TCP only) and waits until it accepts."""
         options = f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories=''"
-        self.run(
-            "pg_ctl",
-            "start",
-            "-D",
-            str(self.data),
-            "-l",
-            str(self.log),
-            "-w",
-            "-t",
-            "60",
-            "-o",
-            options,
-        )
+        where = ("-D", str(self.data), "-l", str(self.log))
+        self.run("pg_ctl", "start", *where, "-w", "-t", "60", "-o", options)
 
     def stop(self) -> None:
         """Fast shutdown (open sessions are rolled back), waiting until the server is down."""
@@ -229,7 +207,11 @@ class _Postgres:
 
 @contextlib.contextmanager
 def postgres_server(
-    folder: Path, *, database: str = "mlflow", port: int | None = None, pg_user: str | None = None
+    folder: Path,
+    *,
+    database: str = "mlflow",
+    pg_user: str | None = None,
+    more_databases: Sequence[str] = (),
 ) -> Iterator[str]:
     """A PostgreSQL server with its data under ``folder/postgres``, on 127.0.0.1.
 
@@ -237,32 +219,35 @@ def postgres_server(
         folder: where the cluster (``postgres/``) and its password file live; reused when they
             exist.
         database: the database to create (letters, digits, underscores).
-        port: the TCP port; None picks a free one.
+        more_databases: other databases to create beside it (on the same URI but its name).
         pg_user: the user PostgreSQL runs as when we are root (default ``postgres``, else
             ``nobody``).
 
     Yields:
-        The database's SQLAlchemy URI (``postgresql+psycopg://...``, password included), the form
-        ``mlflow server --backend-store-uri`` and ``logger.tracking_uri`` take.
+        The database's SQLAlchemy URI (``postgresql+psycopg://...``, password included: show it
+        only through :func:`~evalharness.tracking.redaction.redacted`).
 
     Raises:
         FileNotFoundError: PostgreSQL is not installed.
         PermissionError: the service user cannot reach ``folder``.
         RuntimeError: a PostgreSQL tool failed (its message and the server log's tail included).
+        ValueError: ``database`` is not a plain name.
     """
-    if not re.fullmatch(r"[A-Za-z_]\w*", database, flags=re.ASCII):
-        raise ValueError(f"database name {database!r}: use letters, digits and underscores")
+    for name in (database, *more_databases):
+        if not re.fullmatch(r"[A-Za-z_]\w*", name, flags=re.ASCII):
+            raise ValueError(f"database name {name!r}: use letters, digits and underscores")
     folder = Path(folder).resolve()
     folder.mkdir(parents=True, exist_ok=True)
     pg = _Postgres(folder, pg_user)
     password = pg.ensure_cluster()
     pg.refuse_if_running()
-    port = port or free_port()
+    port = free_port()
     try:
         # Inside the try: a Ctrl-C while pg_ctl waits may leave a started server to stop. Any
         # server on this folder now is ours (refuse_if_running).
         pg.start(port)
-        pg.ensure_database(database, port, password)
+        for name in (database, *more_databases):
+            pg.ensure_database(name, port, password)
         yield f"postgresql+psycopg://{PG_SUPERUSER}:{quote(password, safe='')}@127.0.0.1:{port}/{database}"
     finally:
         pg.stop()

@@ -1,19 +1,13 @@
 """Fail fast on a tracking store that cannot be used, before any model is built or compiled.
 
-MLflow's HTTP client retries a failed request with exponential backoff for minutes
-(``MLFLOW_HTTP_REQUEST_MAX_RETRIES=7``, ``MLFLOW_HTTP_REQUEST_TIMEOUT=120`` s), and its SQL store
-retries opening a database ten times over about 100 s. That patience suits a run that has results
-to save; at the start of one it only delays the answer "this URI is wrong". So before anything
-else the run asks the store once, with the retries and the timeout bounded: a server with one
-retry and a :data:`PROBE_TIMEOUT_S` timeout (MLflow's own environment variables, set for the probe
-only), a database with one SQLAlchemy connection and a connect timeout. A refusal is a
-:class:`~evalharness.admission.preflight.PreflightRefusal` (exit code 2, no traceback) that names the URI,
-its password hidden, and the fix for that kind of store (the file's folder and permissions for
-sqlite; host, port and credentials for a server or a database). The run's own requests keep
-MLflow's defaults, so a server that blips mid-run does not lose finished results.
-
-The probe is also the first to open the store, so a new one is created here, under the lock of
-:mod:`evalharness.tracking.store` that lets runs started together create it once.
+MLflow's HTTP client retries a failed request for minutes (``MLFLOW_HTTP_REQUEST_MAX_RETRIES=7``,
+``MLFLOW_HTTP_REQUEST_TIMEOUT=120`` s) and its SQL store retries opening a database for about
+100 s: patience that suits a run with results to save, not the answer "this URI is wrong". So
+the run first asks the store once, bounded: a server with one retry and a :data:`PROBE_TIMEOUT_S`
+timeout (set for the probe only: the run's own requests keep MLflow's defaults), a database with
+one SQLAlchemy connection and a connect timeout. A refusal (exit code 2, no traceback) names the
+URI, its password hidden, and the fix for that kind of store. The probe is the first to open the
+store, so a new one is created here (under :func:`~evalharness.tracking.store.open_client`'s lock).
 """
 
 from __future__ import annotations
@@ -33,26 +27,28 @@ from evalharness.tracking.store import (
     writable_path_fix,
 )
 
-__all__ = ["TrackingUnavailable", "check_tracking", "fix_for", "redacted"]
-
 PROBE_TIMEOUT_S = 5
 PROBE_RETRIES = 1
-SERVER_FIX = (
-    "check the host, port and credentials in logger.tracking_uri (a server that asks for a login "
-    "reads MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN), start "
-    "the server (for local development `python -m evalharness.tracking.server` starts one on "
-    "PostgreSQL and prints its URI), or run with logger=none"
-)
-POSTGRES_FIX = (
-    "check the host, port, database name and credentials in logger.tracking_uri (PostgreSQL: "
-    "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DATABASE, or the password kept out of the URI "
-    "in PGPASSWORD or a PGPASSFILE password file; the database made with createdb), point it at "
-    "an MLflow server (http://HOST:PORT), or run with logger=none"
-)
-DATABASE_FIX = (
-    "check the host, port, database name and credentials in logger.tracking_uri, point it at an "
-    "MLflow server (http://HOST:PORT), or run with logger=none"
-)
+# The fix for a store that cannot be used, by its kind (sqlite's names its file: fix_for).
+FIXES = {
+    "server": (
+        "check the host, port and credentials in logger.tracking_uri (a server that asks for a "
+        "login reads MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or "
+        "MLFLOW_TRACKING_TOKEN), start the server (for local development `python -m "
+        "evalharness.tracking.server` starts one on PostgreSQL and prints its URI), or run with "
+        "logger=none"
+    ),
+    "postgresql": (
+        "check the host, port, database name and credentials in logger.tracking_uri (PostgreSQL: "
+        "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DATABASE, or the password kept out of the "
+        "URI in PGPASSWORD or a PGPASSFILE password file; the database made with createdb), point "
+        "it at an MLflow server (http://HOST:PORT), or run with logger=none"
+    ),
+    "database": (
+        "check the host, port, database name and credentials in logger.tracking_uri, point it at "
+        "an MLflow server (http://HOST:PORT), or run with logger=none"
+    ),
+}
 OTHER_FIX = (
     "correct logger.tracking_uri (sqlite:///PATH/mlflow.db, http://HOST:PORT or "
     "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DATABASE), or run with logger=none"
@@ -70,11 +66,7 @@ def fix_for(uri: str) -> str:
             f"check that {db or uri} is an MLflow sqlite database (or absent, to be created) and "
             f"that its folder is writable: {writable_path_fix(folder)}"
         )
-    return {
-        "server": SERVER_FIX,
-        "postgresql": POSTGRES_FIX,
-        "database": DATABASE_FIX,
-    }.get(kind, OTHER_FIX)
+    return FIXES.get(kind, OTHER_FIX)
 
 
 def check_tracking(
@@ -82,11 +74,9 @@ def check_tracking(
 ) -> None:
     """Refuses a run whose tracking store cannot be used, within seconds.
 
-    A new store is created here, under the lock that keeps runs starting together from creating
-    it twice (:func:`~evalharness.tracking.store.open_client`). The default store
-    (``tracking_uri`` None: a sqlite file under ``output_root``) is checked as if it were given:
-    an existing file is opened and searched like any store; a missing one is created with the
-    run, so a refused run leaves no file behind, and only its folder is checked to be writable.
+    The default store (``tracking_uri`` None: a sqlite file under ``output_root``) is checked as
+    if it were given when it exists; a missing one is created with the run (a refused run leaves
+    no file behind), so only its folder is checked to be writable.
 
     Args:
         kind: ``logger.kind``; only ``mlflow`` is checked.
@@ -110,11 +100,10 @@ def check_tracking(
             _check_default_store(sqlite_file(tracking_uri))
             return
         shown = f"{tracking_uri} (the default store, under output_root)"
-    store = store_kind(tracking_uri)
-    db = sqlite_file(tracking_uri)
-    if db is not None:
-        _check_sqlite_path(db, shown)
-    if store in ("sqlite", "postgresql", "database"):
+    if sqlite_file(tracking_uri) is not None:
+        _check_sqlite_path(sqlite_file(tracking_uri), shown)
+    is_database = store_kind(tracking_uri) in ("sqlite", "postgresql", "database")
+    if is_database:
         _check_database(tracking_uri, shown)
     try:
         with bounded_http(PROBE_RETRIES, PROBE_TIMEOUT_S):
@@ -125,7 +114,6 @@ def check_tracking(
     except Exception as err:  # noqa: BLE001 - every store raises its own kind; all are refusals
         if login_refused(err):  # a server with authentication: name MLflow's variables
             raise login_refusal(err, shown, experiment_name) from None
-        is_database = store in ("sqlite", "postgresql", "database")
         what = "tracking database" if is_database else "MLflow tracking store"
         raise TrackingUnavailable(
             f"{what} {shown} cannot be used for experiment {experiment_name!r}: "
@@ -133,9 +121,33 @@ def check_tracking(
         ) from None
 
 
+def existing_store(tracking_uri: str | None, output_root: str | Path, experiment: str) -> str:
+    """The URI a reader (the gate CLI, reports) opens: ``tracking_uri``, or the run's default
+    store under ``output_root``; checked to exist (opening a missing sqlite file would create an
+    empty store, whose emptiness a reader would report as "no run") and to answer.
+
+    Args:
+        tracking_uri: the URI given, or None for the default store.
+        output_root: the runs' output root (its ``mlflow.db`` is the default store).
+        experiment: the experiment the reader looks for (named in a refusal).
+
+    Raises:
+        TrackingUnavailable: the store is missing (nothing is created) or cannot be used.
+    """
+    uri = tracking_uri or default_store_uri(output_root)
+    database = sqlite_file(uri)
+    if database is not None and not database.exists():
+        raise TrackingUnavailable(
+            f"no tracking store at {database}: give the run's --output-root or --tracking-uri "
+            "(the run prints both)"
+        )
+    check_tracking("mlflow", uri, experiment)
+    return uri
+
+
 def _check_sqlite_path(db: Path, shown: str) -> None:
-    """A sqlite database needs a writable folder (the file and its journal are written there)
-    and, if it exists, a writable file. A missing folder is created, as MLflow would."""
+    """Refuses a sqlite database whose folder (the journal is written there) or existing file is
+    not writable; a missing folder is created, as MLflow would."""
     folder = db.resolve().parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -155,8 +167,8 @@ def _check_sqlite_path(db: Path, shown: str) -> None:
 
 
 def _check_default_store(db: Path) -> None:
-    """The default sqlite store ``db``'s folder (``output_root``) can be created and written;
-    nothing is created here."""
+    """Refuses a default sqlite store ``db`` whose folder (``output_root``) could not be created
+    or written; nothing is created here."""
     folder = _nearest_existing(db.parent)
     problem = _unwritable(db, folder)
     if problem:
@@ -176,8 +188,7 @@ def _unwritable(db: Path, folder: Path) -> str | None:
 
 
 def _by_whom(path: Path) -> str:
-    """Whether a read-only mount or the permissions stop the write (root ignores only the
-    latter)."""
+    """Whether a read-only mount or the permissions (which root ignores) stop the write."""
     try:
         read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
     except OSError:

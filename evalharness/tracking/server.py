@@ -1,22 +1,14 @@
 """A shared MLflow tracking server on PostgreSQL, for local development and for the tests.
 
 ``python -m evalharness.tracking.server`` starts PostgreSQL on 127.0.0.1 with its data under
-``--folder`` (``evalharness.tracking.postgres``: Debian's ``postgresql`` package, run as the
-``postgres`` user when started by root), then ``mlflow server`` with that database as its backend
-store and ``--artifacts-destination <folder>/artifacts --serve-artifacts``, and prints the
-tracking URI to pass as ``logger.tracking_uri=``. Clients need no shared file system: artifacts
-are uploaded to and downloaded from the server. Ctrl-C (or SIGTERM) stops MLflow, then PostgreSQL.
-
-With ``--auth`` the server runs MLflow's basic-auth app (:mod:`evalharness.tracking.auth`):
-users and permissions in a second database of the same PostgreSQL (``<database>_auth``), the
-admin's credentials in ``<folder>/admin.credentials`` (mode 0600; created with a random password
-when missing; never printed nor put on a command line), users added with ``python -m
-evalharness.tracking.server add-user NAME --tracking-uri URL`` (the password read from standard
-input). Without ``--auth`` only a loopback ``--host`` is served; any other is refused (exit 2).
-
-In Python, :func:`tracking_server` does the same as a context manager that yields the tracking
-URI; :func:`postgres_server` and :func:`mlflow_server` are its two halves (the tests start
-``mlflow server`` on sqlite with the second, and drive this command itself for PostgreSQL).
+``--folder`` (:mod:`evalharness.tracking.postgres`), then ``mlflow server`` on that database with
+``--artifacts-destination <folder>/artifacts --serve-artifacts`` (clients need no shared file
+system), and prints the URI to pass as ``logger.tracking_uri=``. Ctrl-C (or SIGTERM) stops
+MLflow, then PostgreSQL. With ``--auth`` the server runs MLflow's basic-auth app
+(:mod:`evalharness.tracking.auth`): users in a second database ``<database>_auth``, the admin's
+credentials in ``<folder>/admin.credentials``, users added with the ``add-user`` command.
+Without ``--auth`` only a loopback ``--host`` is served; any other is refused (exit 2).
+:func:`start_mlflow` also serves the tests' ``mlflow server`` on sqlite.
 """
 
 from __future__ import annotations
@@ -31,11 +23,12 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from evalharness.tracking import auth
-from evalharness.tracking.postgres import free_port, postgres_server, redacted
+from evalharness.tracking.postgres import free_port, postgres_server
+from evalharness.tracking.redaction import redacted
 
 DEFAULT_FOLDER = Path("outputs/tracking-server")
 
@@ -59,15 +52,13 @@ def start_mlflow(
         host: the interface to listen on.
         port: the port; None picks a free one.
         workers: server workers; None is MLflow's default.
-        log_file: where the server's output goes (appended); None keeps it in a temporary file.
-        startup_s: how long to wait for ``/health`` (the first start on an empty database runs
-            MLflow's schema migrations).
+        log_file: where the server's output goes (appended); None: a temporary file.
+        startup_s: how long to wait for ``/health`` (a first start migrates the schema).
         auth_env: None serves without authentication; else MLflow's basic-auth app runs with
             this environment (:func:`evalharness.tracking.auth.server_env`).
 
     Returns:
-        The server process (its own process group: stop it with :func:`stop_process_group`) and
-        its URL.
+        The server process (its own process group: :func:`stop_process_group` stops it) and URL.
 
     Raises:
         RuntimeError: the server exited (its output's tail included) or did not answer in time.
@@ -129,37 +120,6 @@ def stop_process_group(proc: subprocess.Popen, timeout_s: float = 15.0) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-
-
-@contextlib.contextmanager
-def mlflow_server(backend_store_uri: str, artifacts: Path, **options) -> Iterator[str]:
-    """``mlflow server`` on ``backend_store_uri`` with artifacts served from ``artifacts``; yields
-    its URL and stops it after. ``options`` go to :func:`start_mlflow`."""
-    proc, url = start_mlflow(backend_store_uri, artifacts, **options)
-    try:
-        yield url
-    finally:
-        stop_process_group(proc)
-
-
-@contextlib.contextmanager
-def tracking_server(
-    folder: Path,
-    *,
-    host: str = "127.0.0.1",
-    port: int | None = None,
-    workers: int | None = None,
-    database: str = "mlflow",
-    pg_user: str | None = None,
-) -> Iterator[str]:
-    """PostgreSQL and ``mlflow server`` on it (artifacts under ``folder/artifacts``); yields the
-    tracking URI; stops MLflow, then PostgreSQL. See :func:`postgres_server` for the rest."""
-    folder = Path(folder).resolve()
-    with (
-        postgres_server(folder, database=database, pg_user=pg_user) as db_uri,
-        mlflow_server(db_uri, folder / "artifacts", host=host, port=port, workers=workers) as url,
-    ):
-        yield url
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -226,10 +186,14 @@ def _serve(args: argparse.Namespace) -> int:
     folder = args.folder.resolve()
     admin_file = (args.admin_credentials or folder / auth.ADMIN_FILE).resolve()
     admin = auth.ensure_admin_credentials(admin_file)[0] if args.auth else None
-    with postgres_server(folder, database=args.database, pg_user=args.pg_user) as db_uri:
+    # Users and permissions live apart from the runs, in a second database of the same server.
+    users = (f"{args.database}_auth",) if admin is not None else ()
+    with postgres_server(
+        folder, database=args.database, pg_user=args.pg_user, more_databases=users
+    ) as db_uri:
         auth_env = None
         if admin is not None:
-            users_db = auth.ensure_postgres_database(db_uri, f"{args.database}_auth")
+            users_db = f"{db_uri.rsplit('/', 1)[0]}/{users[0]}"  # the same user and password
             config = auth.write_auth_config(
                 folder / auth.AUTH_CONFIG_FILE, users_db, admin.username, args.default_permission
             )
@@ -285,8 +249,7 @@ def _add_user(args: argparse.Namespace) -> int:
     """The add-user command: the new password from standard input, never the command line."""
     source = args.admin_file.resolve()
     admin = auth.read_credentials(source)
-    password = _read_new_password(args.username)
-    user = auth.Credentials(args.username, password)
+    user = auth.Credentials(args.username, _read_new_password(args.username))
     auth.add_user(args.tracking_uri, admin, source, user)
     print(f"added user {args.username!r} on {redacted(args.tracking_uri)}")
     return 0

@@ -1,18 +1,14 @@
-"""Opening an MLflow tracking store, safe when several runs create a new one at once.
+"""What kind of store a tracking URI names, and opening it safely when runs create it at once.
 
-MLflow creates a database's tables, and runs its schema migrations, the first time a client opens
-the store, with no lock of its own: two runs that start together on a new sqlite file both find no
-tables, both create them, and one fails (``table experiments already exists``, or alembic's
-"expected to match one row"). :func:`open_client` opens the store under an inter-process lock
-(:func:`creation_lock`): an exclusive ``flock`` on ``<database>.lock`` beside a sqlite file, or,
-for a database server (PostgreSQL, MySQL), on a file in the temporary folder named by a hash of the
-URI, which serialises the processes of one host. Processes on other hosts, or a tool that does not
-take the lock, may still race a server's schema creation; an error that looks like that race is
-retried after the other process has had time to finish. The lock file stays beside the database
-(empty; removing it could let two processes lock two different files).
-
-Opening once per process suffices: MLflow caches the store per URI, so later clients of the same
-URI reuse the created store.
+MLflow creates a database's tables (and migrates its schema) the first time a client opens the
+store, with no lock of its own: two runs starting together on a new sqlite file both create them,
+and one fails (``table experiments already exists``, or alembic's "expected to match one row").
+:func:`open_client` opens the store under an exclusive ``flock`` (:func:`creation_lock`) on
+``<database>.lock`` beside a sqlite file, or, for a database server, on a file in the temporary
+folder named by a hash of the URI (one host's processes). Other hosts, or tools that take no
+lock, may still race a server's schema creation: an error that looks like it is retried later.
+The lock file stays (removing it could let two processes lock two different files). Once per
+process suffices: MLflow caches the store per URI.
 """
 
 from __future__ import annotations
@@ -59,9 +55,8 @@ class TrackingUnavailable(PreflightRefusal):
 
 
 def store_kind(uri: str) -> str:
-    """What kind of store ``uri`` names: ``sqlite``, ``postgresql``, ``database`` (another
-    SQLAlchemy database: MySQL, SQL Server), ``server`` (an MLflow server over HTTP) or ``other``
-    (a file store, a plugin)."""
+    """``sqlite``, ``postgresql``, ``database`` (MySQL, SQL Server), ``server`` (an MLflow server
+    over HTTP) or ``other`` (a file store, a plugin): what kind of store ``uri`` names."""
     scheme = urlsplit(uri).scheme.lower()
     engine = scheme.split("+")[0]
     if engine == "sqlite":
@@ -93,14 +88,13 @@ def sqlite_file(uri: str) -> Path | None:
 
 
 def default_store_uri(output_root: str | Path) -> str:
-    """The default store: the sqlite database ``mlflow.db`` under ``output_root`` (MLflow's own
-    recommended local store). Nothing is created here."""
+    """The default store: sqlite ``mlflow.db`` under ``output_root``; nothing is created."""
     return f"sqlite:///{Path(output_root).resolve() / 'mlflow.db'}"
 
 
 def lock_path(uri: str) -> Path | None:
-    """The file :func:`creation_lock` locks for ``uri``; None for a store the client does not
-    create (an MLflow server creates its own schema; a file store needs no lock)."""
+    """The file :func:`creation_lock` locks for ``uri``; None where the client creates no schema
+    (an MLflow server creates its own; a file store needs none)."""
     db = sqlite_file(uri)
     if db is not None:
         return db.with_name(db.name + LOCK_SUFFIX)
@@ -125,7 +119,6 @@ def creation_lock(uri: str, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]
         yield
         return
     try:
-        # The folder is created as MLflow would create it for the database.
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     except OSError as err:
@@ -172,8 +165,7 @@ def writable_path_fix(folder: Path) -> str:
 
 
 def open_client(uri: str) -> MlflowClient:
-    """An ``MlflowClient`` of ``uri`` whose store exists: created and migrated under
-    :func:`creation_lock`, so runs starting together on a new store create it once.
+    """An ``MlflowClient`` of ``uri`` whose store exists (created under :func:`creation_lock`).
 
     Raises:
         TrackingUnavailable: see :func:`creation_lock`.
@@ -183,18 +175,14 @@ def open_client(uri: str) -> MlflowClient:
     from mlflow.tracking import MlflowClient
 
     with creation_lock(uri):
-        for attempt in range(RACE_RETRIES):
+        for attempt in range(1, RACE_RETRIES):
             try:
-                # The client opens the store at once (MLflow resolves it in the constructor),
-                # creating its tables on a new database.
                 return MlflowClient(tracking_uri=uri)
             except Exception as err:
-                if attempt + 1 == RACE_RETRIES or not looks_like_creation_race(err):
+                if not looks_like_creation_race(err):
                     raise
-                # A process that did not take our lock (another host, an MLflow server) is
-                # creating the schema: give it time, then open what it created.
-                time.sleep(RACE_WAIT_S * (attempt + 1))
-    raise AssertionError("unreachable")
+                time.sleep(RACE_WAIT_S * attempt)  # another host's process is creating it
+        return MlflowClient(tracking_uri=uri)
 
 
 def looks_like_creation_race(err: BaseException) -> bool:
@@ -205,25 +193,16 @@ def looks_like_creation_race(err: BaseException) -> bool:
 
 @contextlib.contextmanager
 def bounded_http(retries: int, timeout_s: float) -> Iterator[None]:
-    """MLflow's HTTP retries and timeout bounded for the body, restored after. The variables are
-    process-wide: use it where no other thread talks to the server (a run's start)."""
-    from mlflow.environment_variables import (
-        MLFLOW_HTTP_REQUEST_MAX_RETRIES,
-        MLFLOW_HTTP_REQUEST_TIMEOUT,
-    )
-
-    bounds = {
-        MLFLOW_HTTP_REQUEST_MAX_RETRIES.name: str(retries),
-        MLFLOW_HTTP_REQUEST_TIMEOUT.name: str(int(timeout_s)),
-    }
-    with environment(bounds):
+    """MLflow's HTTP retries and timeout bounded for the body (process-wide: for a command's own
+    requests, with no other thread talking to the server)."""
+    bounds = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(retries)}
+    with environment({**bounds, "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(timeout_s))}):
         yield
 
 
 @contextlib.contextmanager
 def environment(values: dict[str, str]) -> Iterator[None]:
-    """The environment variables ``values`` set for the body, each restored (or removed) after;
-    process-wide, like MLflow's own reading of them."""
+    """The environment variables ``values`` set for the body, each restored (or removed) after."""
     saved = {name: os.environ.get(name) for name in values}
     os.environ.update(values)
     try:

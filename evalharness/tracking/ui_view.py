@@ -9,17 +9,16 @@ from typing import Any
 from evalharness.metric_names import Metric
 from evalharness.tracking.redaction import redacted
 
-# Tells harness, benchmark, report and search runs apart in one experiment: filter the runs table
-# with ``tags.run_kind = 'harness'`` (or 'benchmark', 'report', 'search').
+# Tells harness, benchmark, report and search runs apart in one experiment (``tags.run_kind``).
 RUN_KIND_TAG = "run_kind"
 SEARCH_KIND = "search"  # the parent run of ``python -m evalharness.search``
 # MLflow 3 opens an experiment in the view its ``workflowType`` URL parameter names (else the
-# browser's last choice, GenAI on a fresh profile). Its runs table shows no metric by default;
-# a shared view (MLflow's "share" feature: the experiment tag ``mlflow.sharedViewState.<key>``,
-# opened by ``viewStateShareKey=<key>``) carries the filter, the sort and the columns. A link with
-# a search parameter besides the key would make MLflow ignore the shared view.
+# browser's last, GenAI on a fresh profile), its runs table without metrics. A shared view (the
+# experiment tag ``mlflow.sharedViewState.<key>``, opened by ``viewStateShareKey=<key>``, with no
+# other search parameter or MLflow ignores it) carries the filter, the sort and the columns.
 SHARED_VIEW_TAG = "mlflow.sharedViewState."
 HEADLINE_VIEW = "harness-headline"
+HEADLINE_VIEW_TAG = SHARED_VIEW_TAG + HEADLINE_VIEW
 HEADLINE_COLUMNS = (
     Metric.SPEEDUP,
     Metric.PSNR_DB,
@@ -30,12 +29,10 @@ HEADLINE_COLUMNS = (
     "sparse_median_s",
 )
 UI_QUERY = f"workflowType=machine_learning&viewStateShareKey={HEADLINE_VIEW}"
-# The same view in the runs page's chart mode (``compareRunsMode`` is a display mode, not a search
-# parameter, so MLflow still loads the shared view): its first section holds the scatter charts
-# below instead of MLflow's generated parallel-coordinates chart and one chart per metric.
+# The same view in chart mode (a display mode, not a search parameter): its first section holds
+# the scatter charts below instead of MLflow's generated charts.
 CHART_QUERY = f"{UI_QUERY}&compareRunsMode=CHART"
-# (x metric, y metric) of the headline section's scatter charts: quality against speed, one point
-# per run, the run's name (model-resolution-schedule-id) in the tooltip.
+# (x, y) metrics of the headline section's scatter charts: quality against speed, a point per run.
 HEADLINE_SCATTERS = ((Metric.SPEEDUP, Metric.PSNR_DB), (Metric.SPEEDUP, Metric.PSNR_WORST_FRAME_DB))
 _HEADLINE_SECTION = "harness-headline-section"
 
@@ -51,7 +48,21 @@ def headline_view_state() -> str:
         "orderByAsc": False,
         "selectedColumns": columns,
         "columnOrder": columns,
-        "compareRunCharts": _headline_charts(),
+        # MLflow chart cards (its ``RunsChartsScatterCardConfig`` fields).
+        "compareRunCharts": [
+            {
+                "uuid": f"harness-{x}-vs-{y}",
+                "type": "SCATTER",
+                "metricSectionId": _HEADLINE_SECTION,
+                "runsCountToCompare": 100,
+                "deleted": False,
+                "isGenerated": False,
+                "displayName": f"{y} vs {x}",
+                "xaxis": {"key": x, "type": "METRIC"},
+                "yaxis": {"key": y, "type": "METRIC"},
+            }
+            for x, y in HEADLINE_SCATTERS
+        ],
         "compareRunSections": [
             {
                 "uuid": _HEADLINE_SECTION,
@@ -65,24 +76,6 @@ def headline_view_state() -> str:
         "isAccordionReordered": True,  # keep the headline section first
     }
     return json.dumps(state)
-
-
-def _headline_charts() -> list[dict[str, Any]]:
-    """MLflow chart cards (its ``RunsChartsScatterCardConfig`` fields) of the headline section."""
-    return [
-        {
-            "uuid": f"harness-{x}-vs-{y}",
-            "type": "SCATTER",
-            "metricSectionId": _HEADLINE_SECTION,
-            "runsCountToCompare": 100,
-            "deleted": False,
-            "isGenerated": False,
-            "displayName": f"{y} vs {x}",
-            "xaxis": {"key": x, "type": "METRIC"},
-            "yaxis": {"key": y, "type": "METRIC"},
-        }
-        for x, y in HEADLINE_SCATTERS
-    ]
 
 
 def description_tags(tracker: Any, gate_outcome: str, headline: str) -> dict[str, str]:

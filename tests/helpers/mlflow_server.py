@@ -1,7 +1,7 @@
 """Real tracking servers on 127.0.0.1 for integration tests, and harness runs that log to them.
 
-``mlflow_server``: ``mlflow server`` on a sqlite store (``evalharness.tracking.server``'s Python
-API). ``team_server``: PostgreSQL behind ``mlflow server``, started and stopped (Ctrl-C) through
+``mlflow_server``: ``mlflow server`` on a sqlite store (``evalharness.tracking.server``'s
+``start_mlflow``). ``team_server``: PostgreSQL behind ``mlflow server``, started and stopped (Ctrl-C) through
 ``python -m evalharness.tracking.server`` itself. Both serve artifacts through the server. ``start_harness`` runs ``python -m evalharness``
 as its own process, the way team members' jobs reach a shared server.
 """
@@ -33,13 +33,16 @@ def mlflow_server(folder: Path, *, startup_s: float = 90.0) -> Iterator[str]:
     Raises:
         RuntimeError: the server exited, or did not answer within ``startup_s``.
     """
-    with server.mlflow_server(
+    proc, url = server.start_mlflow(
         f"sqlite:///{folder / 'server.db'}",
         folder / "server-artifacts",
         workers=1,
         startup_s=startup_s,
-    ) as url:
+    )
+    try:
         yield url
+    finally:
+        server.stop_process_group(proc)
 
 
 def postgres_missing() -> str | None:

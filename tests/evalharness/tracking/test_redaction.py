@@ -11,12 +11,7 @@ import pytest
 from evalharness.comparison.sweep import redact_file
 from evalharness.tracking import ended
 from evalharness.tracking.mlflow_client import MlflowTracker
-from evalharness.tracking.redaction import (
-    connection_uri,
-    redact_logs,
-    redacted,
-    redacted_values,
-)
+from evalharness.tracking.redaction import redact_logs, redacted, redacted_values
 from evalharness.tracking.ui_view import description_tags, experiment_link
 
 PW = "s3cr3t-Planted"
@@ -77,12 +72,15 @@ def test_nested_values_are_redacted_and_others_kept():
     assert (shown["seeds"], shown["steps"], shown["off"]) == ([0, 1], 2, None)
 
 
-def test_the_connection_uri_comes_back_only_for_the_same_store():
+def test_the_connection_uri_comes_back_only_for_the_same_store(monkeypatch):
+    connected = []
+    monkeypatch.setattr(ended, "mark_run_ended", lambda uri, *args: connected.append(uri))
     real = f"postgresql://ana:{PW}@db:5432/mlflow"
-    assert connection_uri(redacted(real), real) == real
     other = "postgresql://ana:***@db:5433/mlflow"
-    assert connection_uri(other, real) == other  # another store: its credentials from the env
-    assert connection_uri(other, None) == other
+    ended.stale_run_closer(real)(redacted(real), "run1", "KILLED", "gone")
+    ended.stale_run_closer(real)(other, "run1", "KILLED", "gone")  # its credentials from the env
+    ended.stale_run_closer(None)(other, "run1", "KILLED", "gone")
+    assert connected == [real, other, other]
 
 
 def test_a_stale_run_is_closed_with_the_starting_runs_credentials(monkeypatch):
