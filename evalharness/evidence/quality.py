@@ -61,15 +61,9 @@ class FFmpegPSNR:
     per_frame_db: np.ndarray
 
 
-def _to_float(text: str) -> float:
-    return math.inf if text == "inf" else float(text)
-
-
 def ffmpeg_psnr(reference: str | Path, distorted: str | Path) -> FFmpegPSNR:
-    """PSNR between two encoded videos with FFmpeg's ``psnr`` filter.
-
-    On the lossless measurement videos this equals the raw-frame PSNR; on lossy encodes it
-    includes both encodes' codec noise.
+    """PSNR between two encoded videos with FFmpeg's ``psnr`` filter (on the lossless measurement
+    videos it equals the raw-frame PSNR; on lossy encodes it includes both encodes' codec noise).
 
     Args:
         reference: the dense video file.
@@ -101,12 +95,11 @@ def ffmpeg_psnr(reference: str | Path, distorted: str | Path) -> FFmpegPSNR:
         if proc.returncode != 0:
             msg = f"FFmpeg psnr failed on {reference} vs {distorted}:\n{_tail(err)}"
             raise VideoError(msg)
-        text = err.decode("utf-8", "replace")
-        match = _AVERAGE.search(text)
+        match = _AVERAGE.search(err.decode("utf-8", "replace"))
         if not match:
             raise VideoError(f"FFmpeg printed no PSNR summary:\n{_tail(err)}")
-        per_frame = [_to_float(m) for m in _FRAME_AVG.findall(stats.read_text())]
-    return FFmpegPSNR(_to_float(match.group(1)), np.asarray(per_frame, np.float64))
+        per_frame = [float(m) for m in _FRAME_AVG.findall(stats.read_text())]
+    return FFmpegPSNR(float(match.group(1)), np.asarray(per_frame, np.float64))
 
 
 def _psnr(mse: float) -> float:
@@ -114,24 +107,22 @@ def _psnr(mse: float) -> float:
     return math.inf if mse == 0 else float(10 * np.log10(255.0**2 / mse))
 
 
-def _check_pair(reference: np.ndarray, distorted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    reference = np.asarray(reference)
-    distorted = np.asarray(distorted)
+def _frame_psnr(reference: np.ndarray, distorted: np.ndarray) -> tuple[np.ndarray, float]:
+    """Per-frame PSNR [T] and the whole video's (from the mean squared error over all frames) of
+    two uint8 [T, H, W, 3] videos, one frame at a time in float64 to bound memory.
+
+    Raises:
+        ValueError: the videos differ in shape, or are not [T, H, W, 3].
+    """
     if reference.shape != distorted.shape:
         raise ValueError(f"videos differ in shape: {reference.shape} vs {distorted.shape}")
     if reference.ndim != 4 or reference.shape[-1] != 3:
         raise ValueError(f"expected [T, H, W, 3] frames, got {reference.shape}")
-    return reference, distorted
-
-
-def _frame_mse(reference: np.ndarray, distorted: np.ndarray) -> np.ndarray:
-    """Mean squared error of each frame [T] (float64, one frame at a time to bound memory)."""
-    return np.asarray(
-        [
-            np.mean(np.square(r.astype(np.float64) - d))
-            for r, d in zip(reference, distorted, strict=True)
-        ]
-    )
+    mse = [
+        np.mean(np.square(r.astype(np.float64) - d))
+        for r, d in zip(reference, distorted, strict=True)
+    ]
+    return np.asarray([_psnr(m) for m in mse], np.float64), _psnr(float(np.mean(mse)))
 
 
 @dataclass(frozen=True)
@@ -175,18 +166,17 @@ def frame_quality(reference: np.ndarray, distorted: np.ndarray) -> FrameQuality:
     Returns:
         Per-frame curves and the whole-video PSNR.
     """
-    reference, distorted = _check_pair(reference, distorted)
-    mse = _frame_mse(reference, distorted)
+    reference, distorted = np.asarray(reference), np.asarray(distorted)
+    psnr, video_psnr = _frame_psnr(reference, distorted)
     ssim = []
-    for ref, dis, frame_mse in zip(reference, distorted, mse, strict=True):
-        if frame_mse == 0:
+    for ref, dis, frame_psnr in zip(reference, distorted, psnr, strict=True):
+        if math.isinf(frame_psnr):  # an identical frame
             ssim.append(1.0)
             continue
         # SSIM's default 7x7 window must fit the frame; tiny test frames use a smaller odd window.
         win = min(7, *(d if d % 2 else d - 1 for d in ref.shape[:2]))
         ssim.append(structural_similarity(ref, dis, data_range=255, channel_axis=-1, win_size=win))
-    psnr = np.asarray([_psnr(m) for m in mse], np.float64)
-    return FrameQuality(psnr, np.asarray(ssim), _psnr(float(np.mean(mse))))
+    return FrameQuality(psnr, np.asarray(ssim), video_psnr)
 
 
 @dataclass(frozen=True)
@@ -210,21 +200,15 @@ class CodecNoise:
 
 
 def codec_noise(video: str | Path, frames: np.ndarray) -> CodecNoise:
-    """Decodes ``video`` and measures it against the raw ``frames`` it was encoded from.
-
-    Args:
-        video: an encoded video file.
-        frames: the uint8 [T, H, W, 3] frames that were encoded.
+    """Decodes ``video`` and measures it against the raw uint8 [T, H, W, 3] ``frames`` it was
+    encoded from.
 
     Raises:
         FileNotFoundError: the file is missing.
         VideoError: FFmpeg could not read it.
         ValueError: the decoded video does not have the frames' shape.
     """
-    raw, decoded = _check_pair(frames, decode_mp4(video))
-    mse = _frame_mse(raw, decoded)
-    per_frame = np.asarray([_psnr(m) for m in mse], np.float64)
-    return CodecNoise(Path(video), per_frame, _psnr(float(np.mean(mse))))
+    return CodecNoise(Path(video), *_frame_psnr(np.asarray(frames), decode_mp4(video)))
 
 
 @dataclass(frozen=True)
