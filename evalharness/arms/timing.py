@@ -60,15 +60,6 @@ class RunTimes:
         """Median seconds per denoising step."""
         return self.median_s / self.steps
 
-    def summary(self) -> dict[str, float]:
-        """Median, min, max and per-step seconds, for metrics."""
-        return {
-            "median_s": self.median_s,
-            "min_s": self.min_s,
-            "max_s": self.max_s,
-            "per_step_s": self.per_step_s,
-        }
-
     def to_json(self) -> dict[str, Any]:
         """The runs as a JSON-able dict (read back by :meth:`from_json`)."""
         return asdict(self)
@@ -100,11 +91,9 @@ def check_warm_runs(warm_runs: int) -> None:
 
 
 class RunRecorder:
-    """Times runs of one compiled computation and builds its :class:`RunTimes`.
-
-    The one place a list of run seconds becomes a ``RunTimes``: the interleaved timer keeps one
-    recorder per computation, taking turns, so every run is measured the same way: the clock
-    brackets the call and ``block`` on its outputs, nothing else.
+    """Times runs of one compiled computation and builds its :class:`RunTimes`: the clock
+    brackets the call and ``block`` on its outputs, nothing else (the interleaved timer keeps one
+    recorder per computation).
 
     Args:
         steps: denoising steps per run, for the per-step figure.
@@ -133,11 +122,7 @@ class RunRecorder:
         self.timed_until: float | None = None
 
     def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Runs ``fn(*args)`` once, timed to the completion of its outputs.
-
-        Returns:
-            The run's result (already complete on the device).
-        """
+        """Runs ``fn(*args)`` once, timed to the completion of its outputs; returns its result."""
         # The wall-clock reads sit outside the timed bracket, so they never count in a run.
         if self.timed_from is None:
             self.timed_from = self.wall_clock()
@@ -163,14 +148,6 @@ class RunRecorder:
         )
 
 
-def timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float]:
-    """Runs ``fn`` once, waits for every output array, and returns (result, seconds)."""
-    start = time.perf_counter()
-    result = fn(*args, **kwargs)
-    jax.block_until_ready(result)
-    return result, time.perf_counter() - start
-
-
 def time_interleaved(
     calls: Mapping[str, Callable[[], Any]],
     warm_runs: int,
@@ -183,12 +160,10 @@ def time_interleaved(
     cpu_clock: Clock = time.process_time,
     on_round: Callable[[int], None] = lambda done: None,
 ) -> dict[str, RunTimes]:
-    """Times already-compiled, already-warm computations in round-robin rounds.
-
-    Each round runs every computation once, in the mapping's order, each finished (``block``)
-    before the next starts. Drift in the machine's load over the session then lands on every
-    computation alike instead of on whichever was timed in the slow block, so ratios of their
-    medians stay fair. Every round is timed: warm-up is the caller's job.
+    """Times already-compiled, already-warm computations in round-robin rounds (every round
+    timed): each round runs every computation once, in the mapping's order, each finished
+    (``block``) before the next starts, so drift in the machine's load lands on every computation
+    alike and ratios of their medians stay fair.
 
     Args:
         calls: name -> zero-argument compiled call (at least one).
@@ -245,7 +220,8 @@ def arm_timing_metrics(arm: TimedArm) -> dict[str, float]:
     """
     if arm.times is None:
         raise ValueError(f"the {arm.label} arm has no warm-run timings")
-    metrics = {f"{arm.label}_{name}": value for name, value in arm.times.summary().items()}
+    stats = ("median_s", "min_s", "max_s", "per_step_s")
+    metrics = {f"{arm.label}_{name}": getattr(arm.times, name) for name in stats}
     metrics[f"compile_{arm.label}_s"] = arm.compile_s
     metrics[f"warmup_{arm.label}_s"] = arm.warmup_s
     metrics[f"decode_{arm.label}_s"] = arm.decode_s
@@ -261,9 +237,9 @@ def timing_metrics(
 ) -> dict[str, float]:
     """Every timed arm's metrics and the speedups of the sparse arm.
 
-    Each timed dense arm is a dense control; ``speedup`` (the headline, and what the gate reads) is
-    the fastest control's median over the sparse median, so a sparse kernel is never credited for
-    beating a slow dense one. ``speedup_vs_<executor>`` is the ratio against each control by name:
+    Each timed dense arm is a dense control; ``speedup`` (the headline the gate reads) is the
+    fastest control's median over the sparse median, so a sparse kernel is never credited for
+    beating a slow dense one. ``speedup_vs_<executor>`` is the ratio against each control;
     ``speedup_vs_dense_arm`` is the kernel effect (our dense arm's executor against our sparse
     arm: B0 on the accelerators, ``xla_flash`` on a CPU).
 
@@ -287,7 +263,6 @@ def timing_metrics(
     sparse_s = sparse.times.median_s
     for name, arm in controls.items():
         metrics[f"speedup_vs_{name}"] = arm.times.median_s / sparse_s
-    # The kernel effect, whatever the dense arm's executor (B0 on a TPU, xla_flash on a CPU).
     metrics["speedup_vs_dense_arm"] = dense.times.median_s / sparse_s
     metrics[Metric.SPEEDUP] = min(arm.times.median_s for arm in controls.values()) / sparse_s
     metrics["dense_controls"] = len(controls)
