@@ -18,9 +18,8 @@ log = logging.getLogger(__name__)
 
 
 def reused_dense_arms(comparison: Comparison, pairs: list[Pair]) -> dict[int, DenseArms] | None:
-    """With ``reuse_dense_timing=true``, every pair's cached dense arms (timings included), so the
-    dense arms are neither compiled nor timed; None when not asked, or when a pair has no cached
-    timing (then every arm is timed afresh, and the log says which pair missed)."""
+    """Every pair's cached dense arms, timings included, by pair index; None when not asked or
+    when a pair (the log says which) or another process misses."""
     if not comparison.cfg.reuse_dense_timing:
         return None
     found: dict[int, DenseArms] | None = {}

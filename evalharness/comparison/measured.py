@@ -1,10 +1,6 @@
-"""The comparison stage of a run: the arms compiled once, then every pair timed and measured.
-
-:func:`measure_pairs` takes the run's :class:`~evalharness.comparison.pair.Comparison` and every
-pair's inputs, compiles the arms on the first pair (:func:`prepare_arms`), rebinds them to each
-next pair, and compares each pair (:func:`evalharness.comparison.pair.compare_pair`). A single pair
-writes into the run folder and the run's tracker; a suite's pairs each get ``pairs/<pair>/`` and a
-child run. The result is :class:`Measured`: the run's metrics and each pair's.
+"""The comparison stage of a run: the arms compiled once on the first pair, then every pair
+timed and measured. A single pair writes into the run folder and the run's tracker; a suite's
+pairs each get ``pairs/<pair>/`` and a child run.
 """
 
 from __future__ import annotations
@@ -25,9 +21,8 @@ class Measured:
     """What the comparison measured.
 
     Attributes:
-        metrics: the run's metrics: for one pair, its metrics plus the statistics of
-            :func:`evalharness.evidence.suite_metrics`; for a suite, the statistics across pairs
-            (:func:`evalharness.evidence.parent_metrics`).
+        metrics: the run's metrics: one pair's plus its ``suite_metrics``, or a suite's
+            ``parent_metrics``.
         per_pair: each pair's metrics, in pair order.
     """
 
@@ -36,16 +31,8 @@ class Measured:
 
 
 def measure_pairs(comparison: Comparison, inputs: list[PairInputs]) -> Measured:
-    """The comparison proper: the arms compiled once on the first pair's inputs, then each
-    pair compared on the same compiled loops.
-
-    Args:
-        comparison: the run's comparison stage.
-        inputs: every pair's inputs, in pair order.
-
-    Returns:
-        The run's metrics and each pair's.
-    """
+    """The arms compiled once on the first pair's inputs, then each pair (``inputs``, in pair
+    order) compared on the same compiled loops."""
     pairs = [item.pair for item in inputs]
     for pair in pairs:  # a damaged dense-cache entry is set aside now, before anything compiles
         comparison.cache.check(comparison.dense_key(pair))

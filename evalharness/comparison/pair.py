@@ -1,10 +1,7 @@
 """One (prompt, seed) pair of a comparison: its arms timed side by side, quality, and files.
 
-:func:`compare_pair` takes arms compiled once per run (:func:`evalharness.arms.arm.prepare_arm`),
-bound to this pair's noise and prompt embeddings (:func:`evalharness.arms.arm.rebind_arm`), and
-fills the pair's folder and tracker run. A single-pair run writes into the run folder and the run
-itself; a prompt suite gives each pair a sub-folder and a child run
-(``evalharness.comparison.measured.measure_pairs``).
+:func:`compare_pair` takes arms compiled once per run and bound to this pair's noise and prompt
+embeddings, and fills the pair's folder and tracker run.
 """
 
 from __future__ import annotations
@@ -52,8 +49,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Comparison:
-    """A run's comparison stage, complete when created: what preflight admitted, where the run
-    writes, the model, and how long its prompts took to encode.
+    """A run's comparison stage, complete when created.
 
     Attributes:
         cfg: the validated configuration.
@@ -78,8 +74,7 @@ class Comparison:
 
     def prepare_arm(self, label: str, attend: Any, inputs: PairInputs) -> PreparedArm:
         """Compiles one arm on the shared model and sampler for ``inputs``' shapes and runs it
-        once on them (its result; the loop carries no per-step callback, so timed runs hold
-        none)."""
+        once on them (:func:`evalharness.arms.prepare_arm`)."""
         return prepare_arm(
             label,
             self.components.transformer,
@@ -106,8 +101,7 @@ class Comparison:
 
 class RoutingRecorder:
     """The run's routing-recording loop: compiled for the first pair that records, rebound to the
-    next ones. Each run overwrites every sparse (step, layer) cell of the recorder, so a rebound
-    run needs no reset."""
+    next ones (each run overwrites every sparse cell of the recorder: no reset needed)."""
 
     def __init__(self) -> None:
         self._arm: PreparedArm | None = None
@@ -173,11 +167,10 @@ def compare_pair(
 ) -> RunMetrics:
     """Times the pair's arms round-robin, then decodes, measures and writes its files.
 
-    Every run compiles and times its dense arm, its second dense control and its sparse arm in
-    this process, round-robin, whatever the cache holds: a speedup is never a ratio of medians
-    taken under different loads. The dense-arm cache only saves decoding the dense videos. The one
-    exception is ``reuse_dense_timing=true`` with ``cached`` timings: then only the sparse arm is
-    timed, and the run says so (metric ``dense_timing_reused``; the gate refuses a speedup on it).
+    Every arm is timed in this process, round-robin, whatever the cache holds (the cache only
+    saves decoding the dense videos), so a speedup is never a ratio of medians taken under
+    different loads; except with ``reuse_dense_timing=true`` and ``cached`` timings, when only the
+    sparse arm is timed and ``dense_timing_reused`` says so (the gate refuses a speedup on it).
 
     Args:
         comparison: the run.
@@ -260,15 +253,14 @@ def _routing_statistics(
     comparison: Comparison, sparse: ArmResult, inputs: PairInputs
 ) -> tuple[RoutingStats | None, dict[str, float]]:
     """When any step routes (and ``routing_stats`` is on): one more, untimed run that records the
-    routing, and how far its latents are from the timed sparse arm's (they must agree: the
-    statistics describe that run).
+    routing (never slowing the timed sparse arm), and how far its latents are from the timed
+    sparse arm's (they must agree: the statistics describe that run).
 
     Raises:
         RuntimeError: the recorded run's latents differ from the sparse arm's beyond rounding.
     """
     if comparison.plan.attention.recording is None or not comparison.cfg.routing_stats:
         return None, {}
-    # A separate run records routing, so recording never slows the timed sparse arm.
     recorded = comparison.recorder.run(comparison, inputs)
     diff = check_same_latents(
         recorded.latents, sparse.latents, comparison.cfg.dtype.value, what="routing-recording run"

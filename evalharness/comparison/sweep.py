@@ -186,13 +186,8 @@ class SweepSummary(Callback):
             rows = mlflow_rows(uri, config.logger.experiment_name, sweep_id)
             source = f"MLflow {redacted(uri)}, tag {SWEEP_TAG}={sweep_id}"
         else:
-            path = folder / SUMMARY_FILE
-            lines = path.read_text().splitlines() if path.is_file() else []
-            rows = sorted(
-                (json.loads(line) for line in lines if line.strip()),
-                key=lambda r: r.get(SWEEP_JOB_TAG, -1),
-            )
-            source = str(path)
+            rows = sorted(_summary_rows(folder), key=lambda r: r.get(SWEEP_JOB_TAG, -1))
+            source = str(folder / SUMMARY_FILE)
         if not rows:
             log.warning("no job of this multirun recorded a result (%s)", source)
             return
@@ -219,11 +214,17 @@ def redact_file(path: Path) -> None:
         tmp.replace(path)
 
 
+def _summary_rows(folder: Path) -> list[dict[str, Any]]:
+    """The rows the jobs appended to the sweep's summary file (:func:`append_summary`)."""
+    path = folder / SUMMARY_FILE
+    lines = path.read_text().splitlines() if path.is_file() else []
+    return [json.loads(line) for line in lines if line.strip()]
+
+
 def _print_dry_runs(folder: Path) -> None:
     """A dry-run sweep's table (each job wrote its line): fit, time and the seed's figures."""
     path = folder / SUMMARY_FILE
-    lines = path.read_text().splitlines() if path.is_file() else []
-    rows = [json.loads(line) for line in lines if line.strip()]
+    rows = _summary_rows(folder)
     if not rows:
         log.warning("no dry run of this multirun planned a job (%s)", path)
         return

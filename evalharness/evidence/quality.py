@@ -2,15 +2,9 @@
 
 The gated figure is PSNR on the raw decoded uint8 frames (``psnr_db``), not on encoded files: two
 independent lossy encodes add codec noise that can dwarf the attention error (the default job read
-37.6 dB through CRF-18 mp4s where its frames differ at 52.6 dB). Measured here:
-
-- raw frames: per-frame PSNR and SSIM, the whole-video PSNR and the worst frame;
-- FFmpeg's ``psnr`` filter on the lossless measurement videos (``<label>.lossless.mkv``), a
-  cross-check of the raw-frame PSNR by another implementation (they agree to about 0.01 dB);
-- the codec noise: the viewable ``dense.mp4`` (CRF 18 yuv420p) decoded back against the dense
-  arm's raw frames, to show what the viewable videos (and the old gate) add on top.
-
-:func:`quality_metrics` names them; see its docstring for every metric.
+37.6 dB through CRF-18 mp4s where its frames differ at 52.6 dB). Beside it: FFmpeg's ``psnr``
+filter on the lossless measurement videos (a cross-check by another implementation; they agree to
+about 0.01 dB) and the codec noise of the viewable ``dense.mp4`` (:func:`quality_metrics`).
 """
 
 from __future__ import annotations
@@ -62,8 +56,8 @@ class FFmpegPSNR:
 
 
 def ffmpeg_psnr(reference: str | Path, distorted: str | Path) -> FFmpegPSNR:
-    """PSNR between two encoded videos with FFmpeg's ``psnr`` filter (on the lossless measurement
-    videos it equals the raw-frame PSNR; on lossy encodes it includes both encodes' codec noise).
+    """PSNR between two encoded videos with FFmpeg's ``psnr`` filter (on lossy encodes it
+    includes both encodes' codec noise).
 
     Args:
         reference: the dense video file.
@@ -260,35 +254,24 @@ def measure(
 
 def gap_to_noise_floor(noise_floor_db: float, sparse_db: float) -> float:
     """``noise_floor_db - sparse_db``: how many dB further the sparse arm is from the dense arm
-    than the second dense control is (positive: sparse is worse than the dense-vs-dense noise).
-
-    An exact noise floor (inf) makes the gap inf unless the sparse arm is exact too (gap 0).
-    """
+    than the second dense control is; inf for an exact floor unless the sparse arm is exact too
+    (gap 0)."""
     if math.isinf(noise_floor_db) and math.isinf(sparse_db) and noise_floor_db == sparse_db:
         return 0.0
     return float(noise_floor_db - sparse_db)
 
 
 def quality_metrics(sparse: VideoQuality, noise_floor: VideoQuality | None) -> dict[str, float]:
-    """Run metrics of the sparse arm's quality and, when measured, of the dense-vs-dense floor.
+    """Run metrics of the sparse arm's quality and, when measured, of the dense-vs-dense floor
+    (PSNR in dB against the dense arm; inf means identical).
 
-    All PSNR values are in dB against the dense arm; inf means identical.
-
-    - ``psnr_db`` (gated): raw-frame PSNR of the whole video, from the mean squared error over
-      all frames (not the mean of per-frame dB, which one identical frame would make inf and
-      which is lenient to a few bad frames); equals ``psnr_video_db``.
-    - ``psnr_worst_frame_db``: the lowest per-frame raw PSNR.
-    - ``psnr_frames_db``: per-frame raw PSNR averaged in dB; ``ssim_frames``: mean SSIM.
-    - ``psnr_ffmpeg_db``: FFmpeg's ``psnr`` filter on the lossless measurement videos, a
-      cross-check of ``psnr_db`` (no codec noise in it).
-    - ``codec_psnr_db``: the viewable CRF ``dense.mp4`` decoded against the dense raw frames: the
-      codec noise that lossy-encoded comparisons would add.
-    - ``max_abs_latent_diff``: the largest absolute difference of the final latents.
-    - With a noise floor: ``noise_floor_psnr_db``, ``noise_floor_psnr_worst_frame_db``,
-      ``noise_floor_psnr_frames_db``, ``noise_floor_ssim_frames``, ``noise_floor_psnr_ffmpeg_db``
-      and ``noise_floor_max_abs_latent_diff``, the same for the second dense control; and
-      ``gap_to_noise_floor_db`` = ``noise_floor_psnr_db - psnr_db`` (positive: the sparse arm is
-      that many dB further from dense than the dense-vs-dense noise).
+    ``psnr_db`` (gated; equals ``psnr_video_db``) comes from the mean squared error over all
+    frames, not the mean of per-frame dB (``psnr_frames_db``), which one identical frame would
+    make inf and which is lenient to a few bad frames. Beside it: ``psnr_worst_frame_db``,
+    ``ssim_frames`` (mean SSIM), ``psnr_ffmpeg_db`` (the lossless videos through FFmpeg),
+    ``codec_psnr_db`` (``dense.mp4`` against the dense frames) and ``max_abs_latent_diff``; with a
+    noise floor, ``noise_floor_*`` for the second dense control (all but the codec's and
+    ``psnr_video_db``) and ``gap_to_noise_floor_db`` (floor minus sparse).
 
     Args:
         sparse: the sparse arm against the dense arm.
