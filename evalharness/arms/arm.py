@@ -69,15 +69,14 @@ class PreparedArm:
 
     Attributes:
         label: ``dense``, ``sparse``, ``noise_floor``, ... (for logs and the result).
-        compiled: the compiled loop, ``(noise, context, negative_context) -> DenoiseOutput``
-            (``models.pipeline.CompiledDenoise``), built without a per-step callback.
+        compiled: the compiled loop, ``(noise, context, negative_context) -> DenoiseOutput``.
         args: its inputs: noise [1, 16, F, H, W], context [1, L, text_dim], negative context
-            [1, L, text_dim] or None (the same arrays every arm shares; nothing is copied).
+            [1, L, text_dim] or None (arrays every arm shares).
         steps: denoising steps per run, for the per-step figure.
         compile_s: ahead-of-time compilation seconds.
         warmup_s: seconds of the first, untimed execution.
-        latents: float32 [1, 16, F, H, W] latents of the warm-up run. The loop is deterministic,
-            so these are the arm's result; timed runs only measure.
+        latents: float32 [1, 16, F, H, W] latents of the warm-up run: the arm's result (the loop
+            is deterministic; timed runs only measure).
     """
 
     label: str
@@ -167,15 +166,12 @@ def rebind_arm(
 
     Args:
         arm: a prepared arm.
-        args: (noise [1, 16, F, H, W], context [1, L, text_dim], negative context or None), with
-            the shapes ``arm`` was compiled for.
-        on_event: progress hook.
-        clock: monotonic seconds for the warm-up time (injected by tests).
-        block: waits for the warm-up's outputs (injected by tests).
+        args: new :attr:`PreparedArm.args`, with the shapes ``arm`` was compiled for.
+        on_event, clock, block: as :func:`prepare_arm` takes them.
 
     Returns:
-        The arm with the new inputs, their warm-up seconds and latents; ``compile_s`` is the
-        shared compilation's.
+        The arm with the new inputs, their warm-up seconds and latents (``compile_s`` is the
+        shared compilation's).
 
     Raises:
         ValueError: an input's shape differs from the compiled one's.
@@ -235,9 +231,7 @@ def time_arms_interleaved(
     Args:
         arms: name -> prepared arm (at least one); the names key the result.
         warm_runs: timed runs per arm (>= 1), i.e. the number of rounds.
-        clock: monotonic seconds for the run durations (injected by tests).
-        block: waits for each run's outputs (injected by tests).
-        wall_clock: epoch seconds for each arm's timed window (injected by tests).
+        clock, block, wall_clock: as ``time_interleaved`` takes them (tests inject them).
         on_event: progress hook, called before the first round and after each round.
 
     Returns:

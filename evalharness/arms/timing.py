@@ -171,12 +171,10 @@ def time_interleaved(
         steps: name -> denoising steps per run, for the per-step figure (default 1).
         check: called with (name, result) after each timed run, outside the timed bracket; raise
             in it to stop (e.g. on non-finite latents).
-        clock: monotonic seconds (injected by tests).
-        block: waits for a run's outputs (injected by tests).
-        wall_clock: epoch seconds for each computation's timed window (injected by tests).
-        cpu_clock: this process's CPU seconds (injected by tests).
-        on_round: called with the number of finished rounds after each round (progress), outside
-            every timed bracket.
+        clock, block, wall_clock, cpu_clock: as :class:`RunRecorder` takes them (tests inject
+            them).
+        on_round: called with the number of finished rounds after each round, outside every
+            timed bracket.
 
     Returns:
         name -> its run times, in the order of ``calls``.
@@ -211,23 +209,6 @@ class TimedArm(Protocol):
     decode_s: float
 
 
-def arm_timing_metrics(arm: TimedArm) -> dict[str, float]:
-    """One timed arm's metrics: ``<label>_{median,min,max,per_step}_s`` and
-    ``{compile,warmup,decode}_<label>_s``.
-
-    Raises:
-        ValueError: the arm was not timed (no warm runs).
-    """
-    if arm.times is None:
-        raise ValueError(f"the {arm.label} arm has no warm-run timings")
-    stats = ("median_s", "min_s", "max_s", "per_step_s")
-    metrics = {f"{arm.label}_{name}": getattr(arm.times, name) for name in stats}
-    metrics[f"compile_{arm.label}_s"] = arm.compile_s
-    metrics[f"warmup_{arm.label}_s"] = arm.warmup_s
-    metrics[f"decode_{arm.label}_s"] = arm.decode_s
-    return metrics
-
-
 def timing_metrics(
     dense: TimedArm,
     sparse: TimedArm,
@@ -235,7 +216,8 @@ def timing_metrics(
     *,
     executors: dict[str, str] | None = None,
 ) -> dict[str, float]:
-    """Every timed arm's metrics and the speedups of the sparse arm.
+    """Every timed arm's metrics (``<label>_{median,min,max,per_step}_s``,
+    ``{compile,warmup,decode}_<label>_s``) and the speedups of the sparse arm.
 
     Each timed dense arm is a dense control; ``speedup`` (the headline the gate reads) is the
     fastest control's median over the sparse median, so a sparse kernel is never credited for
@@ -253,11 +235,19 @@ def timing_metrics(
     Returns:
         Flat metrics, including ``speedup``, ``speedup_vs_<name>`` per control and
         ``dense_controls`` (how many were timed).
+
+    Raises:
+        ValueError: the dense or the sparse arm was not timed.
     """
     arms = [dense, sparse] + ([noise_floor] if noise_floor and noise_floor.times else [])
     metrics: dict[str, float] = {}
     for arm in arms:
-        metrics.update(arm_timing_metrics(arm))
+        if arm.times is None:
+            raise ValueError(f"the {arm.label} arm has no warm-run timings")
+        for name in ("median_s", "min_s", "max_s", "per_step_s"):
+            metrics[f"{arm.label}_{name}"] = getattr(arm.times, name)
+        for name in ("compile", "warmup", "decode"):
+            metrics[f"{name}_{arm.label}_s"] = getattr(arm, f"{name}_s")
     names = executors or {}
     controls = {names.get(arm.label, arm.label): arm for arm in arms if arm is not sparse}
     sparse_s = sparse.times.median_s
@@ -283,12 +273,8 @@ def fastest_control(metrics: dict[str, float]) -> str:
 
 
 def timed_window_tags(arms: Iterable[Any]) -> dict[str, str]:
-    """``timed.<label>``: the UTC window of each arm's timed runs ("<first start> / <last end>").
-
-    Args:
-        arms: objects with ``label`` and ``times`` (a ``RunTimes`` or None); None entries and
-            arms without a recorded window are skipped.
-    """
+    """``timed.<label>``: the UTC window of each arm's timed runs ("<first start> / <last end>"),
+    for arms with ``label`` and ``times`` (None entries and arms without a window are skipped)."""
     tags = {}
     for arm in arms:
         times = getattr(arm, "times", None)

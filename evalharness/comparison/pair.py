@@ -89,9 +89,12 @@ class Comparison:
         )
 
     def dense_key(self, pair: Pair) -> str:
-        """The dense-arm cache key of one pair."""
+        """The dense-arm cache key of one pair (its ``prompt`` and ``seed`` set, no suite)."""
         # step_callback keeps its default, False: no timed loop carries one (``prepare_arm``).
-        return dense_arm_key(pair_config(self.cfg, pair), self.components.identity, self.plan.shift)
+        cfg = dataclasses.replace(
+            self.cfg, prompt=pair.prompt, seed=pair.seed, prompts=None, seeds=None
+        )
+        return dense_arm_key(cfg, self.components.identity, self.plan.shift)
 
     @property
     def cache(self) -> ArmCache:
@@ -114,11 +117,6 @@ class RoutingRecorder:
         else:
             self._arm = rebind_arm(self._arm, inputs.args, on_event=comparison.progress.event)
         return self._arm
-
-
-def pair_config(cfg: EvalConfig, pair: Pair) -> EvalConfig:
-    """The configuration of one pair: ``prompt`` and ``seed`` set, no suite."""
-    return dataclasses.replace(cfg, prompt=pair.prompt, seed=pair.seed, prompts=None, seeds=None)
 
 
 @dataclass
@@ -185,10 +183,7 @@ def compare_pair(
     progress, cfg = comparison.progress, comparison.cfg
     progress.event(f"{out.label}timing interleaved".strip())
     times = time_arms_interleaved(arms, cfg.warm_runs, on_event=progress.event)
-    if cached is None:
-        dense = _dense_arms(comparison, inputs.pair, arms, times)
-    else:
-        dense = cached
+    dense = cached if cached is not None else _dense_arms(comparison, inputs.pair, arms, times)
     sparse = arms["sparse"].result(times["sparse"])
     if cfg.routing_stats:
         progress.event(f"{out.label}routing statistics".strip())

@@ -1,13 +1,11 @@
 """Hydra callback that prints one table per multirun: speedup and PSNR per job, read back from MLflow.
 
-Jobs may run in this process (Hydra's basic launcher) or each in its own (``hydra/launcher=
-submitit_local`` or ``submitit_slurm``), so nothing is passed in memory. When the multirun starts,
-the callback writes a fresh sweep id to ``<sweep dir>/sweep_id``; each job reads it and tags its
-MLflow run ``sweep=<id>`` and ``sweep_job=<n>`` (``logger.tags``). When the multirun ends, the
-callback reads the runs with that tag back from MLflow, prints the table, writes ``summary.md``
-beside it and remembers which jobs failed their gate or did not finish, which the command turns
-into exit code 1. With ``logger=none`` the table comes from ``<sweep dir>/summary.jsonl``, one line
-appended by each job.
+Jobs may run in other processes (``hydra/launcher=submitit_local`` or ``submitit_slurm``), so
+nothing is passed in memory: the multirun's start writes a fresh sweep id to
+``<sweep dir>/sweep_id``, each job tags its MLflow run ``sweep=<id>`` and ``sweep_job=<n>``, and
+the end reads those runs back (with ``logger=none``, the line each job appended to
+``<sweep dir>/summary.jsonl``), prints the table, writes ``summary.md`` and remembers the jobs
+that failed their gate or did not finish (the command's exit code 1).
 """
 
 from __future__ import annotations
@@ -27,7 +25,14 @@ from omegaconf import DictConfig, open_dict
 from evalharness.admission import dry_run_table
 from evalharness.evidence import headline_columns
 from evalharness.formatting import markdown_table
-from evalharness.tracking import redacted
+from evalharness.tracking import (
+    TrackingUnavailable,
+    check_tracking,
+    default_tracking_uri,
+    ensure_experiment,
+    open_client,
+    redacted,
+)
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -111,8 +116,6 @@ def mlflow_rows(tracking_uri: str, experiment: str, sweep_id: str) -> list[dict[
     Raises:
         LookupError: the experiment does not exist at ``tracking_uri``.
     """
-    from evalharness.tracking import open_client
-
     client = open_client(tracking_uri)
     found = client.get_experiment_by_name(experiment)
     if found is None:
@@ -130,8 +133,6 @@ def failed_jobs() -> list[str]:
 
 
 def _tracking_uri(config: DictConfig) -> str:
-    from evalharness.tracking import default_tracking_uri
-
     return config.logger.tracking_uri or default_tracking_uri(config.output_root)
 
 
@@ -149,13 +150,6 @@ class SweepSummary(Callback):
         if config.logger.kind == "mlflow" and not config.dry_run:  # a dry run logs nothing
             # The store's tables and the experiment exist before jobs in several processes
             # open it at once (a fresh sqlite database would race on its schema migration).
-            from evalharness.tracking import (
-                TrackingUnavailable,
-                check_tracking,
-                ensure_experiment,
-                open_client,
-            )
-
             # A wrong server or database is refused in seconds, before any job starts: exit 2,
             # as a single run's refusal (a SystemExit passes through Hydra's error report).
             try:

@@ -1,8 +1,6 @@
-"""Whether a dense-cache entry is whole: a SHA-256 checksum of each of its files, recorded when
-the entry is written (``sha256.json``) and compared before the entry is used.
-
-A truncated or bit-flipped file, a missing or extra file and a damaged ``sha256.json`` all read
-as damage; so does an entry without ``sha256.json`` (nothing vouches for it).
+"""Whether a dense-cache entry is whole: the SHA-256 of each of its files, recorded when the
+entry is written (``sha256.json``) and compared before it is used. A changed, missing or extra
+file, a damaged ``sha256.json`` and none at all (nothing vouches for the entry) read as damage.
 """
 
 from __future__ import annotations

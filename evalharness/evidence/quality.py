@@ -187,11 +187,6 @@ class CodecNoise:
     per_frame_db: np.ndarray
     psnr_db: float
 
-    @property
-    def worst_frame_db(self) -> float:
-        """The lowest per-frame PSNR."""
-        return float(np.min(self.per_frame_db))
-
 
 def codec_noise(video: str | Path, frames: np.ndarray) -> CodecNoise:
     """Decodes ``video`` and measures it against the raw uint8 [T, H, W, 3] ``frames`` it was

@@ -1,7 +1,5 @@
 """Routing evidence of a run: its statistics as ``routing_stats.npz`` and the step x layer temporal
-fraction as a PNG heat map.
-
-Plotting stays on the harness side so the kernels never import matplotlib.
+fraction as a PNG heat map (plotted here, so the kernels never import matplotlib).
 """
 
 from __future__ import annotations
@@ -14,9 +12,8 @@ from kernels.policy.routing_stats import RoutingStats
 
 
 def plot_temporal_fraction(stats: RoutingStats, path: str | Path, *, title: str = "") -> Path:
-    """Writes the step x layer heat map of the temporal fraction as a PNG.
-
-    Dense cells are drawn grey; the colour scale is fixed to [0, 1] so maps compare across runs.
+    """Writes the step x layer heat map of the temporal fraction as a PNG: dense cells grey, the
+    colour scale fixed to [0, 1] so maps compare across runs.
 
     Args:
         stats: recorded routing statistics.
@@ -57,13 +54,9 @@ def plot_temporal_fraction(stats: RoutingStats, path: str | Path, *, title: str 
 
 
 def save_routing_stats(stats: RoutingStats, run_dir: Path, schedule_name: str) -> None:
-    """Writes ``routing_stats.npz`` and ``routing_heatmap.png`` (temporal fraction, step x layer).
-
-    Args:
-        stats: the recorded run's routing (flags and errors per step, layer, batch and head).
-        run_dir: the pair's folder.
-        schedule_name: the schedule, named in the heat map's title.
-    """
+    """Writes ``routing_stats.npz`` (flags and errors per step, layer, batch and head, and the
+    temporal fraction) and ``routing_heatmap.png`` into ``run_dir``, the heat map titled with
+    ``schedule_name``."""
     np.savez(
         run_dir / "routing_stats.npz",
         temporal=stats.temporal,

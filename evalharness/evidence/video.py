@@ -83,28 +83,16 @@ def encode_mp4(frames: np.ndarray, path: str | Path, *, fps: int = 16, crf: int 
 
     Raises:
         ValueError: frames of the wrong shape or dtype, or odd height/width.
-        VideoError: FFmpeg failed (its message is included).
+        VideoError: FFmpeg failed (its last lines are included).
     """
     args = {"vcodec": "libx264", "crf": crf, "preset": "medium", "pix_fmt": "yuv420p"}
     return _encode(frames, Path(path), fps, **args)
 
 
 def encode_lossless(frames: np.ndarray, path: str | Path, *, fps: int = 16) -> Path:
-    """Encodes RGB frames losslessly (FFV1 on planar RGB in Matroska): the decoded frames equal
-    ``frames`` bit for bit, at any height and width.
-
-    Args:
-        frames: uint8 [T, H, W, 3] RGB frames.
-        path: output file, ending in ``.mkv``; its folder is created.
-        fps: frame rate.
-
-    Returns:
-        The path written.
-
-    Raises:
-        ValueError: frames of the wrong shape or dtype, or a path that is not ``.mkv``.
-        VideoError: FFmpeg failed (its message is included).
-    """
+    """Encodes RGB frames losslessly (FFV1 on planar RGB in Matroska), at any height and width:
+    the decoded frames equal ``frames`` bit for bit. As :func:`encode_mp4`, but ``path`` must end
+    in ``.mkv`` (else ValueError)."""
     path = Path(path)
     if path.suffix != ".mkv":
         raise ValueError(f"a lossless (FFV1) video goes in a .mkv file, got {path.name}")
@@ -182,15 +170,8 @@ def label_band(labels: list[str], panel_width: int) -> np.ndarray:
 
 def side_by_side(dense: np.ndarray, sparse: np.ndarray, gain: float = 8.0) -> np.ndarray:
     """Dense | sparse | their absolute difference times ``gain`` (clipped to 255, so small drift
-    shows), along the width, under a band that names each panel.
-
-    Args:
-        dense: uint8 [T, H, W, 3].
-        sparse: uint8 [T, H, W, 3].
-        gain: amplification of the difference.
-
-    Returns:
-        uint8 [T, h + H, 3W, 3].
+    shows), along the width, under a band that names each panel: two uint8 [T, H, W, 3] videos
+    into uint8 [T, h + H, 3W, 3].
 
     Raises:
         ValueError: the videos differ in shape.

@@ -153,7 +153,6 @@ def test_codec_noise_is_none_for_lossless_and_real_for_crf18(tmp_path):
     assert math.isinf(exact.psnr_db) or exact.psnr_db > 80
     lossy = codec_noise(encode_mp4(frames, tmp_path / "d.mp4", crf=18), frames)
     assert 25 < lossy.psnr_db < 60  # yuv420p chroma and CRF 18 quantisation: codec noise
-    assert lossy.worst_frame_db == min(lossy.per_frame_db)
     assert lossy.per_frame_db.shape == (5,)
 
 
