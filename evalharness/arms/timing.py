@@ -90,64 +90,6 @@ def check_warm_runs(warm_runs: int) -> None:
         )
 
 
-class RunRecorder:
-    """Times runs of one compiled computation and builds its :class:`RunTimes`: the clock
-    brackets the call and ``block`` on its outputs, nothing else (the interleaved timer keeps one
-    recorder per computation).
-
-    Args:
-        steps: denoising steps per run, for the per-step figure.
-        clock: monotonic seconds for the run durations (``time.perf_counter``).
-        block: waits for every output array of a run (``jax.block_until_ready``); without it the
-            clock would stop at dispatch, not at completion.
-        wall_clock: epoch seconds for the timed window (``time.time``).
-        cpu_clock: this process's CPU seconds (``time.process_time``), read outside the bracket.
-    """
-
-    def __init__(
-        self,
-        steps: int = 1,
-        *,
-        clock: Clock = time.perf_counter,
-        block: Block = jax.block_until_ready,
-        wall_clock: Clock = time.time,
-        cpu_clock: Clock = time.process_time,
-    ) -> None:
-        self.steps = steps
-        self.clock, self.block, self.wall_clock = clock, block, wall_clock
-        self.cpu_clock = cpu_clock
-        self.runs_s: list[float] = []
-        self.cpu_s: list[float] = []
-        self.timed_from: float | None = None
-        self.timed_until: float | None = None
-
-    def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Runs ``fn(*args)`` once, timed to the completion of its outputs; returns its result."""
-        # The wall-clock reads sit outside the timed bracket, so they never count in a run.
-        if self.timed_from is None:
-            self.timed_from = self.wall_clock()
-        cpu_start = self.cpu_clock()
-        start = self.clock()
-        result = fn(*args)
-        self.block(result)
-        self.runs_s.append(self.clock() - start)
-        self.cpu_s.append(self.cpu_clock() - cpu_start)
-        self.timed_until = self.wall_clock()
-        return result
-
-    def times(self) -> RunTimes:
-        """The recorded runs.
-
-        Raises:
-            ValueError: nothing was recorded yet.
-        """
-        if not self.runs_s:
-            raise ValueError("no timed runs were recorded")
-        return RunTimes(
-            tuple(self.runs_s), self.steps, self.timed_from, self.timed_until, tuple(self.cpu_s)
-        )
-
-
 def time_interleaved(
     calls: Mapping[str, Callable[[], Any]],
     warm_runs: int,
@@ -163,7 +105,8 @@ def time_interleaved(
     """Times already-compiled, already-warm computations in round-robin rounds (every round
     timed): each round runs every computation once, in the mapping's order, each finished
     (``block``) before the next starts, so drift in the machine's load lands on every computation
-    alike and ratios of their medians stay fair.
+    alike and ratios of their medians stay fair. The one place run seconds become a
+    :class:`RunTimes`: the clock brackets the call and ``block`` on its outputs, nothing else.
 
     Args:
         calls: name -> zero-argument compiled call (at least one).
@@ -171,8 +114,11 @@ def time_interleaved(
         steps: name -> denoising steps per run, for the per-step figure (default 1).
         check: called with (name, result) after each timed run, outside the timed bracket; raise
             in it to stop (e.g. on non-finite latents).
-        clock, block, wall_clock, cpu_clock: as :class:`RunRecorder` takes them (tests inject
-            them).
+        clock: monotonic seconds for the run durations (``time.perf_counter``).
+        block: waits for every output array of a run (``jax.block_until_ready``); without it the
+            clock would stop at dispatch, not at completion.
+        wall_clock: epoch seconds for each computation's timed window (``time.time``).
+        cpu_clock: this process's CPU seconds (``time.process_time``).
         on_round: called with the number of finished rounds after each round, outside every
             timed bracket.
 
@@ -185,18 +131,28 @@ def time_interleaved(
     check_warm_runs(warm_runs)
     if not calls:
         raise ValueError("nothing to time: no computations were given")
-    steps = steps or {}
-    recorders = {
-        name: RunRecorder(
-            steps.get(name, 1), clock=clock, block=block, wall_clock=wall_clock, cpu_clock=cpu_clock
-        )
-        for name in calls
-    }
+    runs: dict[str, list[float]] = {name: [] for name in calls}
+    cpu: dict[str, list[float]] = {name: [] for name in calls}
+    window: dict[str, list[float]] = {name: [] for name in calls}  # [first start, last end]
     for done in range(1, warm_runs + 1):
         for name, call in calls.items():
-            check(name, recorders[name].run(call))
+            # The wall-clock and CPU-clock reads sit outside the timed bracket.
+            if not window[name]:
+                window[name].append(wall_clock())
+            cpu_start = cpu_clock()
+            start = clock()
+            result = call()
+            block(result)
+            runs[name].append(clock() - start)
+            cpu[name].append(cpu_clock() - cpu_start)
+            window[name][1:] = [wall_clock()]
+            check(name, result)
         on_round(done)
-    return {name: recorder.times() for name, recorder in recorders.items()}
+    steps = steps or {}
+    return {
+        name: RunTimes(tuple(runs[name]), steps.get(name, 1), *window[name], tuple(cpu[name]))
+        for name in calls
+    }
 
 
 class TimedArm(Protocol):
