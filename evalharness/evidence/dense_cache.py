@@ -1,12 +1,15 @@
 """On-disk cache of the dense arms' decoded frames, under the key of ``evalharness.evidence.cache_key``:
 what an entry stores, the hit/miss decision, the explanation of a miss, and the setting aside of a
-damaged entry.
+damaged entry: one whose files do not match the SHA-256 checksums recorded when it was written
+(``sha256.json``; a changed, missing or extra file, a damaged ``sha256.json`` and none at all,
+since nothing then vouches for the entry).
 """
 
 from __future__ import annotations
 
 import datetime
 import errno
+import hashlib
 import json
 import logging
 import os
@@ -22,10 +25,56 @@ from typing import Any
 import numpy as np
 
 from evalharness.arms import ArmResult, RunTimes
-from evalharness.evidence.cache_integrity import damage, write_checksums
 from evalharness.evidence.cache_key import key_fields_of
 
 log = logging.getLogger(__name__)
+
+
+CHECKSUMS = "sha256.json"
+
+
+def _digest(path: Path) -> str:
+    with path.open("rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
+
+
+def _files(folder: Path) -> set[str]:
+    return {p.name for p in folder.iterdir() if p.name != CHECKSUMS}
+
+
+def write_checksums(folder: Path) -> None:
+    """Records the SHA-256 of every file in ``folder`` in its ``sha256.json``."""
+    sums = {name: _digest(folder / name) for name in sorted(_files(folder))}
+    (folder / CHECKSUMS).write_text(json.dumps(sums, indent=2, sort_keys=True))
+
+
+def damage(folder: Path) -> str | None:
+    """What is wrong with the entry in ``folder``, or None when every file matches its checksum.
+
+    Raises:
+        FileNotFoundError: ``folder`` is gone (another process set it aside meanwhile).
+    """
+    try:
+        recorded = json.loads((folder / CHECKSUMS).read_text())
+    except FileNotFoundError:
+        if not folder.is_dir():
+            raise
+        return f"it has no {CHECKSUMS}"
+    except (OSError, ValueError) as err:
+        return f"its {CHECKSUMS} is unreadable ({err})"
+    if not isinstance(recorded, dict) or not all(isinstance(v, str) for v in recorded.values()):
+        return f"its {CHECKSUMS} is not a table of checksums"
+    present = _files(folder)
+    if present != set(recorded):
+        missing, extra = sorted(set(recorded) - present), sorted(present - set(recorded))
+        return f"its files differ from {CHECKSUMS} (missing: {missing}, unlisted: {extra})"
+    for name in sorted(recorded):
+        try:
+            if _digest(folder / name) != recorded[name]:
+                return f"{name} does not match its checksum"
+        except OSError as err:
+            return f"{name} is unreadable ({err})"
+    return None
 
 
 class ArmCache:
@@ -33,7 +82,7 @@ class ArmCache:
 
     ``key.json`` holds the key's inputs, readable, so a miss can be explained
     (:meth:`closest_differences`); entries without one are still read. An entry that does not
-    match its ``sha256.json`` (``evalharness.evidence.cache_integrity``) is set aside with one
+    match its ``sha256.json`` (:func:`damage`) is set aside with one
     warning and counts as a miss, so the arms are computed and stored afresh.
 
     Writes go to a temporary folder renamed into place, so a crash or a concurrent run never

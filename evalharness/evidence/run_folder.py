@@ -1,5 +1,6 @@
 """A pair's files in its folder (videos, per-frame quality, routing statistics, timings, latents,
-``metrics.json``) and the headline metrics that the console summary and the sweep table show."""
+``metrics.json``) and the headline metrics that the console summary and the sweep table show.
+The plots are drawn here, on the harness side, so the kernels never import matplotlib."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from evalharness.arms import ArmResult  # noqa: E402
 from evalharness.config import EvalConfig  # noqa: E402
 from evalharness.evidence.dense_cache import DenseArms, arm_meta  # noqa: E402
 from evalharness.evidence.quality import VideoQuality, measure, quality_metrics  # noqa: E402
-from evalharness.evidence.routing_plots import save_routing_stats  # noqa: E402
 from evalharness.evidence.video import encode_lossless, encode_mp4, lossless_path, side_by_side  # noqa: E402
 from evalharness.formatting import format_cell  # noqa: E402
 from evalharness.metric_names import Metric, MetricValue, RunMetrics  # noqa: E402
@@ -197,6 +197,61 @@ def write_frame_quality(run_dir: Path, quality: VideoQuality) -> tuple[Path, Pat
         codec_psnr_frames_db=codec.per_frame_db,
     )
     return plot, arrays
+
+
+def plot_temporal_fraction(stats: RoutingStats, path: str | Path, *, title: str = "") -> Path:
+    """Writes the step x layer heat map of the temporal fraction as a PNG: dense cells grey, the
+    colour scale fixed to [0, 1] so maps compare across runs.
+
+    Args:
+        stats: recorded routing statistics.
+        path: output file (parent folders are created).
+        title: optional figure title.
+
+    Returns:
+        The written path.
+    """
+    fraction = stats.temporal_fraction()  # [steps, layers]
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    steps, layers = fraction.shape
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.25 * layers + 2.0), max(3.0, 0.2 * steps + 1.5)))
+    cmap = plt.get_cmap("viridis").with_extremes(bad="lightgrey")
+    image = ax.imshow(
+        np.ma.masked_invalid(fraction),
+        cmap=cmap,
+        vmin=0.0,
+        vmax=1.0,
+        aspect="auto",
+        origin="upper",
+        interpolation="nearest",
+    )
+    ax.set_xlabel("layer")
+    ax.set_ylabel("denoising step")
+    ax.set_title(title or "fraction of heads routed temporal (grey: dense)")
+    fig.colorbar(image, ax=ax, label="temporal fraction")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def save_routing_stats(stats: RoutingStats, run_dir: Path, schedule_name: str) -> None:
+    """Writes ``routing_stats.npz`` (flags and errors per step, layer, batch and head, and the
+    temporal fraction) and ``routing_heatmap.png`` into ``run_dir``, the heat map titled with
+    ``schedule_name``."""
+    np.savez(
+        run_dir / "routing_stats.npz",
+        temporal=stats.temporal,
+        spatial_error=stats.spatial_error,
+        temporal_error=stats.temporal_error,
+        temporal_fraction=stats.temporal_fraction(),
+    )
+    plot_temporal_fraction(
+        stats,
+        run_dir / "routing_heatmap.png",
+        title=f"heads routed temporal · schedule {schedule_name}",
+    )
 
 
 def write_pair_files(
