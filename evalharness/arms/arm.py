@@ -129,9 +129,6 @@ def prepare_arm(
         clock: monotonic seconds for the compile and warm-up times (injected by tests).
         block: waits for the warm-up's outputs (injected by tests).
 
-    Returns:
-        The compiled arm, its compile and warm-up seconds and its warm-up latents.
-
     Raises:
         NonFiniteLatents: when the warm-up's latents hold NaN or Inf.
     """
@@ -294,7 +291,7 @@ def check_same_latents(
         latents: float32 [1, 16, F, H, W] of the second run.
         expected: the arm's latents, same shape.
         dtype: the compute dtype's name ("float32" or "bfloat16").
-        what: the second run, for the message.
+        what: names the second run in the message.
 
     Raises:
         RuntimeError: shapes differ, or the latents differ beyond the tolerance.

@@ -36,9 +36,6 @@ def conclude(comparison: Comparison, measured: Measured, *, wall_s: float) -> Ou
         comparison: the run's comparison stage (its config, folder and tracker).
         measured: what the comparison measured.
         wall_s: the run's wall time so far, admission included (``total_wall_s``).
-
-    Returns:
-        The finished run.
     """
     cfg, run_dir, tracker = comparison.cfg, comparison.run_dir, comparison.tracker
     run_metrics = measured.metrics.with_values(

@@ -163,7 +163,8 @@ def compare_pair(
     out: PairOutput,
     cached: DenseArms | None = None,
 ) -> RunMetrics:
-    """Times the pair's arms round-robin, then decodes, measures and writes its files.
+    """Times the pair's arms round-robin, then decodes, measures and writes its files; returns
+    the pair's metrics.
 
     Every arm is timed in this process, round-robin, whatever the cache holds (the cache only
     saves decoding the dense videos), so a speedup is never a ratio of medians taken under
@@ -176,9 +177,6 @@ def compare_pair(
         arms: prepared arms: "sparse", and "dense" (+ "noise_floor") unless ``cached`` is used.
         out: the pair's folder and tracker run.
         cached: cached dense arms whose timings are reused (``reuse_dense_timing``), or None.
-
-    Returns:
-        The pair's metrics.
     """
     progress, cfg = comparison.progress, comparison.cfg
     progress.event(f"{out.label}timing interleaved".strip())

@@ -67,8 +67,7 @@ def read_sweep_id(sweep_dir: str | Path) -> str:
     """The id the multirun's callback wrote for this sweep.
 
     Raises:
-        FileNotFoundError: no id in ``sweep_dir``: the callback ``evalharness.comparison.sweep.SweepSummary``
-            is not configured (``hydra.callbacks``) or the sweep folder is not shared with the job.
+        FileNotFoundError: no id in ``sweep_dir`` (the message says what to configure).
     """
     path = Path(sweep_dir) / SWEEP_ID_FILE
     if not path.is_file():
@@ -94,14 +93,11 @@ def job_row(run: Run) -> dict[str, Any]:
     """A job's row of the sweep table from its MLflow run: each headline key from the run's
     metrics, else its tags, else its params; plus the job number, run folder and status."""
     data = run.data
-    row: dict[str, Any] = {}
-    for _, key, _ in headline_columns():
-        for source in (data.metrics, data.tags, data.params):
-            if key in source:
-                row[key] = source[key]
-                break
-        else:
-            row[key] = None
+    sources = (data.metrics, data.tags, data.params)
+    row = {
+        key: next((source[key] for source in sources if key in source), None)
+        for _, key, _ in headline_columns()
+    }
     row[SWEEP_JOB_TAG] = int(data.tags.get(SWEEP_JOB_TAG, -1))
     row["run_dir"] = data.tags.get("run_dir")
     row["gate_passed"] = data.metrics.get("gate_passed")

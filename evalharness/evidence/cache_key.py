@@ -127,8 +127,8 @@ def dense_arm_fields(
     environment: Mapping[str, Any] | None = None,
     code: str | None = None,
 ) -> dict[str, Any]:
-    """Everything that decides what the dense arm (and its noise floor) computes: the cache
-    key's content (changing a name or value invalidates every cached dense arm).
+    """Everything that decides what the dense arm (and its noise floor) computes, JSON-able: the
+    cache key's content (changing a name or value invalidates every cached dense arm).
 
     Left out, as the dense arms do not depend on them: the sparse ``schedule``, ``logger``,
     ``gate``, ``warm_runs`` (every run times afresh), ``max_minutes``, ``output_root``,
@@ -148,9 +148,6 @@ def dense_arm_fields(
             timed loop; in the key so such a loop could not share an entry).
         environment: the environment's part (default: :func:`environment_fields`).
         code: the code version (default: :func:`code_version` of this repository).
-
-    Returns:
-        The key's fields, JSON-able.
     """
     return {
         "model": identity,

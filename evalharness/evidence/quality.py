@@ -225,7 +225,8 @@ def measure(
     *,
     codec_video: str | Path | None = None,
 ) -> VideoQuality:
-    """Measures an arm against the reference arm.
+    """Measures an arm against the reference arm (raw frames, lossless videos, codec noise,
+    latents).
 
     Args:
         reference_video: the reference arm's measurement video (``dense.lossless.mkv``).

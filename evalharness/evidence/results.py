@@ -198,16 +198,14 @@ def _settings(cfg: EvalConfig, metrics: Mapping[str, Any]) -> str:
 def write_report(
     run_dir: Path, cfg: EvalConfig, metrics: RunMetrics, gate_failures: Sequence[str]
 ) -> Path:
-    """Writes a single pair's ``report.md``: the comparison in one table, then the verdict.
+    """Writes a single pair's ``report.md`` (the comparison in one table, then the verdict) and
+    returns its path.
 
     Args:
         run_dir: the run folder.
         cfg: the run's configuration (title, prompt line, gate thresholds).
         metrics: the run's metrics.
         gate_failures: one line per missed gate threshold (empty when the gate passed).
-
-    Returns:
-        The report's path.
     """
     rows = []
     for title, arm in _TIMING_ROWS:
@@ -265,7 +263,7 @@ def write_suite_report(
     gate_failures: Sequence[str],
 ) -> Path:
     """Writes ``pairs.csv`` (one row per pair, the columns of :data:`PAIR_COLUMNS`) and
-    ``report.md``: the statistics across pairs, each pair, the gate.
+    ``report.md`` (the statistics across pairs, each pair, the gate); returns the report's path.
 
     Args:
         run_dir: the run folder (each pair's own files are under ``pairs/<pair>/``).
@@ -273,9 +271,6 @@ def write_suite_report(
         metrics: the run's metrics (:func:`parent_metrics` and run-level ones).
         per_pair: each pair's metrics, in pair order.
         gate_failures: one line per missed gate threshold.
-
-    Returns:
-        The report's path.
     """
     with (run_dir / "pairs.csv").open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)

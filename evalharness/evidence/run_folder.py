@@ -200,16 +200,13 @@ def write_frame_quality(run_dir: Path, quality: VideoQuality) -> tuple[Path, Pat
 
 
 def plot_temporal_fraction(stats: RoutingStats, path: str | Path, *, title: str = "") -> Path:
-    """Writes the step x layer heat map of the temporal fraction as a PNG: dense cells grey, the
-    colour scale fixed to [0, 1] so maps compare across runs.
+    """Writes the step x layer heat map of the temporal fraction as a PNG and returns its path:
+    dense cells grey, the colour scale fixed to [0, 1] so maps compare across runs.
 
     Args:
         stats: recorded routing statistics.
         path: output file (parent folders are created).
         title: optional figure title.
-
-    Returns:
-        The written path.
     """
     fraction = stats.temporal_fraction()  # [steps, layers]
     path = Path(path)

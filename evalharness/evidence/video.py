@@ -70,16 +70,13 @@ def _encode(frames: np.ndarray, path: Path, fps: int, **out_args: Any) -> Path:
 
 
 def encode_mp4(frames: np.ndarray, path: str | Path, *, fps: int = 16, crf: int = 18) -> Path:
-    """Encodes RGB frames to the viewable H.264 yuv420p mp4 (lossy).
+    """Encodes RGB frames to the viewable H.264 yuv420p mp4 (lossy); returns ``path``.
 
     Args:
         frames: uint8 [T, H, W, 3] RGB frames (H and W even).
         path: output file; its folder is created.
         fps: frame rate.
         crf: x264 constant rate factor (lower is better).
-
-    Returns:
-        The path written.
 
     Raises:
         ValueError: frames of the wrong shape or dtype, or odd height/width.

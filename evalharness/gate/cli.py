@@ -141,13 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     uri = None
     try:
         # A missing store is refused, not opened (that would create an empty one, and its folder).
-        try:
-            experiment = args.experiment or "of the run"
-            uri = existing_store(args.tracking_uri, args.output_root, experiment)
-        except TrackingUnavailable as refusal:
-            raise NothingToJudge(str(refusal)) from None
+        experiment = args.experiment or "of the run"
+        uri = existing_store(args.tracking_uri, args.output_root, experiment)
         run = _the_run(open_client(uri), args.run_id, args.experiment)
-    except NothingToJudge as err:
+    except (NothingToJudge, TrackingUnavailable) as err:
         # Nothing to judge is not a failed gate: exit 2, so CI tells a typo from a regression.
         where = f" (tracking store {redacted(uri)})" if uri else ""
         print(f"error: gate: {err}{where}", file=sys.stderr)

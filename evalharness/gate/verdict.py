@@ -66,8 +66,8 @@ def check_gate(
 
     Returns:
         The result; each failure names the metric, its value and the threshold. A missing or NaN
-        metric fails its threshold, and so does every metric against a NaN or infinite
-        threshold; an infinite metric (identical frames) passes a finite one.
+        metric, or a NaN or infinite threshold, fails; an infinite metric (identical frames)
+        passes a finite threshold.
     """
     statistic_name(Metric.PSNR_DB, on)  # refuses an unknown statistic before anything is read
     failures = []
