@@ -126,8 +126,8 @@ def prepare_arm(
         negative_context: [1, L, text_dim] negative-prompt embeddings, or None.
         on_event: progress hook called with a short description of each phase.
         guidance_passes: ``joint`` or ``separate`` (``models.pipeline.GUIDANCE_PASSES``).
-        clock: monotonic seconds for the compile and warm-up times (injected by tests).
-        block: waits for the warm-up's outputs (injected by tests).
+        clock, block: monotonic seconds and the wait for the warm-up's outputs (tests inject
+            them).
 
     Raises:
         NonFiniteLatents: when the warm-up's latents hold NaN or Inf.

@@ -26,12 +26,10 @@ class RunTimes:
     Attributes:
         runs_s: every warm run, in order.
         steps: denoising steps per run (for per-step time); 1 for non-loop work.
-        timed_from: wall-clock time (``time.time()``, epoch seconds) the first timed run started;
-            None for timings recorded before it was kept.
-        timed_until: wall-clock time the last timed run ended; None likewise.
+        timed_from: epoch seconds the first timed run started (None in older records).
+        timed_until: epoch seconds the last timed run ended (None likewise).
         cpu_s: this process's CPU seconds of every run (less disturbed than wall time by other
-            processes on a shared machine; benchmarks print it beside the wall time); empty when
-            not recorded. Not part of equality: two timings of the same runs are equal.
+            processes; benchmarks print it); empty when not recorded; not part of equality.
     """
 
     runs_s: tuple[float, ...]
@@ -103,10 +101,9 @@ def time_interleaved(
     on_round: Callable[[int], None] = lambda done: None,
 ) -> dict[str, RunTimes]:
     """Times already-compiled, already-warm computations in round-robin rounds (every round
-    timed): each round runs every computation once, in the mapping's order, each finished
-    (``block``) before the next starts, so drift in the machine's load lands on every computation
-    alike and ratios of their medians stay fair. The one place run seconds become a
-    :class:`RunTimes`: the clock brackets the call and ``block`` on its outputs, nothing else.
+    timed): each round runs every computation once, in the mapping's order, so drift in the
+    machine's load lands on every computation alike and ratios of their medians stay fair. The
+    clock brackets the call and ``block`` on its outputs, nothing else.
 
     Args:
         calls: name -> zero-argument compiled call (at least one).
@@ -114,13 +111,11 @@ def time_interleaved(
         steps: name -> denoising steps per run, for the per-step figure (default 1).
         check: called with (name, result) after each timed run, outside the timed bracket; raise
             in it to stop (e.g. on non-finite latents).
-        clock: monotonic seconds for the run durations (``time.perf_counter``).
-        block: waits for every output array of a run (``jax.block_until_ready``); without it the
-            clock would stop at dispatch, not at completion.
-        wall_clock: epoch seconds for each computation's timed window (``time.time``).
-        cpu_clock: this process's CPU seconds (``time.process_time``).
-        on_round: called with the number of finished rounds after each round, outside every
-            timed bracket.
+        clock: monotonic seconds for the run durations.
+        block: waits for every output array of a run (else the clock stops at dispatch).
+        wall_clock: epoch seconds for each computation's timed window.
+        cpu_clock: this process's CPU seconds.
+        on_round: called with the number of finished rounds after each round (untimed).
 
     Returns:
         name -> its run times, in the order of ``calls``.

@@ -72,12 +72,7 @@ _REPORT_ROWS = (
     ("Gap to the noise floor (floor - sparse)", Metric.GAP_TO_NOISE_FLOOR_DB, "{:.2f}", " dB"),
     ("PSNR, FFmpeg on the lossless videos (cross-check)", "psnr_ffmpeg_db", "{:.2f}", " dB"),
     ("Codec noise: dense.mp4 vs its raw frames", "codec_psnr_db", "{:.2f}", " dB"),
-    (
-        "Schedule kept fraction (dense steps/layers counted)",
-        "schedule_kept_fraction",
-        "{:.4f}",
-        "",
-    ),
+    ("Schedule kept fraction (dense steps/layers counted)", "schedule_kept_fraction", "{:.4f}", ""),
     ("Sparse mask density", "mask_density", "{:.4f}", ""),
     ("Heads routed temporal (mean)", "routing_temporal_fraction", "{:.3f}", ""),
     ("Compile dense / sparse", None, "{}", ""),
