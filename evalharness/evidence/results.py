@@ -1,14 +1,5 @@
-"""A run's results in its folder: ``metrics.json`` and ``report.md`` (a suite's with ``pairs.csv``).
-
-:func:`write_results` is the one call that writes them once the gate has judged. For a prompt
-suite, :func:`parent_metrics` gives the run's metrics across pairs. The run's headline metrics
-are then the suite's: ``psnr_db``, ``ssim_frames`` and ``speedup`` are the
-means over pairs, ``psnr_worst_frame_db`` the worst frame of any pair, ``dense_median_s`` and
-``sparse_median_s`` the median of the pairs' medians, the noise floor, the gap to it and the
-codec metrics (:data:`AVERAGED`) their means; every ``<metric>_<statistic>`` of
-:func:`evalharness.evidence.statistics.suite_metrics` is beside them, and whatever every pair measured alike
-(geometry, densities, executors) is kept as it is.
-"""
+"""A run's results in its folder, written by :func:`write_results` once the gate has judged:
+``metrics.json`` and ``report.md`` (a suite's with ``pairs.csv``)."""
 
 from __future__ import annotations
 
@@ -94,7 +85,11 @@ _SUITE_FILES = (
 
 
 def parent_metrics(per_pair: Sequence[RunMetrics]) -> RunMetrics:
-    """The run's metrics over a suite's pairs (see the module docstring).
+    """The run's metrics over a suite's pairs: ``psnr_db``, ``ssim_frames`` and ``speedup`` are
+    the means over pairs, ``psnr_worst_frame_db`` the worst frame of any pair, the dense and
+    sparse medians the median of the pairs', :data:`AVERAGED` their means; every
+    ``<metric>_<statistic>`` of ``suite_metrics`` is beside them, and whatever every pair
+    measured alike (geometry, densities, executors) is kept as it is.
 
     Raises:
         ValueError: no pairs.

@@ -1,17 +1,12 @@
 """Video files: encode uint8 frames with FFmpeg, read them back, build comparisons.
 
-Two kinds of file per arm:
+Two kinds of file per arm: ``<label>.mp4``, the viewable video (H.264 CRF 18 yuv420p, whose
+chroma subsampling and quantisation add codec noise: for eyes, not metrics), and
+``<label>.lossless.mkv``, the measurement video (FFV1 on planar RGB, the exact frames; FFV1 is
+FFmpeg's own codec, so any build has it, unlike the GPL-only libx264rgb).
 
-- ``<label>.mp4``: the viewable video, H.264 CRF 18 yuv420p (:func:`encode_mp4`). Its chroma
-  subsampling and quantisation move it away from the raw frames (codec noise, reported as
-  ``codec_psnr_db``), so it is for eyes, not for metrics.
-- ``<label>.lossless.mkv``: the measurement video, FFV1 in Matroska on planar RGB
-  (:func:`encode_lossless`), which decodes back to the exact uint8 frames; FFmpeg's PSNR of two
-  such files is the raw-frame PSNR, with no codec in it. FFV1 is FFmpeg's own codec, so any build
-  (``EVALHARNESS_FFMPEG``) has it, unlike the GPL-only libx264rgb.
-
-FFmpeg is the binary that ``imageio-ffmpeg`` ships (no system install needed); another binary
-can be named with the ``EVALHARNESS_FFMPEG`` environment variable.
+FFmpeg is the binary that ``imageio-ffmpeg`` ships; the ``EVALHARNESS_FFMPEG`` environment
+variable names another.
 """
 
 from __future__ import annotations

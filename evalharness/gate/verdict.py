@@ -1,13 +1,11 @@
 """Quality/speed gate: thresholds on PSNR and speedup turned into a process exit code.
 
-The PSNR thresholds read the raw-frame PSNR of sparse vs dense (``psnr_db``, the whole video from
-its mean squared error, and ``psnr_worst_frame_db``, the worst frame), not FFmpeg's PSNR of lossy
-encodes, whose codec noise would swamp the attention error.
-
-Over a prompt suite each threshold reads one statistic of the metric across (prompt, seed) pairs
-(``gate.on``, ``--on``): ``mean``, ``lcb`` (the lower bound of its 95% bootstrap interval) or
-``worst``; e.g. ``psnr_db_lcb``. A speedup threshold never passes on a run whose dense medians
-were reused from another process (``reuse_dense_timing=true``).
+The PSNR thresholds read the raw-frame PSNR of sparse vs dense (``psnr_db``,
+``psnr_worst_frame_db``), not FFmpeg's PSNR of lossy encodes, whose codec noise would swamp the
+attention error. Over a prompt suite each threshold reads one statistic across pairs (``gate.on``,
+``--on``): ``mean``, ``lcb`` (the lower bound of its 95% bootstrap interval) or ``worst``, e.g.
+``psnr_db_lcb``. A speedup threshold never passes on a run whose dense medians were reused from
+another process.
 """
 
 from __future__ import annotations
