@@ -142,18 +142,13 @@ def measure_videos(
         The sparse arm's measurement (its per-frame curves) and the quality metrics.
     """
     videos = write_arm_videos(folder, dense.dense, sparse, dense.noise_floor, cfg)
-    sparse_q = measure(
-        videos.dense, videos.sparse, dense.dense, sparse, codec_video=videos.dense_mp4
-    )
-    floor_q = None
-    if dense.noise_floor is not None:
-        floor_q = measure(
-            videos.dense,
-            videos.noise_floor,
-            dense.dense,
-            dense.noise_floor,
-            codec_video=videos.dense_mp4,
-        )
+
+    def against_dense(video: Path, arm: ArmResult) -> VideoQuality:
+        return measure(videos.dense, video, dense.dense, arm, codec_video=videos.dense_mp4)
+
+    sparse_q = against_dense(videos.sparse, sparse)
+    floor = dense.noise_floor
+    floor_q = None if floor is None else against_dense(videos.noise_floor, floor)
     return sparse_q, quality_metrics(sparse_q, floor_q)
 
 
