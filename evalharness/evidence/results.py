@@ -11,7 +11,7 @@ from typing import Any
 
 from evalharness.config import EvalConfig
 from evalharness.evidence.run_folder import write_metrics
-from evalharness.evidence.statistics import CONFIDENCE, SUMMARIZED, suite_metrics
+from evalharness.evidence.statistics import CONFIDENCE, STATISTICS, SUMMARIZED, suite_metrics
 from evalharness.formatting import format_cell, markdown_table, markdown_text
 from evalharness.metric_names import Metric, RunMetrics
 
@@ -225,16 +225,8 @@ def summary_table(metrics: RunMetrics) -> str:
         if f"{name}_mean" not in metrics:
             continue
         fmt = "{:.4f}" if name == Metric.SSIM_FRAMES else "{:.3f}"
-        cell = lambda stat, n=name, f=fmt: format_cell(metrics.get(f"{n}_{stat}"), f)  # noqa: E731
-        rows.append(
-            {
-                "metric": _TITLES[name],
-                "mean": cell("mean"),
-                "std": cell("std"),
-                "worst": cell("worst"),
-                "ci": f"{cell('lcb')} - {cell('ucb')}",
-            }
-        )
+        cells = {stat: format_cell(metrics.get(f"{name}_{stat}"), fmt) for stat in STATISTICS}
+        rows.append({**cells, "metric": _TITLES[name], "ci": f"{cells['lcb']} - {cells['ucb']}"})
     columns = [
         ("metric", "metric", "{}"),
         ("mean", "mean", "{}"),
