@@ -15,12 +15,12 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import ffmpeg
 import numpy as np
 from skimage.metrics import structural_similarity
 
+from evalharness.arms import ArmResult
 from evalharness.evidence.video import (
     VideoError,
     _tail,
@@ -29,14 +29,6 @@ from evalharness.evidence.video import (
     viewable_path,
 )
 from evalharness.metric_names import Metric
-
-
-class ArmOutput(Protocol):
-    """What quality reads from an arm (``evalharness.arms.arm.ArmResult`` fits)."""
-
-    latents: np.ndarray
-    frames: np.ndarray
-
 
 _AVERAGE = re.compile(r"PSNR .*average:(inf|[-\d.]+)")
 _FRAME_AVG = re.compile(r"psnr_avg:(inf|[-\d.]+)")
@@ -220,8 +212,8 @@ class VideoQuality:
 def measure(
     reference_video: str | Path,
     distorted_video: str | Path,
-    reference: ArmOutput,
-    distorted: ArmOutput,
+    reference: ArmResult,
+    distorted: ArmResult,
     *,
     codec_video: str | Path | None = None,
 ) -> VideoQuality:
