@@ -257,16 +257,11 @@ def time_arms_interleaved(
         wall_clock=wall_clock,
         on_round=lambda done: on_event(f"timed round {done}/{warm_runs} ({order})"),
     )
-    for name, arm_times in times.items():
+    for name, t in times.items():
         log.info(
-            "%s: median %.3f s (min %.3f, max %.3f) over %d interleaved runs, timed %s-%s",
-            arms[name].label,
-            arm_times.median_s,
-            arm_times.min_s,
-            arm_times.max_s,
-            warm_runs,
-            _clock_time(arm_times.timed_from),
-            _clock_time(arm_times.timed_until),
+            f"{arms[name].label}: median {t.median_s:.3f} s (min {t.min_s:.3f}, max {t.max_s:.3f})"
+            f" over {warm_runs} interleaved runs, timed {_clock_time(t.timed_from)}-"
+            f"{_clock_time(t.timed_until)}"
         )
     return times
 

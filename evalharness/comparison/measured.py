@@ -94,11 +94,9 @@ def reused_dense_arms(comparison: Comparison, pairs: list[Pair]) -> dict[int, De
         arms = load_dense_arms(comparison.cache, comparison.dense_key(pair))
         if arms is None or arms.dense.times is None:
             log.warning(
-                "reuse_dense_timing=true, but the dense-arm cache has no timed entry for %s "
-                "(prompt %r, seed %d): timing every arm afresh, side by side",
-                pair.name,
-                pair.prompt,
-                pair.seed,
+                f"reuse_dense_timing=true, but the dense-arm cache has no timed entry for "
+                f"{pair.name} (prompt {pair.prompt!r}, seed {pair.seed}): timing every arm "
+                "afresh, side by side"
             )
             found = None
             break

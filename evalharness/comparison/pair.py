@@ -230,9 +230,8 @@ def _dense_arms(
         )
     if cached is not None:
         log.warning(
-            "dense arm: the cache entry %s holds other latents than this run computed (its key "
-            "misses something that changes them); decoding afresh and replacing it",
-            key,
+            f"dense arm: the cache entry {key} holds other latents than this run computed (its "
+            "key misses something that changes them); decoding afresh and replacing it"
         )
         cache.discard(key)  # store() keeps an existing entry: the stale one must go first
     for arm in fresh.values():

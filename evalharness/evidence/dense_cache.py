@@ -329,12 +329,11 @@ def load_dense_arms(cache: ArmCache, key: str) -> DenseArms | None:
         log.info("dense arm: cache miss %s (computing)%s", key, _explain_miss(cache, key))
         return None
     arrays, meta = cached
+    created = meta.get("created_at", "at an unrecorded time")
+    host = meta.get("host", "an unrecorded host")
     log.info(
-        "dense arm: cache hit %s (its decoded frames are reused if this run's latents match; "
-        "computed %s on %s)",
-        key,
-        meta.get("created_at", "at an unrecorded time"),
-        meta.get("host", "an unrecorded host"),
+        f"dense arm: cache hit {key} (its decoded frames are reused if this run's latents match; "
+        f"computed {created} on {host})"
     )
     floor = None
     if meta.get("noise_floor"):
