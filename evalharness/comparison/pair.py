@@ -33,7 +33,6 @@ from evalharness.config import EvalConfig, Pair
 from evalharness.evidence import (
     ArmCache,
     DenseArms,
-    VideoQuality,
     dense_arm_key,
     load_dense_arms,
     measure_videos,
@@ -188,7 +187,7 @@ def compare_pair(
     stats, routing_check = _routing_statistics(comparison, sparse, inputs)
     progress.event(f"{out.label}decode and quality".strip())
     decode_arm(sparse, comparison.components.decode)
-    quality, metrics = measure_videos(out.folder, dense, sparse, comparison.cfg)
+    quality, metrics = measure_videos(out.folder, dense, sparse, cfg)
     metrics.update(_speed_and_setup(comparison, dense, sparse))
     metrics.update(routing_check)
     metrics[Metric.DENSE_TIMING_REUSED] = int(cached is not None)
@@ -207,7 +206,13 @@ def compare_pair(
             **timed_window_tags([dense.dense, sparse, dense.noise_floor]),
         }
     )
-    metrics.update(_write_artifacts(comparison, out, dense, sparse, quality, stats))
+    # The pair's files beside its videos, and its per-frame and routing curves in its tracker run.
+    schedule = comparison.plan.attention.schedule.name
+    write_pair_files(out.folder, cfg, dense, sparse, quality, stats, schedule)
+    log_frame_curves(out.tracker, quality.frames.psnr_db, quality.frames.ssim)
+    if stats is not None:
+        log_routing_curve(out.tracker, stats.temporal_fraction())  # [steps, layers], NaN: dense
+        metrics["routing_temporal_fraction"] = stats.overall_temporal_fraction()
     return RunMetrics.of(metrics)
 
 
@@ -276,22 +281,3 @@ def _speed_and_setup(
     metrics["schedule"] = comparison.cfg.schedule.name
     metrics.update(comparison.plan.attention.describe())
     return metrics
-
-
-def _write_artifacts(
-    comparison: Comparison,
-    out: PairOutput,
-    dense: DenseArms,
-    sparse: ArmResult,
-    quality: VideoQuality,
-    stats: RoutingStats | None,
-) -> dict[str, float]:
-    """The pair's files beside its videos, and its per-frame and routing curves in its tracker
-    run; returns the metrics only these inputs give (the overall routing fraction)."""
-    schedule = comparison.plan.attention.schedule.name
-    write_pair_files(out.folder, comparison.cfg, dense, sparse, quality, stats, schedule)
-    log_frame_curves(out.tracker, quality.frames.psnr_db, quality.frames.ssim)
-    if stats is None:
-        return {}
-    log_routing_curve(out.tracker, stats.temporal_fraction())  # [steps, layers], NaN where dense
-    return {"routing_temporal_fraction": stats.overall_temporal_fraction()}
