@@ -29,7 +29,6 @@ from evalharness.evidence.cache_key import key_fields_of
 
 log = logging.getLogger(__name__)
 
-
 CHECKSUMS = "sha256.json"
 
 
@@ -81,9 +80,9 @@ class ArmCache:
     """A folder of cached arms: ``<root>/<key>/{arrays.npz, meta.json, key.json, sha256.json}``.
 
     ``key.json`` holds the key's inputs, readable, so a miss can be explained
-    (:meth:`closest_differences`); entries without one are still read. An entry that does not
-    match its ``sha256.json`` (:func:`damage`) is set aside with one
-    warning and counts as a miss, so the arms are computed and stored afresh.
+    (:meth:`closest_differences`); entries without one are still read. A damaged entry
+    (:func:`damage`) is set aside with one warning and counts as a miss: the arms are computed
+    afresh.
 
     Writes go to a temporary folder renamed into place, so a crash or a concurrent run never
     leaves a half-written entry; when processes store the same key at once, the first rename

@@ -79,8 +79,7 @@ def ffmpeg_psnr(reference: str | Path, distorted: str | Path) -> FFmpegPSNR:
         proc = subprocess.run(args, cwd=tmp, capture_output=True, check=False)
         err = proc.stderr
         if proc.returncode != 0:
-            msg = f"FFmpeg psnr failed on {reference} vs {distorted}:\n{_tail(err)}"
-            raise VideoError(msg)
+            raise VideoError(f"FFmpeg psnr failed on {reference} vs {distorted}:\n{_tail(err)}")
         match = _AVERAGE.search(err.decode("utf-8", "replace"))
         if not match:
             raise VideoError(f"FFmpeg printed no PSNR summary:\n{_tail(err)}")

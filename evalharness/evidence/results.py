@@ -152,21 +152,21 @@ def _write_report(
     cfg: EvalConfig,
     title: str,
     body: list[str],
-    gate: tuple[str, Sequence[str]],
+    gate_heading: str,
+    gate_failures: Sequence[str],
     files: str,
 ) -> Path:
-    """``report.md``: the title line, ``body``, the gate's section (its heading, the failures)
-    and the files."""
-    heading, failures = gate
+    """``report.md``: the title line (ending in ``title``), ``body``, the gate's section and the
+    files."""
     lines = [
         f"# {cfg.model.name} · {cfg.resolution.name} · schedule {markdown_text(cfg.schedule.name)}"
         f"{title}",
         "",
         *body,
         "",
-        heading,
+        gate_heading,
         "",
-        *gate_section(cfg, failures),
+        *gate_section(cfg, gate_failures),
         "",
         "## Files",
         "",
@@ -215,7 +215,7 @@ def write_report(
     table = markdown_table(rows, (("metric", "metric", "{}"), ("value", "value", "{}")))
     prompt = f"Prompt: “{markdown_text(cfg.prompt)}” · seed {cfg.seed} · {_settings(cfg, metrics)}"
     body = [prompt, "", *table.splitlines()]
-    return _write_report(run_dir, cfg, "", body, ("## Gate", gate_failures), _REPORT_FILES)
+    return _write_report(run_dir, cfg, "", body, "## Gate", gate_failures, _REPORT_FILES)
 
 
 def summary_table(metrics: RunMetrics) -> str:
@@ -275,8 +275,9 @@ def write_suite_report(
         # A prompt is shown literally: its markup and line breaks escaped.
         markdown_table(per_pair, PAIR_COLUMNS, escape=True),
     ]
-    gate = (f"## Gate (on the {cfg.gate.on.value} across pairs)", gate_failures)
-    return _write_report(run_dir, cfg, f" · {len(per_pair)} pairs", body, gate, _SUITE_FILES)
+    gate = f"## Gate (on the {cfg.gate.on.value} across pairs)"
+    title = f" · {len(per_pair)} pairs"
+    return _write_report(run_dir, cfg, title, body, gate, gate_failures, _SUITE_FILES)
 
 
 def write_results(
