@@ -1,9 +1,8 @@
 """One arm of a comparison: compile the denoising loop, time warm runs, decode the latents.
 
-:func:`prepare_arm` compiles and warms up an arm without timing it, and
-:func:`time_arms_interleaved` then times several prepared arms in round-robin rounds, so load drift
-over the session lands on every arm alike instead of biasing their ratio. Prepared arms always
-compile the loop without a per-step host callback, so nothing but the loop runs inside a timed run.
+:func:`prepare_arm` compiles and warms up an arm without timing it (and without a per-step host
+callback, so nothing but the loop runs inside a timed run); :func:`time_arms_interleaved` then
+times several prepared arms in round-robin rounds.
 """
 
 from __future__ import annotations
@@ -65,21 +64,19 @@ class ArmResult:
 
 @dataclass
 class PreparedArm:
-    """An arm compiled and warmed up, ready to be timed (see :func:`time_arms_interleaved`).
-
-    Calling it runs the compiled loop once on the arm's own inputs.
+    """An arm compiled and warmed up, ready to be timed; calling it runs the compiled loop once on
+    the arm's own inputs.
 
     Attributes:
         label: ``dense``, ``sparse``, ``noise_floor``, ... (for logs and the result).
-        compiled: the compiled loop, ``(noise, context, negative_context) -> DenoiseOutput``
-            (``models.pipeline.CompiledDenoise``), built without a per-step callback.
+        compiled: the compiled loop, ``(noise, context, negative_context) -> DenoiseOutput``.
         args: its inputs: noise [1, 16, F, H, W], context [1, L, text_dim], negative context
-            [1, L, text_dim] or None (the same arrays every arm shares; nothing is copied).
+            [1, L, text_dim] or None (arrays every arm shares).
         steps: denoising steps per run, for the per-step figure.
         compile_s: ahead-of-time compilation seconds.
         warmup_s: seconds of the first, untimed execution.
-        latents: float32 [1, 16, F, H, W] latents of the warm-up run. The loop is deterministic,
-            so these are the arm's result; timed runs only measure.
+        latents: float32 [1, 16, F, H, W] latents of the warm-up run: the arm's result (the loop
+            is deterministic; timed runs only measure).
     """
 
     label: str
@@ -95,45 +92,9 @@ class PreparedArm:
         return self.compiled(*self.args)
 
     def result(self, times: RunTimes | None) -> ArmResult:
-        """The arm as an :class:`ArmResult` for decoding, quality and metrics.
-
-        Args:
-            times: its timings from :func:`time_arms_interleaved`, or None for an untimed arm
-                (e.g. the routing-recording run, whose warm-up is the run).
-        """
+        """The arm as an :class:`ArmResult` with ``times`` from :func:`time_arms_interleaved`
+        (None for an untimed arm, e.g. the routing-recording run)."""
         return ArmResult(self.label, self.latents, times, self.compile_s, self.warmup_s)
-
-
-def _compile(
-    label: str,
-    model: nnx.Module,
-    sampler: Sampler,
-    *,
-    guidance_scale: float,
-    attend: Callable | None,
-    noise: jax.Array,
-    context: jax.Array,
-    negative_context: jax.Array | None,
-    on_event: Callable[[str], None],
-    on_step: Callable[[int], None] | None,
-    guidance_passes: str = "joint",
-    clock: Clock = time.perf_counter,
-) -> tuple[Callable[..., DenoiseOutput], float]:
-    """Ahead-of-time compiles one arm's loop; returns (compiled loop, seconds)."""
-    loop = DenoiseLoop(
-        model,
-        sampler,
-        guidance_scale=guidance_scale,
-        attend=attend,
-        on_step=on_step,
-        guidance_passes=guidance_passes,
-    )
-    on_event(f"{label}: compiling the {len(sampler.timesteps)}-step denoising loop")
-    start = clock()
-    compiled = loop.compile(noise, context, negative_context)
-    compile_s = clock() - start
-    log.info("%s: compiled in %.2f s", label, compile_s)
-    return compiled, compile_s
 
 
 def prepare_arm(
@@ -151,10 +112,8 @@ def prepare_arm(
     clock: Clock = time.perf_counter,
     block: Block = jax.block_until_ready,
 ) -> PreparedArm:
-    """Compiles one arm's denoising loop and runs it once, untimed, as its warm-up.
-
-    The loop never carries a per-step host callback here (no step bar), so the runs that
-    :func:`time_arms_interleaved` times are the loop alone.
+    """Compiles one arm's denoising loop (ahead of time, no per-step host callback) and runs it
+    once, untimed, as its warm-up.
 
     Args:
         label: arm name for logs.
@@ -167,29 +126,25 @@ def prepare_arm(
         negative_context: [1, L, text_dim] negative-prompt embeddings, or None.
         on_event: progress hook called with a short description of each phase.
         guidance_passes: ``joint`` or ``separate`` (``models.pipeline.GUIDANCE_PASSES``).
-        clock: monotonic seconds for the compile and warm-up times (injected by tests).
-        block: waits for the warm-up's outputs (injected by tests).
-
-    Returns:
-        The compiled arm, its compile and warm-up seconds and its warm-up latents.
+        clock, block: monotonic seconds and the wait for the warm-up's outputs (tests inject
+            them).
 
     Raises:
         NonFiniteLatents: when the warm-up's latents hold NaN or Inf.
     """
-    compiled, compile_s = _compile(
-        label,
+    loop = DenoiseLoop(
         model,
         sampler,
         guidance_scale=guidance_scale,
         attend=attend,
-        noise=noise,
-        context=context,
-        negative_context=negative_context,
-        on_event=on_event,
         on_step=None,
         guidance_passes=guidance_passes,
-        clock=clock,
     )
+    on_event(f"{label}: compiling the {len(sampler.timesteps)}-step denoising loop")
+    start = clock()
+    compiled = loop.compile(noise, context, negative_context)
+    compile_s = clock() - start
+    log.info("%s: compiled in %.2f s", label, compile_s)
     args = (noise, context, negative_context)
     warmup_s, latents = _warm_up(label, compiled, args, on_event, clock, block)
     return PreparedArm(label, compiled, args, len(sampler.timesteps), compile_s, warmup_s, latents)
@@ -208,15 +163,12 @@ def rebind_arm(
 
     Args:
         arm: a prepared arm.
-        args: (noise [1, 16, F, H, W], context [1, L, text_dim], negative context or None), with
-            the shapes ``arm`` was compiled for.
-        on_event: progress hook.
-        clock: monotonic seconds for the warm-up time (injected by tests).
-        block: waits for the warm-up's outputs (injected by tests).
+        args: new :attr:`PreparedArm.args`, with the shapes ``arm`` was compiled for.
+        on_event, clock, block: as :func:`prepare_arm` takes them.
 
     Returns:
-        The arm with the new inputs, their warm-up seconds and latents; ``compile_s`` is the
-        shared compilation's.
+        The arm with the new inputs, their warm-up seconds and latents (``compile_s`` is the
+        shared compilation's).
 
     Raises:
         ValueError: an input's shape differs from the compiled one's.
@@ -268,25 +220,19 @@ def time_arms_interleaved(
     wall_clock: Clock = time.time,
     on_event: Callable[[str], None] = lambda message: None,
 ) -> dict[str, RunTimes]:
-    """Times prepared arms in round-robin rounds: each round runs every arm once, in dict order.
-
-    E.g. ``{"dense": ..., "sparse": ..., "noise_floor": ...}`` runs dense, sparse, noise floor,
-    dense, sparse, noise floor, ... Each run is finished (``block``) before the next starts, and
-    every round is timed (the arms were warmed up by :func:`prepare_arm`). Interleaving puts any
-    drift in the machine's load on every arm alike, so the speedup is not biased by which arm was
-    timed in the slower stretch. Each timed output's finiteness is read after its clock stops.
+    """Times prepared arms with :func:`evalharness.arms.timing.time_interleaved`: each round runs
+    every arm once, in dict order (dense, sparse, noise floor, dense, ...), so drift in the
+    machine's load lands on every arm alike; each output's finiteness is read after its clock
+    stops.
 
     Args:
         arms: name -> prepared arm (at least one); the names key the result.
         warm_runs: timed runs per arm (>= 1), i.e. the number of rounds.
-        clock: monotonic seconds for the run durations (injected by tests).
-        block: waits for each run's outputs (injected by tests).
-        wall_clock: epoch seconds for each arm's ``timed_from``/``timed_until`` (injected by tests).
+        clock, block, wall_clock: as ``time_interleaved`` takes them (tests inject them).
         on_event: progress hook, called before the first round and after each round.
 
     Returns:
-        name -> the arm's run times (``runs_s`` in round order, plus the wall-clock window from the
-        start of its first timed run to the end of its last).
+        name -> the arm's run times, in round order, with their wall-clock window.
 
     Raises:
         ValueError: ``warm_runs`` < 1 or no arms.
@@ -311,16 +257,11 @@ def time_arms_interleaved(
         wall_clock=wall_clock,
         on_round=lambda done: on_event(f"timed round {done}/{warm_runs} ({order})"),
     )
-    for name, arm_times in times.items():
+    for name, t in times.items():
         log.info(
-            "%s: median %.3f s (min %.3f, max %.3f) over %d interleaved runs, timed %s-%s",
-            arms[name].label,
-            arm_times.median_s,
-            arm_times.min_s,
-            arm_times.max_s,
-            warm_runs,
-            _clock_time(arm_times.timed_from),
-            _clock_time(arm_times.timed_until),
+            f"{arms[name].label}: median {t.median_s:.3f} s (min {t.min_s:.3f}, max {t.max_s:.3f})"
+            f" over {warm_runs} interleaved runs, timed {_clock_time(t.timed_from)}-"
+            f"{_clock_time(t.timed_until)}"
         )
     return times
 
@@ -336,18 +277,16 @@ def decode_arm(arm: ArmResult, decode: Callable[[np.ndarray], np.ndarray]) -> Ar
 def check_same_latents(
     latents: np.ndarray, expected: np.ndarray, dtype: str, *, what: str
 ) -> float:
-    """Checks that a second run of an arm gave the arm's latents; returns the max abs difference.
-
-    Used for the untimed run that records routing: its statistics describe the timed sparse arm
-    only if it computed the same thing. Recording adds host callbacks, and XLA may fuse the loop
-    differently around them, so a few ulps of the compute dtype, relative to the latents'
-    magnitude, are allowed.
+    """Checks that a second run of an arm (the routing-recording run) gave the arm's latents;
+    returns the max abs difference. Recording adds host callbacks, around which XLA may fuse the
+    loop differently, so a few ulps of the compute dtype, relative to the latents' magnitude,
+    are allowed.
 
     Args:
         latents: float32 [1, 16, F, H, W] of the second run.
         expected: the arm's latents, same shape.
         dtype: the compute dtype's name ("float32" or "bfloat16").
-        what: the second run, for the message.
+        what: names the second run in the message.
 
     Raises:
         RuntimeError: shapes differ, or the latents differ beyond the tolerance.

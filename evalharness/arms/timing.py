@@ -26,12 +26,10 @@ class RunTimes:
     Attributes:
         runs_s: every warm run, in order.
         steps: denoising steps per run (for per-step time); 1 for non-loop work.
-        timed_from: wall-clock time (``time.time()``, epoch seconds) the first timed run started;
-            None for timings recorded before it was kept.
-        timed_until: wall-clock time the last timed run ended; None likewise.
+        timed_from: epoch seconds the first timed run started (None in older records).
+        timed_until: epoch seconds the last timed run ended (None likewise).
         cpu_s: this process's CPU seconds of every run (less disturbed than wall time by other
-            processes on a shared machine; benchmarks print it beside the wall time); empty when
-            not recorded. Not part of equality: two timings of the same runs are equal.
+            processes; benchmarks print it); empty when not recorded; not part of equality.
     """
 
     runs_s: tuple[float, ...]
@@ -59,15 +57,6 @@ class RunTimes:
     def per_step_s(self) -> float:
         """Median seconds per denoising step."""
         return self.median_s / self.steps
-
-    def summary(self) -> dict[str, float]:
-        """Median, min, max and per-step seconds, for metrics."""
-        return {
-            "median_s": self.median_s,
-            "min_s": self.min_s,
-            "max_s": self.max_s,
-            "per_step_s": self.per_step_s,
-        }
 
     def to_json(self) -> dict[str, Any]:
         """The runs as a JSON-able dict (read back by :meth:`from_json`)."""
@@ -99,78 +88,6 @@ def check_warm_runs(warm_runs: int) -> None:
         )
 
 
-class RunRecorder:
-    """Times runs of one compiled computation and builds its :class:`RunTimes`.
-
-    The one place a list of run seconds becomes a ``RunTimes``: the interleaved timer keeps one
-    recorder per computation, taking turns, so every run is measured the same way: the clock
-    brackets the call and ``block`` on its outputs, nothing else.
-
-    Args:
-        steps: denoising steps per run, for the per-step figure.
-        clock: monotonic seconds for the run durations (``time.perf_counter``).
-        block: waits for every output array of a run (``jax.block_until_ready``); without it the
-            clock would stop at dispatch, not at completion.
-        wall_clock: epoch seconds for the timed window (``time.time``).
-        cpu_clock: this process's CPU seconds (``time.process_time``), read outside the bracket.
-    """
-
-    def __init__(
-        self,
-        steps: int = 1,
-        *,
-        clock: Clock = time.perf_counter,
-        block: Block = jax.block_until_ready,
-        wall_clock: Clock = time.time,
-        cpu_clock: Clock = time.process_time,
-    ) -> None:
-        self.steps = steps
-        self.clock, self.block, self.wall_clock = clock, block, wall_clock
-        self.cpu_clock = cpu_clock
-        self.runs_s: list[float] = []
-        self.cpu_s: list[float] = []
-        self.timed_from: float | None = None
-        self.timed_until: float | None = None
-
-    def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Runs ``fn(*args)`` once, timed to the completion of its outputs.
-
-        Returns:
-            The run's result (already complete on the device).
-        """
-        # The wall-clock reads sit outside the timed bracket, so they never count in a run.
-        if self.timed_from is None:
-            self.timed_from = self.wall_clock()
-        cpu_start = self.cpu_clock()
-        start = self.clock()
-        result = fn(*args)
-        self.block(result)
-        self.runs_s.append(self.clock() - start)
-        self.cpu_s.append(self.cpu_clock() - cpu_start)
-        self.timed_until = self.wall_clock()
-        return result
-
-    def times(self) -> RunTimes:
-        """The recorded runs.
-
-        Raises:
-            ValueError: nothing was recorded yet.
-        """
-        if not self.runs_s:
-            raise ValueError("no timed runs were recorded")
-        return RunTimes(
-            tuple(self.runs_s), self.steps, self.timed_from, self.timed_until, tuple(self.cpu_s)
-        )
-
-
-def timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float]:
-    """Runs ``fn`` once, waits for every output array, and returns (result, seconds)."""
-    start = time.perf_counter()
-    result = fn(*args, **kwargs)
-    jax.block_until_ready(result)
-    return result, time.perf_counter() - start
-
-
 def time_interleaved(
     calls: Mapping[str, Callable[[], Any]],
     warm_runs: int,
@@ -183,12 +100,10 @@ def time_interleaved(
     cpu_clock: Clock = time.process_time,
     on_round: Callable[[int], None] = lambda done: None,
 ) -> dict[str, RunTimes]:
-    """Times already-compiled, already-warm computations in round-robin rounds.
-
-    Each round runs every computation once, in the mapping's order, each finished (``block``)
-    before the next starts. Drift in the machine's load over the session then lands on every
-    computation alike instead of on whichever was timed in the slow block, so ratios of their
-    medians stay fair. Every round is timed: warm-up is the caller's job.
+    """Times already-compiled, already-warm computations in round-robin rounds (every round
+    timed): each round runs every computation once, in the mapping's order, so drift in the
+    machine's load lands on every computation alike and ratios of their medians stay fair. The
+    clock brackets the call and ``block`` on its outputs, nothing else.
 
     Args:
         calls: name -> zero-argument compiled call (at least one).
@@ -196,12 +111,11 @@ def time_interleaved(
         steps: name -> denoising steps per run, for the per-step figure (default 1).
         check: called with (name, result) after each timed run, outside the timed bracket; raise
             in it to stop (e.g. on non-finite latents).
-        clock: monotonic seconds (injected by tests).
-        block: waits for a run's outputs (injected by tests).
-        wall_clock: epoch seconds for each computation's timed window (injected by tests).
-        cpu_clock: this process's CPU seconds (injected by tests).
-        on_round: called with the number of finished rounds after each round (progress), outside
-            every timed bracket.
+        clock: monotonic seconds for the run durations.
+        block: waits for every output array of a run (else the clock stops at dispatch).
+        wall_clock: epoch seconds for each computation's timed window.
+        cpu_clock: this process's CPU seconds.
+        on_round: called with the number of finished rounds after each round (untimed).
 
     Returns:
         name -> its run times, in the order of ``calls``.
@@ -212,18 +126,28 @@ def time_interleaved(
     check_warm_runs(warm_runs)
     if not calls:
         raise ValueError("nothing to time: no computations were given")
-    steps = steps or {}
-    recorders = {
-        name: RunRecorder(
-            steps.get(name, 1), clock=clock, block=block, wall_clock=wall_clock, cpu_clock=cpu_clock
-        )
-        for name in calls
-    }
+    runs: dict[str, list[float]] = {name: [] for name in calls}
+    cpu: dict[str, list[float]] = {name: [] for name in calls}
+    window: dict[str, list[float]] = {name: [] for name in calls}  # [first start, last end]
     for done in range(1, warm_runs + 1):
         for name, call in calls.items():
-            check(name, recorders[name].run(call))
+            # The wall-clock and CPU-clock reads sit outside the timed bracket.
+            if not window[name]:
+                window[name].append(wall_clock())
+            cpu_start = cpu_clock()
+            start = clock()
+            result = call()
+            block(result)
+            runs[name].append(clock() - start)
+            cpu[name].append(cpu_clock() - cpu_start)
+            window[name][1:] = [wall_clock()]
+            check(name, result)
         on_round(done)
-    return {name: recorder.times() for name, recorder in recorders.items()}
+    steps = steps or {}
+    return {
+        name: RunTimes(tuple(runs[name]), steps.get(name, 1), *window[name], tuple(cpu[name]))
+        for name in calls
+    }
 
 
 class TimedArm(Protocol):
@@ -236,22 +160,6 @@ class TimedArm(Protocol):
     decode_s: float
 
 
-def arm_timing_metrics(arm: TimedArm) -> dict[str, float]:
-    """One timed arm's metrics: ``<label>_{median,min,max,per_step}_s`` and
-    ``{compile,warmup,decode}_<label>_s``.
-
-    Raises:
-        ValueError: the arm was not timed (no warm runs).
-    """
-    if arm.times is None:
-        raise ValueError(f"the {arm.label} arm has no warm-run timings")
-    metrics = {f"{arm.label}_{name}": value for name, value in arm.times.summary().items()}
-    metrics[f"compile_{arm.label}_s"] = arm.compile_s
-    metrics[f"warmup_{arm.label}_s"] = arm.warmup_s
-    metrics[f"decode_{arm.label}_s"] = arm.decode_s
-    return metrics
-
-
 def timing_metrics(
     dense: TimedArm,
     sparse: TimedArm,
@@ -259,11 +167,12 @@ def timing_metrics(
     *,
     executors: dict[str, str] | None = None,
 ) -> dict[str, float]:
-    """Every timed arm's metrics and the speedups of the sparse arm.
+    """Every timed arm's metrics (``<label>_{median,min,max,per_step}_s``,
+    ``{compile,warmup,decode}_<label>_s``) and the speedups of the sparse arm.
 
-    Each timed dense arm is a dense control; ``speedup`` (the headline, and what the gate reads) is
-    the fastest control's median over the sparse median, so a sparse kernel is never credited for
-    beating a slow dense one. ``speedup_vs_<executor>`` is the ratio against each control by name:
+    Each timed dense arm is a dense control; ``speedup`` (the headline the gate reads) is the
+    fastest control's median over the sparse median, so a sparse kernel is never credited for
+    beating a slow dense one. ``speedup_vs_<executor>`` is the ratio against each control;
     ``speedup_vs_dense_arm`` is the kernel effect (our dense arm's executor against our sparse
     arm: B0 on the accelerators, ``xla_flash`` on a CPU).
 
@@ -277,17 +186,24 @@ def timing_metrics(
     Returns:
         Flat metrics, including ``speedup``, ``speedup_vs_<name>`` per control and
         ``dense_controls`` (how many were timed).
+
+    Raises:
+        ValueError: the dense or the sparse arm was not timed.
     """
     arms = [dense, sparse] + ([noise_floor] if noise_floor and noise_floor.times else [])
     metrics: dict[str, float] = {}
     for arm in arms:
-        metrics.update(arm_timing_metrics(arm))
+        if arm.times is None:
+            raise ValueError(f"the {arm.label} arm has no warm-run timings")
+        for name in ("median_s", "min_s", "max_s", "per_step_s"):
+            metrics[f"{arm.label}_{name}"] = getattr(arm.times, name)
+        for name in ("compile", "warmup", "decode"):
+            metrics[f"{name}_{arm.label}_s"] = getattr(arm, f"{name}_s")
     names = executors or {}
     controls = {names.get(arm.label, arm.label): arm for arm in arms if arm is not sparse}
     sparse_s = sparse.times.median_s
     for name, arm in controls.items():
         metrics[f"speedup_vs_{name}"] = arm.times.median_s / sparse_s
-    # The kernel effect, whatever the dense arm's executor (B0 on a TPU, xla_flash on a CPU).
     metrics["speedup_vs_dense_arm"] = dense.times.median_s / sparse_s
     metrics[Metric.SPEEDUP] = min(arm.times.median_s for arm in controls.values()) / sparse_s
     metrics["dense_controls"] = len(controls)
@@ -308,12 +224,8 @@ def fastest_control(metrics: dict[str, float]) -> str:
 
 
 def timed_window_tags(arms: Iterable[Any]) -> dict[str, str]:
-    """``timed.<label>``: the UTC window of each arm's timed runs ("<first start> / <last end>").
-
-    Args:
-        arms: objects with ``label`` and ``times`` (a ``RunTimes`` or None); None entries and
-            arms without a recorded window are skipped.
-    """
+    """``timed.<label>``: the UTC window of each arm's timed runs ("<first start> / <last end>"),
+    for arms with ``label`` and ``times`` (None entries and arms without a window are skipped)."""
     tags = {}
     for arm in arms:
         times = getattr(arm, "times", None)

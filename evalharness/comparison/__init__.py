@@ -4,10 +4,9 @@ progress over the phases.
 """
 
 from evalharness.comparison.conclusion import Outcome, conclude
-from evalharness.comparison.dense_reuse import reused_dense_arms
 from evalharness.comparison.measured import Measured, measure_pairs, prepare_arms
-from evalharness.comparison.pair import Comparison, PairInputs, PairOutput, compare_pair
-from evalharness.comparison.progress import Progress, pair_phase, run_phases
+from evalharness.comparison.pair import Comparison, PairInputs
+from evalharness.comparison.progress import Progress, run_phases
 from evalharness.comparison.sweep import SWEEP_JOB_TAG, append_summary, failed_jobs, tag_sweep_job
 
 __all__ = [
@@ -15,17 +14,13 @@ __all__ = [
     "Measured",
     "Outcome",
     "PairInputs",
-    "PairOutput",
     "Progress",
     "SWEEP_JOB_TAG",
     "append_summary",
-    "compare_pair",
     "conclude",
     "failed_jobs",
     "measure_pairs",
-    "pair_phase",
     "prepare_arms",
-    "reused_dense_arms",
     "run_phases",
     "tag_sweep_job",
 ]

@@ -1,11 +1,4 @@
-"""The end of a run that measured: the gate's verdict, the run folder's results, the tracker.
-
-:func:`conclude` checks the gate on what :func:`evalharness.comparison.measured.measure_pairs`
-measured, writes ``metrics.json`` and ``report.md`` (a suite's report and ``pairs.csv``), logs the
-metrics, the gate's outcome and the folder to the tracker and closes its run, then marks the
-folder ``finished``. The result, :class:`Outcome`, carries the metrics with the verdict, the
-run folder and the MLflow run among them, and the lines printed at the end.
-"""
+"""The end of a run that measured: the gate's verdict, the run folder's results, the tracker."""
 
 from __future__ import annotations
 
@@ -36,15 +29,13 @@ class Outcome:
 
 
 def conclude(comparison: Comparison, measured: Measured, *, wall_s: float) -> Outcome:
-    """Checks the gate, writes the results, closes the tracker's run and marks the folder.
+    """Checks the gate, writes the results (``metrics.json``, the report), logs the metrics, the
+    verdict and the folder to the tracker and closes its run, and marks the folder ``finished``.
 
     Args:
         comparison: the run's comparison stage (its config, folder and tracker).
         measured: what the comparison measured.
         wall_s: the run's wall time so far, admission included (``total_wall_s``).
-
-    Returns:
-        The finished run.
     """
     cfg, run_dir, tracker = comparison.cfg, comparison.run_dir, comparison.tracker
     run_metrics = measured.metrics.with_values(

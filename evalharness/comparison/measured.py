@@ -1,23 +1,33 @@
-"""The comparison stage of a run: the arms compiled once, then every pair timed and measured.
+"""The comparison stage of a run: the arms compiled once on the first pair, then every pair
+timed and measured. A single pair writes into the run folder and the run's tracker; a suite's
+pairs each get ``pairs/<pair>/`` and a child run.
 
-:func:`measure_pairs` takes the run's :class:`~evalharness.comparison.pair.Comparison` and every
-pair's inputs, compiles the arms on the first pair (:func:`prepare_arms`), rebinds them to each
-next pair, and compares each pair (:func:`evalharness.comparison.pair.compare_pair`). A single pair
-writes into the run folder and the run's tracker; a suite's pairs each get ``pairs/<pair>/`` and a
-child run. The result is :class:`Measured`: the run's metrics and each pair's.
+With ``reuse_dense_timing=true`` every pair's dense arms, timings included, come from the
+dense-arm cache of an earlier process, so a sweep times only its sparse arms; only when every
+pair's entry is timed and every process of a multi-host run holds them all (otherwise every arm
+is timed afresh, side by side, and the log says why).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from evalharness.arms import PreparedArm, rebind_arm
-from evalharness.comparison.dense_reuse import reused_dense_arms
 from evalharness.comparison.pair import Comparison, PairInputs, PairOutput, compare_pair
 from evalharness.comparison.progress import pair_phase
-from evalharness.evidence import DenseArms, parent_metrics, run_folder, suite_metrics
+from evalharness.config import Pair
+from evalharness.evidence import (
+    DenseArms,
+    load_dense_arms,
+    parent_metrics,
+    run_folder,
+    suite_metrics,
+)
 from evalharness.metric_names import RunMetrics
-from evalharness.tracking import closed_on_error, run_tags
+from evalharness.tracking import closed_on_error, multihost, run_tags
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -25,9 +35,8 @@ class Measured:
     """What the comparison measured.
 
     Attributes:
-        metrics: the run's metrics: for one pair, its metrics plus the statistics of
-            :func:`evalharness.evidence.suite_metrics`; for a suite, the statistics across pairs
-            (:func:`evalharness.evidence.parent_metrics`).
+        metrics: the run's metrics: one pair's plus its ``suite_metrics``, or a suite's
+            ``parent_metrics``.
         per_pair: each pair's metrics, in pair order.
     """
 
@@ -36,16 +45,8 @@ class Measured:
 
 
 def measure_pairs(comparison: Comparison, inputs: list[PairInputs]) -> Measured:
-    """The comparison proper: the arms compiled once on the first pair's inputs, then each
-    pair compared on the same compiled loops.
-
-    Args:
-        comparison: the run's comparison stage.
-        inputs: every pair's inputs, in pair order.
-
-    Returns:
-        The run's metrics and each pair's.
-    """
+    """The arms compiled once on the first pair's inputs, then each pair (``inputs``, in pair
+    order) compared on the same compiled loops."""
     pairs = [item.pair for item in inputs]
     for pair in pairs:  # a damaged dense-cache entry is set aside now, before anything compiles
         comparison.cache.check(comparison.dense_key(pair))
@@ -81,6 +82,39 @@ def prepare_arms(
         # Timed like the dense arm: it is the second dense control the headline speedup uses.
         arms["noise_floor"] = comparison.prepare_arm("noise_floor", attention.noise_floor, inputs)
     return arms
+
+
+def reused_dense_arms(comparison: Comparison, pairs: list[Pair]) -> dict[int, DenseArms] | None:
+    """Every pair's cached dense arms, timings included, by pair index; None when not asked or
+    when a pair (the log says which) or another process misses."""
+    if not comparison.cfg.reuse_dense_timing:
+        return None
+    found: dict[int, DenseArms] | None = {}
+    for pair in pairs:
+        arms = load_dense_arms(comparison.cache, comparison.dense_key(pair))
+        if arms is None or arms.dense.times is None:
+            log.warning(
+                f"reuse_dense_timing=true, but the dense-arm cache has no timed entry for "
+                f"{pair.name} (prompt {pair.prompt!r}, seed {pair.seed}): timing every arm "
+                "afresh, side by side"
+            )
+            found = None
+            break
+        found[pair.index] = arms
+    # Every process must run the same arms: reuse only when every host's cache holds them.
+    if not multihost.everywhere(found is not None):
+        if found is not None:
+            log.warning(
+                "reuse_dense_timing=true, but another process's dense-arm cache misses: timing "
+                "every arm afresh, side by side"
+            )
+        return None
+    log.warning(
+        "reuse_dense_timing=true: dense medians come from the cache (an earlier process); the "
+        "speedup compares timings taken under different loads, and the gate refuses a speedup "
+        "threshold on it"
+    )
+    return found
 
 
 def _run_pair(

@@ -1,10 +1,7 @@
 """One (prompt, seed) pair of a comparison: its arms timed side by side, quality, and files.
 
-:func:`compare_pair` takes arms compiled once per run (:func:`evalharness.arms.arm.prepare_arm`),
-bound to this pair's noise and prompt embeddings (:func:`evalharness.arms.arm.rebind_arm`), and
-fills the pair's folder and tracker run. A single-pair run writes into the run folder and the run
-itself; a prompt suite gives each pair a sub-folder and a child run
-(``evalharness.comparison.measured.measure_pairs``).
+:func:`compare_pair` takes arms compiled once per run and bound to this pair's noise and prompt
+embeddings, and fills the pair's folder and tracker run.
 """
 
 from __future__ import annotations
@@ -36,7 +33,6 @@ from evalharness.config import EvalConfig, Pair
 from evalharness.evidence import (
     ArmCache,
     DenseArms,
-    VideoQuality,
     dense_arm_key,
     load_dense_arms,
     measure_videos,
@@ -52,8 +48,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Comparison:
-    """A run's comparison stage, complete when created: what preflight admitted, where the run
-    writes, the model, and how long its prompts took to encode.
+    """A run's comparison stage, complete when created.
 
     Attributes:
         cfg: the validated configuration.
@@ -78,8 +73,7 @@ class Comparison:
 
     def prepare_arm(self, label: str, attend: Any, inputs: PairInputs) -> PreparedArm:
         """Compiles one arm on the shared model and sampler for ``inputs``' shapes and runs it
-        once on them (its result; the loop carries no per-step callback, so timed runs hold
-        none)."""
+        once on them (:func:`evalharness.arms.prepare_arm`)."""
         return prepare_arm(
             label,
             self.components.transformer,
@@ -94,9 +88,12 @@ class Comparison:
         )
 
     def dense_key(self, pair: Pair) -> str:
-        """The dense-arm cache key of one pair."""
+        """The dense-arm cache key of one pair (its ``prompt`` and ``seed`` set, no suite)."""
         # step_callback keeps its default, False: no timed loop carries one (``prepare_arm``).
-        return dense_arm_key(pair_config(self.cfg, pair), self.components.identity, self.plan.shift)
+        cfg = dataclasses.replace(
+            self.cfg, prompt=pair.prompt, seed=pair.seed, prompts=None, seeds=None
+        )
+        return dense_arm_key(cfg, self.components.identity, self.plan.shift)
 
     @property
     def cache(self) -> ArmCache:
@@ -106,8 +103,7 @@ class Comparison:
 
 class RoutingRecorder:
     """The run's routing-recording loop: compiled for the first pair that records, rebound to the
-    next ones. Each run overwrites every sparse (step, layer) cell of the recorder, so a rebound
-    run needs no reset."""
+    next ones (each run overwrites every sparse cell of the recorder: no reset needed)."""
 
     def __init__(self) -> None:
         self._arm: PreparedArm | None = None
@@ -120,11 +116,6 @@ class RoutingRecorder:
         else:
             self._arm = rebind_arm(self._arm, inputs.args, on_event=comparison.progress.event)
         return self._arm
-
-
-def pair_config(cfg: EvalConfig, pair: Pair) -> EvalConfig:
-    """The configuration of one pair: ``prompt`` and ``seed`` set, no suite."""
-    return dataclasses.replace(cfg, prompt=pair.prompt, seed=pair.seed, prompts=None, seeds=None)
 
 
 @dataclass
@@ -171,13 +162,13 @@ def compare_pair(
     out: PairOutput,
     cached: DenseArms | None = None,
 ) -> RunMetrics:
-    """Times the pair's arms round-robin, then decodes, measures and writes its files.
+    """Times the pair's arms round-robin, then decodes, measures and writes its files; returns
+    the pair's metrics.
 
-    Every run compiles and times its dense arm, its second dense control and its sparse arm in
-    this process, round-robin, whatever the cache holds: a speedup is never a ratio of medians
-    taken under different loads. The dense-arm cache only saves decoding the dense videos. The one
-    exception is ``reuse_dense_timing=true`` with ``cached`` timings: then only the sparse arm is
-    timed, and the run says so (metric ``dense_timing_reused``; the gate refuses a speedup on it).
+    Every arm is timed in this process, round-robin, whatever the cache holds (the cache only
+    saves decoding the dense videos), so a speedup is never a ratio of medians taken under
+    different loads; except with ``reuse_dense_timing=true`` and ``cached`` timings, when only the
+    sparse arm is timed and ``dense_timing_reused`` says so (the gate refuses a speedup on it).
 
     Args:
         comparison: the run.
@@ -185,24 +176,18 @@ def compare_pair(
         arms: prepared arms: "sparse", and "dense" (+ "noise_floor") unless ``cached`` is used.
         out: the pair's folder and tracker run.
         cached: cached dense arms whose timings are reused (``reuse_dense_timing``), or None.
-
-    Returns:
-        The pair's metrics.
     """
     progress, cfg = comparison.progress, comparison.cfg
     progress.event(f"{out.label}timing interleaved".strip())
     times = time_arms_interleaved(arms, cfg.warm_runs, on_event=progress.event)
-    if cached is None:
-        dense = _dense_arms(comparison, inputs.pair, arms, times)
-    else:
-        dense = cached
+    dense = cached if cached is not None else _dense_arms(comparison, inputs.pair, arms, times)
     sparse = arms["sparse"].result(times["sparse"])
     if cfg.routing_stats:
         progress.event(f"{out.label}routing statistics".strip())
     stats, routing_check = _routing_statistics(comparison, sparse, inputs)
     progress.event(f"{out.label}decode and quality".strip())
     decode_arm(sparse, comparison.components.decode)
-    quality, metrics = measure_videos(out.folder, dense, sparse, comparison.cfg)
+    quality, metrics = measure_videos(out.folder, dense, sparse, cfg)
     metrics.update(_speed_and_setup(comparison, dense, sparse))
     metrics.update(routing_check)
     metrics[Metric.DENSE_TIMING_REUSED] = int(cached is not None)
@@ -221,7 +206,13 @@ def compare_pair(
             **timed_window_tags([dense.dense, sparse, dense.noise_floor]),
         }
     )
-    metrics.update(_write_artifacts(comparison, out, dense, sparse, quality, stats))
+    # The pair's files beside its videos, and its per-frame and routing curves in its tracker run.
+    schedule = comparison.plan.attention.schedule.name
+    write_pair_files(out.folder, cfg, dense, sparse, quality, stats, schedule)
+    log_frame_curves(out.tracker, quality.frames.psnr_db, quality.frames.ssim)
+    if stats is not None:
+        log_routing_curve(out.tracker, stats.temporal_fraction())  # [steps, layers], NaN: dense
+        metrics["routing_temporal_fraction"] = stats.overall_temporal_fraction()
     return RunMetrics.of(metrics)
 
 
@@ -244,9 +235,8 @@ def _dense_arms(
         )
     if cached is not None:
         log.warning(
-            "dense arm: the cache entry %s holds other latents than this run computed (its key "
-            "misses something that changes them); decoding afresh and replacing it",
-            key,
+            f"dense arm: the cache entry {key} holds other latents than this run computed (its "
+            "key misses something that changes them); decoding afresh and replacing it"
         )
         cache.discard(key)  # store() keeps an existing entry: the stale one must go first
     for arm in fresh.values():
@@ -260,15 +250,14 @@ def _routing_statistics(
     comparison: Comparison, sparse: ArmResult, inputs: PairInputs
 ) -> tuple[RoutingStats | None, dict[str, float]]:
     """When any step routes (and ``routing_stats`` is on): one more, untimed run that records the
-    routing, and how far its latents are from the timed sparse arm's (they must agree: the
-    statistics describe that run).
+    routing (never slowing the timed sparse arm), and how far its latents are from the timed
+    sparse arm's (they must agree: the statistics describe that run).
 
     Raises:
         RuntimeError: the recorded run's latents differ from the sparse arm's beyond rounding.
     """
     if comparison.plan.attention.recording is None or not comparison.cfg.routing_stats:
         return None, {}
-    # A separate run records routing, so recording never slows the timed sparse arm.
     recorded = comparison.recorder.run(comparison, inputs)
     diff = check_same_latents(
         recorded.latents, sparse.latents, comparison.cfg.dtype.value, what="routing-recording run"
@@ -292,22 +281,3 @@ def _speed_and_setup(
     metrics["schedule"] = comparison.cfg.schedule.name
     metrics.update(comparison.plan.attention.describe())
     return metrics
-
-
-def _write_artifacts(
-    comparison: Comparison,
-    out: PairOutput,
-    dense: DenseArms,
-    sparse: ArmResult,
-    quality: VideoQuality,
-    stats: RoutingStats | None,
-) -> dict[str, float]:
-    """The pair's files beside its videos, and its per-frame and routing curves in its tracker
-    run; returns the metrics only these inputs give (the overall routing fraction)."""
-    schedule = comparison.plan.attention.schedule.name
-    write_pair_files(out.folder, comparison.cfg, dense, sparse, quality, stats, schedule)
-    log_frame_curves(out.tracker, quality.frames.psnr_db, quality.frames.ssim)
-    if stats is None:
-        return {}
-    log_routing_curve(out.tracker, stats.temporal_fraction())  # [steps, layers], NaN where dense
-    return {"routing_temporal_fraction": stats.overall_temporal_fraction()}

@@ -22,8 +22,8 @@ class Progress:
 
     Args:
         phases: the phase names in order.
-        enabled: draw the bars (default: only when stderr is a terminal; in CI logs the log lines
-            alone say where the run is, and the loop carries no per-step host callback).
+        enabled: draw the bar (default: only when stderr is a terminal; in CI the log lines say
+            where the run is).
     """
 
     def __init__(self, phases: Sequence[str], enabled: bool | None = None) -> None:

@@ -1,13 +1,11 @@
 """Hydra callback that prints one table per multirun: speedup and PSNR per job, read back from MLflow.
 
-Jobs may run in this process (Hydra's basic launcher) or each in its own (``hydra/launcher=
-submitit_local`` or ``submitit_slurm``), so nothing is passed in memory. When the multirun starts,
-the callback writes a fresh sweep id to ``<sweep dir>/sweep_id``; each job reads it and tags its
-MLflow run ``sweep=<id>`` and ``sweep_job=<n>`` (``logger.tags``). When the multirun ends, the
-callback reads the runs with that tag back from MLflow, prints the table, writes ``summary.md``
-beside it and remembers which jobs failed their gate or did not finish, which the command turns
-into exit code 1. With ``logger=none`` the table comes from ``<sweep dir>/summary.jsonl``, one line
-appended by each job.
+Jobs may run in other processes (``hydra/launcher=submitit_local`` or ``submitit_slurm``), so
+nothing is passed in memory: the multirun's start writes a fresh sweep id to
+``<sweep dir>/sweep_id``, each job tags its MLflow run ``sweep=<id>`` and ``sweep_job=<n>``, and
+the end reads those runs back (with ``logger=none``, the line each job appended to
+``<sweep dir>/summary.jsonl``), prints the table, writes ``summary.md`` and remembers the jobs
+that failed their gate or did not finish (the command's exit code 1).
 """
 
 from __future__ import annotations
@@ -27,7 +25,14 @@ from omegaconf import DictConfig, open_dict
 from evalharness.admission import dry_run_table
 from evalharness.evidence import headline_columns
 from evalharness.formatting import markdown_table
-from evalharness.tracking import redacted
+from evalharness.tracking import (
+    TrackingUnavailable,
+    check_tracking,
+    default_tracking_uri,
+    ensure_experiment,
+    open_client,
+    redacted,
+)
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -62,8 +67,7 @@ def read_sweep_id(sweep_dir: str | Path) -> str:
     """The id the multirun's callback wrote for this sweep.
 
     Raises:
-        FileNotFoundError: no id in ``sweep_dir``: the callback ``evalharness.comparison.sweep.SweepSummary``
-            is not configured (``hydra.callbacks``) or the sweep folder is not shared with the job.
+        FileNotFoundError: no id in ``sweep_dir`` (the message says what to configure).
     """
     path = Path(sweep_dir) / SWEEP_ID_FILE
     if not path.is_file():
@@ -89,14 +93,11 @@ def job_row(run: Run) -> dict[str, Any]:
     """A job's row of the sweep table from its MLflow run: each headline key from the run's
     metrics, else its tags, else its params; plus the job number, run folder and status."""
     data = run.data
-    row: dict[str, Any] = {}
-    for _, key, _ in headline_columns():
-        for source in (data.metrics, data.tags, data.params):
-            if key in source:
-                row[key] = source[key]
-                break
-        else:
-            row[key] = None
+    sources = (data.metrics, data.tags, data.params)
+    row = {
+        key: next((source[key] for source in sources if key in source), None)
+        for _, key, _ in headline_columns()
+    }
     row[SWEEP_JOB_TAG] = int(data.tags.get(SWEEP_JOB_TAG, -1))
     row["run_dir"] = data.tags.get("run_dir")
     row["gate_passed"] = data.metrics.get("gate_passed")
@@ -111,8 +112,6 @@ def mlflow_rows(tracking_uri: str, experiment: str, sweep_id: str) -> list[dict[
     Raises:
         LookupError: the experiment does not exist at ``tracking_uri``.
     """
-    from evalharness.tracking import open_client
-
     client = open_client(tracking_uri)
     found = client.get_experiment_by_name(experiment)
     if found is None:
@@ -130,8 +129,6 @@ def failed_jobs() -> list[str]:
 
 
 def _tracking_uri(config: DictConfig) -> str:
-    from evalharness.tracking import default_tracking_uri
-
     return config.logger.tracking_uri or default_tracking_uri(config.output_root)
 
 
@@ -149,13 +146,6 @@ class SweepSummary(Callback):
         if config.logger.kind == "mlflow" and not config.dry_run:  # a dry run logs nothing
             # The store's tables and the experiment exist before jobs in several processes
             # open it at once (a fresh sqlite database would race on its schema migration).
-            from evalharness.tracking import (
-                TrackingUnavailable,
-                check_tracking,
-                ensure_experiment,
-                open_client,
-            )
-
             # A wrong server or database is refused in seconds, before any job starts: exit 2,
             # as a single run's refusal (a SystemExit passes through Hydra's error report).
             try:
@@ -186,13 +176,8 @@ class SweepSummary(Callback):
             rows = mlflow_rows(uri, config.logger.experiment_name, sweep_id)
             source = f"MLflow {redacted(uri)}, tag {SWEEP_TAG}={sweep_id}"
         else:
-            path = folder / SUMMARY_FILE
-            lines = path.read_text().splitlines() if path.is_file() else []
-            rows = sorted(
-                (json.loads(line) for line in lines if line.strip()),
-                key=lambda r: r.get(SWEEP_JOB_TAG, -1),
-            )
-            source = str(path)
+            rows = sorted(_summary_rows(folder), key=lambda r: r.get(SWEEP_JOB_TAG, -1))
+            source = str(folder / SUMMARY_FILE)
         if not rows:
             log.warning("no job of this multirun recorded a result (%s)", source)
             return
@@ -219,11 +204,17 @@ def redact_file(path: Path) -> None:
         tmp.replace(path)
 
 
+def _summary_rows(folder: Path) -> list[dict[str, Any]]:
+    """The rows the jobs appended to the sweep's summary file (:func:`append_summary`)."""
+    path = folder / SUMMARY_FILE
+    lines = path.read_text().splitlines() if path.is_file() else []
+    return [json.loads(line) for line in lines if line.strip()]
+
+
 def _print_dry_runs(folder: Path) -> None:
     """A dry-run sweep's table (each job wrote its line): fit, time and the seed's figures."""
     path = folder / SUMMARY_FILE
-    lines = path.read_text().splitlines() if path.is_file() else []
-    rows = [json.loads(line) for line in lines if line.strip()]
+    rows = _summary_rows(folder)
     if not rows:
         log.warning("no dry run of this multirun planned a job (%s)", path)
         return

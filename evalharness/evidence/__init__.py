@@ -6,33 +6,31 @@ statistics across pairs.
 from evalharness.evidence import run_folder, run_status
 from evalharness.evidence.cache_key import code_version, dense_arm_key
 from evalharness.evidence.dense_cache import ArmCache, DenseArms, load_dense_arms, store_dense_arms
-from evalharness.evidence.pair_evidence import measure_videos, write_pair_files
-from evalharness.evidence.quality import VideoQuality, frame_quality, measure, quality_metrics
+from evalharness.evidence.quality import VideoQuality, frame_quality, measure
 from evalharness.evidence.results import parent_metrics, write_results
-from evalharness.evidence.routing_plots import save_routing_stats
-from evalharness.evidence.run_folder import gate_section, headline_columns, headline_row
-from evalharness.evidence.statistics import CONFIDENCE, SUMMARIZED, statistic_name, suite_metrics
+from evalharness.evidence.run_folder import (
+    headline_columns,
+    headline_row,
+    measure_videos,
+    write_pair_files,
+)
+from evalharness.evidence.statistics import statistic_name, suite_metrics
 
 __all__ = [
     "ArmCache",
-    "CONFIDENCE",
     "DenseArms",
-    "SUMMARIZED",
     "VideoQuality",
     "code_version",
     "dense_arm_key",
     "frame_quality",
-    "gate_section",
     "headline_columns",
     "headline_row",
     "load_dense_arms",
     "measure",
     "measure_videos",
     "parent_metrics",
-    "quality_metrics",
     "run_folder",
     "run_status",
-    "save_routing_stats",
     "statistic_name",
     "store_dense_arms",
     "suite_metrics",

@@ -1,10 +1,9 @@
 """The dense arm's cache key: every input that changes its latents, and nothing else.
 
 A sweep over sparse schedules computes the dense control once; any change of model (every
-checkpoint part, by content, and a hub checkpoint's commit), resolution, steps, seed, prompts, guidance, dtype, dense executor,
-devices used, per-step callback, code (``models/``, ``kernels/``, ``evalharness/``) or environment
-(CPU model, accelerator, XLA flags, jax/jaxlib/flax versions) gives a new key. Timing is not an
-input: every run times its arms afresh (``evalharness.run``).
+checkpoint part, by content, and a hub checkpoint's commit), resolution, steps, seed, prompts,
+guidance, dtype, dense executor, devices used, per-step callback, code or environment gives a new
+key. Timing is not an input: every run times its arms afresh.
 """
 
 from __future__ import annotations
@@ -26,8 +25,8 @@ from evalharness.assembly import sequence_devices
 from evalharness.config import EvalConfig
 from evalharness.machine import cpu_model
 
-# Packages whose source decides what the dense arm computes (the harness itself included: how it
-# builds the model, the sampler's inputs, the attention functions and the decode).
+# Packages whose source decides what the dense arm computes (the harness builds the model, the
+# sampler's inputs, the attention functions and the decode).
 _CODE_PACKAGES = ("models", "kernels", "evalharness")
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,20 +44,14 @@ def code_files(root: str | Path | None = None) -> list[Path]:
 
 
 def code_version(root: str | Path | None = None) -> str:
-    """Hash of the source files of :func:`code_files` (their paths and contents): works without
-    git, changes with any edit, addition, removal or rename.
+    """Hash of the paths and contents of :func:`code_files` under ``root`` (default: this
+    repository): works without git, changes with any edit, addition, removal or rename.
 
     This repository's version is hashed once per process: a process runs the code it imported,
-    so edits made to the tree meanwhile (another developer's) must not change its dense-arm
-    cache keys; a long process running many runs (a schedule search) would otherwise miss its
-    own first run's entry on every later one.
-
-    Args:
-        root: the repository root whose tree is hashed (default: this repository).
+    so edits made to the tree meanwhile must not change its dense-arm cache keys (a schedule
+    search would otherwise miss its own first run's entry on every later run).
     """
-    if root is None:
-        return _this_code_version()
-    return _hash_tree(Path(root))
+    return _this_code_version() if root is None else _hash_tree(Path(root))
 
 
 @functools.cache
@@ -93,13 +86,11 @@ def _version(distribution: str) -> str | None:
 
 
 def environment_fields() -> dict[str, Any]:
-    """What of this process's environment decides the dense arm's numbers (part of its key).
-
-    The host's CPU model and architecture (XLA's CPU code generation follows the host), the
-    accelerator (platform, kind and runtime version), ``XLA_FLAGS`` and ``LIBTPU_INIT_ARGS``
-    (whitespace-normalised), JAX's numerics switches (default matmul precision, x64), and the
-    versions of jax, jaxlib, flax and any installed accelerator plugin. The host *name* is not
-    here: the same machine type elsewhere computes the same arm (it is recorded as provenance).
+    """What of this process's environment decides the dense arm's numbers (part of its key):
+    CPU model and architecture (XLA's CPU code follows the host), accelerator and runtime, the
+    XLA/libtpu flags (whitespace-normalised), JAX's numerics switches and the versions of jax,
+    jaxlib, flax and any accelerator plugin. Not the host *name*: the same machine type elsewhere
+    computes the same arm (the name is recorded as provenance).
     """
     device = jax.devices()[0]
     plugins = {name: _version(name) for name in _RUNTIME_DISTRIBUTIONS}
@@ -136,36 +127,27 @@ def dense_arm_fields(
     environment: Mapping[str, Any] | None = None,
     code: str | None = None,
 ) -> dict[str, Any]:
-    """Everything that decides what the dense arm (and its noise floor) computes.
+    """Everything that decides what the dense arm (and its noise floor) computes, JSON-able: the
+    cache key's content (changing a name or value invalidates every cached dense arm).
 
-    The names and values here are the cache key's content: changing any of them invalidates every
-    cached dense arm, so they stay as they are unless the dense arm's result really depends on
-    something new.
-
-    Deliberately left out, because the dense arms do not depend on them: the sparse ``schedule``,
-    ``logger``, ``gate``, ``warm_runs`` (timings are measured by every run, never reused as
-    results), ``max_minutes``, ``output_root``, ``cache_dir``, ``fps``/``crf`` (video encoding of
-    the cached frames), ``dry_run``, ``target``, ``resolution.name`` (its sizes are in), the
-    checkpoint's path (its content is in ``identity``, so a copied checkpoint still hits), the
-    raw ``parallel.sequence`` (its resolved device count is in), ``parallel.distributed`` (the
-    same devices, one process or several), ``save_latents`` and ``progress`` itself (whether a
-    step callback was in the loop is in).
+    Left out, as the dense arms do not depend on them: the sparse ``schedule``, ``logger``,
+    ``gate``, ``warm_runs`` (every run times afresh), ``max_minutes``, ``output_root``,
+    ``cache_dir``, ``fps``/``crf``, ``dry_run``, ``target``, ``resolution.name`` (its sizes are
+    in), the checkpoint's path (its content is in ``identity``, so a copy still hits), the raw
+    ``parallel.sequence`` (its resolved device count is in), ``parallel.distributed``,
+    ``save_latents`` and ``progress`` (whether a step callback was in the loop is in).
 
     Args:
         cfg: the run's configuration, resolved for the platform.
-        identity: the model's identity (preset and the content of every checkpoint part), from the
-            built components (``Components.identity``).
+        identity: the model's identity (preset and the content of every checkpoint part,
+            ``Components.identity``).
         shift: the sampler's flow shift actually used.
-        devices: devices the sequence is split over (default: ``parallel.sequence`` resolved as the
-            run resolves it, ``evalharness.assembly.attention_setup.sequence_devices``: 0 is every device).
-        step_callback: whether a per-step host callback was in the denoising loop (the run never
-            puts one in a timed loop, so False; kept in the key so such a loop could not share
-            an entry).
+        devices: devices the sequence is split over (default: ``parallel.sequence`` resolved by
+            ``evalharness.assembly.sequence_devices``).
+        step_callback: whether a per-step host callback was in the denoising loop (never in a
+            timed loop; in the key so such a loop could not share an entry).
         environment: the environment's part (default: :func:`environment_fields`).
         code: the code version (default: :func:`code_version` of this repository).
-
-    Returns:
-        The key's fields, JSON-able.
     """
     return {
         "model": identity,
@@ -201,30 +183,13 @@ _KEY_FIELDS: dict[str, dict[str, Any]] = {}
 _KEY_FIELDS_KEPT = 64
 
 
-def dense_arm_key(
-    cfg: EvalConfig,
-    identity: str,
-    shift: float,
-    *,
-    devices: int | None = None,
-    step_callback: bool = False,
-    environment: Mapping[str, Any] | None = None,
-    code: str | None = None,
-) -> str:
+def dense_arm_key(cfg: EvalConfig, identity: str, shift: float, **options: Any) -> str:
     """The cache key of a run's dense arm; the arguments are :func:`dense_arm_fields`'s.
 
     The fields are remembered for this key, so :func:`store_dense_arms` writes them as the entry's
     ``key.json`` and :func:`load_dense_arms` can say why a key missed.
     """
-    fields = dense_arm_fields(
-        cfg,
-        identity,
-        shift,
-        devices=devices,
-        step_callback=step_callback,
-        environment=environment,
-        code=code,
-    )
+    fields = dense_arm_fields(cfg, identity, shift, **options)
     key = cache_key(fields)
     _KEY_FIELDS.pop(key, None)
     _KEY_FIELDS[key] = json.loads(json.dumps(fields, default=str))

@@ -1,14 +1,15 @@
-"""On-disk cache of the dense arms' decoded frames, under the key of ``evalharness.evidence.cache_key``.
-
-What is stored with an entry (``key.json``: the key's inputs, readable; where it came from:
-created when, on which host; ``sha256.json``: its files' checksums), the hit/miss decision, the
-explanation of a miss, and the setting aside of a damaged entry live here.
+"""On-disk cache of the dense arms' decoded frames, under the key of ``evalharness.evidence.cache_key``:
+what an entry stores, the hit/miss decision, the explanation of a miss, and the setting aside of a
+damaged entry: one whose files do not match the SHA-256 checksums recorded when it was written
+(``sha256.json``; a changed, missing or extra file, a damaged ``sha256.json`` and none at all,
+since nothing then vouches for the entry).
 """
 
 from __future__ import annotations
 
 import datetime
 import errno
+import hashlib
 import json
 import logging
 import os
@@ -24,24 +25,68 @@ from typing import Any
 import numpy as np
 
 from evalharness.arms import ArmResult, RunTimes
-from evalharness.evidence.cache_integrity import damage, write_checksums
 from evalharness.evidence.cache_key import key_fields_of
 
 log = logging.getLogger(__name__)
+
+CHECKSUMS = "sha256.json"
+
+
+def _digest(path: Path) -> str:
+    with path.open("rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
+
+
+def _files(folder: Path) -> set[str]:
+    return {p.name for p in folder.iterdir() if p.name != CHECKSUMS}
+
+
+def write_checksums(folder: Path) -> None:
+    """Records the SHA-256 of every file in ``folder`` in its ``sha256.json``."""
+    sums = {name: _digest(folder / name) for name in sorted(_files(folder))}
+    (folder / CHECKSUMS).write_text(json.dumps(sums, indent=2, sort_keys=True))
+
+
+def damage(folder: Path) -> str | None:
+    """What is wrong with the entry in ``folder``, or None when every file matches its checksum.
+
+    Raises:
+        FileNotFoundError: ``folder`` is gone (another process set it aside meanwhile).
+    """
+    try:
+        recorded = json.loads((folder / CHECKSUMS).read_text())
+    except FileNotFoundError:
+        if not folder.is_dir():
+            raise
+        return f"it has no {CHECKSUMS}"
+    except (OSError, ValueError) as err:
+        return f"its {CHECKSUMS} is unreadable ({err})"
+    if not isinstance(recorded, dict) or not all(isinstance(v, str) for v in recorded.values()):
+        return f"its {CHECKSUMS} is not a table of checksums"
+    present = _files(folder)
+    if present != set(recorded):
+        missing, extra = sorted(set(recorded) - present), sorted(present - set(recorded))
+        return f"its files differ from {CHECKSUMS} (missing: {missing}, unlisted: {extra})"
+    for name in sorted(recorded):
+        try:
+            if _digest(folder / name) != recorded[name]:
+                return f"{name} does not match its checksum"
+        except OSError as err:
+            return f"{name} is unreadable ({err})"
+    return None
 
 
 class ArmCache:
     """A folder of cached arms: ``<root>/<key>/{arrays.npz, meta.json, key.json, sha256.json}``.
 
     ``key.json`` holds the key's inputs, readable, so a miss can be explained
-    (:meth:`closest_differences`); entries without one are still read. ``sha256.json`` holds
-    every file's checksum (``evalharness.evidence.cache_integrity``): an entry that does not match
-    it (truncated, bit-flipped, or without it) is set aside as ``<root>/.damaged-<key>-...`` with
-    one warning and counts as a miss, so the arms are computed and stored afresh.
+    (:meth:`closest_differences`); entries without one are still read. A damaged entry
+    (:func:`damage`) is set aside with one warning and counts as a miss: the arms are computed
+    afresh.
 
-    Writes go to a temporary folder renamed into place, so a crash or a concurrent run never leaves a
-    half-written entry that a later run would read; when processes store the same key at once,
-    the first rename wins and the others discard theirs (``tests/evalharness/evidence/test_dense_cache_concurrency.py``).
+    Writes go to a temporary folder renamed into place, so a crash or a concurrent run never
+    leaves a half-written entry; when processes store the same key at once, the first rename
+    wins and the others discard theirs.
     """
 
     def __init__(self, root: str | Path) -> None:
@@ -72,18 +117,13 @@ class ArmCache:
             return False
         except OSError as err:
             log.warning(
-                "dense arm: cache entry %s is damaged (%s) and cannot be set aside "
-                "(%s); computing the arms without it",
-                folder,
-                problem,
-                err,
+                f"dense arm: cache entry {folder} is damaged ({problem}) and cannot be set aside "
+                f"({err}); computing the arms without it"
             )
             return False
         log.warning(
-            "dense arm: cache entry %s is damaged (%s); set aside as %s, computing the arms afresh",
-            key,
-            problem,
-            aside,
+            f"dense arm: cache entry {key} is damaged ({problem}); set aside as {aside}, "
+            "computing the arms afresh"
         )
         return False
 
@@ -91,12 +131,11 @@ class ArmCache:
         """Returns (arrays, metadata) for a key, or None (a miss: no entry, or a damaged one,
         which :meth:`check` sets aside)."""
         folder = self.path(key)
-        meta_path = folder / "meta.json"
         if not self.check(key):
             self.misses += 1
             return None
         try:
-            meta = json.loads(meta_path.read_text())
+            meta = json.loads((folder / "meta.json").read_text())
             with np.load(folder / "arrays.npz") as data:
                 arrays = {name: data[name] for name in data.files}
         except (OSError, ValueError) as err:
@@ -209,16 +248,11 @@ def arm_meta(arm: ArmResult) -> dict[str, Any]:
     }
 
 
-def arm_from_cache(
+def _arm_from_cache(
     label: str, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]
 ) -> ArmResult:
-    """Rebuilds an arm stored by :func:`store_dense_arms`.
-
-    Args:
-        label: the arm's label, also the prefix of its arrays (``dense``, ``noise_floor``).
-        arrays: the entry's arrays (``<label>_latents``, ``<label>_frames``).
-        meta: the arm's metadata, as :func:`arm_meta` wrote it.
-    """
+    """The arm ``label`` stored by :func:`store_dense_arms`: its arrays ``<label>_latents`` and
+    ``<label>_frames``, its metadata as :func:`arm_meta` wrote it."""
     times = RunTimes.from_json(meta["times"]) if meta.get("times") else None
     return ArmResult(
         label,
@@ -244,9 +278,8 @@ class DenseArms:
         noise_floor: the second dense executor's arm, decoded (None when not run).
         key: the cache key they are stored under.
         hit: True when they were read from the cache rather than computed.
-        created_at: when they were computed (UTC, ISO 8601): for freshly computed arms the moment
-            this object was made, for cached ones what the entry recorded (None for entries
-            stored before this was recorded).
+        created_at: when they were computed (UTC, ISO 8601): when this object was made, or what
+            the cache entry recorded (None for entries from before it was recorded).
         host: the host name of the machine that computed them (None as for ``created_at``).
     """
 
@@ -275,9 +308,8 @@ class DenseArms:
         )
 
     def provenance(self) -> dict[str, str]:
-        """Where the dense frames came from, as strings (e.g. run tags): :meth:`metrics` plus
-        ``dense_created_at`` and ``dense_host`` (``unknown`` for entries that did not record
-        them)."""
+        """:meth:`metrics` plus ``dense_created_at`` and ``dense_host`` (``unknown`` where not
+        recorded), as run tags."""
         return {
             **self.metrics(),
             "dense_created_at": self.created_at or "unknown",
@@ -296,18 +328,17 @@ def load_dense_arms(cache: ArmCache, key: str) -> DenseArms | None:
         log.info("dense arm: cache miss %s (computing)%s", key, _explain_miss(cache, key))
         return None
     arrays, meta = cached
+    created = meta.get("created_at", "at an unrecorded time")
+    host = meta.get("host", "an unrecorded host")
     log.info(
-        "dense arm: cache hit %s (its decoded frames are reused if this run's latents match; "
-        "computed %s on %s)",
-        key,
-        meta.get("created_at", "at an unrecorded time"),
-        meta.get("host", "an unrecorded host"),
+        f"dense arm: cache hit {key} (its decoded frames are reused if this run's latents match; "
+        f"computed {created} on {host})"
     )
     floor = None
     if meta.get("noise_floor"):
-        floor = arm_from_cache("noise_floor", arrays, meta["noise_floor"])
+        floor = _arm_from_cache("noise_floor", arrays, meta["noise_floor"])
     return DenseArms(
-        arm_from_cache("dense", arrays, meta["dense"]),
+        _arm_from_cache("dense", arrays, meta["dense"]),
         floor,
         key,
         hit=True,
@@ -328,26 +359,20 @@ def _explain_miss(cache: ArmCache, key: str) -> str:
 def store_dense_arms(
     cache: ArmCache, arms: DenseArms, key_fields: Mapping[str, Any] | None = None
 ) -> Path:
-    """Stores freshly computed dense arms under their key and returns the entry's folder.
-
-    The metadata records the key, ``created_at`` and ``host`` (from ``arms``); ``key_fields`` (the
-    key's inputs; default: those :func:`dense_arm_key` computed for ``arms.key`` in this process)
-    are written to the entry's ``key.json``.
-    """
-    arrays = {"dense_latents": arms.dense.latents, "dense_frames": arms.dense.frames}
+    """Stores freshly computed dense arms (with their key, ``created_at`` and ``host``) under
+    their key and returns the entry's folder; ``key_fields`` (default: those :func:`dense_arm_key`
+    computed for ``arms.key`` in this process) go to its ``key.json``."""
+    arrays: dict[str, np.ndarray] = {}
     meta: dict[str, Any] = {
-        "dense": arm_meta(arms.dense),
         "noise_floor": None,
         "key": arms.key,
         "created_at": arms.created_at,
         "host": arms.host,
     }
-    if arms.noise_floor is not None:
-        arrays.update(
-            noise_floor_latents=arms.noise_floor.latents,
-            noise_floor_frames=arms.noise_floor.frames,
-        )
-        meta["noise_floor"] = arm_meta(arms.noise_floor)
+    for label, arm in (("dense", arms.dense), ("noise_floor", arms.noise_floor)):
+        if arm is not None:
+            arrays.update({f"{label}_latents": arm.latents, f"{label}_frames": arm.frames})
+            meta[label] = arm_meta(arm)
     if key_fields is None:
         key_fields = key_fields_of(arms.key)
     return cache.store(arms.key, arrays, meta, key_fields=key_fields)

@@ -2,15 +2,9 @@
 
 The gated figure is PSNR on the raw decoded uint8 frames (``psnr_db``), not on encoded files: two
 independent lossy encodes add codec noise that can dwarf the attention error (the default job read
-37.6 dB through CRF-18 mp4s where its frames differ at 52.6 dB). Measured here:
-
-- raw frames: per-frame PSNR and SSIM, the whole-video PSNR and the worst frame;
-- FFmpeg's ``psnr`` filter on the lossless measurement videos (``<label>.lossless.mkv``), a
-  cross-check of the raw-frame PSNR by another implementation (they agree to about 0.01 dB);
-- the codec noise: the viewable ``dense.mp4`` (CRF 18 yuv420p) decoded back against the dense
-  arm's raw frames, to show what the viewable videos (and the old gate) add on top.
-
-:func:`quality_metrics` names them; see its docstring for every metric.
+37.6 dB through CRF-18 mp4s where its frames differ at 52.6 dB). Beside it: FFmpeg's ``psnr``
+filter on the lossless measurement videos (a cross-check by another implementation; they agree to
+about 0.01 dB) and the codec noise of the viewable ``dense.mp4`` (:func:`quality_metrics`).
 """
 
 from __future__ import annotations
@@ -21,12 +15,12 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import ffmpeg
 import numpy as np
 from skimage.metrics import structural_similarity
 
+from evalharness.arms import ArmResult
 from evalharness.evidence.video import (
     VideoError,
     _tail,
@@ -35,14 +29,6 @@ from evalharness.evidence.video import (
     viewable_path,
 )
 from evalharness.metric_names import Metric
-
-
-class ArmOutput(Protocol):
-    """What quality reads from an arm (``evalharness.arms.arm.ArmResult`` fits)."""
-
-    latents: np.ndarray
-    frames: np.ndarray
-
 
 _AVERAGE = re.compile(r"PSNR .*average:(inf|[-\d.]+)")
 _FRAME_AVG = re.compile(r"psnr_avg:(inf|[-\d.]+)")
@@ -61,15 +47,9 @@ class FFmpegPSNR:
     per_frame_db: np.ndarray
 
 
-def _to_float(text: str) -> float:
-    return math.inf if text == "inf" else float(text)
-
-
 def ffmpeg_psnr(reference: str | Path, distorted: str | Path) -> FFmpegPSNR:
-    """PSNR between two encoded videos with FFmpeg's ``psnr`` filter.
-
-    On the lossless measurement videos this equals the raw-frame PSNR; on lossy encodes it
-    includes both encodes' codec noise.
+    """PSNR between two encoded videos with FFmpeg's ``psnr`` filter (on lossy encodes it
+    includes both encodes' codec noise).
 
     Args:
         reference: the dense video file.
@@ -99,14 +79,12 @@ def ffmpeg_psnr(reference: str | Path, distorted: str | Path) -> FFmpegPSNR:
         proc = subprocess.run(args, cwd=tmp, capture_output=True, check=False)
         err = proc.stderr
         if proc.returncode != 0:
-            msg = f"FFmpeg psnr failed on {reference} vs {distorted}:\n{_tail(err)}"
-            raise VideoError(msg)
-        text = err.decode("utf-8", "replace")
-        match = _AVERAGE.search(text)
+            raise VideoError(f"FFmpeg psnr failed on {reference} vs {distorted}:\n{_tail(err)}")
+        match = _AVERAGE.search(err.decode("utf-8", "replace"))
         if not match:
             raise VideoError(f"FFmpeg printed no PSNR summary:\n{_tail(err)}")
-        per_frame = [_to_float(m) for m in _FRAME_AVG.findall(stats.read_text())]
-    return FFmpegPSNR(_to_float(match.group(1)), np.asarray(per_frame, np.float64))
+        per_frame = [float(m) for m in _FRAME_AVG.findall(stats.read_text())]
+    return FFmpegPSNR(float(match.group(1)), np.asarray(per_frame, np.float64))
 
 
 def _psnr(mse: float) -> float:
@@ -114,24 +92,22 @@ def _psnr(mse: float) -> float:
     return math.inf if mse == 0 else float(10 * np.log10(255.0**2 / mse))
 
 
-def _check_pair(reference: np.ndarray, distorted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    reference = np.asarray(reference)
-    distorted = np.asarray(distorted)
+def _frame_psnr(reference: np.ndarray, distorted: np.ndarray) -> tuple[np.ndarray, float]:
+    """Per-frame PSNR [T] and the whole video's (from the mean squared error over all frames) of
+    two uint8 [T, H, W, 3] videos, one frame at a time in float64 to bound memory.
+
+    Raises:
+        ValueError: the videos differ in shape, or are not [T, H, W, 3].
+    """
     if reference.shape != distorted.shape:
         raise ValueError(f"videos differ in shape: {reference.shape} vs {distorted.shape}")
     if reference.ndim != 4 or reference.shape[-1] != 3:
         raise ValueError(f"expected [T, H, W, 3] frames, got {reference.shape}")
-    return reference, distorted
-
-
-def _frame_mse(reference: np.ndarray, distorted: np.ndarray) -> np.ndarray:
-    """Mean squared error of each frame [T] (float64, one frame at a time to bound memory)."""
-    return np.asarray(
-        [
-            np.mean(np.square(r.astype(np.float64) - d))
-            for r, d in zip(reference, distorted, strict=True)
-        ]
-    )
+    mse = [
+        np.mean(np.square(r.astype(np.float64) - d))
+        for r, d in zip(reference, distorted, strict=True)
+    ]
+    return np.asarray([_psnr(m) for m in mse], np.float64), _psnr(float(np.mean(mse)))
 
 
 @dataclass(frozen=True)
@@ -175,18 +151,17 @@ def frame_quality(reference: np.ndarray, distorted: np.ndarray) -> FrameQuality:
     Returns:
         Per-frame curves and the whole-video PSNR.
     """
-    reference, distorted = _check_pair(reference, distorted)
-    mse = _frame_mse(reference, distorted)
+    reference, distorted = np.asarray(reference), np.asarray(distorted)
+    psnr, video_psnr = _frame_psnr(reference, distorted)
     ssim = []
-    for ref, dis, frame_mse in zip(reference, distorted, mse, strict=True):
-        if frame_mse == 0:
+    for ref, dis, frame_psnr in zip(reference, distorted, psnr, strict=True):
+        if math.isinf(frame_psnr):  # an identical frame
             ssim.append(1.0)
             continue
         # SSIM's default 7x7 window must fit the frame; tiny test frames use a smaller odd window.
         win = min(7, *(d if d % 2 else d - 1 for d in ref.shape[:2]))
         ssim.append(structural_similarity(ref, dis, data_range=255, channel_axis=-1, win_size=win))
-    psnr = np.asarray([_psnr(m) for m in mse], np.float64)
-    return FrameQuality(psnr, np.asarray(ssim), _psnr(float(np.mean(mse))))
+    return FrameQuality(psnr, np.asarray(ssim), video_psnr)
 
 
 @dataclass(frozen=True)
@@ -203,28 +178,17 @@ class CodecNoise:
     per_frame_db: np.ndarray
     psnr_db: float
 
-    @property
-    def worst_frame_db(self) -> float:
-        """The lowest per-frame PSNR."""
-        return float(np.min(self.per_frame_db))
-
 
 def codec_noise(video: str | Path, frames: np.ndarray) -> CodecNoise:
-    """Decodes ``video`` and measures it against the raw ``frames`` it was encoded from.
-
-    Args:
-        video: an encoded video file.
-        frames: the uint8 [T, H, W, 3] frames that were encoded.
+    """Decodes ``video`` and measures it against the raw uint8 [T, H, W, 3] ``frames`` it was
+    encoded from.
 
     Raises:
         FileNotFoundError: the file is missing.
         VideoError: FFmpeg could not read it.
         ValueError: the decoded video does not have the frames' shape.
     """
-    raw, decoded = _check_pair(frames, decode_mp4(video))
-    mse = _frame_mse(raw, decoded)
-    per_frame = np.asarray([_psnr(m) for m in mse], np.float64)
-    return CodecNoise(Path(video), per_frame, _psnr(float(np.mean(mse))))
+    return CodecNoise(Path(video), *_frame_psnr(np.asarray(frames), decode_mp4(video)))
 
 
 @dataclass(frozen=True)
@@ -247,12 +211,13 @@ class VideoQuality:
 def measure(
     reference_video: str | Path,
     distorted_video: str | Path,
-    reference: ArmOutput,
-    distorted: ArmOutput,
+    reference: ArmResult,
+    distorted: ArmResult,
     *,
     codec_video: str | Path | None = None,
 ) -> VideoQuality:
-    """Measures an arm against the reference arm.
+    """Measures an arm against the reference arm (raw frames, lossless videos, codec noise,
+    latents).
 
     Args:
         reference_video: the reference arm's measurement video (``dense.lossless.mkv``).
@@ -276,35 +241,24 @@ def measure(
 
 def gap_to_noise_floor(noise_floor_db: float, sparse_db: float) -> float:
     """``noise_floor_db - sparse_db``: how many dB further the sparse arm is from the dense arm
-    than the second dense control is (positive: sparse is worse than the dense-vs-dense noise).
-
-    An exact noise floor (inf) makes the gap inf unless the sparse arm is exact too (gap 0).
-    """
+    than the second dense control is; inf for an exact floor unless the sparse arm is exact too
+    (gap 0)."""
     if math.isinf(noise_floor_db) and math.isinf(sparse_db) and noise_floor_db == sparse_db:
         return 0.0
     return float(noise_floor_db - sparse_db)
 
 
 def quality_metrics(sparse: VideoQuality, noise_floor: VideoQuality | None) -> dict[str, float]:
-    """Run metrics of the sparse arm's quality and, when measured, of the dense-vs-dense floor.
+    """Run metrics of the sparse arm's quality and, when measured, of the dense-vs-dense floor
+    (PSNR in dB against the dense arm; inf means identical).
 
-    All PSNR values are in dB against the dense arm; inf means identical.
-
-    - ``psnr_db`` (gated): raw-frame PSNR of the whole video, from the mean squared error over
-      all frames (not the mean of per-frame dB, which one identical frame would make inf and
-      which is lenient to a few bad frames); equals ``psnr_video_db``.
-    - ``psnr_worst_frame_db``: the lowest per-frame raw PSNR.
-    - ``psnr_frames_db``: per-frame raw PSNR averaged in dB; ``ssim_frames``: mean SSIM.
-    - ``psnr_ffmpeg_db``: FFmpeg's ``psnr`` filter on the lossless measurement videos, a
-      cross-check of ``psnr_db`` (no codec noise in it).
-    - ``codec_psnr_db``: the viewable CRF ``dense.mp4`` decoded against the dense raw frames: the
-      codec noise that lossy-encoded comparisons would add.
-    - ``max_abs_latent_diff``: the largest absolute difference of the final latents.
-    - With a noise floor: ``noise_floor_psnr_db``, ``noise_floor_psnr_worst_frame_db``,
-      ``noise_floor_psnr_frames_db``, ``noise_floor_ssim_frames``, ``noise_floor_psnr_ffmpeg_db``
-      and ``noise_floor_max_abs_latent_diff``, the same for the second dense control; and
-      ``gap_to_noise_floor_db`` = ``noise_floor_psnr_db - psnr_db`` (positive: the sparse arm is
-      that many dB further from dense than the dense-vs-dense noise).
+    ``psnr_db`` (gated; equals ``psnr_video_db``) comes from the mean squared error over all
+    frames, not the mean of per-frame dB (``psnr_frames_db``), which one identical frame would
+    make inf and which is lenient to a few bad frames. Beside it: ``psnr_worst_frame_db``,
+    ``ssim_frames`` (mean SSIM), ``psnr_ffmpeg_db`` (the lossless videos through FFmpeg),
+    ``codec_psnr_db`` (``dense.mp4`` against the dense frames) and ``max_abs_latent_diff``; with a
+    noise floor, ``noise_floor_*`` for the second dense control (all but the codec's and
+    ``psnr_video_db``) and ``gap_to_noise_floor_db`` (floor minus sparse).
 
     Args:
         sparse: the sparse arm against the dense arm.

@@ -1,14 +1,15 @@
-"""Run-folder artifacts: videos, metrics.json, report.md, per-frame quality, timings, the console
-summary, and the headline metrics that the summary and the sweep table show."""
+"""A pair's files in its folder (videos, per-frame quality, routing statistics, timings, latents,
+``metrics.json``) and the headline metrics that the console summary and the sweep table show.
+The plots are drawn here, on the harness side, so the kernels never import matplotlib."""
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import NamedTuple
 
 import matplotlib
 
@@ -18,29 +19,24 @@ import numpy as np  # noqa: E402
 
 from evalharness.arms import ArmResult  # noqa: E402
 from evalharness.config import EvalConfig  # noqa: E402
-from evalharness.evidence.dense_cache import arm_meta  # noqa: E402
-from evalharness.evidence.quality import CodecNoise, FFmpegPSNR, FrameQuality, VideoQuality  # noqa: E402
+from evalharness.evidence.dense_cache import DenseArms, arm_meta  # noqa: E402
+from evalharness.evidence.quality import VideoQuality, measure, quality_metrics  # noqa: E402
 from evalharness.evidence.video import encode_lossless, encode_mp4, lossless_path, side_by_side  # noqa: E402
-from evalharness.formatting import format_cell, markdown_table, markdown_text  # noqa: E402
-from evalharness.metric_names import Metric, MetricValue, RunMetrics
+from evalharness.formatting import format_cell  # noqa: E402
+from evalharness.metric_names import Metric, MetricValue, RunMetrics  # noqa: E402
+from kernels.policy.routing_stats import RoutingStats  # noqa: E402
 
 # Name patterns of the video files (viewable mp4s, lossless mkvs), which
 # ``logger.log_videos=false`` keeps out of MLflow.
 VIDEO_PATTERNS = ("*.mp4", "*.mkv")
 
 
-@dataclass(frozen=True)
-class HeadlineMetric:
-    """A metric that sums up a run, with how to show it.
+class HeadlineMetric(NamedTuple):
+    """A metric that sums up a run, as a Markdown table column: its title in the sweep table, its
+    key in the run's metrics, and its ``str.format`` pattern (as ``format_cell`` takes it)."""
 
-    Attributes:
-        key: the metric's key in the run's metrics.
-        title: column title in the sweep table.
-        fmt: ``str.format`` pattern, as :func:`evalharness.formatting.format_cell` takes it.
-    """
-
-    key: str
     title: str
+    key: str
     fmt: str
 
 
@@ -48,25 +44,24 @@ class HeadlineMetric:
 # records them, and the console summary prints a subset with the same formats.
 HEADLINE_METRICS = (
     HeadlineMetric("schedule", "schedule", "{}"),
-    HeadlineMetric("schedule_kept_fraction", "kept fraction", "{:.3f}"),
-    HeadlineMetric("dense_median_s", "dense median s", "{:.3f}"),
-    HeadlineMetric("sparse_median_s", "sparse median s", "{:.3f}"),
+    HeadlineMetric("kept fraction", "schedule_kept_fraction", "{:.3f}"),
+    HeadlineMetric("dense median s", "dense_median_s", "{:.3f}"),
+    HeadlineMetric("sparse median s", "sparse_median_s", "{:.3f}"),
     HeadlineMetric(Metric.SPEEDUP, Metric.SPEEDUP, "{:.3f}x"),
-    HeadlineMetric("dense_control", "vs", "{}"),
-    HeadlineMetric("speedup_vs_dense_arm", "speedup vs dense arm", "{:.3f}x"),
-    HeadlineMetric(Metric.PSNR_DB, "PSNR dB", "{:.2f}"),
-    HeadlineMetric(Metric.PSNR_WORST_FRAME_DB, "worst frame dB", "{:.2f}"),
-    HeadlineMetric(Metric.NOISE_FLOOR_PSNR_DB, "noise floor dB", "{:.2f}"),
-    HeadlineMetric(Metric.GAP_TO_NOISE_FLOOR_DB, "gap to floor dB", "{:.2f}"),
-    HeadlineMetric(Metric.SSIM_FRAMES, "SSIM", "{:.4f}"),
-    HeadlineMetric("dense_cache", "dense arm", "{}"),
+    HeadlineMetric("vs", "dense_control", "{}"),
+    HeadlineMetric("speedup vs dense arm", "speedup_vs_dense_arm", "{:.3f}x"),
+    HeadlineMetric("PSNR dB", Metric.PSNR_DB, "{:.2f}"),
+    HeadlineMetric("worst frame dB", Metric.PSNR_WORST_FRAME_DB, "{:.2f}"),
+    HeadlineMetric("noise floor dB", Metric.NOISE_FLOOR_PSNR_DB, "{:.2f}"),
+    HeadlineMetric("gap to floor dB", Metric.GAP_TO_NOISE_FLOOR_DB, "{:.2f}"),
+    HeadlineMetric("SSIM", Metric.SSIM_FRAMES, "{:.4f}"),
+    HeadlineMetric("dense arm", "dense_cache", "{}"),
 )
-_HEADLINE_BY_KEY = {h.key: h for h in HEADLINE_METRICS}
 
 
-def headline_columns() -> list[tuple[str, str, str]]:
+def headline_columns() -> list[HeadlineMetric]:
     """The headline metrics as ``(title, key, fmt)`` Markdown table columns."""
-    return [(h.title, h.key, h.fmt) for h in HEADLINE_METRICS]
+    return list(HEADLINE_METRICS)
 
 
 def headline_row(metrics: Mapping[str, MetricValue]) -> dict[str, MetricValue]:
@@ -76,8 +71,23 @@ def headline_row(metrics: Mapping[str, MetricValue]) -> dict[str, MetricValue]:
     return row
 
 
-def _headline_cell(metrics: Mapping[str, MetricValue], key: str) -> str:
-    return format_cell(metrics.get(key), _HEADLINE_BY_KEY[key].fmt)
+def summary_lines(metrics: RunMetrics) -> str:
+    """The few lines printed at the end of a run: headline metrics, then the run folder."""
+    formats = {h.key: h.fmt for h in HEADLINE_METRICS}
+
+    def cell(key: str) -> str:
+        return format_cell(metrics.get(key), formats[key])
+
+    return (
+        f"dense {cell('dense_median_s')} s | sparse {cell('sparse_median_s')} s"
+        f" | speedup {cell('speedup')} vs {cell('dense_control')}"
+        f" ({cell('speedup_vs_dense_arm')} vs our dense arm) | PSNR {cell('psnr_db')} dB"
+        f" (worst frame {cell('psnr_worst_frame_db')} dB; noise floor"
+        f" {cell('noise_floor_psnr_db')} dB, gap {cell('gap_to_noise_floor_db')} dB)"
+        f" | SSIM {cell('ssim_frames')}"
+        f" | dense arm {cell('dense_cache')}\n"
+        f"run folder: {metrics.get('run_dir')}"
+    )
 
 
 @dataclass(frozen=True)
@@ -85,9 +95,8 @@ class ArmVideos:
     """The encoded videos of a comparison's arms (the noise floor's are None when not run).
 
     Attributes:
-        dense: ``dense.lossless.mkv``, the dense arm's measurement video (FFV1, exact frames);
-            ``dense``, ``sparse`` and ``noise_floor`` are what :func:`evalharness.evidence.quality.measure`
-            takes, so FFmpeg's PSNR of them carries no codec noise.
+        dense: ``dense.lossless.mkv``, the dense arm's measurement video (FFV1, exact frames), as
+            ``sparse`` and ``noise_floor``: FFmpeg's PSNR of them carries no codec noise.
         sparse: ``sparse.lossless.mkv``.
         noise_floor: ``noise_floor.lossless.mkv`` or None.
         dense_mp4: ``dense.mp4``, the viewable video (H.264 CRF ``cfg.crf`` yuv420p), whose
@@ -123,6 +132,26 @@ def write_arm_videos(
     return ArmVideos(dense_mkv, sparse_mkv, floor_mkv, dense_mp4, sparse_mp4, floor_mp4)
 
 
+def measure_videos(
+    folder: Path, dense: DenseArms, sparse: ArmResult, cfg: EvalConfig
+) -> tuple[VideoQuality, dict[str, float]]:
+    """Encodes every arm's videos into ``folder`` and measures the sparse arm (and the noise
+    floor) against the dense arm, from the lossless files and the raw frames.
+
+    Returns:
+        The sparse arm's measurement (its per-frame curves) and the quality metrics.
+    """
+    videos = write_arm_videos(folder, dense.dense, sparse, dense.noise_floor, cfg)
+
+    def against_dense(video: Path, arm: ArmResult) -> VideoQuality:
+        return measure(videos.dense, video, dense.dense, arm, codec_video=videos.dense_mp4)
+
+    sparse_q = against_dense(videos.sparse, sparse)
+    floor = dense.noise_floor
+    floor_q = None if floor is None else against_dense(videos.noise_floor, floor)
+    return sparse_q, quality_metrics(sparse_q, floor_q)
+
+
 def write_side_by_side(run_dir: Path, dense: ArmResult, sparse: ArmResult, cfg: EvalConfig) -> Path:
     """``side_by_side.mp4``: dense | sparse | amplified difference."""
     frames = side_by_side(dense.frames, sparse.frames)
@@ -132,63 +161,15 @@ def write_side_by_side(run_dir: Path, dense: ArmResult, sparse: ArmResult, cfg: 
 def write_frame_quality(run_dir: Path, quality: VideoQuality) -> tuple[Path, Path]:
     """``psnr_per_frame.png`` and ``quality_per_frame.npz``: the per-frame curves of a measurement
     (raw-frame PSNR and SSIM, FFmpeg's PSNR of the lossless videos, the reference mp4's codec
-    noise)."""
-    plot = plot_frame_psnr(
-        run_dir / "psnr_per_frame.png", quality.frames, quality.encoded, quality.codec
-    )
-    arrays = run_dir / "quality_per_frame.npz"
-    np.savez(
-        arrays,
-        psnr_frames_db=quality.frames.psnr_db,
-        ssim_frames=quality.frames.ssim,
-        psnr_ffmpeg_db=quality.encoded.per_frame_db,
-        codec_psnr_frames_db=quality.codec.per_frame_db,
-    )
-    return plot, arrays
-
-
-def write_timings(run_dir: Path, dense: ArmResult, sparse: ArmResult) -> Path:
-    """``timings.json``: every warm run, compile, warm-up and decode time of both arms."""
-    path = run_dir / "timings.json"
-    path.write_text(json.dumps({"dense": arm_meta(dense), "sparse": arm_meta(sparse)}, indent=2))
-    return path
-
-
-def write_latents(run_dir: Path, arms: dict[str, ArmResult | None]) -> Path:
-    """``latents.npz``: each arm's final float32 latents [1, 16, F, H, W], by arm label."""
-    path = run_dir / "latents.npz"
-    np.savez(path, **{label: arm.latents for label, arm in arms.items() if arm is not None})
-    return path
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, float) and math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
-
-
-def write_metrics(run_dir: Path, metrics: RunMetrics) -> Path:
-    """Writes ``metrics.json`` (inf as the string "inf", NaN as null, so it stays valid JSON)."""
-    path = run_dir / "metrics.json"
-    path.write_text(
-        json.dumps({k: _jsonable(v) for k, v in metrics.items()}, indent=2, default=str)
-    )
-    return path
-
-
-def plot_frame_psnr(
-    path: Path, frames: FrameQuality, ff: FFmpegPSNR, codec: CodecNoise | None = None
-) -> Path:
-    """Per-frame PSNR (raw frames, FFmpeg on the lossless videos, and the codec noise of the
-    reference's viewable mp4 for scale) and SSIM. Identical frames (inf) are left out."""
+    noise); identical frames (inf) are left out of the plot."""
+    frames, ff, codec = quality.frames, quality.encoded, quality.codec
+    plot = run_dir / "psnr_per_frame.png"
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
     x = range(len(frames.psnr_db))
     ax1.plot(x, frames.psnr_db, marker="o", label="raw frames (gated)")
     if len(ff.per_frame_db) == len(frames.psnr_db):
         ax1.plot(x, ff.per_frame_db, marker=".", label="lossless videos (FFmpeg psnr)")
-    if codec is not None and len(codec.per_frame_db) == len(frames.psnr_db):
+    if len(codec.per_frame_db) == len(frames.psnr_db):
         ax1.plot(
             x, codec.per_frame_db, ls="--", c="grey", label=f"codec noise ({codec.video.name})"
         )
@@ -200,145 +181,108 @@ def plot_frame_psnr(
     ax2.set_xlabel("frame")
     ax2.grid(alpha=0.3)
     fig.tight_layout()
+    fig.savefig(plot, dpi=100)
+    plt.close(fig)
+    arrays = run_dir / "quality_per_frame.npz"
+    np.savez(
+        arrays,
+        psnr_frames_db=frames.psnr_db,
+        ssim_frames=frames.ssim,
+        psnr_ffmpeg_db=ff.per_frame_db,
+        codec_psnr_frames_db=codec.per_frame_db,
+    )
+    return plot, arrays
+
+
+def plot_temporal_fraction(stats: RoutingStats, path: str | Path, *, title: str = "") -> Path:
+    """Writes the step x layer heat map of the temporal fraction as a PNG and returns its path:
+    dense cells grey, the colour scale fixed to [0, 1] so maps compare across runs.
+
+    Args:
+        stats: recorded routing statistics.
+        path: output file (parent folders are created).
+        title: optional figure title.
+    """
+    fraction = stats.temporal_fraction()  # [steps, layers]
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    steps, layers = fraction.shape
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.25 * layers + 2.0), max(3.0, 0.2 * steps + 1.5)))
+    cmap = plt.get_cmap("viridis").with_extremes(bad="lightgrey")
+    image = ax.imshow(
+        np.ma.masked_invalid(fraction),
+        cmap=cmap,
+        vmin=0.0,
+        vmax=1.0,
+        aspect="auto",
+        origin="upper",
+        interpolation="nearest",
+    )
+    ax.set_xlabel("layer")
+    ax.set_ylabel("denoising step")
+    ax.set_title(title or "fraction of heads routed temporal (grey: dense)")
+    fig.colorbar(image, ax=ax, label="temporal fraction")
+    fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
 
 
-_TIMING_ROWS = (
-    ("Dense denoising, median (min-max)", "dense"),
-    ("Second dense control (noise-floor arm), median (min-max)", "noise_floor"),
-    ("Sparse denoising, median (min-max)", "sparse"),
-)
-# (title, metric key, format, unit); the key None marks the compile row, which shows two metrics.
-_REPORT_ROWS = (
-    ("Speedup over the fastest dense control", Metric.SPEEDUP, "{:.3f}", "x"),
-    ("Fastest dense control", "dense_control", "{}", ""),
-    ("Speedup over our dense arm (kernel effect)", "speedup_vs_dense_arm", "{:.3f}", "x"),
-    ("PSNR, raw frames (gated; from the mean MSE)", Metric.PSNR_DB, "{:.2f}", " dB"),
-    ("PSNR, worst frame", Metric.PSNR_WORST_FRAME_DB, "{:.2f}", " dB"),
-    ("PSNR, per frame (mean of dB)", "psnr_frames_db", "{:.2f}", " dB"),
-    ("SSIM, per frame (mean)", Metric.SSIM_FRAMES, "{:.4f}", ""),
-    ("Noise floor: dense vs dense, raw-frame PSNR", Metric.NOISE_FLOOR_PSNR_DB, "{:.2f}", " dB"),
-    ("Noise floor: worst frame", "noise_floor_psnr_worst_frame_db", "{:.2f}", " dB"),
-    ("Gap to the noise floor (floor - sparse)", Metric.GAP_TO_NOISE_FLOOR_DB, "{:.2f}", " dB"),
-    ("PSNR, FFmpeg on the lossless videos (cross-check)", "psnr_ffmpeg_db", "{:.2f}", " dB"),
-    ("Codec noise: dense.mp4 vs its raw frames", "codec_psnr_db", "{:.2f}", " dB"),
-    (
-        "Schedule kept fraction (dense steps/layers counted)",
-        "schedule_kept_fraction",
-        "{:.4f}",
-        "",
-    ),
-    ("Sparse mask density", "mask_density", "{:.4f}", ""),
-    ("Heads routed temporal (mean)", "routing_temporal_fraction", "{:.3f}", ""),
-    ("Compile dense / sparse", None, "{}", ""),
-    ("Text encoding", "text_encode_s", "{:.2f}", " s"),
-    ("VAE decode (sparse arm)", "decode_sparse_s", "{:.2f}", " s"),
-    ("Dense arm", "dense_cache", "{}", ""),
-)
-_REPORT_COLUMNS = (("metric", "metric", "{}"), ("value", "value", "{}"))
-_REPORT_FILES = (
-    "`dense.mp4`, `sparse.mp4`, `noise_floor.mp4` (to watch: H.264 yuv420p, lossy), "
-    "`side_by_side.mp4` (dense | sparse | 8x difference), `dense.lossless.mkv`, "
-    "`sparse.lossless.mkv`, `noise_floor.lossless.mkv` (to measure: FFV1, the exact frames), "
-    "`psnr_per_frame.png`, `quality_per_frame.npz`, `routing_heatmap.png`, `routing_stats.npz`, "
-    "`metrics.json`, `config.yaml`."
-)
-
-
-def _report_table(m: Mapping[str, Any]) -> list[str]:
-    """The report's metric table, one line per row."""
-
-    def seconds(key: str, fmt: str) -> str:
-        return format_cell(m.get(key), fmt)
-
-    rows = []
-    for title, arm in _TIMING_ROWS:
-        median, low, high = (seconds(f"{arm}_{s}_s", "{:.3f}") for s in ("median", "min", "max"))
-        rows.append({"metric": title, "value": f"{median} s ({low}-{high})"})
-    for title, key, fmt, unit in _REPORT_ROWS:
-        if key is None:
-            compile_dense = seconds("compile_dense_s", "{:.2f}")
-            value = f"{compile_dense} s / {seconds('compile_sparse_s', '{:.2f}')} s"
-        else:
-            value = f"{format_cell(m.get(key), fmt)}{unit if m.get(key) is not None else ''}"
-        rows.append({"metric": title, "value": value})
-    return markdown_table(rows, _REPORT_COLUMNS).splitlines()
-
-
-def gate_section(cfg: EvalConfig, gate_failures: Sequence[str]) -> list[str]:
-    """The report's verdict: no thresholds, the failed ones, or a pass with the thresholds set."""
-    gate = cfg.gate
-    # getattr: a configuration from before the worst-frame threshold has no such field.
-    worst = getattr(gate, "min_worst_frame_psnr_db", None)
-    thresholds = [
-        f"{title} {value}{unit}"
-        for title, value, unit in (
-            ("min PSNR", gate.min_psnr_db, " dB"),
-            ("min worst-frame PSNR", worst, " dB"),
-            ("min speedup", gate.min_speedup, ""),
-        )
-        if value is not None
-    ]
-    if not thresholds:
-        return [
-            "Not gated: no thresholds set (gate.min_psnr_db, gate.min_worst_frame_psnr_db, gate.min_speedup)."
-        ]
-    if gate_failures:
-        return [f"- FAILED: {f}" for f in gate_failures]
-    return [f"Passed ({', '.join(thresholds)})."]
-
-
-def write_report(
-    run_dir: Path, cfg: EvalConfig, metrics: RunMetrics, gate_failures: Sequence[str]
-) -> Path:
-    """Writes ``report.md``: the comparison in one table, then the settings and the verdict.
-
-    Args:
-        run_dir: the run folder.
-        cfg: the run's configuration (title, prompt line, gate thresholds).
-        metrics: the run's metrics.
-        gate_failures: one line per missed gate threshold (empty when the gate passed).
-
-    Returns:
-        The report's path.
-    """
-    lines = [
-        f"# {cfg.model.name} · {cfg.resolution.name} · schedule {markdown_text(cfg.schedule.name)}",
-        "",
-        f"Prompt: “{markdown_text(cfg.prompt)}” · seed {cfg.seed} · {cfg.steps} steps ({cfg.sampler}) · "
-        f"guidance {cfg.guidance_scale} · dtype {cfg.dtype} · {metrics.get('tokens', 0):,} tokens",
-        "",
-        *_report_table(metrics),
-        "",
-        "## Gate",
-        "",
-        *gate_section(cfg, gate_failures),
-        "",
-        "## Files",
-        "",
-        _REPORT_FILES,
-        "",
-    ]
-    path = run_dir / "report.md"
-    path.write_text("\n".join(lines))
-    return path
-
-
-def summary_lines(metrics: RunMetrics) -> str:
-    """The few lines printed at the end of a run: headline metrics, then the run folder."""
-
-    def cell(key: str) -> str:
-        return _headline_cell(metrics, key)
-
-    return (
-        f"dense {cell('dense_median_s')} s | sparse {cell('sparse_median_s')} s"
-        f" | speedup {cell('speedup')} vs {cell('dense_control')}"
-        f" ({cell('speedup_vs_dense_arm')} vs our dense arm) | PSNR {cell('psnr_db')} dB"
-        f" (worst frame {cell('psnr_worst_frame_db')} dB; noise floor"
-        f" {cell('noise_floor_psnr_db')} dB, gap {cell('gap_to_noise_floor_db')} dB)"
-        f" | SSIM {cell('ssim_frames')}"
-        f" | dense arm {cell('dense_cache')}\n"
-        f"run folder: {metrics.get('run_dir')}"
+def save_routing_stats(stats: RoutingStats, run_dir: Path, schedule_name: str) -> None:
+    """Writes ``routing_stats.npz`` (flags and errors per step, layer, batch and head, and the
+    temporal fraction) and ``routing_heatmap.png`` into ``run_dir``, the heat map titled with
+    ``schedule_name``."""
+    np.savez(
+        run_dir / "routing_stats.npz",
+        temporal=stats.temporal,
+        spatial_error=stats.spatial_error,
+        temporal_error=stats.temporal_error,
+        temporal_fraction=stats.temporal_fraction(),
     )
+    plot_temporal_fraction(
+        stats,
+        run_dir / "routing_heatmap.png",
+        title=f"heads routed temporal · schedule {schedule_name}",
+    )
+
+
+def write_pair_files(
+    folder: Path,
+    cfg: EvalConfig,
+    dense: DenseArms,
+    sparse: ArmResult,
+    quality: VideoQuality,
+    stats: RoutingStats | None,
+    schedule: str,
+) -> None:
+    """A pair's files beside its videos: ``side_by_side.mp4``, the per-frame quality plot and
+    arrays, the routing statistics (when recorded, titled with ``schedule``), ``timings.json``
+    (every warm run, compile, warm-up and decode time of both arms) and, with ``save_latents``,
+    ``latents.npz`` (each arm's final float32 latents [1, 16, F, H, W], by arm label)."""
+    write_side_by_side(folder, dense.dense, sparse, cfg)
+    write_frame_quality(folder, quality)
+    if stats is not None:
+        save_routing_stats(stats, folder, schedule)
+    timings = {"dense": arm_meta(dense.dense), "sparse": arm_meta(sparse)}
+    (folder / "timings.json").write_text(json.dumps(timings, indent=2))
+    if cfg.save_latents:
+        arms = {"dense": dense.dense, "sparse": sparse, "noise_floor": dense.noise_floor}
+        latents = {label: arm.latents for label, arm in arms.items() if arm is not None}
+        np.savez(folder / "latents.npz", **latents)
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, float) and math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def write_metrics(run_dir: Path, metrics: Mapping[str, MetricValue]) -> Path:
+    """Writes ``metrics.json`` (inf as the string "inf", NaN as null, so it stays valid JSON)."""
+    path = run_dir / "metrics.json"
+    path.write_text(
+        json.dumps({k: _jsonable(v) for k, v in metrics.items()}, indent=2, default=str)
+    )
+    return path

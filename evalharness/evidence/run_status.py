@@ -1,12 +1,9 @@
 """``status.json`` in every run folder: whether the run is running, finished, failed or killed.
 
-Written when the folder is created (``running``, with this process's pid, its start time and
-host, and the MLflow run) and again when the run ends (``finished``, ``failed`` with the error,
-``killed`` on Ctrl-C or SIGTERM). A process killed outright (SIGKILL, a lost machine) cannot
-write its end; the next run on the same host recognises its folder by a pid that is gone, or
-that now belongs to another process (a different start time), marks it ``killed`` and closes
-its MLflow run (:func:`stale_runs`). Each write replaces the file atomically, so a reader never
-sees half a status.
+Written (atomically) when the folder is created and when the run ends. A process killed outright
+(SIGKILL, a lost machine) cannot write its end; the next run on the same host recognises its
+folder by a pid that is gone or reused (another start time), marks it ``killed`` and closes its
+MLflow run (:func:`recover_stale_runs`).
 """
 
 from __future__ import annotations
@@ -28,8 +25,7 @@ RUNNING, FINISHED, FAILED, KILLED = "running", "finished", "failed", "killed"
 
 
 def _process_start(pid: int) -> str | None:
-    """The kernel's start time of ``pid`` (Linux ``/proc``), which tells a reused pid from the
-    original process; None where there is no ``/proc`` or no such process."""
+    """The kernel's start time of ``pid`` (Linux ``/proc``; None without it or the process)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
@@ -63,8 +59,8 @@ def read_status(run_dir: Path) -> dict[str, Any] | None:
 
 
 def write_status(run_dir: Path, status: str, **fields: Any) -> Path:
-    """Writes ``status`` (and ``fields``) over the folder's earlier status, keeping what the
-    start recorded; atomic (a temporary file renamed over the old one)."""
+    """Writes ``status`` and ``fields`` over the folder's earlier status (keeping what the start
+    recorded), through a temporary file renamed over the old one."""
     path = Path(run_dir) / STATUS_FILE
     record = {**(read_status(run_dir) or {}), **fields, "status": status}
     record[f"{status}_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
@@ -75,7 +71,8 @@ def write_status(run_dir: Path, status: str, **fields: Any) -> Path:
 
 
 def start_status(run_dir: Path, *, mlflow_run_id: str | None, tracking_uri: str | None) -> Path:
-    """``running``, with what the next run needs to recognise this one if it is killed."""
+    """``running``, with what the next run needs to recognise this one if it is killed: pid,
+    its start time, host, and the MLflow run."""
     pid = os.getpid()
     return write_status(
         run_dir,
@@ -91,8 +88,8 @@ def start_status(run_dir: Path, *, mlflow_run_id: str | None, tracking_uri: str 
 def end_status(
     run_dir: Path, status: str, error: str | None = None, details: str = "", **fields: Any
 ) -> Path:
-    """The run's end: ``finished``, ``failed`` or ``killed``; ``error`` is one line, ``details``
-    (a traceback) goes to ``error.log`` beside it; ``fields`` are recorded too."""
+    """The run's end (``finished``, ``failed``, or ``killed`` on Ctrl-C or SIGTERM) with
+    ``fields``; ``error`` is one line, ``details`` (a traceback) go to ``error.log`` beside it."""
     if error is not None:
         fields["error"] = error
     if details:

@@ -1,8 +1,5 @@
-"""A metric across a run's (prompt, seed) pairs: mean, spread, worst pair, a bootstrap interval.
-
-Each pair's metrics are summarized across pairs as mean, standard deviation, worst pair and a 95%
-bootstrap confidence interval of the mean (percentile bootstrap), and the gate reads one of those
-statistics (``gate.on``).
+"""A metric across a run's (prompt, seed) pairs: mean, standard deviation, worst pair and a 95%
+percentile-bootstrap interval of the mean; the gate reads one of them (``gate.on``).
 """
 
 from __future__ import annotations
@@ -24,17 +21,9 @@ BOOTSTRAP_RESAMPLES = 2000
 
 @dataclass(frozen=True)
 class Summary:
-    """A metric across pairs.
-
-    Attributes:
-        values: one value per pair, in pair order.
-        mean: their mean.
-        std: sample standard deviation (0 for one pair).
-        worst: the smallest value (every summarized metric is larger-is-better).
-        lcb: lower bound of the 95% bootstrap confidence interval of the mean (the mean for one
-            pair or identical values: no spread to resample).
-        ucb: its upper bound.
-    """
+    """A metric across pairs: its ``values`` in pair order, their ``mean``, sample ``std`` (0 for
+    one pair), ``worst`` (the smallest: every summarized metric is larger-is-better), and the 95%
+    bootstrap interval of the mean from ``lcb`` to ``ucb`` (the mean for one pair)."""
 
     values: tuple[float, ...]
     mean: float
@@ -49,13 +38,12 @@ class Summary:
 
 
 def summarize(values: Sequence[float], *, seed: int = 0) -> Summary:
-    """Mean, standard deviation, worst and the 95% bootstrap interval of the mean.
-
-    Infinite values (identical frames give an infinite PSNR) are kept: the mean and the bounds
-    become infinite where they dominate, the standard deviation NaN.
+    """The :class:`Summary` of ``values``, one finite-or-infinite float per pair; infinite
+    values (identical frames) make the mean and bounds infinite where they dominate, the
+    standard deviation NaN.
 
     Args:
-        values: one finite-or-infinite float per pair (at least one).
+        values: one float per pair (at least one).
         seed: seed of the bootstrap's resampling, so a report can be reproduced.
 
     Raises:
@@ -77,12 +65,8 @@ def summarize(values: Sequence[float], *, seed: int = 0) -> Summary:
 
 
 def _bootstrap_interval(data: np.ndarray, seed: int) -> tuple[float, float]:
-    """The percentile bootstrap interval of the mean.
-
-    Resampled means are ranked and the bounds taken at the ranks of the 2.5th and 97.5th
-    percentiles without interpolating, so an infinite value (identical frames) gives infinite
-    resampled means where it is drawn instead of NaN.
-    """
+    """The percentile bootstrap interval of the mean: the ranked resampled means at the 2.5th and
+    97.5th percentiles, not interpolated (an infinite value then gives inf, not NaN)."""
     rng = np.random.default_rng(seed)
     draws = rng.integers(0, data.size, size=(BOOTSTRAP_RESAMPLES, data.size))
     means = np.sort(np.mean(data[draws], axis=1))

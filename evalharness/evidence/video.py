@@ -1,23 +1,20 @@
 """Video files: encode uint8 frames with FFmpeg, read them back, build comparisons.
 
-Two kinds of file per arm:
+Two kinds of file per arm: ``<label>.mp4``, the viewable video (H.264 CRF 18 yuv420p, whose
+chroma subsampling and quantisation add codec noise: for eyes, not metrics), and
+``<label>.lossless.mkv``, the measurement video (FFV1 on planar RGB, the exact frames; FFV1 is
+FFmpeg's own codec, so any build has it, unlike the GPL-only libx264rgb).
 
-- ``<label>.mp4``: the viewable video, H.264 CRF 18 yuv420p (:func:`encode_mp4`). Its chroma
-  subsampling and quantisation move it away from the raw frames (codec noise, reported as
-  ``codec_psnr_db``), so it is for eyes, not for metrics.
-- ``<label>.lossless.mkv``: the measurement video, FFV1 in Matroska on planar RGB
-  (:func:`encode_lossless`), which decodes back to the exact uint8 frames; FFmpeg's PSNR of two
-  such files is the raw-frame PSNR, with no codec in it. FFV1 is FFmpeg's own codec, so any build
-  (``EVALHARNESS_FFMPEG``) has it, unlike the GPL-only libx264rgb.
-
-FFmpeg is the binary that ``imageio-ffmpeg`` ships (no system install needed); another binary
-can be named with the ``EVALHARNESS_FFMPEG`` environment variable.
+FFmpeg is the binary that ``imageio-ffmpeg`` ships; the ``EVALHARNESS_FFMPEG`` environment
+variable names another.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+from typing import Any
 
 import ffmpeg
 import imageio_ffmpeg
@@ -36,7 +33,13 @@ def ffmpeg_executable() -> str:
     return os.environ.get("EVALHARNESS_FFMPEG") or imageio_ffmpeg.get_ffmpeg_exe()
 
 
-def _check_frames(frames: np.ndarray) -> np.ndarray:
+def _tail(stderr: bytes | None, lines: int = 8) -> str:
+    text = (stderr or b"").decode("utf-8", "replace").strip().splitlines()
+    return "\n".join(text[-lines:])
+
+
+def _encode(frames: np.ndarray, path: Path, fps: int, **out_args: Any) -> Path:
+    """Pipes uint8 [T, H, W, 3] RGB frames (checked first) into FFmpeg, writing ``path``."""
     frames = np.asarray(frames)
     if frames.ndim != 4 or frames.shape[-1] != 3:
         raise ValueError(f"frames must be [T, H, W, 3] uint8 RGB, got shape {frames.shape}")
@@ -44,95 +47,48 @@ def _check_frames(frames: np.ndarray) -> np.ndarray:
         raise ValueError(f"frames must be uint8, got {frames.dtype}; convert with models.frames")
     if frames.shape[0] == 0:
         raise ValueError("frames is empty: nothing to encode")
-    return np.ascontiguousarray(frames)
-
-
-def _tail(stderr: bytes | None, lines: int = 8) -> str:
-    text = (stderr or b"").decode("utf-8", "replace").strip().splitlines()
-    return "\n".join(text[-lines:])
-
-
-def encode_mp4(
-    frames: np.ndarray,
-    path: str | Path,
-    *,
-    fps: int = 16,
-    crf: int = 18,
-    lossless: bool = False,
-) -> Path:
-    """Encodes RGB frames to an H.264 mp4 (the viewable video; see :func:`encode_lossless` for
-    the measurement one).
-
-    Args:
-        frames: uint8 [T, H, W, 3] RGB frames (H and W even).
-        path: output file; its folder is created.
-        fps: frame rate.
-        crf: x264 constant rate factor for the lossy yuv420p encode (lower is better).
-        lossless: encode RGB losslessly (libx264rgb, crf 0) instead; decoded frames equal the input.
-
-    Returns:
-        The path written.
-
-    Raises:
-        ValueError: frames of the wrong shape or dtype, or odd height/width for a lossy encode.
-        VideoError: FFmpeg failed (its message is included).
-    """
-    frames = _check_frames(frames)
-    t, h, w, _ = frames.shape
-    if not lossless and (h % 2 or w % 2):
+    _, h, w, _ = frames.shape
+    if out_args.get("pix_fmt") == "yuv420p" and (h % 2 or w % 2):
         raise ValueError(f"yuv420p needs even height and width, got {h}x{w}")
-    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    if lossless:
-        out_args = {"vcodec": "libx264rgb", "crf": 0, "preset": "ultrafast", "pix_fmt": "rgb24"}
-    else:
-        out_args = {"vcodec": "libx264", "crf": crf, "preset": "medium", "pix_fmt": "yuv420p"}
     stream = (
         ffmpeg.input("pipe:", format="rawvideo", pix_fmt="rgb24", s=f"{w}x{h}", framerate=fps)
         .output(str(path), r=fps, **out_args)
         .overwrite_output()
     )
     try:
-        stream.run(cmd=ffmpeg_executable(), input=frames.tobytes(), quiet=True)
+        data = np.ascontiguousarray(frames).tobytes()
+        stream.run(cmd=ffmpeg_executable(), input=data, quiet=True)
     except ffmpeg.Error as err:
         raise VideoError(f"FFmpeg could not write {path}:\n{_tail(err.stderr)}") from err
     return path
+
+
+def encode_mp4(frames: np.ndarray, path: str | Path, *, fps: int = 16, crf: int = 18) -> Path:
+    """Encodes RGB frames to the viewable H.264 yuv420p mp4 (lossy); returns ``path``.
+
+    Args:
+        frames: uint8 [T, H, W, 3] RGB frames (H and W even).
+        path: output file; its folder is created.
+        fps: frame rate.
+        crf: x264 constant rate factor (lower is better).
+
+    Raises:
+        ValueError: frames of the wrong shape or dtype, or odd height/width.
+        VideoError: FFmpeg failed (its last lines are included).
+    """
+    args = {"vcodec": "libx264", "crf": crf, "preset": "medium", "pix_fmt": "yuv420p"}
+    return _encode(frames, Path(path), fps, **args)
 
 
 def encode_lossless(frames: np.ndarray, path: str | Path, *, fps: int = 16) -> Path:
-    """Encodes RGB frames losslessly: FFV1 on planar RGB (gbrp) in Matroska.
-
-    The decoded frames equal ``frames`` bit for bit, so FFmpeg's ``psnr`` filter on two such
-    files measures the frames themselves, not the codec. Any height and width work.
-
-    Args:
-        frames: uint8 [T, H, W, 3] RGB frames.
-        path: output file, ending in ``.mkv``; its folder is created.
-        fps: frame rate.
-
-    Returns:
-        The path written.
-
-    Raises:
-        ValueError: frames of the wrong shape or dtype, or a path that is not ``.mkv``.
-        VideoError: FFmpeg failed (its message is included).
-    """
-    frames = _check_frames(frames)
+    """Encodes RGB frames losslessly (FFV1 on planar RGB in Matroska), at any height and width:
+    the decoded frames equal ``frames`` bit for bit. As :func:`encode_mp4`, but ``path`` must end
+    in ``.mkv`` (else ValueError)."""
     path = Path(path)
     if path.suffix != ".mkv":
         raise ValueError(f"a lossless (FFV1) video goes in a .mkv file, got {path.name}")
-    _, h, w, _ = frames.shape
-    path.parent.mkdir(parents=True, exist_ok=True)
-    stream = (
-        ffmpeg.input("pipe:", format="rawvideo", pix_fmt="rgb24", s=f"{w}x{h}", framerate=fps)
-        .output(str(path), r=fps, vcodec="ffv1", level=3, pix_fmt="gbrp")
-        .overwrite_output()
-    )
-    try:
-        stream.run(cmd=ffmpeg_executable(), input=frames.tobytes(), quiet=True)
-    except ffmpeg.Error as err:
-        raise VideoError(f"FFmpeg could not write {path}:\n{_tail(err.stderr)}") from err
-    return path
+    return _encode(frames, path, fps, vcodec="ffv1", level=3, pix_fmt="gbrp")
 
 
 def lossless_path(video: str | Path) -> Path:
@@ -160,29 +116,23 @@ def decode_mp4(path: str | Path) -> np.ndarray:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no video at {path}")
-    exe = ffmpeg_executable()
+
+    def run(**options: Any) -> tuple[bytes, bytes]:
+        output = ffmpeg.input(str(path)).output(
+            "pipe:", format="rawvideo", pix_fmt="rgb24", **options
+        )
+        return output.run(cmd=ffmpeg_executable(), capture_stdout=True, capture_stderr=True)
+
     try:
         # The bundled FFmpeg has no ffprobe: read the size from a one-frame decode's log instead.
-        _, err = (
-            ffmpeg.input(str(path))
-            .output("pipe:", format="rawvideo", pix_fmt="rgb24", vframes=1)
-            .run(cmd=exe, capture_stdout=True, capture_stderr=True)
-        )
-        width, height = _parse_size(err)
-        out, _ = (
-            ffmpeg.input(str(path))
-            .output("pipe:", format="rawvideo", pix_fmt="rgb24")
-            .run(cmd=exe, capture_stdout=True, capture_stderr=True)
-        )
+        width, height = _parse_size(run(vframes=1)[1])
+        out, _ = run()
     except ffmpeg.Error as err:
         raise VideoError(f"FFmpeg could not read {path}:\n{_tail(err.stderr)}") from err
-    frames = np.frombuffer(out, np.uint8)
-    return frames.reshape(-1, height, width, 3)
+    return np.frombuffer(out, np.uint8).reshape(-1, height, width, 3)
 
 
 def _parse_size(stderr: bytes) -> tuple[int, int]:
-    import re
-
     text = stderr.decode("utf-8", "replace")
     # The output stream line, e.g. "Stream #0:0: Video: rawvideo (RGB[24] ...), rgb24, 384x256, ..."
     for line in reversed(text.splitlines()):
@@ -191,23 +141,6 @@ def _parse_size(stderr: bytes) -> tuple[int, int]:
             if match:
                 return int(match.group(1)), int(match.group(2))
     raise VideoError("could not read the frame size from FFmpeg's output")
-
-
-def difference_panel(a: np.ndarray, b: np.ndarray, gain: float = 8.0) -> np.ndarray:
-    """Absolute difference of two uint8 videos, amplified so small drift is visible.
-
-    Args:
-        a: uint8 [T, H, W, 3].
-        b: uint8 [T, H, W, 3].
-        gain: multiplier applied before clipping to 255.
-
-    Returns:
-        uint8 [T, H, W, 3].
-    """
-    if a.shape != b.shape:
-        raise ValueError(f"videos differ in shape: {a.shape} vs {b.shape}")
-    diff = np.abs(a.astype(np.int16) - b.astype(np.int16)).astype(np.float32) * gain
-    return np.clip(diff, 0, 255).astype(np.uint8)
 
 
 def label_band(labels: list[str], panel_width: int) -> np.ndarray:
@@ -228,9 +161,17 @@ def label_band(labels: list[str], panel_width: int) -> np.ndarray:
 
 
 def side_by_side(dense: np.ndarray, sparse: np.ndarray, gain: float = 8.0) -> np.ndarray:
-    """Dense | sparse | amplified difference, concatenated along the width, under a band that
-    names each panel: uint8 [T, h + H, 3W, 3]."""
-    frames = np.concatenate([dense, sparse, difference_panel(dense, sparse, gain)], axis=2)
+    """Dense | sparse | their absolute difference times ``gain`` (clipped to 255, so small drift
+    shows), along the width, under a band that names each panel: two uint8 [T, H, W, 3] videos
+    into uint8 [T, h + H, 3W, 3].
+
+    Raises:
+        ValueError: the videos differ in shape.
+    """
+    if dense.shape != sparse.shape:
+        raise ValueError(f"videos differ in shape: {dense.shape} vs {sparse.shape}")
+    diff = np.abs(dense.astype(np.int16) - sparse.astype(np.int16)).astype(np.float32) * gain
+    frames = np.concatenate([dense, sparse, np.clip(diff, 0, 255).astype(np.uint8)], axis=2)
     labels = ["dense", "sparse", f"|dense - sparse| x {gain:g}"]
     band = label_band(labels, dense.shape[2])
     return np.concatenate([np.broadcast_to(band, (len(frames), *band.shape)), frames], axis=1)

@@ -16,9 +16,7 @@ from typing import Any
 
 from evalharness import exit_codes
 from evalharness.config import limit_problem
-from evalharness.gate.verdict import (
-    check_gate,
-)
+from evalharness.gate.verdict import check_gate
 from evalharness.metric_names import Metric
 from evalharness.tracking import (
     RUN_KIND_TAG,
@@ -125,29 +123,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _threshold_problem(args: argparse.Namespace) -> str | None:
-    """The first threshold flag that is not a finite number >= 0, named as typed."""
-    for name in THRESHOLD_FLAGS:
-        problem = limit_problem("--" + name.replace("_", "-"), getattr(args, name))
-        if problem:
-            return problem
-    return None
-
-
-def _store(args: argparse.Namespace) -> str:
-    """The tracking URI to read, checked to hold an MLflow store (``existing_store``).
-
-    Raises:
-        NothingToJudge: the store is missing (opening it would create an empty one, and its
-            folder) or cannot be used (a file that is not an MLflow database, a server that
-            does not answer).
-    """
-    try:
-        return existing_store(args.tracking_uri, args.output_root, args.experiment or "of the run")
-    except TrackingUnavailable as refusal:
-        raise NothingToJudge(str(refusal)) from None
-
-
 def main(argv: list[str] | None = None) -> int:
     """Command-line gate over existing MLflow runs; returns the exit code (0 passed, 1 a
     threshold missed, 2 nothing to judge: ``evalharness.exit_codes``)."""
@@ -157,15 +132,19 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             "give at least one of --min-psnr-db, --min-worst-frame-psnr-db and --min-speedup"
         )
-    problem = _threshold_problem(args)
-    if problem:
-        print(f"error: gate: {problem}", file=sys.stderr)
-        return exit_codes.REFUSED
+    # The first threshold flag that is not a finite number >= 0, named as typed.
+    for name in THRESHOLD_FLAGS:
+        problem = limit_problem("--" + name.replace("_", "-"), getattr(args, name))
+        if problem:
+            print(f"error: gate: {problem}", file=sys.stderr)
+            return exit_codes.REFUSED
     uri = None
     try:
-        uri = _store(args)
+        # A missing store is refused, not opened (that would create an empty one, and its folder).
+        experiment = args.experiment or "of the run"
+        uri = existing_store(args.tracking_uri, args.output_root, experiment)
         run = _the_run(open_client(uri), args.run_id, args.experiment)
-    except NothingToJudge as err:
+    except (NothingToJudge, TrackingUnavailable) as err:
         # Nothing to judge is not a failed gate: exit 2, so CI tells a typo from a regression.
         where = f" (tracking store {redacted(uri)})" if uri else ""
         print(f"error: gate: {err}{where}", file=sys.stderr)

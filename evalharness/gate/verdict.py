@@ -1,17 +1,11 @@
 """Quality/speed gate: thresholds on PSNR and speedup turned into a process exit code.
 
-The PSNR thresholds read the raw-frame PSNR of sparse vs dense (``psnr_db``, the whole video from
-its mean squared error, and ``psnr_worst_frame_db``, the worst frame), not FFmpeg's PSNR of lossy
-encodes, whose codec noise would swamp the attention error.
-
-``python -m evalharness.gate --experiment evalharness --min-psnr-db 40 --min-speedup 1.1`` checks the
-latest finished run of an experiment (or ``--run-id``) in MLflow without rerunning anything;
-``--min-worst-frame-psnr-db`` adds a threshold on the worst frame.
-
-Over a prompt suite each threshold reads one statistic of the metric across (prompt, seed) pairs
-(``gate.on``, ``--on``): ``mean``, ``lcb`` (the lower bound of its 95% bootstrap interval) or
-``worst``; e.g. ``psnr_db_lcb``. A speedup threshold never passes on a run whose dense medians
-were reused from another process (``reuse_dense_timing=true``).
+The PSNR thresholds read the raw-frame PSNR of sparse vs dense (``psnr_db``,
+``psnr_worst_frame_db``), not FFmpeg's PSNR of lossy encodes, whose codec noise would swamp the
+attention error. Over a prompt suite each threshold reads one statistic across pairs (``gate.on``,
+``--on``): ``mean``, ``lcb`` (the lower bound of its 95% bootstrap interval) or ``worst``, e.g.
+``psnr_db_lcb``. A speedup threshold never passes on a run whose dense medians were reused from
+another process.
 """
 
 from __future__ import annotations
@@ -61,8 +55,7 @@ def check_gate(
     """Compares run metrics with the thresholds; a None threshold is not checked.
 
     Args:
-        metrics: the run's metrics: ``psnr_db``, ``psnr_worst_frame_db`` and ``speedup`` where
-            their thresholds are set (``psnr_video_db`` stands in for ``psnr_db`` of older runs).
+        metrics: the run's metrics (``psnr_video_db`` stands in for ``psnr_db`` of older runs).
         min_psnr_db: lowest acceptable raw-frame PSNR of sparse vs dense (``psnr_db``), in dB.
         min_speedup: lowest acceptable dense median / sparse median.
         min_worst_frame_psnr_db: lowest acceptable PSNR of the worst frame, in dB.
@@ -71,8 +64,8 @@ def check_gate(
 
     Returns:
         The result; each failure names the metric, its value and the threshold. A missing or NaN
-        metric fails its threshold, and so does every metric against a NaN or infinite
-        threshold; an infinite metric (identical frames) passes a finite one.
+        metric, or a NaN or infinite threshold, fails; an infinite metric (identical frames)
+        passes a finite threshold.
     """
     statistic_name(Metric.PSNR_DB, on)  # refuses an unknown statistic before anything is read
     failures = []

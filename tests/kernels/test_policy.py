@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from evalharness.evidence.routing_plots import plot_temporal_fraction
+from evalharness.evidence.run_folder import plot_temporal_fraction
 from kernels.executors.dispatch import KernelOptions
 from kernels.executors.reference import reference_attention
 from kernels.masks.band import StridedTemporalMask, band_for_density

@@ -12,8 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from evalharness.evidence.results import write_suite_report
-from evalharness.evidence.run_folder import write_report
+from evalharness.evidence.results import write_report, write_suite_report
 from evalharness.formatting import markdown_code, markdown_table, markdown_text
 from reports.build import build_report
 from reports.html_page import render_html

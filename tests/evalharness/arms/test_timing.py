@@ -3,7 +3,6 @@
 import pytest
 
 from evalharness.arms.timing import (
-    RunRecorder,
     RunTimes,
     fastest_control,
     time_interleaved,
@@ -83,21 +82,20 @@ def _fake_call(clock, durations, log, name):
 @pytest.mark.parametrize(
     ("durations", "median"), [((5.0, 1.0, 3.0), 3.0), ((4.0, 1.0, 3.0, 2.0), 2.5)]
 )
-def test_recorder_median_min_max_for_odd_and_even_counts(durations, median):
+def test_timed_runs_median_min_max_for_odd_and_even_counts(durations, median):
     clock = _FakeClock()
-    recorder = RunRecorder(4, clock=clock, block=lambda out: None, wall_clock=lambda: 7.0)
     call = _fake_call(clock, durations, [], "f")
-    for _ in durations:
-        recorder.run(call)
-    times = recorder.times()
+    times = time_interleaved(
+        {"f": call},
+        len(durations),
+        steps={"f": 4},
+        clock=clock,
+        block=lambda out: None,
+        wall_clock=lambda: 7.0,
+    )["f"]
     assert times.runs_s == durations
     assert (times.median_s, times.min_s, times.max_s) == (median, min(durations), max(durations))
     assert times.per_step_s == pytest.approx(median / 4)
-
-
-def test_recorder_without_runs_is_an_error():
-    with pytest.raises(ValueError, match="no timed runs"):
-        RunRecorder().times()
 
 
 def test_interleaved_rounds_alternate_and_block_once_per_run():

@@ -11,12 +11,12 @@ import pytest
 
 from evalharness.arms.arm import ArmResult
 from evalharness.arms.timing import RunTimes
-from evalharness.evidence.cache_integrity import damage
 from evalharness.evidence.cache_key import cache_key, key_fields_of
 from evalharness.evidence.dense_cache import (
     ArmCache,
     DenseArms,
     arm_meta,
+    damage,
     load_dense_arms,
     store_dense_arms,
 )

@@ -9,6 +9,7 @@ import pytest
 
 from evalharness.comparison.sweep import summary_table
 from evalharness.evidence.quality import measure, quality_metrics
+from evalharness.evidence.results import write_report
 from evalharness.evidence.run_folder import (
     HEADLINE_METRICS,
     VIDEO_PATTERNS,
@@ -18,7 +19,6 @@ from evalharness.evidence.run_folder import (
     write_arm_videos,
     write_frame_quality,
     write_metrics,
-    write_report,
 )
 from evalharness.evidence.video import decode_mp4
 from evalharness.tracking.mlflow_client import artifact_files
