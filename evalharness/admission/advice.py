@@ -1,13 +1,12 @@
 """Advice that works: each setting that might make a run fit is applied and the run re-planned
 before it is printed.
 
-For a plan that does not fit, the candidates are the settings that shrink what the memory table
-says is too large: ``guidance_passes=separate`` (half the activations), a flash-style executor for
-an arm whose executor dominates, more devices when the target has them, bfloat16 for a float32
-run, the next smaller resolution. Each is applied to the requested config, resolved for the
-target and planned again with our model (seconds; nothing is compiled for the chip). Only the
-settings that fit are printed; when none fits alone, the pairs that fit; otherwise what each
-gives, so the user sees how far it is.
+The candidates shrink what the memory table says is too large: ``guidance_passes=separate`` (half
+the activations), a flash-style executor for an arm whose executor grows as N^2, more devices when
+the target has them, bfloat16 for a float32 run, the next smaller resolution. Each is applied to
+the requested config and planned again with our model (seconds; nothing compiled for the chip).
+Only the settings that fit are printed; when none fits alone, the pairs that fit; otherwise what
+each gives, so the user sees how far it is.
 """
 
 from __future__ import annotations
@@ -40,11 +39,7 @@ _EXECUTOR_KEYS = {"dense": "kernel.dense_executor", "noise_floor": "kernel.noise
 
 @dataclass(frozen=True)
 class Setting:
-    """Overrides to try, as a user would type them.
-
-    Attributes:
-        overrides: dotted config key -> value.
-    """
+    """Overrides to try (dotted config key -> value), printed as a user would type them."""
 
     overrides: Mapping[str, Any]
 

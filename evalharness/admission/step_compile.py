@@ -1,20 +1,17 @@
-"""The run's whole denoising loop compiled for a TPU topology that is not attached.
+"""The run's whole denoising loop compiled for a TPU or GPU topology that is not attached.
 
-The run's own program, on abstract weights: ``models.pipeline.DenoiseLoop`` (its ``fori_loop``
-body is one denoising step, so the program's memory is the step's, whatever the step count) with
-every layer of the transformer, the weights placed as the run places them (``fsdp`` over the
-sequence mesh for checkpoint models, replicated for the seeded presets), the latents and prompt
-embeddings replicated, and each arm's attention wrapped as the run wraps it
-(``kernels.parallel.attend.parallelize``: routing, the all-to-all head exchange, the head-local
-permutation, the executor, the exchange back). The sparse arm's program holds both branches of
-its schedule (dense and sparse steps and layers), as the run's does, and ``guidance_passes`` is
-the run's (one batch of two samples, or two passes of one).
+The run's own program on abstract weights: ``models.pipeline.DenoiseLoop`` (its ``fori_loop`` body
+is one denoising step, so the program's memory is the step's, whatever the step count), every
+layer, the weights placed as the run places them (``fsdp`` over the sequence mesh for checkpoint
+models, replicated for the seeded presets), latents and prompt embeddings replicated, and each
+arm's attention wrapped as the run wraps it (``kernels.parallel.attend.parallelize``: routing, the
+all-to-all head exchange, the head-local permutation, the executor, the exchange back). The sparse
+arm's program holds both branches of its schedule; ``guidance_passes`` is the run's.
 
-XLA's TPU compiler and Mosaic compile it for the topology's chips (``TpuCompiler.devices``);
-``memory_analysis()`` is one chip's: arguments (its weight shard and the inputs), outputs,
+``memory_analysis()`` is one chip's: arguments (its weight shard, the inputs), outputs,
 temporaries (activations, gathered weights, exchange buffers, the kernels' HBM scratch, the
-sampler's state) and generated code. That replaces our component model for the denoising loop;
-the text encoder's and the VAE's phases, which run outside the loop, stay our model's rows.
+sampler's state) and code. It replaces our model's denoising rows; the text encoder's and VAE's
+rows stay ours (``phase_compile`` may replace them).
 """
 
 from __future__ import annotations
@@ -48,7 +45,6 @@ from models.dtypes import dtype_of
 from models.pipeline import DenoiseLoop, uses_guidance
 from models.sharding import param_shardings
 from models.transformer import abstract_transformer
-from models.video_geometry import VideoGeometry
 
 # Collectives in the compiled HLO (an async pair counts once, by its start).
 _COLLECTIVES = {
@@ -81,7 +77,6 @@ class StepProgram:
 def compile_run_step(
     cfg: EvalConfig,
     tcfg: WanTransformerConfig,
-    video: VideoGeometry,
     compiler: TpuCompiler,
     devices: int,
     attend: Callable[..., jax.Array],
@@ -91,7 +86,6 @@ def compile_run_step(
     Args:
         cfg: the run's config, resolved for TPU.
         tcfg: the transformer architecture (every layer is compiled).
-        video: the video size.
         compiler: the compile-only topology (``evalharness.estimates.topology_compiler``).
         devices: P, chips the sequence is split over (at most the topology's).
         attend: the arm's single-device attention (the executor after the head exchange, or an
@@ -101,8 +95,9 @@ def compile_run_step(
         The ``StepProgram``.
 
     Raises:
-        Exception: whatever the TPU compiler or Mosaic raises (a refused kernel, HBM).
+        Exception: whatever the chip's compiler or Mosaic raises (a refused kernel, HBM).
     """
+    video = cfg.resolution.video
     chips = compiler.devices or (compiler.device,)
     if devices > len(chips):
         raise ValueError(f"{devices} chips asked of a topology of {len(chips)}")
@@ -166,27 +161,24 @@ def step_memory_table(
     """
     arms = list(steps)
 
-    def row(value: Callable[[StepProgram], int]) -> dict[str, int]:
-        return {arm: value(steps[arm]) for arm in arms}
+    def each(value: Callable[[StepProgram], int]) -> dict[str, int]:
+        return {arm: value(step) for arm, step in steps.items()}
 
     def kept(component: str) -> dict[str, int]:
-        size = max(model.rows.get(component, {}).values(), default=0)
-        return dict.fromkeys(arms, size)
+        return dict.fromkeys(arms, max(model.rows.get(component, {}).values(), default=0))
 
-    rows = {
-        "transformer weights": row(lambda s: s.weight_bytes),
-        "text encoder": kept("text encoder"),
-        "loop inputs and output": row(lambda s: s.input_bytes + s.program.output_bytes),
-        "denoising step (compiled)": row(lambda s: s.program.temp_bytes),
-        "generated code": row(lambda s: s.program.code_bytes),
+    compiled = {  # component -> (phase, bytes per arm)
+        "transformer weights": ("resident", each(lambda s: s.weight_bytes)),
+        "text encoder": ("encode", kept("text encoder")),
+        "loop inputs and output": (
+            "denoise",
+            each(lambda s: s.input_bytes + s.program.output_bytes),
+        ),
+        "denoising step (compiled)": ("denoise", each(lambda s: s.program.temp_bytes)),
+        "generated code": ("denoise", each(lambda s: s.program.code_bytes)),
     }
-    phases = {
-        "transformer weights": "resident",
-        "text encoder": "encode",
-        "loop inputs and output": "denoise",
-        "denoising step (compiled)": "denoise",
-        "generated code": "denoise",
-    }
+    rows = {component: row for component, (_, row) in compiled.items()}
+    phases = {component: phase for component, (phase, _) in compiled.items()}
     add_runtime_overhead(rows, phases, runtime_overhead, arms)
     rows["VAE decode"] = kept("VAE decode")
     phases["VAE decode"] = "decode"
