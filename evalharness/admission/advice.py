@@ -85,18 +85,15 @@ def checked_advice(
         Lines: the settings (or pairs) that fit, with their peak; else what each gives.
     """
     candidates = candidate_settings(requested, sizing)
-    tried: dict[str, tuple[bool, float]] = {}
-    for setting in candidates:
-        tried[str(setting)] = _try(requested, [setting], plan)
+    tried = {str(setting): _try(requested, [setting], plan) for setting in candidates}
     fits = [
         f"{name}: fits, peak {peak:,.2f} GiB (checked)" for name, (ok, peak) in tried.items() if ok
     ]
-    if fits:
-        return fits
-    for pair in itertools.combinations(candidates, 2):
-        ok, peak = _try(requested, list(pair), plan)
-        if ok:
-            fits.append(f"{pair[0]} {pair[1]}: fits, peak {peak:,.2f} GiB (checked)")
+    if not fits:  # none fits alone: the pairs
+        for pair in itertools.combinations(candidates, 2):
+            ok, peak = _try(requested, list(pair), plan)
+            if ok:
+                fits.append(f"{pair[0]} {pair[1]}: fits, peak {peak:,.2f} GiB (checked)")
     if fits:
         return fits
     limit = sizing.memory.device_bytes / GIB

@@ -259,9 +259,14 @@ def _memory_source(sizing: RunSizing) -> str:
             if sizing.devices > 1
             else "one chip"
         )
+        compilers = (
+            "XLA's GPU compiler, Triton (Pallas GPU) and cuDNN"
+            if sizing.target.platform == "gpu"
+            else "XLA's TPU compiler and Mosaic"
+        )
         return (
             f"Compiled for {chip.compiled_by}: each arm's whole denoising loop (every layer, "
-            f"{where}, the run's weight placement), planned by {_compilers(sizing)}; "
+            f"{where}, the run's weight placement), planned by {compilers}; "
             f"{_phases_source(sizing)}. Compile time on this machine: {seconds}."
         )
     if chip.not_compiled:
@@ -284,13 +289,6 @@ def _phases_source(sizing: RunSizing) -> str:
         f"{' and '.join(compiled)} compiled too, as the run calls {it}, on the chip that runs "
         f"{it} ({seconds}){rest}"
     )
-
-
-def _compilers(sizing: RunSizing) -> str:
-    """Which compilers planned a program for the target's chip."""
-    if sizing.target.platform == "gpu":
-        return "XLA's GPU compiler, Triton (Pallas GPU) and cuDNN"
-    return "XLA's TPU compiler and Mosaic"
 
 
 def _compiler_beside_model(sizing: RunSizing) -> list[str]:

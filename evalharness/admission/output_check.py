@@ -44,7 +44,6 @@ def _writable(folder: Path, setting: str) -> None:
     """Refuses, naming the setting, a folder the run could not create or write; what it
     creates to find out is removed (a refused run leaves no trace)."""
     there = _existing(folder)
-    problem = None
     if not there.is_dir():
         problem = f"{there} is not a folder"
     elif not os.access(there, os.W_OK | os.X_OK):

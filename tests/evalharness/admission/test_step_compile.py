@@ -9,14 +9,14 @@ import jax
 import pytest
 from flax import nnx
 
-from evalharness.admission.sizing import _single_device_attends
-from evalharness.admission.step_compile import (
+from evalharness.admission.chip_compile import (
     StepProgram,
     _count_collectives,
     compile_run_step,
     describe_collectives,
     step_memory_table,
 )
+from evalharness.admission.sizing import _single_device_attends
 from evalharness.assembly import platform_choices
 from evalharness.config import to_config
 from evalharness.estimates import CompiledProgram, MemoryTable, TpuCompiler
