@@ -3,10 +3,14 @@ memory), the run's sizing on a device target (memory table, time, Pallas budgets
 the compile check of each arm's attention, and the dry run (alone, or a sweep's table of them).
 """
 
+from evalharness.admission.compile_check import EXPORT_PLATFORMS
 from evalharness.admission.decision import Admission, admit
-from evalharness.admission.dry_run_report import checkpoint_optional, dry_run, plan_dry_run
-from evalharness.admission.dry_run_sweep import dry_run_table
-from evalharness.admission.kernel_checks import EXPORT_PLATFORMS
+from evalharness.admission.dry_run_report import (
+    checkpoint_optional,
+    dry_run,
+    dry_run_table,
+    plan_dry_run,
+)
 from evalharness.admission.output_check import check_output_folders, io_hint
 from evalharness.admission.run_timing import arm_executors, reusable_seconds, samples_per_call
 from evalharness.admission.sizing import estimate_run_time

@@ -1,13 +1,12 @@
 """Advice that works: each setting that might make a run fit is applied and the run re-planned
 before it is printed.
 
-For a plan that does not fit, the candidates are the settings that shrink what the memory table
-says is too large: ``guidance_passes=separate`` (half the activations), a flash-style executor for
-an arm whose executor dominates, more devices when the target has them, bfloat16 for a float32
-run, the next smaller resolution. Each is applied to the requested config, resolved for the
-target and planned again with our model (seconds; nothing is compiled for the chip). Only the
-settings that fit are printed; when none fits alone, the pairs that fit; otherwise what each
-gives, so the user sees how far it is.
+The candidates shrink what the memory table says is too large: ``guidance_passes=separate`` (half
+the activations), a flash-style executor for an arm whose executor grows as N^2, more devices when
+the target has them, bfloat16 for a float32 run, the next smaller resolution. Each is applied to
+the requested config and planned again with our model (seconds; nothing compiled for the chip).
+Only the settings that fit are printed; when none fits alone, the pairs that fit; otherwise what
+each gives, so the user sees how far it is.
 """
 
 from __future__ import annotations
@@ -40,11 +39,7 @@ _EXECUTOR_KEYS = {"dense": "kernel.dense_executor", "noise_floor": "kernel.noise
 
 @dataclass(frozen=True)
 class Setting:
-    """Overrides to try, as a user would type them.
-
-    Attributes:
-        overrides: dotted config key -> value.
-    """
+    """Overrides to try (dotted config key -> value), printed as a user would type them."""
 
     overrides: Mapping[str, Any]
 
@@ -90,18 +85,15 @@ def checked_advice(
         Lines: the settings (or pairs) that fit, with their peak; else what each gives.
     """
     candidates = candidate_settings(requested, sizing)
-    tried: dict[str, tuple[bool, float]] = {}
-    for setting in candidates:
-        tried[str(setting)] = _try(requested, [setting], plan)
+    tried = {str(setting): _try(requested, [setting], plan) for setting in candidates}
     fits = [
         f"{name}: fits, peak {peak:,.2f} GiB (checked)" for name, (ok, peak) in tried.items() if ok
     ]
-    if fits:
-        return fits
-    for pair in itertools.combinations(candidates, 2):
-        ok, peak = _try(requested, list(pair), plan)
-        if ok:
-            fits.append(f"{pair[0]} {pair[1]}: fits, peak {peak:,.2f} GiB (checked)")
+    if not fits:  # none fits alone: the pairs
+        for pair in itertools.combinations(candidates, 2):
+            ok, peak = _try(requested, list(pair), plan)
+            if ok:
+                fits.append(f"{pair[0]} {pair[1]}: fits, peak {peak:,.2f} GiB (checked)")
     if fits:
         return fits
     limit = sizing.memory.device_bytes / GIB

@@ -1,12 +1,13 @@
-"""Fail before loading: compile every arm's attention at the run's real shapes, weights unread.
+"""Every arm's attention compiled at the run's real shapes (this host), or lowered with
+``jax.export`` for a target's platform seen from another one, weights unread.
 
 A checkpoint takes minutes to read (28.6 GB for 14B in bf16); a Pallas lowering error, a VMEM
 overflow or an executor that cannot run on this platform would otherwise surface inside the first
-arm's compile, after all of it. :func:`compile_attention_paths` compiles each arm's ``attend`` (the
-dense arm, the noise floor's second dense control and the sparse policy, whose compiled program
-holds both branches of its dense/sparse ``lax.cond``) on abstract inputs, so a failure stops the
-run in seconds with the arm, the executor, the shapes and the setting to change. Nothing falls back
-to another executor: that would change what is timed.
+arm's compile, after all of it. Each arm's ``attend`` (the dense arm, the noise floor's second
+dense control and the sparse policy, whose program holds both branches of its dense/sparse
+``lax.cond``) is compiled on abstract inputs, so a failure stops the run in seconds with the arm,
+the executor, the shapes and the setting to change. Nothing falls back to another executor: that
+would change what is timed.
 """
 
 from __future__ import annotations
@@ -19,14 +20,17 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from evalharness.assembly import AttentionSetup
-from evalharness.estimates import attention_shape
+from evalharness.admission.run_timing import arm_executors
+from evalharness.config import EvalConfig
+from evalharness.estimates import DeviceTarget
 from evalharness.refusal import PreflightRefusal
-from models.config import WanTransformerConfig
-from models.dtypes import dtype_of
+from kernels.policy.attention_policy import AttentionPolicy
+from kernels.registry import PLATFORMS
 
 log = logging.getLogger(__name__)
 
+# jax.export platform names of the targets' platforms (those a plan is lowered for from here).
+EXPORT_PLATFORMS = {p.name: p.export_platform for p in PLATFORMS.values() if p.export_platform}
 # Executors that cannot be lowered for their platform from a machine without that device, and why.
 NEEDS_THE_DEVICE_TO_LOWER = {
     "cudnn": (
@@ -39,39 +43,6 @@ NEEDS_THE_DEVICE_TO_LOWER = {
 
 class CompileRefusal(PreflightRefusal):
     """An arm's attention does not compile at the run's shapes; nothing was loaded."""
-
-
-def compile_attention_paths(
-    setup: AttentionSetup,
-    tcfg: WanTransformerConfig,
-    *,
-    batch: int,
-    dtype: str,
-    executors: dict[str, str],
-) -> dict[str, float]:
-    """Compiles each arm's attention for the run's shapes on this host.
-
-    Args:
-        setup: the run's attention functions (``build_attention``).
-        tcfg: the transformer (its heads and head dimension).
-        batch: samples per forward (2 with classifier-free guidance).
-        dtype: compute dtype name of q, k, v.
-        executors: arm -> a description for messages (e.g. ``{"dense": "b0 on xla"}``).
-
-    Returns:
-        ``{"aot_compile_<arm>_s": seconds}``.
-
-    Raises:
-        CompileRefusal: an arm failed to lower or compile; the message names the arm, executor,
-            shapes and what to change.
-    """
-    arms = {"dense": setup.dense, "noise_floor": setup.noise_floor, "sparse": setup.sparse}
-    compute = dtype_of(dtype)
-    call = attention_shape(
-        tcfg, batch=batch, tokens=setup.geometry.tokens, devices=1, dtype_bytes=compute.itemsize
-    )
-    layer = first_sparse_layer(setup.schedule, setup.layers)
-    return check_attention_paths(arms, call.abstract(compute), layer, executors)
 
 
 def first_sparse_layer(schedule: Any, layers: int) -> int:
@@ -90,11 +61,9 @@ def check_attention_paths(
     """Compiles on this host (``platform`` None), or exports for ``platform``, each arm's attend.
 
     Exporting (``jax.export`` for ``"tpu"``) runs the whole lowering, Pallas-to-Mosaic included, on
-    any machine; it cannot run Mosaic's own compile (VMEM allocation), which the dry run's VMEM
-    arithmetic covers. For ``"cuda"`` the Pallas GPU kernel lowers to its Triton custom call
-    (``disabled_checks``: ``kernels.executors.pallas_gpu.CUDA_EXPORT_DISABLED_CHECKS``); Triton's
-    own compile (shared memory, registers) runs on the GPU, which the dry run's shared-memory
-    arithmetic covers. cuDNN does not lower without a GPU (``NEEDS_THE_DEVICE_TO_LOWER``).
+    any machine, but not Mosaic's own compile (VMEM allocation): the dry run's VMEM arithmetic
+    covers that. For ``"cuda"`` the Pallas GPU kernel lowers to its Triton custom call, whose own
+    compile (shared memory, registers) runs on the GPU: the shared-memory arithmetic covers it.
 
     Args:
         arms: arm name -> ``attend(q, k, v, *, step, layer)`` (None entries are skipped).
@@ -117,9 +86,19 @@ def check_attention_paths(
     for arm, attend in arms.items():
         if attend is None:
             continue
+
+        def call(q, k, v, step, attend=attend):
+            return attend(q, k, v, step=step, layer=layer)
+
         start = time.perf_counter()
         try:
-            _lower_one(attend, qkv, step, layer, platform, disabled_checks)
+            if platform is None:
+                jax.jit(call).lower(qkv, qkv, qkv, step).compile()
+            else:
+                checks = tuple(disabled_checks)
+                jax.export.export(jax.jit(call), platforms=[platform], disabled_checks=checks)(
+                    qkv, qkv, qkv, step
+                )
         except Exception as error:  # noqa: BLE001 - any compile failure becomes one clear refusal
             message = _message(arm, executors.get(arm, arm), qkv, platform, error)
             raise CompileRefusal(message) from error
@@ -129,35 +108,59 @@ def check_attention_paths(
     return seconds
 
 
-def _lower_one(
-    attend: Any,
+def lower_for_target(
+    cfg: EvalConfig,
+    target: DeviceTarget,
+    attends: dict[str, Any],
     qkv: jax.ShapeDtypeStruct,
-    step: Any,
-    layer: int,
-    platform: str | None,
-    disabled_checks: Sequence[jax.export.DisabledSafetyCheck],
-) -> None:
-    def call(q, k, v, step):
-        return attend(q, k, v, step=step, layer=layer)
+    policy: AttentionPolicy,
+    lower: bool,
+    problems: list[str],
+    notes: list[str],
+) -> dict[str, float]:
+    """Exports every arm's attention for an accelerator target seen from another platform (on a
+    GPU target, all but cuDNN: :func:`exportable_arms`); a refusal goes to ``problems``."""
+    host = jax.devices()[0].platform
+    platform = EXPORT_PLATFORMS.get(target.platform)
+    if not lower or platform is None or target.platform == host or problems:
+        if lower and problems and platform is not None:
+            notes.append("lowering skipped: the plan already does not fit")
+        return {}
+    executors = arm_executors(cfg)
+    describe = {**executors, "sparse": f"schedule {cfg.schedule.name}"}
+    arms = exportable_arms(attends, executors, policy, notes)
+    try:
+        return check_attention_paths(
+            arms,
+            qkv,
+            first_sparse_layer(policy.schedule, policy.num_layers),
+            describe,
+            platform=platform,
+            disabled_checks=_disabled_checks(cfg.kernel.backend.value, platform),
+        )
+    except CompileRefusal as refusal:
+        problems.append(f"lowering: {refusal}")
+        return {}
 
-    if platform is None:
-        jax.jit(call).lower(qkv, qkv, qkv, step).compile()
-        return
-    export = jax.export.export(
-        jax.jit(call), platforms=[platform], disabled_checks=tuple(disabled_checks)
-    )
-    export(qkv, qkv, qkv, step)
+
+def _disabled_checks(backend: str, platform: str) -> tuple[jax.export.DisabledSafetyCheck, ...]:
+    """The export checks the Pallas GPU kernel's Triton custom call needs disabled for "cuda"."""
+    if backend != "pallas_gpu" or platform != "cuda":
+        return ()
+    try:
+        from kernels.executors.pallas_gpu import CUDA_EXPORT_DISABLED_CHECKS
+    except ImportError:  # the export itself then fails with the dispatch's message
+        return ()
+    return tuple(CUDA_EXPORT_DISABLED_CHECKS)
 
 
 def exportable_arms(
     arms: dict[str, Any], executors: dict[str, str], policy: Any, notes: list[str]
 ) -> dict[str, Any]:
-    """The arms' attention functions that can be exported from a machine without the device.
-
-    An arm whose executor needs the device to lower (``NEEDS_THE_DEVICE_TO_LOWER``) is left out
-    with a note saying why. The sparse arm's dense steps and layers run the dense arm's executor:
-    when that one cannot lower here, the policy's sparse branch is exported alone (a dense
-    schedule's sparse arm is the dense executor, and is left out).
+    """The arms' attention functions that can be exported from a machine without the device: an
+    arm whose executor needs the device to lower (``NEEDS_THE_DEVICE_TO_LOWER``) is left out with a
+    note; when the dense arm's executor is one, the sparse arm's policy exports its sparse branch
+    alone (its dense steps and layers run that executor; a dense schedule's sparse arm is left out).
 
     Args:
         arms: arm name -> ``attend(q, k, v, *, step, layer)`` (None entries are kept as None).

@@ -1,10 +1,9 @@
 """Admission of a run: every check that must pass before a weight is read or a folder created.
 
-The run's plan on this host (the per-device memory table, its time estimate and the Pallas kernels'
-budgets (``evalharness.admission.sizing``: SMEM/VMEM on a TPU, shared memory of the Pallas GPU
-tiles on an H100/H200), the attention functions, and for checkpoint models the ahead-of-time
-compile of every arm's attention (``evalharness.admission.compile_check``), then every part of the
-checkpoint checked (a hub checkpoint's files downloaded, ``evalharness.assembly.checkpoint_source``).
+The run's sizing on this host (``sizing``: memory, time, the Pallas kernels' budgets), judged by
+``preflight``; the attention functions, for checkpoint models each arm's attention compiled ahead
+of time (``compile_check``); then every part of the checkpoint checked (a hub checkpoint's files
+downloaded, ``evalharness.assembly.checkpoint_source``).
 """
 
 from __future__ import annotations
@@ -30,8 +29,15 @@ from evalharness.assembly import (
     transformer_config_for,
 )
 from evalharness.config import EvalConfig, run_pairs
-from evalharness.estimates import FlopCount, count_flops, host_target, measure_matmul_flops
+from evalharness.estimates import (
+    FlopCount,
+    attention_shape,
+    count_flops,
+    host_target,
+    measure_matmul_flops,
+)
 from models.config import SEEDED_PRESETS, TINY_PRESETS, WanTransformerConfig
+from models.dtypes import dtype_of
 from models.samplers import Sampler
 from models.video_geometry import VideoGeometry
 
@@ -62,11 +68,8 @@ class Admission:
 
 
 def require_host_device() -> None:
-    """Refuses a JAX without a CPU device beside the accelerator.
-
-    The run's host callbacks (the routing statistics' recorder, the per-step progress) place their
-    inputs on a CPU device; with ``JAX_PLATFORMS=cuda`` (or ``tpu``) alone, JAX has none, and the
-    run would fail after compiling its first arm.
+    """Refuses a JAX without a CPU device beside the accelerator: the run's host callbacks
+    (routing statistics, per-step progress) need one, and would fail after the first compile.
 
     Raises:
         ValueError: naming the setting and its fix.
@@ -181,10 +184,15 @@ def _compile_ahead(cfg: EvalConfig, tcfg: WanTransformerConfig, attention: Atten
     where = f"on {kernel.backend.value}, tiles {kernel.block_q}x{kernel.block_kv}"
     executors = {arm: f"{name} {where}" for arm, name in arm_executors(cfg).items()}
     executors["sparse"] = f"schedule {cfg.schedule.name} ({cfg.schedule.variant}) {where}"
-    compile_check.compile_attention_paths(
-        attention,
-        tcfg,
-        batch=samples_per_call(cfg),
-        dtype=cfg.dtype.value,
-        executors=executors,
+    arms = {
+        "dense": attention.dense,
+        "noise_floor": attention.noise_floor,
+        "sparse": attention.sparse,
+    }
+    compute = dtype_of(cfg.dtype)
+    tokens = attention.geometry.tokens
+    call = attention_shape(
+        tcfg, batch=samples_per_call(cfg), tokens=tokens, devices=1, dtype_bytes=compute.itemsize
     )
+    layer = compile_check.first_sparse_layer(attention.schedule, attention.layers)
+    compile_check.check_attention_paths(arms, call.abstract(compute), layer, executors)

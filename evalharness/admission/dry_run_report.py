@@ -1,24 +1,21 @@
 """``python -m evalharness dry_run=true target=tpu-v6e-8 model=wan2.1-t2v-14b resolution=1440p``.
 
 Answers "will it fit, and how long will it take" on a machine without the hardware: the config is
-resolved for the target's platform (tiles, dense controls, dtype), the transformer is built from
-abstract weights (no weight is read; ``model.checkpoint`` may be unset, and of a set one, a folder or
-a hub repository id, only the transformer's config is read), the plans are built,
-and :func:`evalharness.admission.sizing.size_run` gives the per-device memory table, the SMEM/VMEM budgets
-of the Pallas TPU plans or the shared memory of the Pallas GPU tiles, the ``jax.export`` lowering
-of every arm for TPU targets and of every arm but cuDNN's for GPU targets (``cuda``: the sparse
-arm and B0 on the Pallas GPU kernel), and a time estimate, per component and arm, for the loops
-and for the work outside them (``evalharness.estimates.workload`` / ``run_time``); for a 14B run on
-``tpu-v6e-8`` at a seed resolution, the seed's measured figures beside ours.
-Fitting (memory, SMEM/VMEM, shared memory, the compile) and time are separate verdicts: exit 0
-when it fits within ``max_minutes``, 2 when it does not fit (whatever the time), 3 when it fits
-but the estimate exceeds ``max_minutes``.
+resolved for the target's platform, the transformer built from abstract weights (of a set
+``model.checkpoint``, a folder or a hub repository id, only the transformer's config is read), and
+:func:`evalharness.admission.sizing.size_run` gives the memory table, the Pallas kernels' limits,
+the lowering and the time estimate; in the seed's setting (14B on ``tpu-v6e-8`` at a seed
+resolution) the seed's measured figures stand beside ours. Fitting and time are separate
+verdicts: exit 0 when it fits within ``max_minutes``, 2 when it does not fit (whatever the time),
+3 when it fits but the estimate exceeds ``max_minutes``. A sweep of dry runs prints one line per
+job (:func:`dry_run_table`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import jax
@@ -26,8 +23,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from evalharness import exit_codes
 from evalharness.admission.advice import checked_advice
-from evalharness.admission.dry_run_sweep import summary_row
-from evalharness.admission.kernel_checks import EXPORT_PLATFORMS
+from evalharness.admission.compile_check import EXPORT_PLATFORMS
 from evalharness.admission.phase_compile import PHASE_ROWS
 from evalharness.admission.sizing import RunSizing, quadratic_arms, size_run
 from evalharness.assembly import pin_revision, platform_choices, transformer_config_for
@@ -43,7 +39,7 @@ from evalharness.estimates import (
 )
 from evalharness.formatting import markdown_table
 from kernels.executors.pallas_gpu_budget import DEFAULT_NUM_STAGES, default_num_warps
-from models.config import get_transformer_config
+from models.config import WanTransformerConfig, get_transformer_config
 
 # A dry run's exit codes (``evalharness.exit_codes``): fitting and time are separate verdicts.
 FITS, DOES_NOT_FIT, OVER_TIME = exit_codes.OK, exit_codes.REFUSED, exit_codes.OVER_TIME
@@ -56,7 +52,7 @@ class DryRunPlan:
     Attributes:
         code: ``FITS`` (0), ``DOES_NOT_FIT`` (2) or ``OVER_TIME`` (3).
         report: the Markdown report.
-        row: its line in a dry-run sweep's table (``evalharness.admission.dry_run_sweep``).
+        row: its line in a dry-run sweep's table (:func:`dry_run_table`).
     """
 
     code: int
@@ -253,38 +249,28 @@ _OUR_MODEL = "Our model (XLA:CPU's plan of the blocks, our executor arithmetic)"
 
 def _memory_source(sizing: RunSizing) -> str:
     """Whose plan the memory table is."""
-    if sizing.compiled_by and sizing.model_memory is None:
-        return f"{_OUR_MODEL}: the compile for {sizing.compiled_by} was refused (see the verdict)."
-    if sizing.compiled_by and sizing.steps:
-        seconds = ", ".join(
-            f"{arm} {s.program.compile_s:,.0f} s" for arm, s in sizing.steps.items()
-        )
+    chip = sizing.chip
+    if chip.compiled_by and sizing.model_memory is None:
+        return f"{_OUR_MODEL}: the compile for {chip.compiled_by} was refused (see the verdict)."
+    if chip.compiled_by:
+        seconds = ", ".join(f"{arm} {s.program.compile_s:,.0f} s" for arm, s in chip.steps.items())
         where = (
             f"{sizing.devices} chips on the sequence mesh with its all-to-all"
             if sizing.devices > 1
             else "one chip"
         )
+        compilers = (
+            "XLA's GPU compiler, Triton (Pallas GPU) and cuDNN"
+            if sizing.target.platform == "gpu"
+            else "XLA's TPU compiler and Mosaic"
+        )
         return (
-            f"Compiled for {sizing.compiled_by}: each arm's whole denoising loop (every layer, "
-            f"{where}, the run's weight placement), planned by {_compilers(sizing)}; "
+            f"Compiled for {chip.compiled_by}: each arm's whole denoising loop (every layer, "
+            f"{where}, the run's weight placement), planned by {compilers}; "
             f"{_phases_source(sizing)}. Compile time on this machine: {seconds}."
         )
-    if sizing.compiled_by:
-        names = sizing.memory.executors
-        compiled = [arm for arm in sizing.memory.arms if names.get(arm, "").endswith(", compiled")]
-        inside = (
-            f"the attention of the {', '.join(compiled)} arm(s) inside it"
-            if compiled
-            else "no arm's attention (heads that do not split evenly over the devices are "
-            "padded; those rows are our model's)"
-        )
-        return (
-            f"Compiled for {sizing.compiled_by}: the transformer (a 2-layer forward at one "
-            f"chip's shapes) and {inside}, planned by {_compilers(sizing)}; weights and "
-            f"loop state are our arithmetic; {_phases_source(sizing)}."
-        )
-    if sizing.not_compiled:
-        return f"{_OUR_MODEL}; {sizing.not_compiled}."
+    if chip.not_compiled:
+        return f"{_OUR_MODEL}; {chip.not_compiled}."
     return "Planned by this host's compiler (XLA) on abstract weights."
 
 
@@ -303,13 +289,6 @@ def _phases_source(sizing: RunSizing) -> str:
         f"{' and '.join(compiled)} compiled too, as the run calls {it}, on the chip that runs "
         f"{it} ({seconds}){rest}"
     )
-
-
-def _compilers(sizing: RunSizing) -> str:
-    """Which compilers planned a program for the target's chip."""
-    if sizing.target.platform == "gpu":
-        return "XLA's GPU compiler, Triton (Pallas GPU) and cuDNN"
-    return "XLA's TPU compiler and Mosaic"
 
 
 def _compiler_beside_model(sizing: RunSizing) -> list[str]:
@@ -351,10 +330,77 @@ def _peak_phase(table: Any, arm: str) -> str:
 
 
 def _verdict_source(sizing: RunSizing) -> str:
-    if sizing.compiled_by and sizing.model_memory is None:
-        return f"; memory from our model, the compile for {sizing.compiled_by} was refused"
-    if sizing.compiled_by:
-        return f"; compiled for {sizing.compiled_by}"
-    if sizing.not_compiled:
-        return f"; memory from our model, {sizing.not_compiled}"
+    chip = sizing.chip
+    if chip.compiled_by and sizing.model_memory is None:
+        return f"; memory from our model, the compile for {chip.compiled_by} was refused"
+    if chip.compiled_by:
+        return f"; compiled for {chip.compiled_by}"
+    if chip.not_compiled:
+        return f"; memory from our model, {chip.not_compiled}"
     return ""
+
+
+# A dry-run sweep's table (``python -m evalharness -m dry_run=true experiment=seed_720p,...``):
+# each job's line lands in the sweep's summary file and the multirun's callback
+# (``evalharness.comparison.sweep.SweepSummary``) prints them as one table.
+VERDICTS = {FITS: "fits", DOES_NOT_FIT: "does not fit", OVER_TIME: "fits, over max_minutes"}
+# The seed's figures a row carries (``evalharness.estimates.seed_comparison``), by column.
+_SEED_KEYS = ("dense_s", "sparse_s", "speedup")
+COLUMNS = (
+    ("job", "sweep_job", "{}"),
+    ("model", "model", "{}"),
+    ("resolution", "resolution", "{}"),
+    ("schedule", "schedule", "{}"),
+    ("target", "target", "{}"),
+    ("verdict", "verdict", "{}"),
+    ("peak GiB / device", "peak", "{}"),
+    ("peak from", "peak_from", "{}"),
+    ("our model's peak GiB", "model_peak", "{}"),
+    ("est. minutes", "minutes", "{:,.1f}"),
+    ("max_minutes", "max_minutes", "{:g}"),
+    ("dense loop s seed / ours", "dense_s", "{}"),
+    ("sparse loop s seed / ours", "sparse_s", "{}"),
+    ("speedup seed / ours", "speedup", "{}"),
+    ("planned in s", "plan_s", "{:,.0f}"),
+)
+
+
+def summary_row(
+    cfg: EvalConfig, tcfg: WanTransformerConfig, sizing: RunSizing, code: int, plan_s: float
+) -> dict[str, str | float]:
+    """One job's line: what was planned, the verdict, the peak and whose it is (the chip's
+    compiler, with our model's beside, or ours), the loop times beside the seed's, the plan's time.
+
+    Args:
+        cfg: the job's config, resolved for the target.
+        tcfg: the transformer architecture.
+        sizing: the job's ``RunSizing`` on the target.
+        code: the dry run's exit code.
+        plan_s: the dry run's seconds on this machine.
+    """
+    memory, model, gib = sizing.memory, sizing.model_memory, 2**30
+    row: dict[str, str | float] = {
+        "model": cfg.model.name,
+        "resolution": cfg.resolution.name,
+        "schedule": cfg.schedule.name,
+        "target": sizing.target.name,
+        "verdict": VERDICTS.get(code, f"exit {code}"),
+        "peak": f"{memory.peak_bytes / gib:.2f} / {memory.device_bytes / gib:.2f}",
+        "peak_from": sizing.chip.compiled_by or "our model",
+        "model_peak": f"{model.peak_bytes / gib:.2f}" if model else "-",
+        "plan_s": plan_s,
+        "minutes": sizing.timing.total_minutes,
+        "max_minutes": cfg.max_minutes,
+    }
+    ours = seed_prediction(sizing.timing, sizing.sparse, tcfg, rates_for(sizing.target))
+    ours = {key: ours[key] for key in _SEED_KEYS}
+    if in_seed_setting(cfg.model.name, sizing.target.name, cfg.resolution.name):
+        cells = seed_row(cfg.resolution.name, ours)
+        return row | {key: cells[key] for key in _SEED_KEYS}
+    return row | {key: f"- / {value:,.2f}" for key, value in ours.items()}
+
+
+def dry_run_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The sweep's dry runs as a Markdown table, job by job."""
+    ordered = sorted(rows, key=lambda row: row.get("sweep_job", -1))
+    return markdown_table(ordered, COLUMNS)

@@ -1,10 +1,6 @@
-"""A heartbeat on stderr while a long compile runs: what is compiling, and for how long.
-
-Compiling 14B's whole denoising loop for a TPU topology takes minutes per arm on a small machine,
-with nothing else to print meanwhile; :func:`heartbeat` writes one line every ``every_s`` seconds
-(``compiling the sparse arm's denoising loop for TPU v6 lite 2x4: 2m30s so far``) until the block
-ends, and nothing when it ends sooner. XLA's compiler releases the GIL, so the line keeps coming
-while it works.
+"""A heartbeat on stderr while a long compile runs (14B's loop for a TPU topology takes minutes
+per arm on a small machine): ``compiling <what>: 2m30s so far`` every ``every_s`` seconds, nothing
+when the block ends sooner. XLA's compiler releases the GIL, so the lines keep coming.
 """
 
 from __future__ import annotations
@@ -39,8 +35,7 @@ def heartbeat(
     Args:
         what: what is compiling, e.g. "the dense arm's denoising loop for TPU v6 lite 2x4".
         every_s: seconds between lines (the first comes after ``every_s``).
-        stream: where the lines go; stderr when None (read at each line, so a redirected
-            stderr is honoured).
+        stream: where the lines go; stderr when None (read at each line: a redirect is honoured).
     """
     done = threading.Event()
     start = time.monotonic()

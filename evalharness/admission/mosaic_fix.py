@@ -1,70 +1,100 @@
-"""A setting Mosaic compiles, found by Mosaic, when it refuses the run's Pallas TPU tiles for VMEM.
+"""Mosaic's VMEM verdict on the run's Pallas TPU tiles, found in seconds, and a setting it compiles.
 
 Mosaic's refusal ("Scoped allocation with size X and limit Y exceeded") names the one allocation
-that did not fit, not the kernel's whole need. The need is found instead by asking Mosaic: the
-kernel's scoped VMEM depends on the tiles, the compute chunk, head_dim and dtype, not on the
-sequence length, so the kernel is compiled at a sequence of a few tiles (a second or two per
-compile on a CPU core) and the limit bisected in MiB steps up to ``VMEM_AUTO_CAP_BYTES``. When
-even that cap is too small, smaller tiles are tried (halving the larger tile first) at the
-default limit; the visit tables at the run's real length must fit SMEM too. What is printed has
-compiled.
+that did not fit, not the kernel's whole need. The need is found by asking Mosaic: a kernel's
+scoped VMEM depends on the tiles, the compute chunk, head_dim and dtype, not on the sequence
+length, so it is compiled at a sequence of a few tiles (a second or two per compile on a CPU core)
+and the limit bisected in MiB steps up to ``VMEM_AUTO_CAP_BYTES``. When even that cap is too
+small, smaller tiles are tried (halving the larger tile first) at the default limit; the visit
+tables at the run's real length must fit SMEM too. What is printed has compiled.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from evalharness.estimates import compile_for, compiler_reason
+from evalharness.config import EvalConfig
+from evalharness.estimates import TpuCompiler, compile_for, compiler_reason
 from kernels.executors.pallas_tpu_budget import (
     DEFAULT_SCOPED_VMEM_BYTES,
     NUM_LANES,
     SMEM_LIMIT_BYTES,
     VMEM_AUTO_CAP_BYTES,
+    TpuBudget,
     dense_table_smem_bytes,
 )
 from kernels.masks.band import BandMask, PaddingMask
 from kernels.plans.block_sizes import BlockSizes
 from kernels.plans.tiles import build_plan
+from models.config import WanTransformerConfig
 
 MiB = 1 << 20
 # Tile shrinking gives up below this many rows (a 128-row tile is the lane width).
 _SMALLEST_TILE = NUM_LANES
 
 
-def _vmem_refusal(device: Any, call: Callable[..., Any], qkv: Any) -> str | None:
-    """Mosaic's VMEM refusal of ``call`` in one line, or None when it compiles."""
-    try:
-        compile_for(device, call, qkv, qkv, qkv)
-    except Exception as error:  # noqa: BLE001 - only VMEM refusals mean "does not fit"
-        if "scoped allocation" in str(error).lower() or "vmem" in str(error).lower():
-            return compiler_reason(error)
-        raise
-    return None
+@dataclasses.dataclass(frozen=True)
+class _Kernel:
+    """A Pallas TPU kernel as Mosaic compiles it: ``variant`` (b0-b3), ``tiles`` (block_q,
+    block_kv), head_dim, dtype name, compute chunk and VMEM limit (None: the kernel's defaults)."""
+
+    variant: str
+    tiles: tuple[int, int]
+    head_dim: int
+    dtype: str
+    block_kv_compute: int | None
+    vmem_limit: int | None
 
 
-def mosaic_vmem_refusal(
-    device: Any,
-    *,
-    variant: str,
-    tiles: tuple[int, int],
-    head_dim: int,
-    dtype: str,
-    block_kv_compute: int | None,
-    vmem_limit: int | None,
-) -> str | None:
-    """Whether Mosaic refuses the run's kernel for VMEM, in seconds: compiled at a sequence of a
-    few tiles (its VMEM does not grow with N). Returns the refusal in one line, or None."""
+def mosaic_refusals(
+    cfg: EvalConfig,
+    tcfg: WanTransformerConfig,
+    budgets: Mapping[str, TpuBudget],
+    compiler: TpuCompiler,
+) -> list[str]:
+    """Mosaic's VMEM refusal of each Pallas TPU kernel the run uses (``budgets``' plans) on
+    ``compiler``'s chip, each with a setting Mosaic compiles (none for another backend)."""
+    kernel = cfg.kernel
+    if kernel.backend.value != "pallas_tpu":
+        return []
+    found = []
+    # "sparse b3" -> b3, "B0 dense" -> b0
+    variants = {name.split()[-1] if name.startswith("sparse") else "b0" for name in budgets}
+    for variant in sorted(variants):
+        run = _Kernel(
+            variant,
+            (kernel.block_q, kernel.block_kv),
+            tcfg.attention_head_dim,
+            cfg.dtype.value,
+            kernel.block_kv_compute,
+            kernel.vmem_limit_bytes,
+        )
+        reason = _vmem_refusal(compiler.device, run)
+        if reason is not None:
+            fix = _fitting_setting(compiler.device, run, cfg.resolution.video.tokens)
+            found.append(
+                f"compile for {compiler.describe()}: Mosaic refuses the {variant} kernel's "
+                f"tiles {kernel.block_q}x{kernel.block_kv} ({reason}; checked in seconds at a "
+                f"short sequence: its VMEM does not grow with N). Checked with Mosaic: {fix}"
+            )
+    return found
+
+
+def _vmem_refusal(device: Any, run: _Kernel) -> str | None:
+    """Mosaic's VMEM refusal of ``run`` compiled at a sequence of a few tiles, in one line, or
+    None when it compiles."""
     from kernels.executors.pallas_tpu import pallas_blocksparse_attention
 
-    tokens = 4 * max(tiles)
-    mask = PaddingMask(tokens) if variant == "b0" else BandMask(tokens, tokens // 2, 0)
-    plan = build_plan(mask, BlockSizes(*tiles), variant, rounding_tolerance=None)
-    qkv = jax.ShapeDtypeStruct((1, tokens, 1, head_dim), jnp.dtype(dtype))
+    tokens = 4 * max(run.tiles)
+    mask = PaddingMask(tokens) if run.variant == "b0" else BandMask(tokens, tokens // 2, 0)
+    plan = build_plan(mask, BlockSizes(*run.tiles), run.variant, rounding_tolerance=None)
+    qkv = jax.ShapeDtypeStruct((1, tokens, 1, run.head_dim), jnp.dtype(run.dtype))
 
     def call(q, k, v):
         return pallas_blocksparse_attention(
@@ -72,13 +102,19 @@ def mosaic_vmem_refusal(
             k,
             v,
             plan,
-            variant=variant,
-            block_kv_compute=block_kv_compute,
-            vmem_limit_bytes=vmem_limit,
+            variant=run.variant,
+            block_kv_compute=run.block_kv_compute,
+            vmem_limit_bytes=run.vmem_limit,
             check_budget=False,
         )
 
-    return _vmem_refusal(device, call, qkv)
+    try:
+        compile_for(device, call, qkv, qkv, qkv)
+    except Exception as error:  # noqa: BLE001 - only VMEM refusals mean "does not fit"
+        if "scoped allocation" in str(error).lower() or "vmem" in str(error).lower():
+            return compiler_reason(error)
+        raise
+    return None
 
 
 def mosaic_vmem_need(compiles: Callable[[int], bool], start: int, cap: int) -> int | None:
@@ -97,65 +133,31 @@ def mosaic_vmem_need(compiles: Callable[[int], bool], start: int, cap: int) -> i
     return high * MiB
 
 
-def fitting_setting(
-    device: Any,
-    *,
-    variant: str,
-    tiles: tuple[int, int],
-    tokens: int,
-    head_dim: int,
-    dtype: str,
-    block_kv_compute: int | None,
-    vmem_limit: int | None,
-) -> str:
-    """A setting under which Mosaic compiles the run's kernel, checked by compiling it.
+def _fitting_setting(device: Any, run: _Kernel, tokens: int) -> str:
+    """A setting under which Mosaic compiles the refused ``run``, checked by compiling it: e.g.
+    ``kernel.vmem_limit_bytes=50331648 compiles (...)``, or smaller tiles that compile at the
+    default limit (their visit tables fitting SMEM at the run's ``tokens``), or that none does."""
 
-    Args:
-        device: a compile-only TPU chip (``TpuCompiler.device``).
-        variant: the refused kernel's variant (b0-b3).
-        tiles: (block_q, block_kv) of the run.
-        tokens: the run's sequence length (for the SMEM of smaller tiles' visit tables).
-        head_dim: head dimension.
-        dtype: compute dtype name.
-        block_kv_compute: the run's compute chunk (None: the kernel's default).
-        vmem_limit: the limit it was refused under (None: the automatic one).
+    def compiles(**change: Any) -> bool:
+        return _vmem_refusal(device, dataclasses.replace(run, **change)) is None
 
-    Returns:
-        E.g. ``kernel.vmem_limit_bytes=50331648 (Mosaic compiles these tiles at 48 MiB)``, or
-        smaller tiles that Mosaic compiles at the default limit, or why none was found.
-    """
-
-    def compiles(tiles: tuple[int, int], chunk: int | None, limit: int | None) -> bool:
-        refusal = mosaic_vmem_refusal(
-            device,
-            variant=variant,
-            tiles=tiles,
-            head_dim=head_dim,
-            dtype=dtype,
-            block_kv_compute=chunk,
-            vmem_limit=limit,
-        )
-        return refusal is None
-
-    start = vmem_limit or DEFAULT_SCOPED_VMEM_BYTES
-    need = mosaic_vmem_need(
-        lambda limit: compiles(tiles, block_kv_compute, limit), start, VMEM_AUTO_CAP_BYTES
-    )
+    start = run.vmem_limit or DEFAULT_SCOPED_VMEM_BYTES
+    need = mosaic_vmem_need(lambda limit: compiles(vmem_limit=limit), start, VMEM_AUTO_CAP_BYTES)
     if need is not None:
         return (
             f"kernel.vmem_limit_bytes={need} compiles (Mosaic compiled these tiles at "
             f"{need // MiB} MiB)"
         )
-    for smaller in _smaller_tiles(tiles):
+    for smaller in _smaller_tiles(run.tiles):
         if dense_table_smem_bytes(tokens, *smaller) > SMEM_LIMIT_BYTES:
             continue
-        if compiles(smaller, None, None):
+        if compiles(tiles=smaller, block_kv_compute=None, vmem_limit=None):
             return (
                 f"kernel.block_q={smaller[0]} kernel.block_kv={smaller[1]} compiles (Mosaic, at "
                 "its default VMEM limit; SMEM fits at the run's length)"
             )
     cap = VMEM_AUTO_CAP_BYTES // MiB
-    return f"no tile pair from {tiles[0]}x{tiles[1]} down compiles under {cap} MiB of VMEM"
+    return f"no tile pair from {run.tiles[0]}x{run.tiles[1]} down compiles under {cap} MiB of VMEM"
 
 
 def _smaller_tiles(tiles: tuple[int, int]) -> list[tuple[int, int]]:

@@ -2,11 +2,10 @@
 the disk under ``output_root`` with room for what the run writes.
 
 A run writes each arm's video twice (a lossless FFV1 ``.mkv`` to measure, a CRF ``.mp4`` to
-watch), a side-by-side video, and stores the dense arm's frames in the cache. FFV1 on smooth
-generated video takes about half its raw size; this check asks for the raw size of every arm's
-frames twice over (videos and cache) plus the latents when they are saved, a bound with margin, so
-that a run is refused in seconds rather than failing with a full disk after an hour of denoising.
-The same arithmetic names the setting to change when an I/O error happens anyway (:func:`io_hint`).
+watch), a side-by-side video, and caches the dense arm's frames. FFV1 on smooth generated video
+takes about half its raw size, so the raw size of every arm's frames twice over (videos and cache)
+plus any saved latents is a bound with margin: a run is refused in seconds rather than failing
+with a full disk after an hour. :func:`io_hint` names the setting when an I/O error happens anyway.
 """
 
 from __future__ import annotations
@@ -45,7 +44,6 @@ def _writable(folder: Path, setting: str) -> None:
     """Refuses, naming the setting, a folder the run could not create or write; what it
     creates to find out is removed (a refused run leaves no trace)."""
     there = _existing(folder)
-    problem = None
     if not there.is_dir():
         problem = f"{there} is not a folder"
     elif not os.access(there, os.W_OK | os.X_OK):
@@ -114,9 +112,7 @@ def io_hint(err: BaseException, cfg: EvalConfig) -> str:
     if not isinstance(err, OSError):
         return ""
     path = err.filename or ""
-    setting = "output_root"
-    if path and _under(path, cfg.cache_dir):
-        setting = "cache_dir"
+    setting = "cache_dir" if path and _under(path, cfg.cache_dir) else "output_root"
     where = f" ({path})" if path else ""
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
         return f"; the disk{where} is full: free space or set {setting} to a larger disk"

@@ -1,20 +1,17 @@
 """The text encoder and the VAE decode compiled for the chip, as the run calls them.
 
 The run encodes each prompt alone (``models.prompt_encoder.PromptEncoder``: one prompt of
-``text_len`` tokens per call, the UMT5 weights loaded in the model's parameter dtype on JAX's
-default device, the mesh's first chip) and decodes each arm's latents with the float32 VAE,
-tile by tile for checkpoint models (``TilingConfig``'s 256 x 256-pixel tiles: every tile is
-one call of the same program, edge tiles smaller) and whole for the seeded presets. Those two
-programs (``models.text_encoder`` and ``models.vae``'s own jitted functions, on abstract weights)
-are compiled here for the target's chip; ``memory_analysis()`` gives each phase's peak on that
-chip and ``cost_analysis()`` its FLOPs, which replace our model's rows
-(``models.peak_memory``) and FLOP counts. Nothing runs and no weight exists.
+``text_len`` tokens, UMT5 in the model's parameter dtype on the mesh's first chip) and decodes each
+arm's latents with the float32 VAE, tile by tile for checkpoint models (``TilingConfig``'s 256 x
+256-pixel tiles: one program, edge tiles smaller calls of it) and whole for the seeded presets.
+``models.text_encoder``'s and ``models.vae``'s own jitted functions are compiled here on abstract
+weights for the target's chip: ``memory_analysis()`` gives each phase's peak and
+``cost_analysis()`` its FLOPs, in place of our model's rows (``models.peak_memory``) and counts.
 
-The two programs take minutes to compile for a TPU on a small machine (the VAE's tile most) and
-depend only on the model, the dtype, the tile and the compiler, not on the schedule: their
-figures are kept under ``<cache_dir>/chip_programs/``, one JSON file per lowered program (keyed by
-the SHA-256 of its StableHLO text and the compiler's description), so a later dry run of the
-same model and resolution reads them instead of compiling again.
+They take minutes for a TPU on a small machine (the VAE's tile most) and depend only on the model,
+dtype, tile and compiler: their figures are kept under ``<cache_dir>/chip_programs/``, one JSON
+file per program (keyed by the SHA-256 of its StableHLO text and the compiler's description), and
+read back by a later dry run.
 """
 
 from __future__ import annotations
@@ -32,6 +29,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from evalharness.admission.chip_compile import ChipCompile
 from evalharness.admission.heartbeat import heartbeat
 from evalharness.admission.run_timing import (
     CompiledWork,
@@ -53,7 +51,6 @@ from models.config import TINY_PRESETS, WanTransformerConfig
 from models.dtypes import dtype_of
 from models.text_encoder import UMT5Encoder, _run_split
 from models.vae import WanVAE, _decode_split
-from models.video_geometry import VideoGeometry
 
 # The memory table's rows of the two phases, by phase.
 PHASE_ROWS = {"encode": "text encoder", "decode": "VAE decode"}
@@ -83,7 +80,7 @@ class PhaseProgram:
 
 
 def compile_phases(
-    cfg: EvalConfig, tcfg: WanTransformerConfig, video: VideoGeometry, compiler: TpuCompiler
+    cfg: EvalConfig, tcfg: WanTransformerConfig, compiler: TpuCompiler
 ) -> dict[str, PhaseProgram]:
     """The programs ``cfg.chip_compile_phases`` names (the text encoder's, the VAE decode's)
     compiled for ``compiler``'s chip.
@@ -91,7 +88,6 @@ def compile_phases(
     Args:
         cfg: the run's config.
         tcfg: the transformer (its ``text_len`` is the prompt's token count).
-        video: the video size.
         compiler: the compile-only topology (its first chip is where the run puts them).
 
     Returns:
@@ -107,7 +103,7 @@ def compile_phases(
             if phase == "encode":
                 programs[phase] = _compile_encoder(cfg, tcfg, compiler)
             else:
-                programs[phase] = _compile_decoder(cfg, video, compiler)
+                programs[phase] = _compile_decoder(cfg, compiler)
     return programs
 
 
@@ -126,12 +122,13 @@ def _compile_encoder(
     return PhaseProgram(program, flops, 1.0, what)
 
 
-def _compile_decoder(cfg: EvalConfig, video: VideoGeometry, compiler: TpuCompiler) -> PhaseProgram:
+def _compile_decoder(cfg: EvalConfig, compiler: TpuCompiler) -> PhaseProgram:
     """``decode_unclipped``'s program on the largest tile, float32 weights as the run loads them."""
     config = vae_config(cfg)
     vae = nnx.eval_shape(lambda: WanVAE(config, rngs=nnx.Rngs(0)))
     graphdef, state = nnx.split(vae)
-    (h, w), calls = decode_tiles(cfg, video)
+    video = cfg.resolution.video
+    (h, w), calls = decode_tiles(cfg)
     z = jax.ShapeDtypeStruct((1, video.latent_frames, h, w, config.z_dim), jnp.float32)
     lowered = _decode_split.lower(graphdef, *on_device((state, z), compiler.device))
     program, flops = compiled_figures(lowered, compiler, Path(cfg.cache_dir))
@@ -206,7 +203,7 @@ def _phase_note(phase: str, compiled: PhaseProgram, described: str) -> str:
     when = (
         "while encoding a prompt (released before the loop)"
         if phase == "encode"
-        else ("while decoding (after the loop)")
+        else "while decoding (after the loop)"
     )
     return (
         f"peak {when}: {compiled.what}, compiled by {described} (weights and inputs "
@@ -218,36 +215,28 @@ def _phase_note(phase: str, compiled: PhaseProgram, described: str) -> str:
 def phases_for_chip(
     cfg: EvalConfig,
     tcfg: WanTransformerConfig,
-    video: VideoGeometry,
-    compiler: TpuCompiler | None,
-    memory: MemoryTable,
+    chip: ChipCompile,
+    model_memory: MemoryTable,
     problems: list[str],
-) -> tuple[MemoryTable, dict[str, PhaseProgram]]:
-    """``memory`` with the text encoder and VAE compiled for ``compiler``'s chip (unchanged, and
-    no programs, when no chip compiler ran); a refusal is appended to ``problems``.
-
-    Args:
-        cfg: the run's config.
-        tcfg: the transformer.
-        video: the video size.
-        compiler: the topology the loop was compiled for, or None.
-        memory: the memory table so far (the compiled loop's, or ours).
-        problems: appended with the compiler's refusal of either phase.
-
-    Returns:
-        The table and ``{"encode": ..., "decode": ...}``.
-    """
-    if compiler is None:
-        return memory, {}
+) -> tuple[MemoryTable, dict[str, PhaseProgram], CompiledWork | None]:
+    """The run's memory table, its phase programs and what the time table takes from the chip's
+    compiler: with the loops compiled, their table with the phases ``chip_compile_phases`` names
+    compiled too (a phase not compiled keeps our row), and every compile's seconds; with nothing
+    compiled, our model's table. A phase's refusal is appended to ``problems``."""
+    if chip.memory is None or chip.compiler is None:
+        return model_memory, {}, None
+    described = chip.compiler.describe()
+    phases: dict[str, PhaseProgram] = {}
     try:
-        phases = compile_phases(cfg, tcfg, video, compiler)
+        phases = compile_phases(cfg, tcfg, chip.compiler)
     except Exception as error:  # noqa: BLE001 - the compiler's refusal (HBM), in one line
         problems.append(
-            f"compile for {compiler.describe()}: the text encoder or the VAE decode does not "
+            f"compile for {described}: the text encoder or the VAE decode does not "
             f"compile ({compiler_reason(error)}); lower param_dtype (bfloat16) or the resolution"
         )
-        return memory, {}
-    return with_compiled_phases(memory, phases, compiler.describe()), phases
+    loops = {arm: step.program for arm, step in chip.steps.items()}
+    memory = with_compiled_phases(chip.memory, phases, described)
+    return memory, phases, compiled_work(loops, phases, described)
 
 
 def compiled_work(

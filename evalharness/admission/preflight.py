@@ -1,10 +1,8 @@
 """Preflight: refuses a run that does not fit, with the numbers, before anything is allocated.
 
-``check`` judges the run's plan once: memory by its ``MemoryTable``
-(``evalharness.estimates.memory_estimate.estimate_memory``: compiled block, routing, exchange and
-executor buffers per arm, the compiler's figures where one ran) and time by its ``TimeEstimate``
-(``evalharness.estimates.workload.estimate_time``: loops, compiles excluded, and the work outside
-them). A refusal carries the memory table, settings that would fit, and what to do about the time.
+``check`` judges the run's sizing once: memory by its ``MemoryTable`` and time by its
+``TimeEstimate`` (loops, compiles excluded, and the work outside them). A refusal carries the
+memory table, settings that would fit, and what to do about the time.
 """
 
 from __future__ import annotations
@@ -13,19 +11,6 @@ import os
 
 from evalharness.estimates import FlopCount, MemoryTable, TimeEstimate
 from evalharness.refusal import PreflightRefusal
-
-
-def _memory_problem(memory: MemoryTable, advice: list[str]) -> str | None:
-    """The memory half of a refusal (with the settings ``advice`` checked to fit), or None when
-    it fits."""
-    problem = memory.problem()
-    if problem is None:
-        return None
-    lines = "".join(f"\n- {line}" for line in advice)
-    return (
-        f"{problem}\n\n{memory.to_markdown()}\n\n"
-        f"To fit (each setting applied and planned again):{lines}\n"
-    )
 
 
 def check(
@@ -51,7 +36,13 @@ def check(
     Raises:
         PreflightRefusal: with the numbers, the memory table and what to change.
     """
-    problems = [p for p in (_memory_problem(memory, advice),) if p]
+    problems = []
+    if (problem := memory.problem()) is not None:
+        lines = "".join(f"\n- {line}" for line in advice)
+        problems.append(
+            f"{problem}\n\n{memory.to_markdown()}\n\n"
+            f"To fit (each setting applied and planned again):{lines}\n"
+        )
     minutes = timing.total_minutes
     if minutes > max_minutes:
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")

@@ -33,7 +33,6 @@ from models.pipeline import forward_batch, uses_guidance
 from models.text_encoder import UMT5Config
 from models.tiny_components import TINY_UMT5_CONFIG, TINY_VAE_CONFIG
 from models.vae import WanVAEConfig, decode_tiling, tile_spans
-from models.video_geometry import VideoGeometry
 
 # Wan 2.1's text encoder (``text_encoder/config.json`` of the diffusers checkpoints).
 UMT5_XXL = UMT5Config(
@@ -51,10 +50,10 @@ def vae_config(cfg: EvalConfig) -> WanVAEConfig:
     return TINY_VAE_CONFIG if cfg.model.name in TINY_PRESETS else WanVAEConfig()
 
 
-def decode_tiles(cfg: EvalConfig, video: VideoGeometry) -> tuple[tuple[int, int], float]:
+def decode_tiles(cfg: EvalConfig) -> tuple[tuple[int, int], float]:
     """The latent ``(h, w)`` of the VAE's largest decode call and how many such calls one decode
     makes (the calls weighed by area; edge tiles are smaller calls of the same program)."""
-    latent_h, latent_w = video.latent_shape()[-2:]
+    latent_h, latent_w = cfg.resolution.video.latent_shape()[-2:]
     tiling = decode_tiling(cfg.model.name)
     if tiling is None:
         return (latent_h, latent_w), 1.0
@@ -68,8 +67,8 @@ def decode_tiles(cfg: EvalConfig, video: VideoGeometry) -> tuple[tuple[int, int]
 
 
 def arm_executors(cfg: EvalConfig) -> dict[str, str]:
-    """Arm -> the executor it runs, in the order dense, noise_floor, sparse (the sparse arm's is
-    its schedule's variant); the noise floor's is named even when it does not run."""
+    """Arm -> its executor (dense, noise_floor, sparse: its schedule's variant); the noise floor's
+    is named even when it does not run."""
     kernel = cfg.kernel
     return {
         "dense": kernel.dense_executor.value,
@@ -93,15 +92,14 @@ def samples_per_call(cfg: EvalConfig) -> int:
 def time_of(
     cfg: EvalConfig,
     tcfg: WanTransformerConfig,
-    video: VideoGeometry,
     target: DeviceTarget,
     devices: int,
     sparse: SparseWork | None,
     compiled: CompiledWork | None = None,
 ) -> TimeEstimate:
-    """The time estimate of every arm on ``target``, from what the schedule and plan execute
-    (``sparse``: :func:`sparse_work`), with the run's work outside the loops (``compiled``: the
-    chip compiler's FLOPs of the text encoder and the VAE, and the compiles measured here)."""
+    """The time estimate of every arm on ``target``: the loops from what the schedule and plan
+    execute (``sparse``: :func:`sparse_work`), the work outside them with ``compiled``'s FLOPs and
+    compile seconds where the chip's compiler ran."""
     pairs = len(run_pairs(cfg.prompt, cfg.seed, cfg.prompts, cfg.seeds))
     rate_source = None
     if target.platform == "cpu":  # the rate the CPU factors were measured against, on that VM
@@ -109,7 +107,7 @@ def time_of(
     rates = rates_for(target)
     loops = estimate_time(
         tcfg,
-        video,
+        cfg.resolution.video,
         target,
         steps=cfg.steps,
         guidance_batch=samples_per_step(cfg),
@@ -128,7 +126,7 @@ def time_of(
     if sparse is not None and not recording:  # no routing-recording run (``routing_stats=false``)
         loops = dataclasses.replace(loops, runs={**loops.runs, "sparse": loops.runs["sparse"] - 1})
     dtype = cfg.dtype.value
-    work = _run_work(cfg, tcfg, video, pairs)
+    work = _run_work(cfg, tcfg, pairs)
     if compiled is not None:  # a phase not compiled, or counted as nothing, leaves ours
         prompts = samples_per_step(cfg)
         counted = {"text_flops": compiled.encode_flops and prompts * compiled.encode_flops,
@@ -155,10 +153,10 @@ class CompiledWork:
     Attributes:
         encode_flops: XLA's cost analysis of encoding one prompt on the chip; None when the
             text encoder was not compiled (``chip_compile_phases``), 0 when the compiler counts
-            none (XLA's GPU compiler counts none in these programs); our count stands for both.
+            none (XLA's GPU compiler does not here); our count stands for both.
         decode_flops: of one arm's whole decode (every tile) on the chip (None and 0 likewise).
         compile_s: column (an arm, or ``shared``) -> seconds its compiles took on this machine.
-        compiled_on: this machine, in words (cores, load), for the compile row's source.
+        compiled_on: this machine, in words (cores, load).
         compiled_by: the chip's compiler, in words.
     """
 
@@ -203,14 +201,11 @@ class CompiledWork:
 def reusable_seconds(
     timing: TimeEstimate, arms: tuple[str, ...] = ("dense", "noise_floor")
 ) -> float:
-    """Seconds of the run ``timing`` plans that a later run in the same process, of a config
-    whose ``arms`` are the same programs on the same inputs, does not spend again: compiling
-    those arms' loops and the VAE decoder (loaded from JAX's persistent compilation cache in
-    ``cpu_calibration.CACHED_LOAD_S`` each instead; a CPU plan's ``compile`` row), decoding
-    their videos (the dense-arm cache) and encoding the prompts (the text encoder's cache).
-
-    A schedule search's trials differ only in their sparse arm: its later trials reuse these.
-    """
+    """Seconds of ``timing``'s run that a later run in the same process, whose ``arms`` are the
+    same programs on the same inputs (a schedule search's later trials), does not spend again:
+    compiling those arms' loops and the VAE decoder (each loaded from JAX's persistent cache in
+    ``cpu_calibration.CACHED_LOAD_S`` instead), decoding their videos (the dense-arm cache) and
+    encoding the prompts (the text encoder's cache)."""
     once = timing.once
     compiled = once.get("compile", {})
     present = [arm for arm in arms if arm in timing.runs]
@@ -230,9 +225,8 @@ def _cpu_calibrated(
     recording: bool,
     rate_source: str | None,
 ) -> TimeEstimate:
-    """A CPU's estimate with what the FLOP model leaves out, measured
-    (``evalharness.estimates.cpu_calibration``): the loops' non-matmul work and the slower
-    second control, and compiling every loop and the VAE decoder once per run."""
+    """A CPU's estimate with what the FLOP model leaves out, measured (``cpu_calibration``): the
+    loops' non-matmul work, the slower second control, and every loop's and the VAE's compile."""
     executors = {arm: name for arm, name in arm_executors(cfg).items() if arm in loops.runs}
     seconds = {
         **loops.seconds,
@@ -274,12 +268,9 @@ def _vae_rate(target: DeviceTarget) -> dict[str, Any]:
     return {"vae_efficiency": efficiency, "vae_rate": source}
 
 
-def _run_work(
-    cfg: EvalConfig, tcfg: WanTransformerConfig, video: VideoGeometry, pairs: int
-) -> RunWork:
+def _run_work(cfg: EvalConfig, tcfg: WanTransformerConfig, pairs: int) -> RunWork:
     """What the run does besides its loops: the seeded presets initialise their weights, the
-    others read a checkpoint; the tiny presets decode whole, Wan models tile by tile
-    (``models.vae``)."""
+    others read a checkpoint; the tiny presets decode whole, Wan models tile by tile."""
     seeded = cfg.model.name in SEEDED_PRESETS
     text_config, vae = text_encoder_config(cfg), vae_config(cfg)
     weight = dtype_of(cfg.model.param_dtype).itemsize
@@ -294,7 +285,7 @@ def _run_work(
         text_tokens=tcfg.text_len,
         prompts=samples_per_step(cfg),
         vae_config=vae,
-        latent_shape=video.latent_shape()[1:],
+        latent_shape=cfg.resolution.video.latent_shape()[1:],
         tiling=decode_tiling(cfg.model.name),
         pairs=pairs,
     )

@@ -1,32 +1,29 @@
 """The sizing of one comparison on one device target: memory, time, Pallas budgets, lowering.
 
 ("Plan" is kept for the kernels' tile plans; a run is *sized*.) :func:`size_run` is what preflight
-and the dry run share. From the resolved config and a target (this host, or ``tpu-v6e-8`` /
-``h200`` / ... from a CPU machine) it builds the arms' attention on one device's shapes
-(host-side plans only), the per-device memory table (``evalharness.estimates.memory_estimate``:
-abstract weights, compiled block, executor temporaries, routing, text encoder and VAE peaks), the
-roofline time estimate (``evalharness.estimates.workload``), the SMEM/VMEM budget of every Pallas TPU plan or the shared memory of the Pallas GPU tiles, and, for
-accelerator targets seen from another platform, the ``jax.export`` lowering of every arm's
-attention that lowers without the device (all on TPU; on GPU all but cuDNN). Nothing real is
-allocated: no weight, no N x N array.
+and the dry run share: for this host, or a target such as ``tpu-v6e-8`` or ``h200`` seen from a CPU
+machine, it builds each arm's attention at one device's shapes (host-side plans only), the
+per-device memory table (``evalharness.estimates.estimate_memory``, or the chip's compiler's:
+``chip_compile``), the time estimate (``run_timing``), the Pallas kernels' own limits
+(``kernel_checks``) and the ``jax.export`` lowering of every arm that lowers without the device
+(``compile_check``). Nothing real is allocated: no weight, no N x N array.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
 from collections.abc import Collection, Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from evalharness.admission.chip_compile import compile_run_for_chip
-from evalharness.admission.kernel_checks import gpu_shared_memory, lower_for_target, tpu_budgets
-from evalharness.admission.phase_compile import PhaseProgram, compiled_work, phases_for_chip
+from evalharness.admission.chip_compile import ChipCompile, compile_run_for_chip
+from evalharness.admission.compile_check import lower_for_target
+from evalharness.admission.kernel_checks import gpu_shared_memory, tpu_budgets
+from evalharness.admission.phase_compile import PhaseProgram, phases_for_chip
 from evalharness.admission.run_timing import (
-    CompiledWork,
     arm_executors,
     decode_tiles,
     samples_per_call,
@@ -35,7 +32,6 @@ from evalharness.admission.run_timing import (
     time_of,
     vae_config,
 )
-from evalharness.admission.step_compile import StepProgram
 from evalharness.assembly import kernel_options
 from evalharness.config import EvalConfig, token_geometry
 from evalharness.estimates import (
@@ -58,9 +54,6 @@ from kernels.policy.attention_policy import AttentionPolicy, make_dense_attend
 from models.config import SEEDED_PRESETS, WanTransformerConfig
 from models.dtypes import dtype_of
 from models.peak_memory import umt5_peak_bytes, vae_decode_peak_bytes
-from models.video_geometry import VideoGeometry
-
-log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -70,27 +63,22 @@ class RunSizing:
     Attributes:
         target: the device target.
         devices: P, devices the sequence is split over.
-        batch: samples per model call (2 with joint classifier-free guidance, 1 with
-            ``guidance_passes=separate`` or without guidance).
+        batch: samples per model call (2 with joint guidance passes, else 1).
         memory: the per-device memory table.
         timing: the roofline time estimate per arm.
         budgets: Pallas TPU SMEM/VMEM budget per plan ("sparse b3", "B0 dense", ...).
-        lowering: seconds per arm of the lowering (export) or host compile that ran.
+        lowering: seconds per arm of the export that ran.
         problems: every reason besides memory the run cannot go ahead (device count, SMEM/VMEM,
-            shared memory, lowering); memory is ``memory.fits``.
+            shared memory, the compile, host memory); memory is ``memory.fits``.
         notes: what was not checked, and why.
-        gpu_shared_memory: estimated shared memory of one Pallas GPU program in bytes (backend
-            ``pallas_gpu`` on a target whose shared memory is known), else None.
-        compiled_by: the chip's compiler when ``memory`` is its plan (e.g. ``TPU v6 lite 2x4 by
-            libtpu 0.0.42.1``), else None.
+        gpu_shared_memory: shared memory of one Pallas GPU program in bytes (``pallas_gpu`` on a
+            target whose shared memory is known), else None.
+        chip: what compiling for the target's chip gave (its compiler, loops, or why not).
         model_memory: our model's table, beside the compiler's (None when ``memory`` is ours).
-        not_compiled: why a TPU target was not compiled for the chip (libtpu missing, ...).
-        steps: arm -> its denoising loop as compiled for the chip (``chip_compile=step``).
         sparse: what the sparse arm executes (None for a dense schedule).
-        phases: the text encoder's (``encode``) and the VAE decode's (``decode``) programs as
-            compiled for the chip (empty when the chip's compiler did not run).
-        host: the host's memory on an accelerator target (None on a CPU, whose memory table is
-            the host's).
+        phases: the text encoder's (``encode``) and VAE decode's (``decode``) programs compiled
+            for the chip (empty when the chip's compiler did not run).
+        host: the host's memory on an accelerator target (None on a CPU).
     """
 
     target: DeviceTarget
@@ -102,14 +90,12 @@ class RunSizing:
     lowering: dict[str, float]
     problems: list[str]
     notes: list[str]
-    gpu_shared_memory: int | None = None
-    compiled_by: str | None = None
-    model_memory: MemoryTable | None = None
-    not_compiled: str | None = None
-    steps: Mapping[str, StepProgram] = dataclasses.field(default_factory=dict)
-    sparse: SparseWork | None = None
-    phases: Mapping[str, PhaseProgram] = dataclasses.field(default_factory=dict)
-    host: HostMemory | None = None
+    gpu_shared_memory: int | None
+    chip: ChipCompile
+    model_memory: MemoryTable | None
+    sparse: SparseWork | None
+    phases: Mapping[str, PhaseProgram]
+    host: HostMemory | None
 
     @property
     def fits(self) -> bool:
@@ -171,33 +157,36 @@ def size_run(
     Returns:
         The plan; ``problems`` lists every reason it does not fit.
     """
-    video = cfg.resolution.video
     batch = samples_per_call(cfg)
-    attends, policy = _single_device_attends(cfg, tcfg, video)
+    attends, policy = _single_device_attends(cfg, tcfg)
     dtype = dtype_of(cfg.dtype)
+    tokens = cfg.resolution.video.tokens
     call = attention_shape(
-        tcfg, batch=batch, tokens=video.tokens, devices=devices, dtype_bytes=dtype.itemsize
+        tcfg, batch=batch, tokens=tokens, devices=devices, dtype_bytes=dtype.itemsize
     )
     qkv = call.abstract(dtype)  # one device's q (= k = v) after the all-to-all
     specs = _executor_specs(cfg, policy, attends, qkv, compile_arms)
-    model_memory = _model_memory(cfg, tcfg, video, target, batch, devices, compile_arms, specs)
-    problems, notes = _device_problems(target, devices), []
-    budgets = (
-        tpu_budgets(cfg, tcfg, video, policy) if cfg.kernel.backend.value == "pallas_tpu" else {}
-    )
+    model_memory = _model_memory(cfg, tcfg, target, batch, devices, compile_arms, specs)
+    problems: list[str] = []
+    if devices > target.devices:
+        problems.append(
+            f"parallel.sequence={devices} exceeds the {target.devices} device(s) of {target.name}; "
+            f"use parallel.sequence={target.devices} or a larger target"
+        )
+    budgets = tpu_budgets(cfg, tcfg, policy) if cfg.kernel.backend.value == "pallas_tpu" else {}
     # With the chip's compiler Mosaic judges the tiles; without it, our budget model does.
     chip = compile_run_for_chip(
-        cfg, tcfg, video, target, devices, model_memory, specs, attends, budgets, problems
+        cfg, tcfg, target, devices, model_memory, specs, attends, budgets, problems
     )
-    notes += [chip.not_compiled, *chip.notes] if chip.not_compiled else chip.notes
-    memory, phases, compiled = _whole_run_on_chip(cfg, tcfg, video, chip, model_memory, problems)
+    notes = [chip.not_compiled, *chip.notes] if chip.not_compiled else list(chip.notes)
+    memory, phases, compiled = phases_for_chip(cfg, tcfg, chip, model_memory, problems)
     sparse = sparse_work(cfg, tcfg, policy)
-    timing = time_of(cfg, tcfg, video, target, devices, sparse, compiled)
+    timing = time_of(cfg, tcfg, target, devices, sparse, compiled)
     shared = gpu_shared_memory(cfg, tcfg, target, problems, notes)
     # Compiling for the chip lowered every arm already (Mosaic included): no export on top.
     lower = lower and chip.compiled_by is None
     lowering = lower_for_target(cfg, target, attends, qkv, policy, lower, problems, notes)
-    host = _host_memory(cfg, tcfg, video, target, problems)
+    host = _host_memory(cfg, tcfg, target, problems)
     return RunSizing(
         target,
         devices,
@@ -209,33 +198,12 @@ def size_run(
         problems,
         notes,
         shared,
-        compiled_by=chip.compiled_by,
-        model_memory=model_memory if chip.memory is not None else None,
-        not_compiled=chip.not_compiled,
-        steps=chip.steps,
-        sparse=sparse,
-        phases=phases,
-        host=host,
+        chip,
+        model_memory if chip.memory is not None else None,
+        sparse,
+        phases,
+        host,
     )
-
-
-def _whole_run_on_chip(
-    cfg: EvalConfig,
-    tcfg: WanTransformerConfig,
-    video: VideoGeometry,
-    chip: Any,
-    model_memory: MemoryTable,
-    problems: list[str],
-) -> tuple[MemoryTable, dict[str, PhaseProgram], CompiledWork | None]:
-    """The memory table, the phase programs and what the time table takes from the compiler:
-    with the loops compiled for the chip, their table with the phases ``chip_compile_phases``
-    names compiled too (the text encoder by default; a phase not compiled keeps our row) and
-    every compile's seconds; nothing compiled, our model's table."""
-    if chip.memory is None:
-        return model_memory, {}, None
-    memory, phases = phases_for_chip(cfg, tcfg, video, chip.compiler, chip.memory, problems)
-    loops = {arm: step.program for arm, step in chip.steps.items()}
-    return memory, phases, compiled_work(loops, phases, chip.compiled_by or "")
 
 
 def estimate_run_time(
@@ -243,16 +211,14 @@ def estimate_run_time(
 ) -> tuple[TimeEstimate, SparseWork | None]:
     """The time estimate of ``cfg`` (resolved for ``target.platform``) alone, and what its sparse
     arm executes: no memory table, no compile (``evalharness.bench.seed_calibration``)."""
-    video = cfg.resolution.video
-    _, policy = _single_device_attends(cfg, tcfg, video)
+    _, policy = _single_device_attends(cfg, tcfg)
     sparse = sparse_work(cfg, tcfg, policy)
-    return time_of(cfg, tcfg, video, target, devices, sparse), sparse
+    return time_of(cfg, tcfg, target, devices, sparse), sparse
 
 
 def _model_memory(
     cfg: EvalConfig,
     tcfg: WanTransformerConfig,
-    video: VideoGeometry,
     target: DeviceTarget,
     batch: int,
     devices: int,
@@ -261,6 +227,7 @@ def _model_memory(
 ) -> MemoryTable:
     """Our model's memory table of the run on ``target`` (``estimate_memory``), the arms'
     ``executors`` given."""
+    video = cfg.resolution.video
     return estimate_memory(
         tcfg,
         video,
@@ -269,8 +236,16 @@ def _model_memory(
         param_dtype=cfg.model.param_dtype.value,
         dtype=cfg.dtype.value,
         executors=executors,
-        text_encoder_bytes=_text_encoder_bytes(cfg, tcfg),
-        vae_bytes=_vae_bytes(cfg, video),
+        text_encoder_bytes=umt5_peak_bytes(
+            text_encoder_config(cfg), dtype_of(cfg.model.param_dtype), tcfg.text_len, 1
+        ),
+        # The VAE's largest decode call: the whole latent (tiny presets) or one tile (Wan).
+        vae_bytes=vae_decode_peak_bytes(
+            vae_config(cfg),
+            decode_tiles(cfg)[0],
+            video.latent_frames,
+            param_dtype=jnp.float32,
+        ),
         device_bytes=target.hbm_bytes,
         placement=cfg.parallel.permute_placement.value,
         device=target.name,
@@ -280,7 +255,7 @@ def _model_memory(
 
 
 def _single_device_attends(
-    cfg: EvalConfig, tcfg: WanTransformerConfig, video: VideoGeometry
+    cfg: EvalConfig, tcfg: WanTransformerConfig
 ) -> tuple[dict[str, Any], AttentionPolicy]:
     """Each arm's attention as one device runs it after the head exchange (no mesh needed)."""
     kernel, executors = cfg.kernel, arm_executors(cfg)
@@ -293,7 +268,7 @@ def _single_device_attends(
     floor = make_dense_attend(executors["noise_floor"], **options)
     policy = AttentionPolicy(
         cfg.schedule,
-        token_geometry(video),
+        token_geometry(cfg.resolution.video),
         num_steps=cfg.steps,
         num_layers=tcfg.num_layers,
         dense_attend=dense,
@@ -365,7 +340,6 @@ def quadratic_arms(cfg: EvalConfig) -> tuple[str, ...]:
 def _host_memory(
     cfg: EvalConfig,
     tcfg: WanTransformerConfig,
-    video: VideoGeometry,
     target: DeviceTarget,
     problems: list[str],
 ) -> HostMemory | None:
@@ -377,34 +351,10 @@ def _host_memory(
         target.name,
         tcfg,
         text_encoder_config(cfg),
-        video,
+        cfg.resolution.video,
         arms=3 if cfg.noise_floor else 2,
         reads_checkpoint=cfg.model.name not in SEEDED_PRESETS,
     )
     problem = host.problem()
     problems += [problem] if problem else []
     return host
-
-
-def _text_encoder_bytes(cfg: EvalConfig, tcfg: WanTransformerConfig) -> int:
-    config = text_encoder_config(cfg)
-    param_dtype = dtype_of(cfg.model.param_dtype)
-    return umt5_peak_bytes(config, param_dtype, tcfg.text_len, 1)
-
-
-def _vae_bytes(cfg: EvalConfig, video: VideoGeometry) -> int:
-    """The VAE's decode peak: its largest call (the whole latent for the tiny presets, one tile
-    for Wan models)."""
-    hw, _ = decode_tiles(cfg, video)
-    return vae_decode_peak_bytes(vae_config(cfg), hw, video.latent_frames, param_dtype=jnp.float32)
-
-
-def _device_problems(target: DeviceTarget, devices: int) -> list[str]:
-    """A sequence split over more devices than the target has."""
-    problems = []
-    if devices > target.devices:
-        problems.append(
-            f"parallel.sequence={devices} exceeds the {target.devices} device(s) of {target.name}; "
-            f"use parallel.sequence={target.devices} or a larger target"
-        )
-    return problems

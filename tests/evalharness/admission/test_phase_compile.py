@@ -42,12 +42,12 @@ def _config(tmp_path: Path, *overrides: str, small: bool = True):
 def test_a_checkpoint_decodes_its_largest_tile_once_per_tile_area(tmp_path):
     # 720p: latent 90 x 160; 32-latent tiles every 24: rows 32+32+32+18, columns 6 x 32 + 16.
     cfg, _, video = _config(tmp_path, "model=wan2.1-t2v-14b", "resolution=720p", small=False)
-    hw, calls = decode_tiles(cfg, video)
+    hw, calls = decode_tiles(cfg)
     assert hw == (32, 32)
     assert calls == pytest.approx((3 * 32 + 18) * (6 * 32 + 16) / (32 * 32))
     # The seeded presets decode the whole latent in one call.
     cfg, _, video = _config(tmp_path)
-    assert decode_tiles(cfg, video) == (tuple(video.latent_shape()[-2:]), 1.0)
+    assert decode_tiles(cfg) == (tuple(video.latent_shape()[-2:]), 1.0)
 
 
 def _phases():
@@ -65,7 +65,7 @@ def _program(args: int, out: int, temp: int, code: int, seconds: float) -> Compi
 @pytest.mark.slow
 def test_both_phases_compile_as_the_run_calls_them(tmp_path):
     cfg, tcfg, video = _config(tmp_path, "chip_compile_phases=encoder_and_vae")
-    phases = compile_phases(cfg, tcfg, video, HOST)
+    phases = compile_phases(cfg, tcfg, HOST)
     assert set(phases) == set(PHASE_ROWS)
     for phase in phases.values():
         program = phase.program
@@ -107,8 +107,8 @@ def test_the_time_table_takes_the_compiled_flops_and_a_compile_row(tmp_path):
     phases = _phases()
     compiled = compiled_work({"dense": _Loop(30.0), "sparse": _Loop(50.0)}, phases, "the chip")
     target = get_target("h200")
-    ours = time_of(cfg, tcfg, video, target, 1, None)
-    timing = time_of(cfg, tcfg, video, target, 1, None, compiled)
+    ours = time_of(cfg, tcfg, target, 1, None)
+    timing = time_of(cfg, tcfg, target, 1, None, compiled)
     # Each prompt of a pair (two with guidance) the compiled program's FLOPs, at our rate.
     prompts = samples_per_step(cfg)
     ours_flops = text_encoder_flops(TINY_UMT5_CONFIG, tcfg.text_len, prompts)
@@ -138,8 +138,8 @@ def test_a_compiler_that_counts_no_flops_leaves_our_count_and_says_so(tmp_path):
         decode_flops=0.0,
     )  # fmt: skip
     target = get_target("h200")
-    ours = time_of(cfg, tcfg, video, target, 1, None)
-    timing = time_of(cfg, tcfg, video, target, 1, None, compiled)
+    ours = time_of(cfg, tcfg, target, 1, None)
+    timing = time_of(cfg, tcfg, target, 1, None, compiled)
     for row in ("text encoding", "VAE decode"):
         assert (
             timing.once[row] == ours.once[row]
@@ -185,28 +185,26 @@ def test_a_tpu_dry_run_compiles_the_text_encoder_and_the_vae_for_the_chip(tmp_pa
 
 def test_the_default_compiles_the_text_encoder_alone(tmp_path):
     cfg, tcfg, video = _config(tmp_path)
-    assert compile_phases(cfg, tcfg, video, HOST).keys() == {"encode"}
+    assert compile_phases(cfg, tcfg, HOST).keys() == {"encode"}
     cfg, tcfg, video = _config(tmp_path, "chip_compile_phases=none")
-    assert compile_phases(cfg, tcfg, video, HOST) == {}
+    assert compile_phases(cfg, tcfg, HOST) == {}
 
 
 @pytest.mark.slow
 def test_a_phase_not_compiled_keeps_our_flops_and_the_compile_row_stays(tmp_path):
     cfg, tcfg, video = _config(tmp_path, "dtype=float32")
     target = get_target("h200")
-    ours = time_of(cfg, tcfg, video, target, 1, None)
+    ours = time_of(cfg, tcfg, target, 1, None)
     encoder_only = {"encode": _phases()["encode"]}
     timing = time_of(
-        cfg, tcfg, video, target, 1, None, compiled_work({"dense": _Loop(30.0)}, encoder_only, "X")
+        cfg, tcfg, target, 1, None, compiled_work({"dense": _Loop(30.0)}, encoder_only, "X")
     )
     assert timing.once["VAE decode"] == ours.once["VAE decode"]
     assert "chip_compile_phases=encoder_and_vae compiles it" in timing.once_sources["VAE decode"]
     assert timing.once["text encoding"] != ours.once["text encoding"]
     assert timing.once["compile"]["dense"] == 30.0 and timing.once["compile"]["shared"] == 40.0
     # The loops alone compiled: both phases ours, the loops' compile row still there.
-    loops_only = time_of(
-        cfg, tcfg, video, target, 1, None, compiled_work({"dense": _Loop(30.0)}, {}, "X")
-    )
+    loops_only = time_of(cfg, tcfg, target, 1, None, compiled_work({"dense": _Loop(30.0)}, {}, "X"))
     assert loops_only.once["text encoding"] == ours.once["text encoding"]
     assert "chip_compile_phases=encoder compiles it" in loops_only.once_sources["text encoding"]
     assert loops_only.once["compile"]["dense"] == 30.0

@@ -9,14 +9,14 @@ import jax
 import pytest
 from flax import nnx
 
-from evalharness.admission.sizing import _single_device_attends
-from evalharness.admission.step_compile import (
+from evalharness.admission.chip_compile import (
     StepProgram,
     _count_collectives,
     compile_run_step,
     describe_collectives,
     step_memory_table,
 )
+from evalharness.admission.sizing import _single_device_attends
 from evalharness.assembly import platform_choices
 from evalharness.config import to_config
 from evalharness.estimates import CompiledProgram, MemoryTable, TpuCompiler
@@ -43,8 +43,8 @@ def test_the_loop_compiles_with_every_layer_and_counts_the_weights_once(tmp_path
     cfg = _config(tmp_path, f"guidance_passes={passes}")
     tcfg = get_transformer_config(cfg.model.name)
     video = VideoGeometry(cfg.resolution.frames, cfg.resolution.height, cfg.resolution.width)
-    attends, _ = _single_device_attends(cfg, tcfg, video)
-    step = compile_run_step(cfg, tcfg, video, _host_compiler(), 1, attends["sparse"])
+    attends, _ = _single_device_attends(cfg, tcfg)
+    step = compile_run_step(cfg, tcfg, _host_compiler(), 1, attends["sparse"])
     weights = abstract_transformer(tcfg)
     expected = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(nnx.state(weights)))
     assert step.weight_bytes == expected
