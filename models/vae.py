@@ -117,10 +117,8 @@ class WanVAEConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TilingConfig:
-    """Spatial tiling in pixels (diffusers' defaults); tiles overlap by ``min - stride`` pixels.
-
-    The overlap is blended linearly (top tile → bottom tile, left → right), as the reference does.
-    """
+    """Spatial tiling in pixels (diffusers' defaults); tiles overlap by ``min - stride`` pixels,
+    blended linearly (top tile → bottom tile, left → right), as the reference does."""
 
     tile_sample_min_height: int = 256
     tile_sample_min_width: int = 256
@@ -136,6 +134,21 @@ class TilingConfig:
                     f"tile_sample_min_{name}={size}, tile_sample_stride_{name}={stride}: both must be "
                     "positive multiples of 8 with stride <= size (e.g. 256 and 192)"
                 )
+
+    def latent_grid(self, h: int, w: int, scale: int) -> list[list[tuple[int, int]]]:
+        """``[rows, cols]``: the ``(start, length)`` of each tile along each axis of ``h x w`` latent
+        pixels at spatial compression ``scale``; a tile every stride, the last ones cut at the edge."""
+        axes = (
+            (h, self.tile_sample_min_height, self.tile_sample_stride_height),
+            (w, self.tile_sample_min_width, self.tile_sample_stride_width),
+        )
+        return [
+            [
+                (start, min(size // scale, extent - start))
+                for start in range(0, extent, stride // scale)
+            ]
+            for extent, size, stride in axes
+        ]
 
 
 def decode_tiling(model_name: str) -> TilingConfig | None:
@@ -270,12 +283,6 @@ def _decode_tiled(vae: WanVAE, z: jax.Array, tiling: TilingConfig) -> np.ndarray
     )
 
 
-def tile_spans(extent: int, size: int, stride: int) -> list[tuple[int, int]]:
-    """``(start, length)`` of each tile along one axis of the reference's grid: a tile every
-    ``stride``, ``size`` long, the last ones cut at ``extent``."""
-    return [(start, min(size, extent - start)) for start in range(0, extent, stride)]
-
-
 def decode_in_tiles(
     decode_tile: Callable[[jax.Array], np.ndarray],
     z: jax.Array,
@@ -299,21 +306,12 @@ def decode_in_tiles(
         ``[B, T, scale·h, scale·w, 3]`` float32.
     """
     _, _, h, w, _ = z.shape
-    lat_min_h, lat_min_w = (
-        tiling.tile_sample_min_height // scale,
-        tiling.tile_sample_min_width // scale,
-    )
-    lat_stride_h = tiling.tile_sample_stride_height // scale
-    lat_stride_w = tiling.tile_sample_stride_width // scale
+    row_spans, col_spans = tiling.latent_grid(h, w, scale)
     stride_h, stride_w = tiling.tile_sample_stride_height, tiling.tile_sample_stride_width
     blend_h = tiling.tile_sample_min_height - stride_h
     blend_w = tiling.tile_sample_min_width - stride_w
     rows = [
-        [
-            decode_tile(z[:, :, i : i + lat_min_h, j : j + lat_min_w])
-            for j, _ in tile_spans(w, lat_min_w, lat_stride_w)
-        ]
-        for i, _ in tile_spans(h, lat_min_h, lat_stride_h)
+        [decode_tile(z[:, :, i : i + m, j : j + n]) for j, n in col_spans] for i, m in row_spans
     ]
     out_rows = []
     for i, row in enumerate(rows):

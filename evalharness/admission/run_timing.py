@@ -32,7 +32,7 @@ from models.peak_memory import umt5_parameter_count, vae_parameter_count
 from models.pipeline import forward_batch, uses_guidance
 from models.text_encoder import UMT5Config
 from models.tiny_components import TINY_UMT5_CONFIG, TINY_VAE_CONFIG
-from models.vae import WanVAEConfig, decode_tiling, tile_spans
+from models.vae import WanVAEConfig, decode_tiling
 
 # Wan 2.1's text encoder (``text_encoder/config.json`` of the diffusers checkpoints).
 UMT5_XXL = UMT5Config(
@@ -57,11 +57,7 @@ def decode_tiles(cfg: EvalConfig) -> tuple[tuple[int, int], float]:
     tiling = decode_tiling(cfg.model.name)
     if tiling is None:
         return (latent_h, latent_w), 1.0
-    scale = vae_config(cfg).scale_factor_spatial
-    rows = tile_spans(latent_h, tiling.tile_sample_min_height // scale,
-                      tiling.tile_sample_stride_height // scale)  # fmt: skip
-    cols = tile_spans(latent_w, tiling.tile_sample_min_width // scale,
-                      tiling.tile_sample_stride_width // scale)  # fmt: skip
+    rows, cols = tiling.latent_grid(latent_h, latent_w, vae_config(cfg).scale_factor_spatial)
     hw = (max(n for _, n in rows), max(n for _, n in cols))
     return hw, sum(n for _, n in rows) * sum(n for _, n in cols) / (hw[0] * hw[1])
 

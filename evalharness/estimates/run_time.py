@@ -31,7 +31,7 @@ from flax import nnx
 from evalharness.estimates.traced_flops import matmul_flops
 from models.peak_memory import umt5_parameter_count
 from models.text_encoder import UMT5Config
-from models.vae import TilingConfig, WanVAE, WanVAEConfig, tile_spans
+from models.vae import TilingConfig, WanVAE, WanVAEConfig
 
 # Host side of a run, nanoseconds per pixel of one arm's video (frames x height x width), measured
 # with ``python -m evalharness.bench.host_side resolution=480p resolution.frames=17 warm_runs=3``
@@ -123,9 +123,7 @@ def _tiled_area(
     h, w = latent_hw
     if tiling is None:
         return h * w, 1
-    s = config.scale_factor_spatial
-    rows = tile_spans(h, tiling.tile_sample_min_height // s, tiling.tile_sample_stride_height // s)
-    cols = tile_spans(w, tiling.tile_sample_min_width // s, tiling.tile_sample_stride_width // s)
+    rows, cols = tiling.latent_grid(h, w, config.scale_factor_spatial)
     return sum(n for _, n in rows) * sum(n for _, n in cols), len(rows) * len(cols)
 
 
