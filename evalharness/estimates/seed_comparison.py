@@ -8,7 +8,6 @@ for all three (``experiment=seed_*``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from evalharness.estimates.seed_measurements import (
     SEED_ATTENTION_SHARE,
@@ -83,10 +82,10 @@ def seed_figures(resolution: str) -> dict[str, float]:
     return seed
 
 
-def seed_row(resolution: str, ours: Mapping[str, float]) -> dict[str, Any]:
+def seed_row(resolution: str, ours: Mapping[str, float]) -> dict[str, str]:
     """One table row: ``seed / ours (difference)`` for each figure."""
     seed = seed_figures(resolution)
-    row: dict[str, Any] = {"res": resolution}
+    row = {"res": resolution}
     for key, value in ours.items():
         measured = seed.get(key)
         share = key == "share"
@@ -99,6 +98,6 @@ def seed_row(resolution: str, ours: Mapping[str, float]) -> dict[str, Any]:
     return row
 
 
-def seed_table(rows: Sequence[Mapping[str, Any]]) -> str:
+def seed_table(rows: Sequence[Mapping[str, str]]) -> str:
     """The rows as a Markdown table."""
     return markdown_table(list(rows), [(t, k, "{}") for k, t in TITLES.items()])
