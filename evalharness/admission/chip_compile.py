@@ -175,9 +175,15 @@ def compile_run_for_chip(
         return ChipCompile(not_compiled=f"not compiled for the chip: {why}")
     if steps is None:
         return ChipCompile(compiled_by=described)
+    # Our model's titles say ", compiled" when XLA:CPU planned the attention; the chip's table
+    # is all compiled, so its titles name the executor alone.
+    executors = {
+        arm: model_memory.executors.get(arm, spec.name).replace(", compiled", "")
+        for arm, spec in specs.items()
+    }
     table = step_memory_table(
         steps,
-        executors={arm: model_memory.executors.get(arm, spec.name) for arm, spec in specs.items()},
+        executors=executors,
         model=model_memory,
         runtime_overhead=target.runtime_overhead,
         described=described,

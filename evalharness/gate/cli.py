@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from evalharness import exit_codes
-from evalharness.config import limit_problem
+from evalharness.config import GateOn, limit_problem
 from evalharness.gate.verdict import check_gate
 from evalharness.metric_names import Metric
 from evalharness.tracking import (
@@ -116,7 +116,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--min-speedup", type=float, help=f"threshold on {Metric.SPEEDUP}")
     parser.add_argument(
         "--on",
-        choices=("mean", "lcb", "worst"),
+        choices=[on.value for on in GateOn],
         default="mean",
         help="statistic across a prompt suite's pairs each threshold reads (default: mean)",
     )
@@ -142,9 +142,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # A missing store is refused, not opened (that would create an empty one, and its folder).
         experiment = args.experiment or "of the run"
-        uri = existing_store(args.tracking_uri, args.output_root, experiment)
+        try:
+            uri = existing_store(args.tracking_uri, args.output_root, experiment)
+        except TrackingUnavailable as refusal:
+            raise NothingToJudge(str(refusal)) from None
         run = _the_run(open_client(uri), args.run_id, args.experiment)
-    except (NothingToJudge, TrackingUnavailable) as err:
+    except NothingToJudge as err:
         # Nothing to judge is not a failed gate: exit 2, so CI tells a typo from a regression.
         where = f" (tracking store {redacted(uri)})" if uri else ""
         print(f"error: gate: {err}{where}", file=sys.stderr)
