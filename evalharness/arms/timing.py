@@ -128,24 +128,31 @@ def time_interleaved(
         raise ValueError("nothing to time: no computations were given")
     runs: dict[str, list[float]] = {name: [] for name in calls}
     cpu: dict[str, list[float]] = {name: [] for name in calls}
-    window: dict[str, list[float]] = {name: [] for name in calls}  # [first start, last end]
+    first_start: dict[str, float] = {}
+    last_end: dict[str, float] = {}
     for done in range(1, warm_runs + 1):
         for name, call in calls.items():
             # The wall-clock and CPU-clock reads sit outside the timed bracket.
-            if not window[name]:
-                window[name].append(wall_clock())
+            if name not in first_start:
+                first_start[name] = wall_clock()
             cpu_start = cpu_clock()
             start = clock()
             result = call()
             block(result)
             runs[name].append(clock() - start)
             cpu[name].append(cpu_clock() - cpu_start)
-            window[name][1:] = [wall_clock()]
+            last_end[name] = wall_clock()
             check(name, result)
         on_round(done)
     steps = steps or {}
     return {
-        name: RunTimes(tuple(runs[name]), steps.get(name, 1), *window[name], tuple(cpu[name]))
+        name: RunTimes(
+            tuple(runs[name]),
+            steps.get(name, 1),
+            first_start[name],
+            last_end[name],
+            tuple(cpu[name]),
+        )
         for name in calls
     }
 

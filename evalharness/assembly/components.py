@@ -177,6 +177,10 @@ def checkpoint_identity(name: str, checkpoint: WanCheckpoint) -> str:
     return "|".join([name, *(f"{part}={value}" for part, value in parts.items())])
 
 
+# A model's parts in the order of ``Components``' fields: config, transformer, encoder, VAE, identity.
+_Parts = tuple[WanTransformerConfig, WanTransformer, PromptEncoder, WanVAE, str]
+
+
 def build_components(
     model: ModelConfig, dtype: DType | str, cache_dir: str | Path, mesh: Mesh | None = None
 ) -> Components:
@@ -202,7 +206,9 @@ def build_components(
     )
 
 
-def _seeded_parts(model: ModelConfig, dtypes: tuple, prompts_cache: Path, mesh: Mesh | None):
+def _seeded_parts(
+    model: ModelConfig, dtypes: tuple, prompts_cache: Path, mesh: Mesh | None
+) -> _Parts:
     """A seeded preset (``tiny-planted``: planted heads; ``tiny-random``: plain random weights),
     replicated on the mesh if there is one: its config, transformer, encoder, VAE and identity."""
     param_dtype, compute = dtypes
@@ -220,7 +226,9 @@ def _seeded_parts(model: ModelConfig, dtypes: tuple, prompts_cache: Path, mesh: 
     return cfg, transformer, encoder, tiny_vae(model.seed), tiny_identity(model.name, model.seed)
 
 
-def _checkpoint_parts(model: ModelConfig, dtypes: tuple, prompts_cache: Path, mesh: Mesh | None):
+def _checkpoint_parts(
+    model: ModelConfig, dtypes: tuple, prompts_cache: Path, mesh: Mesh | None
+) -> _Parts:
     """A preset read from its checkpoint folder, placed on the mesh as it is read (a tiny model
     replicated, a Wan model sharded): its config, transformer, encoder, VAE and identity."""
     param_dtype, compute = dtypes

@@ -43,13 +43,14 @@ _TITLES = {
     Metric.SSIM_FRAMES: "SSIM",
     Metric.SPEEDUP: Metric.SPEEDUP,
 }
-# The single-pair report's rows: (title, metric key, format, unit); the key None marks the
-# compile row, which shows two metrics.
+# The single-pair report's timing rows: (title, arm label).
 _TIMING_ROWS = (
     ("Dense denoising, median (min-max)", "dense"),
     ("Second dense control (noise-floor arm), median (min-max)", "noise_floor"),
     ("Sparse denoising, median (min-max)", "sparse"),
 )
+# The single-pair report's other rows: (title, metric key, format, unit); the key None marks the
+# compile row, which shows two metrics.
 _REPORT_ROWS = (
     ("Speedup over the fastest dense control", Metric.SPEEDUP, "{:.3f}", "x"),
     ("Fastest dense control", "dense_control", "{}", ""),

@@ -156,8 +156,8 @@ def ensure_experiment(
 ) -> str:
     """The experiment's id, created (and tagged as a model-development experiment) if missing.
 
-    Creating it once, before several processes log to it (a multirun's jobs), keeps them from
-    racing on a fresh database's schema migration.
+    Created here, and read again when another process created it first, so several processes
+    (a multirun's jobs) can start on one experiment.
 
     Args:
         client: a client of the tracking store.

@@ -100,8 +100,9 @@ def check_tracking(
             _check_default_store(sqlite_file(tracking_uri))
             return
         shown = f"{tracking_uri} (the default store, under output_root)"
-    if sqlite_file(tracking_uri) is not None:
-        _check_sqlite_path(sqlite_file(tracking_uri), shown)
+    db = sqlite_file(tracking_uri)
+    if db is not None:
+        _check_sqlite_path(db, shown)
     is_database = store_kind(tracking_uri) in ("sqlite", "postgresql", "database")
     if is_database:
         _check_database(tracking_uri, shown)

@@ -26,6 +26,8 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from sqlalchemy.engine import make_url
+
 from evalharness.tracking import auth
 from evalharness.tracking.postgres import free_port, postgres_server
 from evalharness.tracking.redaction import redacted
@@ -193,7 +195,8 @@ def _serve(args: argparse.Namespace) -> int:
     ) as db_uri:
         auth_env = None
         if admin is not None:
-            users_db = f"{db_uri.rsplit('/', 1)[0]}/{users[0]}"  # the same user and password
+            # The users' database on the same server, user and password.
+            users_db = make_url(db_uri).set(database=users[0]).render_as_string(hide_password=False)
             config = auth.write_auth_config(
                 folder / auth.AUTH_CONFIG_FILE, users_db, admin.username, args.default_permission
             )

@@ -195,8 +195,11 @@ def looks_like_creation_race(err: BaseException) -> bool:
 def bounded_http(retries: int, timeout_s: float) -> Iterator[None]:
     """MLflow's HTTP retries and timeout bounded for the body (process-wide: for a command's own
     requests, with no other thread talking to the server)."""
-    bounds = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(retries)}
-    with environment({**bounds, "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(timeout_s))}):
+    bounds = {
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(retries),
+        "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(timeout_s)),
+    }
+    with environment(bounds):
         yield
 
 
