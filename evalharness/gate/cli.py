@@ -144,9 +144,10 @@ def main(argv: list[str] | None = None) -> int:
         experiment = args.experiment or "of the run"
         try:
             uri = existing_store(args.tracking_uri, args.output_root, experiment)
+            client = open_client(uri)  # its lock may be held past the timeout by a writer
         except TrackingUnavailable as refusal:
             raise NothingToJudge(str(refusal)) from None
-        run = _the_run(open_client(uri), args.run_id, args.experiment)
+        run = _the_run(client, args.run_id, args.experiment)
     except NothingToJudge as err:
         # Nothing to judge is not a failed gate: exit 2, so CI tells a typo from a regression.
         where = f" (tracking store {redacted(uri)})" if uri else ""

@@ -98,3 +98,30 @@ def test_a_threshold_that_is_not_a_finite_number_is_refused(store, capsys, flag,
     assert main(["--experiment", "ci", "--tracking-uri", uri, flag, value]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: gate: {flag}=") and "finite number >= 0" in err
+
+
+def test_a_store_locked_between_check_and_open_is_refused_with_exit_2(store, capsys, monkeypatch):
+    """A writer that takes the store's creation lock after the gate checked the store and holds
+    it past the timeout: nothing to judge (exit 2, the lock named), not a traceback (exit 1,
+    which CI would read as a missed threshold)."""
+    import fcntl
+
+    from evalharness.gate import cli
+    from evalharness.tracking.store import creation_lock, lock_path
+
+    uri, _ = store
+    held = os.open(lock_path(uri), os.O_RDWR | os.O_CREAT)
+
+    def open_while_a_writer_holds_the_lock(u):
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the writer, from another descriptor
+        with creation_lock(u, timeout_s=0.2):
+            raise AssertionError("the lock should not be free")
+
+    monkeypatch.setattr(cli, "open_client", open_while_a_writer_holds_the_lock)
+    try:
+        assert main(["--experiment", "ci", "--tracking-uri", uri, "--min-speedup", "1"]) == 2
+    finally:
+        os.close(held)
+    err = capsys.readouterr().err
+    assert err.startswith("error: gate: another process has held ") and "Traceback" not in err
+    assert str(lock_path(uri)) in err
