@@ -218,12 +218,16 @@ class MlflowTracker:
         run_name: str,
         artifact_root: Path | None = None,
     ) -> None:
-        self.client = open_client(tracking_uri)  # a new store created once (store.open_client)
-        self.tracking_uri: str | None = redacted(tracking_uri)
-        self.experiment_id = ensure_experiment(self.client, experiment_name, artifact_root)
+        self._connect(tracking_uri, experiment_name, artifact_root)
         self.run_id: str | None = self.client.create_run(
             self.experiment_id, run_name=run_name
         ).info.run_id
+
+    def _connect(self, tracking_uri: str, experiment_name: str, artifact_root: Path | None) -> None:
+        """The client (a new store created once: ``store.open_client``) and the experiment."""
+        self.client = open_client(tracking_uri)
+        self.tracking_uri: str | None = redacted(tracking_uri)  # written down; the client connects
+        self.experiment_id = ensure_experiment(self.client, experiment_name, artifact_root)
 
     def child(self, run_name: str) -> MlflowTracker:
         """A run nested under this one (``mlflow.parentRunId``): the UI lists a suite's pairs
