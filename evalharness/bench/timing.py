@@ -24,6 +24,13 @@ def ms_stats(times: RunTimes) -> dict[str, float]:
     }
 
 
+def cpu_time_measures_compute() -> bool:
+    """Whether this process's CPU time measures the timed computation: on the CPU backend it
+    does; on an accelerator the host only dispatches and waits, so its CPU medians are shown but
+    no speedup is read from them (they can be zero)."""
+    return jax.default_backend() == "cpu"
+
+
 def time_warm(
     fns: dict[str, Callable[[], Any]],
     runs: int = 5,

@@ -232,3 +232,29 @@ def test_sweep_temporal_and_placement_time_their_variants_round_robin(monkeypatc
     rows = placement._rows(run, placement._policy(run))
     assert calls == [[r["variant"] for r in rows]] and len(rows) == 3
     assert all(r["median_ms"] == 1.0 for r in rows) and "sent_mb" in rows[1]
+
+
+def test_on_an_accelerator_no_speedup_is_read_from_host_cpu_time(monkeypatch):
+    """On a TPU the host only dispatches and waits: its CPU medians can be 0 ms (measured on a
+    TPU v5e). They are shown, but no speedup, fraction or check divides by them."""
+    from evalharness.bench import checks, schedules
+
+    rows = _rows(
+        {"b0": 186.0, "splash": 188.0, "b1": 89.0, "b2": 86.0, "b3": 75.0},
+        cpu={"b0": 10.0, "splash": 0.0, "b1": 0.0, "b2": 0.0, "b3": 0.0},
+    )
+    for row in rows:
+        row["mask_density"] = 0.3887
+    add_speedups(rows, 0.3887, cpu=False)
+    assert not any(key.startswith("cpu_") and key != "cpu_median_ms" for r in rows for key in r)
+    monkeypatch.setattr(checks, "cpu_time_measures_compute", lambda: False)
+    verdicts = checks.acceptance_checks(rows, [], "pallas_tpu")
+    assert verdicts["b3_at_least_0.95_of_ideal"] is True
+    assert not any(name.endswith("_cpu") for name in verdicts)
+    monkeypatch.setattr(schedules, "cpu_time_measures_compute", lambda: False)
+    arms = [
+        {"schedule": s, "cpu_median_ms": 0.0, "median_ms": ms, "min_ms": ms, "max_ms": ms}
+        | {"dense_steps": 0, "dense_layers": 0}
+        for s, ms in (("dense", 900.0), ("aggressive", 600.0))
+    ]
+    assert [r["cpu_speedup_vs_dense"] for r in schedules._table_rows(arms)] == [None, None]
