@@ -228,8 +228,9 @@ def pallas_blocksparse_attention(
         block_kv_compute: key chunk per online-softmax update (multiple of 128 dividing
             block_kv); defaults to gcd(block_kv, 512).
         vmem_limit_bytes: scoped VMEM limit passed to Mosaic. None: the compiler default while
-            the VMEM estimate fits it (32 MiB on v6e), else the estimate x 1.25 rounded up to a
-            MiB and capped at 96 MiB (``pallas_tpu_budget.auto_vmem_limit_bytes``).
+            the VMEM estimate fits every TPU's default (16 MiB, v5e's), else the estimate x 1.25
+            rounded up to a MiB, at least 32 MiB (v6e's default), at most 96 MiB
+            (``pallas_tpu_budget.auto_vmem_limit_bytes``).
         code_pack_limit: visit codes are stored two per SMEM word when all are below this
             (at most 2**15, the int16 range); 0 keeps one code per word.
         check_budget: refuse tiles our v6e SMEM/VMEM model says do not fit before Mosaic sees

@@ -46,6 +46,10 @@ VMEM_PHYSICAL_BYTES = 128 * MiB
 # vmem_limit_bytes per kernel), and public compile failures on v6e report "Scoped allocation with
 # size 34.08M and limit 32.00M exceeded scoped vmem limit". Hence 32 MiB, as observed, not specified.
 DEFAULT_SCOPED_VMEM_BYTES = 32 * MiB
+# The smallest default among the TPUs the kernel runs on: v5e's, read from Mosaic's refusal on a
+# TPU v5e ("Scoped allocation with size 20.71M and limit 16.00M", libtpu 0.0.42.1). An estimate
+# within it keeps the compiler default on every generation; above it the kernel asks for a limit.
+SMALLEST_DEFAULT_SCOPED_VMEM_BYTES = 16 * MiB
 # Automatic limit when the estimate exceeds the default: estimate x margin (the estimate is a model
 # of Mosaic's allocator, not a copy of it), rounded up to a MiB, capped at three quarters of the
 # physical VMEM so Mosaic's internal scratch and the double buffers of neighbours keep room.
@@ -150,14 +154,16 @@ def mosaic_fitted_vmem_bytes(block_q: int, block_kv: int, head_dim: int, item: i
 def auto_vmem_limit_bytes(vmem_bytes: int) -> int | None:
     """The limit the kernel asks Mosaic for when none is given (None: keep the default).
 
-    Rule: an estimate within ``DEFAULT_SCOPED_VMEM_BYTES`` keeps the compiler default; a larger
-    one gets ``estimate * VMEM_AUTO_MARGIN`` rounded up to a MiB, capped at
-    ``VMEM_AUTO_CAP_BYTES`` (an estimate above the cap does not fit; see ``check_tpu_budget``).
+    Rule: an estimate within ``SMALLEST_DEFAULT_SCOPED_VMEM_BYTES`` keeps the compiler default;
+    a larger one gets ``estimate * VMEM_AUTO_MARGIN`` rounded up to a MiB, at least v6e's
+    default ``DEFAULT_SCOPED_VMEM_BYTES`` (so v6e never compiles under less than its default) and
+    at most ``VMEM_AUTO_CAP_BYTES`` (an estimate above the cap does not fit; see
+    ``check_tpu_budget``).
     """
-    if vmem_bytes <= DEFAULT_SCOPED_VMEM_BYTES:
+    if vmem_bytes <= SMALLEST_DEFAULT_SCOPED_VMEM_BYTES:
         return None
     wanted = math.ceil(vmem_bytes * VMEM_AUTO_MARGIN / MiB) * MiB
-    return min(wanted, VMEM_AUTO_CAP_BYTES)
+    return min(max(wanted, DEFAULT_SCOPED_VMEM_BYTES), VMEM_AUTO_CAP_BYTES)
 
 
 def dense_table_smem_bytes(tokens: int, block_q: int, block_kv: int) -> int:

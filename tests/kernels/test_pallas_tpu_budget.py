@@ -9,6 +9,7 @@ import pytest
 
 from kernels.executors.pallas_tpu_budget import (
     DEFAULT_SCOPED_VMEM_BYTES,
+    SMALLEST_DEFAULT_SCOPED_VMEM_BYTES,
     SMEM_BYTES,
     SMEM_LIMIT_BYTES,
     VMEM_AUTO_CAP_BYTES,
@@ -105,7 +106,13 @@ def test_seed_tile_vmem_numbers():
     vmem = kernel_vmem_bytes(3328, 1536, HEAD_DIM, "bfloat16")
     assert vmem == 4_980_736 + 2 * 5_111_808 + 23_855_104
     assert auto_vmem_limit_bytes(vmem) == 47 * MiB  # 37.25 MiB x 1.25, rounded up to a MiB
-    assert auto_vmem_limit_bytes(DEFAULT_SCOPED_VMEM_BYTES) is None
+    assert auto_vmem_limit_bytes(SMALLEST_DEFAULT_SCOPED_VMEM_BYTES) is None
+    # Above v5e's 16 MiB default the limit is asked for, and never below v6e's 32 MiB default:
+    # 2688 x 1536 b2 tiles, estimated within 32 MiB, needed 20.71 MiB on a v5e.
+    assert (
+        auto_vmem_limit_bytes(SMALLEST_DEFAULT_SCOPED_VMEM_BYTES + 1) == DEFAULT_SCOPED_VMEM_BYTES
+    )
+    assert auto_vmem_limit_bytes(30 * MiB) == 38 * MiB
     assert auto_vmem_limit_bytes(VMEM_PHYSICAL_BYTES) == VMEM_AUTO_CAP_BYTES
 
 
