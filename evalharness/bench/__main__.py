@@ -281,9 +281,10 @@ def _measure(
     backend: Backend,
     dense: tuple[str, ...],
     dropped: list[str],
-) -> dict:
-    """Runs every part not in ``--skip``; returns the results by part and "notes" (with
-    ``dropped``, why a dense control is not among ``dense``)."""
+    result: dict,
+) -> None:
+    """Runs every part not in ``--skip``, adding each part's rows to ``result`` as it finishes,
+    and "notes" (with ``dropped``, why a dense control is not among ``dense``)."""
     skip = args.skip
     timed = {
         "batch": call.batch,
@@ -293,7 +294,6 @@ def _measure(
         "runs": call.runs,
     }
     geometry, density, block_sizes = call.geometry, call.target_density, call.block_sizes
-    result: dict = {"notes": []}
     if backend.interpret:
         result["notes"].append(
             "interpret mode: the Pallas kernels ran in the Pallas interpreter, so their times "
@@ -332,7 +332,6 @@ def _measure(
         else:
             print("compiling for memory analysis ...", file=sys.stderr, flush=True)
             result["memory"] = _memory(call, args, backend, dense)
-    return result
 
 
 def format_report(result: dict) -> str:
@@ -377,17 +376,40 @@ def main(argv: list[str] | None = None) -> int:
     )
     backend.check_tiles(call.block_sizes, call.geometry.tokens, call.head_dim, call.dtype)
     dense, dropped = _dense_controls(call.cfg)
-    result = {"config": _config(call, backend, dense)}
-    result.update(_measure(args, call, backend, dense, dropped))
+    result = {"config": _config(call, backend, dense), "notes": []}
+    try:
+        _measure(args, call, backend, dense, dropped, result)
+    except BaseException as error:
+        _keep_finished_parts(args, result, backend.name, error)
+        raise
+    _check_and_write(args, result, backend.name)
+    plots = {k: result.get(f"{k}_plot") for k in ("bq_sweep", "tile_sweep")}
+    emit(args, result, format_report(result), kernel_records(result, call.label, plots), call.cfg)
+    return 0
+
+
+def _check_and_write(args: argparse.Namespace, result: dict, backend: str) -> None:
+    """The checks on the parts in ``result``, then the JSON file ``--json-out`` names."""
     result["checks"] = acceptance_checks(
-        result.get("kernel_table", []), result.get("memory", []), backend.name
+        result.get("kernel_table", []), result.get("memory", []), backend
     )
     if args.json_out:
         with open(args.json_out, "w") as handle:
             json.dump(result, handle, indent=1)
-    plots = {k: result.get(f"{k}_plot") for k in ("bq_sweep", "tile_sweep")}
-    emit(args, result, format_report(result), kernel_records(result, call.label, plots), call.cfg)
-    return 0
+
+
+def _keep_finished_parts(
+    args: argparse.Namespace, result: dict, backend: str, error: BaseException
+) -> None:
+    """The parts that finished before ``error`` stopped the benchmark (minutes of measurement on
+    an accelerator), printed and written as a whole run's are, with a note saying it stopped;
+    not logged to MLflow, where a record stands for a whole benchmark."""
+    reason = (str(error).splitlines() or [""])[0]
+    result["notes"].append(
+        f"stopped early by {type(error).__name__}: {reason}; only the parts shown finished"
+    )
+    _check_and_write(args, result, backend)
+    emit(argparse.Namespace(json=args.json, mlflow=False), result, format_report(result))
 
 
 def _cli() -> int:

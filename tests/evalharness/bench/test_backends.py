@@ -45,6 +45,27 @@ def test_pallas_backend_off_its_platform_exits_2_as_the_run_does(backend, device
     assert captured.out == ""  # nothing timed, no table that could be mistaken for the kernel's
 
 
+def test_a_part_that_fails_keeps_the_parts_that_finished(monkeypatch, capsys, tmp_path):
+    """A compile refused in a later part (a TPU's scoped VMEM, say) does not lose the kernel
+    table measured before it: it is printed and written with a note, then the error stands."""
+    from evalharness.bench import __main__ as bench
+
+    def refused(*args, **kwargs):
+        raise RuntimeError("RESOURCE_EXHAUSTED: Ran out of memory in memory space vmem\n...")
+
+    monkeypatch.setattr(bench, "temporal_comparison", refused)
+    out_json = tmp_path / "bench.json"
+    argv = [*TINY_RUN, "--skip", "memory,sweep", "--json-out", str(out_json)]
+    with pytest.raises(RuntimeError, match="RESOURCE_EXHAUSTED"):
+        bench_main(argv)
+    out = capsys.readouterr().out
+    assert "## Kernel table (XLA backend)" in out and "## Temporal heads" not in out
+    assert "note: stopped early by RuntimeError: RESOURCE_EXHAUSTED: Ran out of memory" in out
+    written = json.loads(out_json.read_text())
+    assert [r["variant"] for r in written["kernel_table"]][:1] == ["b0"]
+    assert "temporal" not in written and written["checks"]
+
+
 def test_interpret_on_xla_exits_2(capsys):
     with pytest.raises(SystemExit) as refused:
         bench_main(["--interpret", *TINY_RUN])
