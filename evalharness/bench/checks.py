@@ -71,8 +71,9 @@ def acceptance_checks(
 
     On "xla" and "pallas_tpu": B3 at 0.95 of ideal, the orderings, B0 not slower than the XLA
     einsum (when it ran), on wall-clock medians and, on the CPU backend, again on process CPU
-    medians (less disturbed by other processes on a shared machine). On "pallas_gpu": ``gpu_checks`` and the orderings
-    on wall-clock medians only (the host's CPU time measures waiting). With ``memory`` rows:
+    medians (less disturbed by other processes on a shared machine). On "pallas_gpu":
+    ``gpu_checks`` and the orderings on wall-clock medians only (the host's CPU time measures
+    waiting). With ``memory`` rows:
     compiled peak of b0-b3 under 4 GiB. ``table`` and ``memory`` may be empty (part skipped).
     """
     by = _by_variant(table)
