@@ -213,6 +213,10 @@ def _describe(cfg: EvalConfig) -> dict:
     }
 
 
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def run(cfg: EvalConfig, schedules: Sequence[SparsitySchedule]) -> dict:
     """Builds, compiles and times every arm of ``schedules`` (:func:`load_schedules`; the one
     named ``dense`` is the reference) on the resolved ``cfg``, in the run's interleaved timer
@@ -224,8 +228,12 @@ def run(cfg: EvalConfig, schedules: Sequence[SparsitySchedule]) -> dict:
     setup = _setup(cfg)
     prepared: dict[str, PreparedArm] = {}
     arms: dict[str, dict] = {}
-    for schedule in schedules:
+    for number, schedule in enumerate(schedules, 1):
+        # Minutes each at real shapes on an accelerator: say where it is.
+        _progress(f"compiling and warming up {schedule.name} ({number}/{len(schedules)}) ...")
         prepared[schedule.name], arms[schedule.name] = _schedule_arm(setup, schedule)
+        _progress(f"  {arms[schedule.name]['compile_and_warm_s']:.1f} s")
+    _progress(f"timing {len(prepared)} arms round-robin, {cfg.warm_runs} rounds ...")
     for name, times in time_arms_interleaved(prepared, cfg.warm_runs).items():
         arms[name]["wall_ms"] = [1e3 * s for s in times.runs_s]
         arms[name]["cpu_ms"] = [1e3 * s for s in times.cpu_s]

@@ -159,7 +159,7 @@ TINY = [
 
 
 @pytest.mark.slow  # compiles and times two denoising loops: about 9 s on 2 cores
-def test_run_times_dense_and_a_sparse_schedule_on_the_run_config():
+def test_run_times_dense_and_a_sparse_schedule_on_the_run_config(capsys):
     cfg = resolved_run_config(TINY)
     geometry = token_geometry(cfg.resolution.video)
     chosen = schedules.load_schedules(TINY, geometry, run_block_sizes(cfg))
@@ -172,3 +172,7 @@ def test_run_times_dense_and_a_sparse_schedule_on_the_run_config():
     assert result["geometry"]["tokens"] == 72 and result["block_sizes"] == [8, 8]
     assert result["guidance"] == {"scale": cfg.guidance_scale, "passes": "joint", "batch": 2}
     assert "| aggressive |" in schedules.format_table(json.loads(json.dumps(result)))
+    # Where a run of minutes per arm is, on stderr.
+    progress = capsys.readouterr().err
+    assert "compiling and warming up dense (1/2) ..." in progress
+    assert f"timing 2 arms round-robin, {cfg.warm_runs} rounds ..." in progress
