@@ -4,8 +4,8 @@ With no arguments it runs the embedded default (the trained tiny model at the CP
 schedule). Every ending is its exit code (``evalharness.exit_codes``: 0 done, 1 a missed gate, 2
 refused before any work, 3 a dry run over ``max_minutes``, 4 failed while running, 130 / 143
 interrupted); each failure ends with one ``error:`` line and no traceback, except a failure nobody
-foresaw (a bug), whose traceback is kept. In a multirun every job runs; the sweep exits with the worst code of its
-jobs (4, 2, 3, then 1).
+foresaw (a bug), whose traceback is kept. In a multirun every job runs; the sweep exits with the
+worst code of its jobs (4, 2, 3, then 1).
 """
 
 from __future__ import annotations
