@@ -20,7 +20,11 @@ from omegaconf import DictConfig
 from evalharness import exit_codes
 from evalharness.config import check_overrides, register_configs
 from evalharness.refusal import CONFIG_ERRORS, PreflightRefusal
-from evalharness.search.settings import register_search_configs, unknown_search_key
+from evalharness.search.settings import (
+    register_search_configs,
+    search_value_problem,
+    unknown_search_key,
+)
 from evalharness.search.study_run import dry_run_search, run_search
 from evalharness.search.summary import answer_lines
 from evalharness.tracking import redact_logs
@@ -69,7 +73,7 @@ def check_search_overrides(args: list[str]) -> str | None:
     for arg in args:
         key = arg.split("=", 1)[0]
         if key.startswith("search.") and "=" in arg:
-            problem = unknown_search_key(key)
+            problem = unknown_search_key(key) or search_value_problem(arg)
             if problem:
                 return f"{problem} (in {arg!r}; nothing was run)"
             continue

@@ -14,7 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from evalharness.assembly import platform_choices
 from evalharness.config import EvalConfig, GateOn, limit_problem, token_geometry
@@ -228,6 +231,24 @@ def unknown_search_key(path: str) -> str | None:
                 f"unknown setting {path!r}{hint}; the settings here are {', '.join(sorted(types))}"
             )
         node = FloatRange if types[part] in ("FloatRange", FloatRange) else None
+    return None
+
+
+def search_value_problem(arg: str) -> str | None:
+    """What composing a ``search.<key>=<value>`` override would refuse in its value (a type or a
+    choice, e.g. ``search.statistic=median``), with the key and the valid values named; None when
+    the value fits, or the override is a sweep. Its key is known (:func:`unknown_search_key`)."""
+    key = arg.split("=", 1)[0]
+    parts = key.split(".")[1:]
+    node = OmegaConf.structured(FloatRange if len(parts) == 2 else SearchConfig)
+    try:
+        override = OverridesParser.create().parse_override(arg)
+        if override.is_sweep_override():
+            return None
+        node[parts[-1]] = override.value()
+    except (HydraException, OmegaConfBaseException) as err:
+        reason = str(err).strip().splitlines()[0]
+        return f"{key}: {reason}"
     return None
 
 

@@ -1,5 +1,6 @@
 """The search section (composed with Hydra like the CLI), bad bounds refused with the fix, the
-recommended schedule's file (written, then composed by Hydra as a named schedule), the plan."""
+recommended schedule's file (written, then composed by Hydra as a named schedule), the plan, and a
+``search.*`` value Hydra would refuse given an ``error:`` line before Hydra runs."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
+from evalharness import exit_codes
 from evalharness.config import register_configs, to_config
+from evalharness.search import __main__ as search_main
 from evalharness.search import (
     register_search_configs,
     schedule_text,
@@ -115,3 +118,20 @@ def test_a_density_floor_narrower_than_a_tile_is_refused_before_any_trial():
     hopeless, _ = split_search(compose_search("search.density.low=0.05", "search.density.high=0.1"))
     with pytest.raises(ValueError, match="no value on its grid can run here"):
         check_density_floor(hopeless, base)
+
+
+@pytest.mark.parametrize(
+    ("arg", "said"),
+    [
+        ("search.statistic=median", "expected one of [mean, lcb, worst]"),
+        ("search.trials=many", "could not be converted to Integer"),
+        ("search.density.step=fine", "could not be converted to Float"),
+    ],
+)
+def test_a_search_value_hydra_would_refuse_gets_an_error_line(capsys, arg, said):
+    with pytest.raises(SystemExit) as ended:
+        search_main.cli([arg])
+    assert ended.value.code == exit_codes.REFUSED
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    key = arg.split("=")[0]
+    assert line.startswith(f"error: {key}: ") and said in line and "nothing was run" in line
