@@ -13,7 +13,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,20 @@ def _alive(pid: int, started: str | None) -> bool:
     return now is None or now == started
 
 
+def process_stamp() -> dict[str, Any]:
+    """This process as a later one recognises it: its pid, the pid's start time and the host."""
+    pid = os.getpid()
+    return {"pid": pid, "pid_start": _process_start(pid), "host": socket.gethostname()}
+
+
+def process_alive(stamp: Mapping[str, Any]) -> bool | None:
+    """Whether the process a :func:`process_stamp` names still runs: on this host, its pid is
+    there with the same start time; None for a process on another host (not knowable here)."""
+    if stamp.get("host") != socket.gethostname():
+        return None
+    return _alive(int(stamp.get("pid", -1)), stamp.get("pid_start"))
+
+
 def read_status(run_dir: Path) -> dict[str, Any] | None:
     """The folder's status, or None when it has none (or it cannot be read)."""
     try:
@@ -73,15 +87,8 @@ def write_status(run_dir: Path, status: str, **fields: Any) -> Path:
 def start_status(run_dir: Path, *, mlflow_run_id: str | None, tracking_uri: str | None) -> Path:
     """``running``, with what the next run needs to recognise this one if it is killed: pid,
     its start time, host, and the MLflow run."""
-    pid = os.getpid()
     return write_status(
-        run_dir,
-        RUNNING,
-        pid=pid,
-        pid_start=_process_start(pid),
-        host=socket.gethostname(),
-        mlflow_run_id=mlflow_run_id,
-        tracking_uri=tracking_uri,
+        run_dir, RUNNING, **process_stamp(), mlflow_run_id=mlflow_run_id, tracking_uri=tracking_uri
     )
 
 

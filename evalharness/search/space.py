@@ -75,18 +75,22 @@ def reference_trials(search: SearchConfig) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def enqueue_references(study: optuna.Study, search: SearchConfig) -> list[str]:
-    """Queues the reference schedules as the study's first trials; returns their names."""
+def enqueue_references(
+    study: optuna.Study, references: list[tuple[str, dict[str, Any]]]
+) -> list[str]:
+    """Queues the reference schedules (:func:`reference_trials`) as the study's first trials;
+    returns their names."""
     queued = []
-    for name, knobs in reference_trials(search):
+    for name, knobs in references:
         study.enqueue_trial(knobs, user_attrs={REFERENCE_ATTR: name}, skip_if_exists=True)
         queued.append(name)
     return queued
 
 
-def make_sampler(search: SearchConfig) -> optuna.samplers.BaseSampler:
-    """Optuna's TPE sampler seeded by ``search.sampler_seed``; it reads the gate's constraints
-    that each trial sets (``Trial.set_constraint``, Optuna 5's successor of ``constraints_func``).
+def make_sampler(search: SearchConfig, offset: int = 0) -> optuna.samplers.BaseSampler:
+    """Optuna's TPE sampler seeded by ``search.sampler_seed`` plus ``offset`` (a resumed study's
+    trials: ``evalharness.search.resume.sampler_offset``); it reads the gate's constraints that
+    each trial sets (``Trial.set_constraint``, Optuna 5's successor of ``constraints_func``).
 
     A third of the trials (at least 4, at most TPE's default 10) are random before TPE models
     them, so a small budget still explores.
@@ -97,5 +101,5 @@ def make_sampler(search: SearchConfig) -> optuna.samplers.BaseSampler:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return optuna.samplers.TPESampler(
-            seed=search.sampler_seed, n_startup_trials=startup, multivariate=True
+            seed=search.sampler_seed + offset, n_startup_trials=startup, multivariate=True
         )

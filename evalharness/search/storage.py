@@ -76,42 +76,74 @@ def _ensure_schema(url: str) -> None:
         engine.dispose()
 
 
-def open_study(
-    name: str, url: str, sampler: optuna.samplers.BaseSampler, *, resume: bool
-) -> optuna.Study:
-    """Creates the study, or loads it when resuming.
+def _storage(url: str) -> optuna.storages.RDBStorage:
+    """Opens Optuna's storage.
 
     Raises:
-        PreflightRefusal: a new search whose name is taken, or a resume of a study that does
-            not exist, or a storage that cannot be opened (each names the fix).
+        PreflightRefusal: it cannot be opened (the message names the URL's scheme and the fix).
     """
     import optuna
 
     try:
         _ensure_schema(url)
-        storage = optuna.storages.RDBStorage(url, heartbeat_interval=None)
+        return optuna.storages.RDBStorage(url, heartbeat_interval=None)
     except Exception as err:  # noqa: BLE001 - any driver's error: refuse with the URL's scheme
         raise PreflightRefusal(
             f"Optuna's storage {url.split('://')[0]}://... cannot be opened: "
             f"{type(err).__name__}: {redacted(str(err), url)}; give a writable search.storage "
             "(an SQLAlchemy URL)"
         ) from err
-    names = {s.study_name for s in optuna.get_all_study_summaries(storage)}
-    if resume and name not in names:
-        raise PreflightRefusal(
-            f"search.resume=true, but the storage holds no study {name!r} (it has "
-            f"{sorted(names) or 'none'}); drop search.resume to start it"
-        )
-    if not resume and name in names:
+
+
+def _study_names(url: str) -> set[str]:
+    """The studies the storage holds; an sqlite file that does not exist holds none (and is not
+    created by asking)."""
+    import optuna
+
+    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
+        return set()
+    return {s.study_name for s in optuna.get_all_study_summaries(_storage(url))}
+
+
+def refuse_taken(name: str, url: str) -> None:
+    """Refuses a new study whose name the storage holds already (creating nothing).
+
+    Raises:
+        PreflightRefusal: the name is taken, or the storage cannot be opened.
+    """
+    if name in _study_names(url):
         raise PreflightRefusal(
             f"a study named {name!r} exists already; add search.resume=true to continue it, or "
             "give another search.study_name"
         )
-    if resume:
-        study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
-        if tuple(d.name.lower() for d in study.directions) != DIRECTIONS:
-            raise PreflightRefusal(f"the study {name!r} was not made by this search")
-        return study
+
+
+def create_study(name: str, url: str, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
+    """Creates a new study (:func:`refuse_taken` first: a taken name is refused)."""
+    import optuna
+
+    refuse_taken(name, url)
     return optuna.create_study(
-        study_name=name, storage=storage, sampler=sampler, directions=list(DIRECTIONS)
+        study_name=name, storage=_storage(url), sampler=sampler, directions=list(DIRECTIONS)
     )
+
+
+def load_study(name: str, url: str) -> optuna.Study:
+    """Loads the study to resume, creating nothing when it is not there.
+
+    Raises:
+        PreflightRefusal: the storage holds no such study, holds one this search did not make,
+            or cannot be opened.
+    """
+    import optuna
+
+    names = _study_names(url)
+    if name not in names:
+        raise PreflightRefusal(
+            f"search.resume=true, but the storage holds no study {name!r} (it has "
+            f"{sorted(names) or 'none'}); drop search.resume to start it"
+        )
+    study = optuna.load_study(study_name=name, storage=_storage(url))
+    if tuple(d.name.lower() for d in study.directions) != DIRECTIONS:
+        raise PreflightRefusal(f"the study {name!r} was not made by this search")
+    return study

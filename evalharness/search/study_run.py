@@ -12,7 +12,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
@@ -22,13 +22,14 @@ from evalharness.evidence import code_version
 from evalharness.exit_codes import Terminated, signals_deferred
 from evalharness.metric_names import Metric
 from evalharness.refusal import PreflightRefusal
-from evalharness.search import storage
+from evalharness.search import resume, storage
 from evalharness.search.front import no_recommendation_message
 from evalharness.search.objectives import objective_values, readings, thresholds
 from evalharness.search.parent import NoParent, ParentRun, open_parent
 from evalharness.search.plan import SearchPlan, make_plan
+from evalharness.search.resume import ERROR_ATTR, INTERRUPTED_ATTR, finished
 from evalharness.search.settings import SearchConfig, check_density_floor, search_dict, split_search
-from evalharness.search.space import enqueue_references, make_sampler, suggest
+from evalharness.search.space import enqueue_references, make_sampler, reference_trials, suggest
 from evalharness.search.summary import (
     REFERENCE_ATTR,
     Answer,
@@ -52,11 +53,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-INTERRUPTED_ATTR = "interrupted"
 CODE_ATTR = "exit_code"
-ERROR_ATTR = "error"
 PARENT_ATTR = "mlflow_parent_run_id"
-REQUEUED_ATTR = "requeued_trials"
 
 
 @dataclass(frozen=True)
@@ -90,6 +88,9 @@ class Search:
         folder: the study's folder.
         statistic: the PSNR statistic (``mean``, ``lcb``, ``worst``).
         limits: the gate's thresholds by metric.
+        comparable: what the trials must share (``resume.comparable_settings``): recorded on a
+            new study, compared on a resume.
+        references: the named schedules queued first on a new study, as (name, knobs).
         codes: each trial's exit code in this invocation.
         stopped: why the search stopped before ``search.trials`` (its revised time over
             ``max_minutes``), None when it did not.
@@ -103,6 +104,8 @@ class Search:
     folder: Path
     statistic: str
     limits: dict[str, float]
+    comparable: dict[str, Any]
+    references: list[tuple[str, dict[str, Any]]]
     codes: list[int] = field(default_factory=list)
     stopped: str | None = None
     current: optuna.Trial | None = None
@@ -127,6 +130,7 @@ def prepare(cfg: DictConfig | dict) -> Search:
 
     Raises:
         ValueError: a bad search or run setting (nothing was run).
+        FileNotFoundError: a named schedule in ``search.reference`` that does not exist.
         PreflightRefusal: a resume with nothing to resume.
     """
     search, run_cfg = split_search(cfg)
@@ -135,7 +139,10 @@ def prepare(cfg: DictConfig | dict) -> Search:
     name = storage.study_name_for(search.study_name, base.output_root, search.resume)
     statistic = str(search.statistic or base.gate.on)
     folder = storage.searches_root(base.output_root) / name
-    return Search(search, run_cfg, base, name, folder, statistic, thresholds(base.gate))
+    comparable = resume.comparable_settings(base, search, statistic)
+    references = [] if search.resume else reference_trials(search)
+    limits = thresholds(base.gate)
+    return Search(search, run_cfg, base, name, folder, statistic, limits, comparable, references)
 
 
 def dry_run_search(cfg: DictConfig | dict) -> tuple[int, str]:
@@ -143,26 +150,13 @@ def dry_run_search(cfg: DictConfig | dict) -> tuple[int, str]:
     s = prepare(cfg)
     done = 0
     if s.search.resume:
-        import optuna
-
         url = storage.storage_url(s.search.storage, s.base.logger.tracking_uri, s.folder)
-        done = _finished(optuna.load_study(study_name=s.name, storage=url))
+        study = storage.load_study(s.name, url)
+        resume.check_resumable(study, s.comparable)
+        done = finished(study)
     plan = make_plan(s.run_cfg, s.search, done, s.base.max_minutes)
     lines = [f"# Search plan: study {s.name}", "", *plan.lines()]
     return (exit_codes.OK if plan.within else exit_codes.OVER_TIME), "\n".join(lines)
-
-
-def _finished(study: optuna.Study) -> int:
-    """Trials that count towards ``search.trials``: completed, or failed other than by an
-    interruption."""
-    import optuna
-
-    states = optuna.trial.TrialState
-    return sum(
-        t.state == states.COMPLETE
-        or (t.state == states.FAIL and not t.user_attrs.get(INTERRUPTED_ATTR))
-        for t in study.get_trials(deepcopy=False)
-    )
 
 
 def run_search(cfg: DictConfig | dict) -> SearchResult:
@@ -176,12 +170,8 @@ def run_search(cfg: DictConfig | dict) -> SearchResult:
     s = prepare(cfg)
     logger, output_root = s.base.logger, Path(s.base.output_root)
     check_tracking(logger.kind, logger.tracking_uri, logger.experiment_name, output_root)
-    s.folder.mkdir(parents=True, exist_ok=True)
     url = storage.storage_url(s.search.storage, logger.tracking_uri, s.folder)
-    study = storage.open_study(s.name, url, make_sampler(s.search), resume=s.search.resume)
-    plan = make_plan(s.run_cfg, s.search, _finished(study), s.base.max_minutes)
-    if not plan.within:
-        raise PreflightRefusal(f"search {s.name}: {plan.refusal()}")
+    study, plan = _open_study(s, url)
     shown = redacted(url.split("?")[0])
     print("\n".join([f"search {s.name} (storage {shown})", *plan.lines()]), flush=True)
     enable_compile_cache(s.base.cache_dir)
@@ -202,6 +192,30 @@ def run_search(cfg: DictConfig | dict) -> SearchResult:
         _close_on_error(s, study, parent, err)
         raise
     return _verdict(s, answer)
+
+
+def _open_study(s: Search, url: str) -> tuple[optuna.Study, SearchPlan]:
+    """The study and its plan, every refusal (a taken or missing name, a resume with other
+    settings or of a study another process runs, a plan over ``max_minutes``) before anything is
+    created or changed; then a new study is created, or a resumed one takes back its lost trials
+    (``resume.recover_trials``) and a sampler seeded past the points it drew."""
+    if s.search.resume:
+        study = storage.load_study(s.name, url)
+        resume.check_resumable(study, s.comparable)
+        done = finished(study)
+    else:
+        storage.refuse_taken(s.name, url)
+        study, done = None, 0
+    plan = make_plan(s.run_cfg, s.search, done, s.base.max_minutes)
+    if not plan.within:
+        raise PreflightRefusal(f"search {s.name}: {plan.refusal()}")
+    if study is None:
+        s.folder.mkdir(parents=True, exist_ok=True)
+        study = storage.create_study(s.name, url, make_sampler(s.search))
+    else:
+        study.sampler = make_sampler(s.search, resume.sampler_offset(study))
+    resume.claim(study, s.comparable)
+    return study, plan
 
 
 def _record_start(
@@ -227,23 +241,15 @@ def _record_start(
     parent.log(params, {"estimated_trial_minutes": plan.trial_minutes})
     parent.set_tags({SEARCH_TAG: s.name, "search_folder": str(s.folder.resolve())})
     if not s.search.resume:
-        queued = enqueue_references(study, s.search)
+        queued = enqueue_references(study, s.references)
         log.info("reference schedules queued first: %s", ", ".join(queued) or "none")
     else:
-        _requeue_interrupted(study)
-
-
-def _requeue_interrupted(study: optuna.Study) -> None:
-    """Queues once more each trial an interruption ended (its knobs were never measured)."""
-    import optuna
-
-    done = set(study.user_attrs.get(REQUEUED_ATTR, []))
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,)):
-        if t.user_attrs.get(INTERRUPTED_ATTR) and t.number not in done:
-            attrs = {k: v for k, v in t.user_attrs.items() if k == REFERENCE_ATTR}
-            study.enqueue_trial(dict(t.params), user_attrs=attrs)
-            done.add(t.number)
-    study.set_user_attr(REQUEUED_ATTR, sorted(done))
+        lost, requeued = resume.recover_trials(study)
+        if lost or requeued:
+            s.say(
+                f"trial(s) {lost or 'none'} left running by a lost process marked failed; the "
+                f"knobs of interrupted trial(s) {requeued or 'none'} queued to run again"
+            )
 
 
 def _trials(
@@ -255,7 +261,7 @@ def _trials(
     budget_s = None if plan.budget_minutes is None else plan.budget_minutes * 60
     took: list[float] = []
     paced: list[tuple[float, float]] = []  # (took, estimated) of the trials that measured
-    while _finished(study) < s.search.trials:
+    while finished(study) < s.search.trials:
         if budget_s is not None and time.perf_counter() - start > budget_s:
             s.say(f"time budget of {plan.budget_minutes:g} min reached")
             return
@@ -266,7 +272,7 @@ def _trials(
         took.append((time.perf_counter() - began) / 60)
         if outcome.measured:
             paced.append((took[-1], estimated))
-        left = s.search.trials - _finished(study)
+        left = s.search.trials - finished(study)
         revised = plan.revised_minutes(paced, left)
         end = (time.perf_counter() - start) / 60 + revised
         s.say(
@@ -278,7 +284,7 @@ def _trials(
             s.stopped = (
                 f"stopped after {len(took)} trial(s) of this invocation: at the measured pace the "
                 f"{left} left would end at {end:.1f} min, over max_minutes={plan.max_minutes:g}; "
-                f"the study keeps its {_finished(study)} finished trials (search.resume=true with "
+                f"the study keeps its {finished(study)} finished trials (search.resume=true with "
                 "a higher max_minutes continues it)"
             )
             s.say(s.stopped)
