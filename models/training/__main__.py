@@ -19,8 +19,9 @@ run tagged ``run_kind=training`` (``--tracking-uri``, default the harness's ``ou
 An export trained without the decoder stage gets it from ``python -m
 models.training.refine_decoder``.
 
-Exit codes as the harness's: 0 done, 2 refused (bad settings, a folder of another run), 4 failed
-while training, 130 interrupted.
+Exit codes as the harness's: 0 done, 2 refused before any work (bad settings, a folder of another
+run, an ``--out`` that cannot be a run folder, a damaged stage checkpoint), 4 failed while
+training, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from models.training.run_folder import (
     claim_folder,
     command_main,
     metric_logger,
+    out_folder,
     recorded_command,
     settings_from,
 )
@@ -49,7 +51,7 @@ def train(args: argparse.Namespace, argv: list[str]) -> Path | None:
     from models.training.vae_stage import fine_tune_decoder, train_vae
 
     settings = settings_from(args.preset, args.set)
-    run_dir = Path(args.out)
+    run_dir = out_folder(args.out)
     claim_folder(run_dir, settings)
     progress = not args.quiet
     with metric_logger(args, settings, preset=args.preset) as base:

@@ -9,6 +9,7 @@ the current model's (count, shapes) and refuses otherwise, naming the mismatch.
 from __future__ import annotations
 
 import os
+import zipfile
 from pathlib import Path
 
 import jax
@@ -37,6 +38,28 @@ def saved_step(path: Path) -> int | None:
         return None
     with np.load(path) as data:
         return int(data["step"])
+
+
+def check_checkpoint(path: Path) -> None:
+    """Reads ``path`` through (every array's checksum and its step) without keeping it.
+
+    Raises:
+        CheckpointMismatch: the file cannot be read (truncated, damaged, not a checkpoint); the
+            message names it and the fix.
+    """
+    try:
+        with zipfile.ZipFile(path) as archive:
+            damaged = archive.testzip()
+            if damaged is not None:
+                raise zipfile.BadZipFile(f"{damaged} fails its checksum")
+        with np.load(path) as data:
+            int(data["step"])
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
+        raise CheckpointMismatch(
+            f"{path} is not a readable checkpoint ({type(err).__name__}: {err}); it was cut "
+            "short or damaged: delete it to train that stage again from its start, or put back "
+            "a good copy"
+        ) from None
 
 
 def restore_checkpoint(path: Path, *nodes: nnx.Module | nnx.Optimizer) -> int:

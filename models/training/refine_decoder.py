@@ -30,6 +30,7 @@ from models.training.run_folder import (
     claim_folder,
     command_main,
     metric_logger,
+    out_folder,
     recorded_command,
     settings_from,
 )
@@ -85,7 +86,7 @@ def refine(args: argparse.Namespace, argv: list[str]) -> Path:
     source = Path(args.checkpoint)
     record = source_record(source)
     settings = refined_settings(record, args.preset, args.set)
-    run_dir = Path(args.out)
+    run_dir = out_folder(args.out)
     claim_folder(run_dir, settings)
     autoencoder = load_autoencoder(source / "vae")
     before = reconstruction_psnr(autoencoder, settings, 8)

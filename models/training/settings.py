@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -177,8 +178,12 @@ class TrainSettings:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if isinstance(f.default, float):
-                if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                    raise ValueError(f"{f.name}={value!r}: must be a number >= 0")
+                number = not isinstance(value, bool) and isinstance(value, int | float)
+                if not number or not math.isfinite(value) or value < 0:
+                    raise ValueError(
+                        f"{f.name}={value!r}: must be a finite number >= 0 (e.g. its default "
+                        f"{f.default:g})"
+                    )
                 continue
             low = 0 if f.name in _MAY_BE_ZERO else 1
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
