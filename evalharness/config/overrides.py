@@ -4,13 +4,15 @@ Hydra refuses ``warm_run=1`` (a misspelt ``warm_runs``) by suggesting ``+warm_ru
 fails later as an unknown key. :func:`check_overrides` knows every settable path from the
 schemas (``EvalConfig`` and the dataclasses inside it) and the config groups under ``conf/``,
 and names the closest one. Hydra's own flags (``-m``, ``--cfg``), ``hydra.*`` settings, appends
-(``+key``), deletions (``~key``) and package overrides (``group@pkg``) are left to Hydra.
+(``+key``), deletions (``~key``) and package overrides (``group@pkg``) are left to Hydra, except
+``hydra/launcher=submitit_*``, refused with the extra to install when its plugin is not installed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.util
 import typing
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +24,10 @@ from omegaconf.errors import OmegaConfBaseException
 
 from evalharness.config.compose import CONF_DIR
 from evalharness.config.schemas import EvalConfig, schema
+
+# Hydra's launchers that the ``launchers`` extra's plugin (hydra-submitit-launcher) brings.
+SUBMITIT_LAUNCHERS = ("submitit_local", "submitit_slurm")
+SUBMITIT_PLUGIN = "hydra_plugins.hydra_submitit_launcher"
 
 
 def _dataclass_of(hint: Any) -> type | None:
@@ -88,6 +94,8 @@ def check_overrides(args: list[str]) -> str | None:
         if arg.startswith(("-", "+", "~")) or "=" not in arg:
             continue
         key = arg.split("=", 1)[0]
+        if key == "hydra/launcher" and (problem := launcher_problem(arg)):
+            return f"{problem} (nothing was run)"
         if key.startswith("hydra") or "/" in key or "@" in key:
             continue
         grouped = None if search is None else group_option_problem(arg, search)
@@ -95,6 +103,24 @@ def check_overrides(args: list[str]) -> str | None:
         if problem:
             return f"{problem} (in {arg!r}; nothing was run)"
     return None
+
+
+def launcher_problem(arg: str) -> str | None:
+    """For ``hydra/launcher=submitit_local`` or ``submitit_slurm`` without its plugin installed:
+    what is missing and the extra that installs it; None otherwise (Hydra names an unknown one)."""
+    launcher = arg.partition("=")[2].strip()
+    if launcher not in SUBMITIT_LAUNCHERS:
+        return None
+    try:
+        installed = importlib.util.find_spec(SUBMITIT_PLUGIN) is not None
+    except ModuleNotFoundError:  # no hydra_plugins namespace at all
+        installed = False
+    if installed:
+        return None
+    return (
+        f"hydra/launcher={launcher} needs Hydra's submitit launcher plugin, which is not "
+        "installed: pip install -e '.[launchers]' brings it"
+    )
 
 
 def group_options(group: str, search_path: Sequence[Path] = ()) -> list[str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import getpass
+import importlib.util
 import os
 import signal
 import subprocess
@@ -33,6 +34,9 @@ from evalharness.tracking.postgres import free_port, postgres_server
 from evalharness.tracking.redaction import redacted
 
 DEFAULT_FOLDER = Path("outputs/tracking-server")
+# What the server needs beyond the core dependencies, both from the ``postgres`` extra.
+POSTGRES_DRIVER = "psycopg"
+AUTH_APP_MODULE = "flask_wtf"
 
 
 def start_mlflow(
@@ -250,6 +254,7 @@ def _banner(
 
 def _add_user(args: argparse.Namespace) -> int:
     """The add-user command: the new password from standard input, never the command line."""
+    auth.check_username(args.username)  # before any file is read or password asked for
     source = args.admin_file.resolve()
     admin = auth.read_credentials(source)
     user = auth.Credentials(args.username, _read_new_password(args.username))
@@ -278,10 +283,32 @@ def _read_new_password(username: str) -> str:
     return password
 
 
+def missing_extra(args: argparse.Namespace) -> str | None:
+    """What the command needs and is not installed, with the extra that brings it; None when
+    all is there. Serving needs the PostgreSQL driver, and with ``--auth`` the auth app's
+    Flask-WTF; ``add-user`` talks to the auth app through MLflow's client, which imports it."""
+    serving = args.command != "add-user"
+    missing = []
+    if serving and importlib.util.find_spec(POSTGRES_DRIVER) is None:
+        missing.append("psycopg (SQLAlchemy's PostgreSQL driver)")
+    if (args.auth or not serving) and importlib.util.find_spec(AUTH_APP_MODULE) is None:
+        missing.append("Flask-WTF (MLflow's basic-auth app)")
+    if not missing:
+        return None
+    return (
+        f"{' and '.join(missing)} not installed: pip install -e '.[postgres]' brings "
+        f"{'it' if len(missing) == 1 else 'both'}; nothing was started"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line; returns the exit code: 0 stopped by Ctrl-C or SIGTERM (or a user
     added), 1 MLflow died, 2 could not start or refused (the message says why)."""
     args = _parser().parse_args(argv)
+    missing = missing_extra(args)
+    if missing:
+        print(f"error: {missing}", file=sys.stderr)
+        return 2
     try:
         if args.command == "add-user":
             return _add_user(args)
