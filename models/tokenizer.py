@@ -72,7 +72,8 @@ class SentencePieceTokenizer:
 class TokenizerJsonTokenizer:
     """A ``tokenizer.json`` (T5TokenizerFast layout) through the ``tokenizers`` package.
 
-    Used only when a checkpoint ships no ``spiece.model``; ``tokenizers`` comes with transformers.
+    Used when a checkpoint ships no ``spiece.model``, as the shipped ``tiny`` model does;
+    ``tokenizers`` is a core dependency.
     """
 
     def __init__(self, json_file: str | Path, *, pad_token: str = "<pad>", eos_token: str = "</s>"):
