@@ -49,7 +49,7 @@ from evalharness.comparison import (
 )
 from evalharness.config import EvalConfig, Pair, run_pairs, to_config, to_plain_dict
 from evalharness.evidence import code_version, run_status
-from evalharness.exit_codes import RunFailed, Terminated
+from evalharness.exit_codes import RunFailed, Terminated, as_interruption
 from evalharness.metric_names import RunMetrics
 from evalharness.refusal import PreflightRefusal
 from evalharness.tracking import (
@@ -180,11 +180,16 @@ def _verdict(outcome: Outcome) -> RunMetrics:
 def _end_badly(err: BaseException, cfg: EvalConfig, run_dir: Path) -> NoReturn:
     """Marks the folder ``killed`` (Ctrl-C, SIGTERM: the same exception goes on) or ``failed``
     (the traceback in ``error.log``; raises ``RunFailed`` saying in one line what failed, where,
-    and for an I/O error which setting names the place)."""
-    if isinstance(err, KeyboardInterrupt | Terminated):
-        what = "interrupted (Ctrl-C)" if isinstance(err, KeyboardInterrupt) else "terminated"
+    and for an I/O error which setting names the place). A failure after a signal is the
+    signal's: Ctrl-C in a terminal stops FFmpeg too, whose broken pipe then fails the run."""
+    signalled = as_interruption(err)
+    if isinstance(signalled, KeyboardInterrupt | Terminated):
+        ctrl_c = isinstance(signalled, KeyboardInterrupt)
+        what = "interrupted (Ctrl-C)" if ctrl_c else "terminated"
         run_status.end_status(run_dir, run_status.KILLED, error=what)
-        raise err
+        if signalled is err:
+            raise err
+        raise signalled from err
     if not isinstance(err, Exception):  # SystemExit and the like: not the run's failure
         raise err
     line = redacted(f"{type(err).__name__}: {err}", cfg.logger.tracking_uri).splitlines()[0][:500]

@@ -36,16 +36,20 @@ import warnings  # noqa: E402
 
 import pytest  # noqa: E402
 
+from models import interruption  # noqa: E402
+
 _HANDLED = (signal.SIGINT, signal.SIGTERM)
 
 
 @pytest.fixture(autouse=True)
 def _signal_handlers_restored(request):
-    """Each test starts with the SIGINT / SIGTERM handlers the session started with: a test that
-    runs a command in-process (which installs its own handlers) must not change how a later test
-    sees Ctrl-C. A test that leaves them changed is named in a warning."""
+    """Each test starts with the SIGINT / SIGTERM handlers the session started with and no signal
+    noted (``models.interruption``): a test that runs a command in-process (which installs its
+    own handlers) must not change how a later test sees Ctrl-C. A test that leaves the handlers
+    changed is named in a warning."""
     before = {sig: signal.getsignal(sig) for sig in _HANDLED}
     yield
+    interruption.clear()  # a signal a test delivered (or noted) is not a later test's
     for sig, handler in before.items():
         if signal.getsignal(sig) is not handler:
             signal.signal(sig, handler)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from evalharness.comparison.measured import Measured
 from evalharness.comparison.pair import Comparison
 from evalharness.evidence import run_folder, run_status, write_results
+from evalharness.exit_codes import stop_if_signalled
 from evalharness.gate import GateResult, check_gate
 from evalharness.metric_names import RunMetrics
 from evalharness.tracking import description_tags
@@ -59,6 +60,7 @@ def conclude(comparison: Comparison, measured: Measured, *, wall_s: float) -> Ou
     # A suite's pairs upload their own folders to their child runs.
     exclude = (() if cfg.logger.log_videos else run_folder.VIDEO_PATTERNS) + ("pairs/*",)
     tracker.log_artifacts(run_dir, exclude=exclude)
+    stop_if_signalled()  # the last safe point: a signal before it leaves the run killed
     tracker.finish("FINISHED")
     run_status.end_status(run_dir, run_status.FINISHED, gate_passed=gate.passed)
     return Outcome(located, gate, summary)

@@ -239,7 +239,8 @@ def _dense_arms(
             "key misses something that changes them); decoding afresh and replacing it"
         )
         cache.discard(key)  # store() keeps an existing entry: the stale one must go first
-    for arm in fresh.values():
+    for label, arm in fresh.items():
+        comparison.progress.event(f"{label}: decode")  # a safe point between decodes
         decode_arm(arm, comparison.components.decode)
     arms = DenseArms(fresh["dense"], fresh.get("noise_floor"), key, hit=False)
     store_dense_arms(cache, arms)

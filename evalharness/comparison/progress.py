@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from tqdm import tqdm
 
 from evalharness.config import Pair
-from evalharness.exit_codes import raise_pending
+from evalharness.exit_codes import stop_if_signalled
 
 log = logging.getLogger("evalharness")
 
@@ -33,8 +33,10 @@ class Progress:
         self.current: str | None = None
 
     def phase(self, name: str) -> None:
-        """Marks the start of a phase (phases may be skipped, never revisited)."""
-        raise_pending()
+        """Marks the start of a phase (phases may be skipped, never revisited); a safe point: a
+        Ctrl-C or SIGTERM received since the last one ends the run here
+        (``evalharness.exit_codes.stop_if_signalled``)."""
+        stop_if_signalled()
         if name not in self.phases:
             raise ValueError(f"unknown phase {name!r}; phases: {self.phases}")
         target = self.phases.index(name)
@@ -44,9 +46,9 @@ class Progress:
         log.info("[%d/%d] %s", target + 1, len(self.phases), name)
 
     def event(self, message: str) -> None:
-        """Logs a finer step within the current phase (and ends the run here if a signal's
-        exception was dropped since the last step: ``evalharness.exit_codes.raise_pending``)."""
-        raise_pending()
+        """Logs a finer step within the current phase (a compile, a warm-up, a timed round); a
+        safe point, as :meth:`phase` is."""
+        stop_if_signalled()
         self.bar.set_postfix_str(message, refresh=True)
         log.info("  %s", message)
 

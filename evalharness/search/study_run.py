@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 from evalharness import exit_codes
 from evalharness.config import EvalConfig, to_config
 from evalharness.evidence import code_version
-from evalharness.exit_codes import Terminated, signals_deferred
+from evalharness.exit_codes import Terminated, signals_deferred, stop_if_signalled
 from evalharness.metric_names import Metric
 from evalharness.refusal import PreflightRefusal
 from evalharness.search import resume, storage
@@ -262,6 +262,7 @@ def _trials(
     took: list[float] = []
     paced: list[tuple[float, float]] = []  # (took, estimated) of the trials that measured
     while finished(study) < s.search.trials:
+        stop_if_signalled()  # a safe point between trials
         if budget_s is not None and time.perf_counter() - start > budget_s:
             s.say(f"time budget of {plan.budget_minutes:g} min reached")
             return
@@ -311,6 +312,7 @@ def _one_trial(
     s.say(f"trial {trial.number} ({name}): {knobs}")
     began = time.perf_counter()
     cfg = trial_config(s.run_cfg, name, knobs, tags, routing_stats=s.search.routing_stats)
+    stop_if_signalled()  # a trial asked and not begun: failed as interrupted, run on resume
     outcome = run_trial(cfg)
     s.codes.append(outcome.code)
     trial.set_user_attr("wall_s", time.perf_counter() - began)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import jax
 import numpy as np
 
-from evalharness.exit_codes import Terminated
+from evalharness.exit_codes import Terminated, as_interruption
 from evalharness.machine import machine_summary
 from evalharness.tracking.redaction import redacted
 from evalharness.tracking.store import default_store_uri, open_client
@@ -95,10 +95,11 @@ def closed_on_error(tracker: Tracker) -> Iterator[Tracker]:
     try:
         yield tracker
     except BaseException as err:
-        interrupted = isinstance(err, KeyboardInterrupt | Terminated)
+        signalled = as_interruption(err)  # a failure after a signal is the signal's
+        interrupted = isinstance(signalled, KeyboardInterrupt | Terminated)
         message = f"{type(err).__name__}: {err}"
         if interrupted:
-            what = "KeyboardInterrupt" if isinstance(err, KeyboardInterrupt) else "SIGTERM"
+            what = "KeyboardInterrupt" if isinstance(signalled, KeyboardInterrupt) else "SIGTERM"
             message = f"interrupted ({what})"
         try:
             tracker.set_tags({"error": message[:5000]})

@@ -32,6 +32,7 @@ from flax import nnx
 from tqdm import tqdm
 
 from models.attention import WanAttention
+from models.interruption import stop_if_signalled
 from models.layers import FeedForward
 from models.shapes_data import ClipSpec, make_clip, prompt_words
 from models.shapes_language import ATTRIBUTES, parse_prompt, partial_prompt
@@ -114,7 +115,10 @@ def rendered_clips(
         return
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        yield from pool.map(render, range(phase.clips), chunksize=8)
+        try:
+            yield from pool.map(render, range(phase.clips), chunksize=8)
+        finally:  # stopped early (Ctrl-C): the clips not yet begun are not rendered
+            pool.shutdown(cancel_futures=True)
 
 
 def latent_pool(
@@ -141,6 +145,7 @@ def latent_pool(
         dynamic_ncols=True,
     )  # fmt: skip
     for spec, frames in clips:
+        stop_if_signalled()  # a safe point: Ctrl-C and SIGTERM stop between clips
         z = _encode_pool_clip(autoencoder, jnp.asarray(to_unit(frames))[None])
         latents.append(np.asarray(z[0], np.float16))
         prompts.append(spec.prompt)

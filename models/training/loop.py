@@ -9,6 +9,7 @@ import optax
 from flax import nnx
 from tqdm import tqdm
 
+from models.interruption import stop_if_signalled
 from models.training.checkpoints import restore_checkpoint, save_checkpoint
 from models.training.tracking import MetricLogger
 
@@ -54,6 +55,7 @@ def run_steps(
         dynamic_ncols=True,
     )  # fmt: skip
     for i in bar:
+        stop_if_signalled()  # a safe point: Ctrl-C and SIGTERM stop between steps
         metrics = step(i)
         logger.log_metrics(metrics, i)
         name, value = next(iter(metrics.items()))

@@ -8,11 +8,13 @@ import contextlib
 import dataclasses
 import json
 import logging
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from models.training.checkpoints import CheckpointMismatch, check_checkpoint
+from models import interruption
+from models.training.checkpoints import CheckpointMismatch
 from models.training.settings import PRESETS, TrainSettings, preset, read_settings
 from models.training.tracking import (
     DEFAULT_EXPERIMENT,
@@ -24,7 +26,7 @@ from models.training.tracking import (
 from models.uri_redaction import redacted
 
 # The harness's exit codes (evalharness/exit_codes.py; models imports nothing of the harness).
-EXIT_REFUSED, EXIT_FAILED, EXIT_INTERRUPTED = 2, 4, 130
+EXIT_REFUSED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TERMINATED = 2, 4, 130, 143
 
 
 class Refused(ValueError):
@@ -67,31 +69,8 @@ def settings_from(preset_name: str, assignments: list[str]) -> TrainSettings:
         raise Refused(str(e)) from None
 
 
-def out_folder(text: str) -> Path:
-    """The run folder ``--out`` names, refused before any work when it cannot be one.
-
-    Raises:
-        Refused: an empty name (it would train into the current folder), or a path whose nearest
-            existing part is a file.
-    """
-    if not text.strip():
-        raise Refused(
-            f"--out {text!r}: an empty name would train into the current folder; name a run "
-            "folder, e.g. --out outputs/training/tiny (created if missing)"
-        )
-    path = Path(text)
-    existing = next((p for p in (path, *path.parents) if p.exists()), None)
-    if existing is not None and not existing.is_dir():
-        raise Refused(
-            f"--out {text}: {existing} is a file, not a folder; name a run folder (created if "
-            "missing) that is not a file"
-        )
-    return path
-
-
 def claim_folder(run_dir: Path, settings: TrainSettings) -> None:
-    """Writes ``settings.json``, or checks that an existing one has the same settings and that
-    its stage checkpoints can be read (a damaged one is refused before any work)."""
+    """Writes ``settings.json``, or checks that an existing one has the same settings."""
     path = run_dir / "settings.json"
     if path.is_file():
         try:
@@ -108,17 +87,9 @@ def claim_folder(run_dir: Path, settings: TrainSettings) -> None:
                 f"{run_dir} was trained with other settings ({'; '.join(differ)}); resume with "
                 "the same preset and --set values, or use a new --out folder"
             )
-        for checkpoint in sorted((run_dir / "checkpoints").glob("*.npz")):
-            check_checkpoint(checkpoint)
         return
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        path.write_text(settings.to_json())
-    except OSError as err:
-        raise Refused(
-            f"--out {run_dir}: cannot write the run folder ({type(err).__name__}: "
-            f"{err.strerror or err}); name a folder this user can write"
-        ) from None
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(settings.to_json())
 
 
 class Recorder:
@@ -172,24 +143,44 @@ def command_main(
 ) -> int:
     """Parses ``argv`` and runs ``train(args)``; prints the exported folder as JSON or one error
     line (the tracking URI's password hidden); returns the exit code (0 done, 2 refused, 4
-    failed while training, 130 interrupted)."""
+    failed while training, 130 interrupted, 143 terminated).
+
+    SIGINT and SIGTERM are noted and acted on at the training's safe points (each step, each
+    clip of a latent pool: ``models.interruption``); a signal that came after the last one, or
+    a failure that followed a signal, still ends as the signal.
+    """
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse printed its own usage line
         return 0 if e.code == 0 else EXIT_REFUSED
     logging.basicConfig(level=logging.WARNING)
+    interruption.handle_signals()
     try:
         folder = train(args)
     except (Refused, CheckpointMismatch) as e:
+        if interruption.pending() is not None:
+            return _interrupted()
         print(f"error: {redacted(str(e), args.tracking_uri)}", file=sys.stderr)
         return EXIT_REFUSED
-    except KeyboardInterrupt:
-        print("error: interrupted; run the same command again to resume", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except (KeyboardInterrupt, interruption.Terminated):
+        return _interrupted()
     except Exception as e:  # a failure while training: one line, no traceback
+        if interruption.pending() is not None:
+            return _interrupted()
         shown = redacted(f"{type(e).__name__}: {e}", args.tracking_uri)
         print(f"error: training failed: {shown}", file=sys.stderr)
         return EXIT_FAILED
+    if interruption.pending() is not None:
+        return _interrupted()
     if folder is not None:
         print(json.dumps({"checkpoint": str(folder)}))
     return 0
+
+
+def _interrupted() -> int:
+    """The one error line and exit code of a training stopped by SIGINT (130) or SIGTERM (143)."""
+    ctrl_c = interruption.pending() in (None, signal.SIGINT)
+    interruption.clear()
+    what = "interrupted (Ctrl-C)" if ctrl_c else "terminated (SIGTERM)"
+    print(f"error: {what}; run the same command again to resume", file=sys.stderr, flush=True)
+    return EXIT_INTERRUPTED if ctrl_c else EXIT_TERMINATED

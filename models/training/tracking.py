@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
+from models.interruption import Terminated, as_interruption
+
 RUN_KIND = "training"
 DEFAULT_TRACKING_URI = f"sqlite:///{Path('outputs').resolve() / 'mlflow.db'}"
 DEFAULT_EXPERIMENT = "evalharness"
@@ -74,11 +76,12 @@ def mlflow_run(
     status = "FINISHED"
     try:
         yield MlflowLogger(client, run_id)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Terminated):
         status = "KILLED"
         raise
-    except BaseException:
-        status = "FAILED"
+    except BaseException as err:
+        # A failure that followed a signal (a worker pool stopped by Ctrl-C) is the signal's.
+        status = "KILLED" if as_interruption(err) is not err else "FAILED"
         raise
     finally:
         client.set_terminated(run_id, status=status)

@@ -95,6 +95,37 @@ def test_a_signal_during_the_dense_arm_ends_with_its_code_and_marks_the_run_kill
     assert _mlflow_statuses(tmp_path) == ["KILLED"]
 
 
+# Moments of a run, each named by the line printed just before it: every phase, inside the first
+# arm's compile (the line comes right before XLA compiles), its warm-up, the timed rounds,
+# decoding and the summary (uploads and the folder's last files).
+MOMENTS = [
+    "[1/6] preflight",
+    "[2/6] build model",
+    "[3/6] encode prompts",
+    "compiling the",
+    "warm-up run",
+    "timing",
+    "decode and quality",
+    "[6/6] summary",
+]
+
+
+@pytest.mark.parametrize("moment", MOMENTS)
+def test_a_signal_at_any_moment_ends_with_its_code_and_nothing_swallowed(tmp_path, moment):
+    sig = signal.SIGINT if MOMENTS.index(moment) % 2 == 0 else signal.SIGTERM
+    code = exit_codes.INTERRUPTED if sig == signal.SIGINT else exit_codes.TERMINATED
+    proc = _start(tmp_path)
+    _wait_for(proc, moment)
+    proc.send_signal(sig)
+    rest, _ = proc.communicate(timeout=600)
+    assert proc.returncode == code, rest  # never 139 (a crash) nor 0 (the signal swallowed)
+    assert "Traceback" not in rest and "Exception ignored" not in rest
+    assert rest.strip().splitlines()[-1].startswith("error: ")
+    for folder in _folders(tmp_path):  # none before the build; killed, or done if it finished
+        status = run_status.read_status(folder)["status"]
+        assert status == "killed" or (moment == MOMENTS[-1] and status == "finished"), status
+
+
 @pytest.mark.parametrize("phase", ["[1/6] preflight", "[4/6] compile arms"])
 def test_ctrl_c_in_another_phase_ends_with_130_and_one_line(tmp_path, phase):
     proc = _start(tmp_path)

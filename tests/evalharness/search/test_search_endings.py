@@ -1,6 +1,10 @@
 """How a search ends, with its trials' runs faked (no model runs): nothing slower than dense is
 recommended, a Ctrl-C at any point leaves no RUNNING trial in Optuna's storage nor a RUNNING run
-in MLflow, and a bug's ``KeyError``/``TypeError`` is a failure (4), not a refusal (2)."""
+in MLflow, and a bug's ``KeyError``/``TypeError`` is a failure (4), not a refusal (2).
+
+A Ctrl-C is noted at an exact point of the code, as the handler notes a real one, and acted on
+at the search's next safe point: no timing, no signal delivery, so a busy machine changes
+nothing."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from evalharness.search import __main__ as search_main
 from evalharness.search import run_search, study_run, trials
 from evalharness.search.plan import SearchPlan
 from evalharness.search.trials import TrialOutcome
+from models import interruption
 from tests.helpers.search_config import SEARCH, compose_cfg
 
 GATE = "gate.min_psnr_db=30"
@@ -63,11 +68,12 @@ def test_a_trial_faster_than_dense_is_recommended(tmp_path, monkeypatch):
 
 
 def _signal_after(real):
-    """``real``, then a Ctrl-C delivered as the operating system delivers it (a signal)."""
+    """``real``, then a Ctrl-C noted exactly as the installed SIGINT handler notes one
+    (``models.interruption.request``): the search must stop at its next safe point."""
 
     def wrapped(*args, **kwargs):
         out = real(*args, **kwargs)
-        signal.raise_signal(signal.SIGINT)
+        interruption.request(signal.SIGINT)
         return out
 
     return wrapped
