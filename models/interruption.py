@@ -113,12 +113,20 @@ def deferred() -> Iterator[None]:
     """Bookkeeping that must not stop half-way (a trial created in a study and remembered, a
     tracking run created and its id kept): no signal raises inside the block, not even a second
     one; a signal received before or inside it stops the command right after it (a safe point),
-    unless the block itself raised."""
+    unless the block itself raised. Where the noting handlers are not installed (a library call
+    without a command's entry point), they are for the block."""
+    replaced = {}
+    if _in_main_thread():  # called without a command's entry point (a library call): note too
+        replaced = {
+            s: signal.signal(s, _on_signal) for s in SIGNALS if signal.getsignal(s) != _on_signal
+        }
     _deferring.append(None)
     try:
         yield
     finally:
         _deferring.pop()
+        for sig, handler in replaced.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
     stop_if_signalled()
 
 

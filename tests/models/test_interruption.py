@@ -82,6 +82,16 @@ def test_a_deferred_block_that_raises_keeps_its_own_error(handled):
         interruption.stop_if_signalled()
 
 
+def test_a_deferred_block_holds_signals_without_a_commands_handlers_too():
+    before = signal.getsignal(signal.SIGINT)
+    done = []
+    with pytest.raises(KeyboardInterrupt), interruption.deferred():
+        signal.raise_signal(signal.SIGINT)  # Python's default handler would raise right here
+        done.append("bookkeeping")
+    assert done == ["bookkeeping"]
+    assert signal.getsignal(signal.SIGINT) is before  # the caller's handler is back
+
+
 def test_a_signal_inside_a_garbage_collection_callback_is_not_swallowed(handled, monkeypatch):
     unraisable = []
     monkeypatch.setattr("sys.unraisablehook", unraisable.append)
