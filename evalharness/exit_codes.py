@@ -47,9 +47,11 @@ class RunFailed(RuntimeError):
         self.run_dir = run_dir
 
 
-def _end_signalled(ctrl_c: bool, interrupted: str) -> None:
+def _end_signalled(ctrl_c: bool, interrupted: str, finished: bool = False) -> None:
     clear_signals()  # the signal has ended the command: nothing is left to act on
     what = "interrupted (Ctrl-C)" if ctrl_c else "terminated (SIGTERM)"
+    if finished:  # after the last safe point: what the command wrote says how it ended
+        interrupted = "it came after the command's last step, whose results are complete"
     print(f"error: {what}; {interrupted}", file=sys.stderr, flush=True)
     sys.exit(INTERRUPTED if ctrl_c else TERMINATED)
 
@@ -86,4 +88,4 @@ def run_hydra_entry(main: Callable[[], object], interrupted: str) -> None:
             _end_signalled(pending() == signal.SIGINT, interrupted)
         raise
     if pending() is not None:  # it came after the command's last safe point
-        _end_signalled(pending() == signal.SIGINT, interrupted)
+        _end_signalled(pending() == signal.SIGINT, interrupted, finished=True)

@@ -131,6 +131,12 @@ def test_a_signal_is_never_ignored_however_the_command_then_ends(session_handler
     assert _entry(main) == exit_codes.TERMINATED
 
 
+def test_a_signal_after_the_last_step_says_the_results_are_complete(session_handlers, capsys):
+    assert _entry(lambda: signal.raise_signal(signal.SIGINT)) == exit_codes.INTERRUPTED
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: interrupted (Ctrl-C); ") and "results are complete" in line
+
+
 def test_hydras_own_exit_1_is_a_refusal_and_exit_0_passes(session_handlers):
     assert _entry(lambda: sys.exit(1)) == exit_codes.REFUSED
     assert _entry(lambda: sys.exit(0)) == exit_codes.OK
