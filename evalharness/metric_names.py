@@ -41,6 +41,16 @@ class Metric(enum.StrEnum):
 
 MetricValue = float | int | str | None
 
+# A run on random weights (``model.checkpoint=random``) says so under this key in
+# ``metrics.json`` and as this MLflow tag, and its quality figures carry the note beside it.
+WEIGHTS = "weights"
+RANDOM_WEIGHTS = "random"
+QUALITY_NOTE = "quality"
+QUALITY_MEANINGLESS = (
+    "meaningless on random weights (model.checkpoint=random): the speed figures are real, "
+    "PSNR, SSIM and the noise floor compare noise videos"
+)
+
 
 @dataclass(frozen=True, eq=False)
 class RunMetrics(Mapping[str, MetricValue]):
@@ -104,3 +114,8 @@ class RunMetrics(Mapping[str, MetricValue]):
 
 
 _HEADLINE = tuple(f.name for f in fields(RunMetrics) if f.name != "others")
+
+
+def on_random_weights(metrics: Mapping[str, MetricValue]) -> bool:
+    """Whether ``metrics`` are a run's on random weights, whose quality figures mean nothing."""
+    return metrics.get(WEIGHTS) == RANDOM_WEIGHTS

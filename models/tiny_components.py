@@ -97,9 +97,11 @@ def tiny_vae(seed: int = 0, *, param_dtype=jnp.float32) -> WanVAE:
     return WanVAE(TINY_VAE_CONFIG, rngs=nnx.Rngs(seed), param_dtype=param_dtype)
 
 
-def tiny_umt5_encoder(seed: int = 0, *, param_dtype=jnp.float32) -> UMT5Encoder:
-    """The tiny UMT5 (d_model 64, 2 layers, 4 heads) with seeded random weights."""
-    return UMT5Encoder(TINY_UMT5_CONFIG, rngs=nnx.Rngs(seed), param_dtype=param_dtype)
+def tiny_umt5_encoder(
+    seed: int = 0, *, param_dtype=jnp.float32, config: UMT5Config = TINY_UMT5_CONFIG
+) -> UMT5Encoder:
+    """The tiny UMT5 (d_model 64, 2 layers, 4 heads; or ``config``) with seeded random weights."""
+    return UMT5Encoder(config, rngs=nnx.Rngs(seed), param_dtype=param_dtype)
 
 
 def tiny_prompt_encoder(
@@ -109,6 +111,7 @@ def tiny_prompt_encoder(
     cache_dir: str | Path | None = None,
     param_dtype=jnp.float32,
     device: jax.Device | None = None,
+    config: UMT5Config = TINY_UMT5_CONFIG,
 ) -> PromptEncoder:
     """Byte tokenizer + tiny UMT5, built (from the seed) only when a prompt misses the cache.
 
@@ -118,17 +121,19 @@ def tiny_prompt_encoder(
         cache_dir: prompt-embedding cache folder, or None.
         param_dtype: weights dtype.
         device: where the encoder is built and run; None for JAX's default device.
+        config: the encoder's architecture (a random-weights run widens ``d_model`` to its
+            transformer's ``text_dim``, ``models.random_weights``); part of the cache identity.
     """
     tokenizer = ByteTokenizer()
-    config_tag = ",".join(f"{k}={v}" for k, v in dataclasses.asdict(TINY_UMT5_CONFIG).items())
+    config_tag = ",".join(f"{k}={v}" for k, v in dataclasses.asdict(config).items())
     identity = (
         f"tiny-umt5[{config_tag}]|seed={seed}|{jnp.dtype(param_dtype).name}|{tokenizer.identity}"
     )
     return PromptEncoder(
         tokenizer=tokenizer,
         # Seeded, so every (re)build after a release gives the same weights.
-        loader=functools.partial(tiny_umt5_encoder, seed, param_dtype=param_dtype),
-        config=TINY_UMT5_CONFIG,
+        loader=functools.partial(tiny_umt5_encoder, seed, param_dtype=param_dtype, config=config),
+        config=config,
         max_length=max_length,
         identity=identity,
         cache_dir=Path(cache_dir) if cache_dir is not None else None,

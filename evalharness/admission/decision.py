@@ -36,7 +36,7 @@ from evalharness.estimates import (
     host_target,
     measure_matmul_flops,
 )
-from models.config import SEEDED_PRESETS, TINY_PRESETS, WanTransformerConfig
+from models.config import TINY_PRESETS, WanTransformerConfig
 from models.dtypes import dtype_of
 from models.samplers import Sampler
 from models.video_geometry import VideoGeometry
@@ -140,7 +140,7 @@ def admit(cfg: EvalConfig) -> Admission:
     attention = build_attention(cfg, geometry, tcfg)
     if cfg.model.name not in TINY_PRESETS:  # a Wan checkpoint is slow to read: fail first
         _compile_ahead(cfg, tcfg, attention)
-    if cfg.model.name not in SEEDED_PRESETS:
+    if not cfg.model.seeded:
         # Every part checked, a hub checkpoint's files downloaded: still before any folder.
         fetch_checkpoint(cfg.model)
     _log_plan(flops, sizing)

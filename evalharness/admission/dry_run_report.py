@@ -205,8 +205,14 @@ def _report(
 
 
 def _checkpoint_line(cfg: EvalConfig) -> list[str]:
-    """Which checkpoint the architecture was read from (a dry run reads no weight)."""
+    """Which checkpoint the architecture was read from (a dry run reads no weight), or that the
+    run is on random weights."""
     model = cfg.model
+    if model.random_weights:
+        return [
+            f"- weights: random at {model.name}'s real shapes and dtype (model.checkpoint=random, "
+            f"model.seed={model.seed}): no checkpoint; speed figures real, quality meaningless"
+        ]
     if not model.checkpoint:
         return []
     commit = f" at commit {model.revision}" if model.revision else ""

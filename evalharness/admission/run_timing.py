@@ -26,12 +26,13 @@ from evalharness.estimates import (
     run_work,
 )
 from kernels.policy.attention_policy import AttentionPolicy
-from models.config import SEEDED_PRESETS, TINY_PRESETS, WanTransformerConfig
+from models.config import TINY_PRESETS, WanTransformerConfig, get_transformer_config
 from models.dtypes import dtype_of
 from models.peak_memory import umt5_parameter_count, vae_parameter_count
 from models.pipeline import forward_batch, uses_guidance
+from models.random_weights import preset_vae_config, random_text_config
 from models.text_encoder import UMT5Config
-from models.tiny_components import TINY_UMT5_CONFIG, TINY_VAE_CONFIG
+from models.tiny_components import TINY_UMT5_CONFIG
 from models.vae import WanVAEConfig, decode_tiling
 
 # Wan 2.1's text encoder (``text_encoder/config.json`` of the diffusers checkpoints).
@@ -41,13 +42,16 @@ UMT5_XXL = UMT5Config(
 
 
 def text_encoder_config(cfg: EvalConfig) -> UMT5Config:
-    """The run's text encoder: the tiny UMT5 for the tiny presets, UMT5-XXL for Wan."""
+    """The run's text encoder: the tiny UMT5 for the tiny presets, UMT5-XXL for Wan, the small
+    seeded one of ``models.random_weights`` on random weights."""
+    if cfg.model.random_weights:
+        return random_text_config(get_transformer_config(cfg.model.name).text_dim)
     return TINY_UMT5_CONFIG if cfg.model.name in TINY_PRESETS else UMT5_XXL
 
 
 def vae_config(cfg: EvalConfig) -> WanVAEConfig:
-    """The run's VAE: the tiny one for the tiny presets, Wan's for Wan."""
-    return TINY_VAE_CONFIG if cfg.model.name in TINY_PRESETS else WanVAEConfig()
+    """The run's VAE: the tiny one for the tiny presets, Wan's for Wan (random weights too)."""
+    return preset_vae_config(cfg.model.name)
 
 
 def decode_tiles(cfg: EvalConfig) -> tuple[tuple[int, int], float]:
@@ -265,9 +269,10 @@ def _vae_rate(target: DeviceTarget) -> dict[str, Any]:
 
 
 def _run_work(cfg: EvalConfig, tcfg: WanTransformerConfig, pairs: int) -> RunWork:
-    """What the run does besides its loops: the seeded presets initialise their weights, the
-    others read a checkpoint; the tiny presets decode whole, Wan models tile by tile."""
-    seeded = cfg.model.name in SEEDED_PRESETS
+    """What the run does besides its loops: seeded weights (the seeded presets, random weights)
+    are drawn on the devices, the others read from a checkpoint; the tiny presets decode whole,
+    Wan models tile by tile."""
+    seeded = cfg.model.seeded
     text_config, vae = text_encoder_config(cfg), vae_config(cfg)
     weight = dtype_of(cfg.model.param_dtype).itemsize
     load = 0.0

@@ -51,7 +51,7 @@ from kernels.executors.dense_memory import dense_executor_temp_bytes, grows_quad
 from kernels.executors.pallas_tpu_budget import TpuBudget
 from kernels.plans.block_sizes import BlockSizes
 from kernels.policy.attention_policy import AttentionPolicy, make_dense_attend
-from models.config import SEEDED_PRESETS, WanTransformerConfig
+from models.config import WanTransformerConfig
 from models.dtypes import dtype_of
 from models.peak_memory import umt5_peak_bytes, vae_decode_peak_bytes
 
@@ -353,7 +353,7 @@ def _host_memory(
         text_encoder_config(cfg),
         cfg.resolution.video,
         arms=3 if cfg.noise_floor else 2,
-        reads_checkpoint=cfg.model.name not in SEEDED_PRESETS,
+        reads_checkpoint=not cfg.model.seeded,
     )
     problem = host.problem()
     problems += [problem] if problem else []

@@ -6,6 +6,8 @@ configs only, seconds), so the config it records, its MLflow params and its dens
 name the commit; admission reads the transformer's config; then, before any run folder exists,
 :func:`fetch_checkpoint` downloads the weights (only the files a run reads) and checks every part.
 A failure at any of these steps is a ``CheckpointError`` (exit 2, nothing computed).
+``model.checkpoint=random`` (``ModelConfig.random_weights``) and the seeded presets have no
+checkpoint: nothing here looks up a folder or the hub for them.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import logging
 
 from evalharness.config import EvalConfig, ModelConfig
 from models.checkpoint import WanCheckpoint, locate_checkpoint
-from models.config import SEEDED_PRESETS
 from models.hub import HubSnapshot, fetch_snapshot, is_hub_id, locate_snapshot
 from models.shipped_weights import shipped_checkpoint
 
@@ -26,7 +27,7 @@ def _check_revision(model: ModelConfig) -> None:
     """``model.revision`` only means something for a hub repository id."""
     if model.revision is None or (model.checkpoint and is_hub_id(model.checkpoint)):
         return
-    if model.name in SEEDED_PRESETS or not model.checkpoint:
+    if model.seeded or not model.checkpoint:
         raise ValueError(
             f"model.revision={model.revision} needs a hub checkpoint (model.checkpoint="
             "Org/Name); drop model.revision"
@@ -45,7 +46,7 @@ def hub_snapshot(model: ModelConfig, *, weights: bool) -> HubSnapshot | None:
         ValueError: ``model.revision`` without a hub checkpoint; ``CheckpointError`` from the hub.
     """
     _check_revision(model)
-    if not model.checkpoint or not is_hub_id(model.checkpoint):
+    if model.seeded or not model.checkpoint or not is_hub_id(model.checkpoint):
         return None
     # The weights' fetch is the one that may take long (and shows huggingface_hub's bar).
     level = logging.INFO if weights else logging.DEBUG
@@ -78,6 +79,8 @@ def fetch_checkpoint(model: ModelConfig) -> WanCheckpoint:
         ValueError: no checkpoint for a Wan preset; ``CheckpointError``: a missing or unreadable
             part (named, with the download that completes a hub cache), or a hub failure.
     """
+    if model.seeded:
+        raise ValueError(f"model={model.name} with {model.checkpoint=} reads no checkpoint")
     shipped = shipped_checkpoint(model.name)
     if not model.checkpoint and shipped is not None:
         return locate_checkpoint(shipped)
@@ -85,8 +88,9 @@ def fetch_checkpoint(model: ModelConfig) -> WanCheckpoint:
         raise ValueError(
             f"model={model.name} needs its weights: set model.checkpoint=/path/to/"
             "Wan2.1-T2V-*-Diffusers (a diffusers-format folder) or a hub repository id "
-            "(model.checkpoint=Wan-AI/Wan2.1-T2V-1.3B-Diffusers), or use model=tiny (shipped "
-            "with the package)"
+            "(model.checkpoint=Wan-AI/Wan2.1-T2V-1.3B-Diffusers), or model.checkpoint=random "
+            "(its real shapes on random weights: real speed, no quality), or use model=tiny "
+            "(shipped with the package)"
         )
     snapshot = hub_snapshot(model, weights=True)
     if snapshot is None:
@@ -96,6 +100,6 @@ def fetch_checkpoint(model: ModelConfig) -> WanCheckpoint:
 
 def checkpoint_tags(model: ModelConfig) -> dict[str, str]:
     """MLflow tags of a hub checkpoint: the repository and the commit; none for a folder."""
-    if not model.checkpoint or not is_hub_id(model.checkpoint):
+    if model.seeded or not model.checkpoint or not is_hub_id(model.checkpoint):
         return {}
     return {"checkpoint_repo": model.checkpoint, "checkpoint_revision": str(model.revision)}

@@ -30,6 +30,12 @@ from models.config import (
 from models.dtypes import dtype_of
 from models.loading import load_transformer, read_diffusers_config
 from models.prompt_encoder import PromptEncoder
+from models.random_weights import (
+    random_identity,
+    random_prompt_encoder,
+    random_transformer,
+    random_vae,
+)
 from models.sharding import param_shardings, place_params
 from models.tiny_components import tiny_identity, tiny_prompt_encoder, tiny_transformer, tiny_vae
 from models.transformer import WanTransformer
@@ -44,8 +50,10 @@ class Components:
 
     ``identity`` is :func:`models.tiny_components.tiny_identity` for a seeded preset
     (``tiny-planted|planted-v1|seed=<seed>``, ``tiny-random|seed=<seed>``: their weights follow
-    from the name, the seed and the code, which the cache key hashes apart) and
-    :func:`checkpoint_identity` for a checkpoint (``tiny`` included).
+    from the name, the seed and the code, which the cache key hashes apart),
+    :func:`models.random_weights.random_identity` on random weights
+    (``wan2.1-t2v-1.3b|random-v1|seed=<seed>``) and :func:`checkpoint_identity` for a
+    checkpoint (``tiny`` included).
     """
 
     name: str
@@ -73,11 +81,11 @@ def transformer_config_for(model: ModelConfig) -> WanTransformerConfig:
     of a hub checkpoint only the configs are fetched (the weights come before the run starts,
     ``checkpoint_source.fetch_checkpoint``). The ``config.json`` must agree with the named preset.
     """
-    if model.name in SEEDED_PRESETS:
-        if model.checkpoint:
-            raise ValueError(
-                f"model={model.name} has seeded weights (no checkpoint); drop model.checkpoint"
-            )
+    if model.name in SEEDED_PRESETS and model.checkpoint:
+        raise ValueError(
+            f"model={model.name} has seeded weights (no checkpoint); drop model.checkpoint"
+        )
+    if model.seeded:  # drawn from model.seed at the preset's shapes: nothing is read
         return get_transformer_config(model.name)
     preset = get_transformer_config(model.name)
     snapshot = hub_snapshot(model, weights=False)
@@ -184,8 +192,8 @@ _Parts = tuple[WanTransformerConfig, WanTransformer, PromptEncoder, WanVAE, str]
 def build_components(
     model: ModelConfig, dtype: DType | str, cache_dir: str | Path, mesh: Mesh | None = None
 ) -> Components:
-    """Builds (``tiny-planted``, ``tiny-random``) or loads (a checkpoint: ``tiny``, a Wan
-    folder) the transformer, prompt encoder and VAE.
+    """Builds (``tiny-planted``, ``tiny-random``, ``model.checkpoint=random``) or loads (a
+    checkpoint: ``tiny``, a Wan folder) the transformer, prompt encoder and VAE.
 
     Args:
         model: the model config group.
@@ -199,7 +207,9 @@ def build_components(
     """
     dtypes = (dtype_of(model.param_dtype), dtype_of(dtype))
     prompts_cache = Path(cache_dir) / "prompts"
-    build = _seeded_parts if model.name in SEEDED_PRESETS else _checkpoint_parts
+    build = _checkpoint_parts
+    if model.seeded:
+        build = _random_parts if model.random_weights else _seeded_parts
     cfg, transformer, encoder, vae, identity = build(model, dtypes, prompts_cache, mesh)
     return Components(
         model.name, cfg, transformer, encoder, vae, identity, decode_tiling(model.name)
@@ -224,6 +234,36 @@ def _seeded_parts(
         place_params(transformer, mesh, "replicated")
     encoder = tiny_prompt_encoder(model.seed, max_length=cfg.text_len, cache_dir=prompts_cache)
     return cfg, transformer, encoder, tiny_vae(model.seed), tiny_identity(model.name, model.seed)
+
+
+def _random_parts(
+    model: ModelConfig, dtypes: tuple, prompts_cache: Path, mesh: Mesh | None
+) -> _Parts:
+    """A preset at its real shapes on weights drawn from ``model.seed`` (``models.random_weights``),
+    placed on the mesh as a checkpoint's would be: its config, transformer, encoder, VAE and
+    identity. Nothing is read or fetched."""
+    param_dtype, compute = dtypes
+    cfg = get_transformer_config(model.name)
+    log.info(
+        "drawing %s's weights at random (model.seed=%d): no checkpoint", model.name, model.seed
+    )
+    shardings = None
+    if mesh is not None:
+        rule = "replicated" if model.name in TINY_PRESETS else "fsdp"
+        shardings = functools.partial(param_shardings, mesh=mesh, rule=rule)
+    transformer = random_transformer(
+        cfg,
+        model.seed,
+        param_dtype=param_dtype,
+        dtype=compute,
+        scan_layers=scan_layers_for(model.scan_layers, host_platform()),
+        shardings=shardings,
+    )
+    encoder = random_prompt_encoder(
+        cfg.text_dim, model.seed, max_length=cfg.text_len, cache_dir=prompts_cache
+    )
+    vae = random_vae(model.name, model.seed)
+    return cfg, transformer, encoder, vae, random_identity(model.name, model.seed)
 
 
 def _checkpoint_parts(

@@ -6,10 +6,17 @@ from dataclasses import dataclass
 
 from evalharness.comparison.measured import Measured
 from evalharness.comparison.pair import Comparison
+from evalharness.config import EvalConfig
 from evalharness.evidence import run_folder, run_status, write_results
 from evalharness.exit_codes import stop_if_signalled
 from evalharness.gate import GateResult, check_gate
-from evalharness.metric_names import RunMetrics
+from evalharness.metric_names import (
+    QUALITY_MEANINGLESS,
+    QUALITY_NOTE,
+    RANDOM_WEIGHTS,
+    WEIGHTS,
+    RunMetrics,
+)
 from evalharness.tracking import description_tags
 
 
@@ -40,7 +47,7 @@ def conclude(comparison: Comparison, measured: Measured, *, wall_s: float) -> Ou
     """
     cfg, run_dir, tracker = comparison.cfg, comparison.run_dir, comparison.tracker
     run_metrics = measured.metrics.with_values(
-        comparison.plan.flops.as_metrics(), total_wall_s=wall_s
+        comparison.plan.flops.as_metrics(), total_wall_s=wall_s, **_weights_metrics(cfg)
     )
     gate = check_gate(
         run_metrics,
@@ -64,3 +71,10 @@ def conclude(comparison: Comparison, measured: Measured, *, wall_s: float) -> Ou
     tracker.finish("FINISHED")
     run_status.end_status(run_dir, run_status.FINISHED, gate_passed=gate.passed)
     return Outcome(located, gate, summary)
+
+
+def _weights_metrics(cfg: EvalConfig) -> dict[str, str]:
+    """On random weights, the metrics say so and mark the quality figures meaningless."""
+    if not cfg.model.random_weights:
+        return {}
+    return {WEIGHTS: RANDOM_WEIGHTS, QUALITY_NOTE: QUALITY_MEANINGLESS}

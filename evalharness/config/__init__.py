@@ -23,7 +23,11 @@ from evalharness.config.schemas import (
     to_config,
     to_plain_dict,
 )
-from evalharness.config.validation import limit_problem
+from evalharness.config.validation import (
+    RANDOM_CHECKPOINT,
+    limit_problem,
+    random_weights_gate_problem,
+)
 
 __all__ = [
     "CONF_DIR",
@@ -40,12 +44,14 @@ __all__ = [
     "ModelConfig",
     "NegativeControl",
     "Pair",
+    "RANDOM_CHECKPOINT",
     "check_overrides",
     "compose_run_config",
     "group_options",
     "limit_problem",
     "load_resolution",
     "multirun_first",
+    "random_weights_gate_problem",
     "register_configs",
     "resolution_names",
     "run_pairs",

@@ -21,10 +21,11 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from evalharness.config.validation import check_values
+from evalharness.config.validation import RANDOM_CHECKPOINT, check_random_weights_gate, check_values
 from kernels.parallel import PLACEMENTS
 from kernels.policy import DENSE_EXECUTORS, POLICY_BACKENDS, SparsitySchedule
 from kernels.policy.negative_controls import NEGATIVE_CONTROLS
+from models.config import SEEDED_PRESETS
 from models.pipeline import GUIDANCE_PASSES
 from models.samplers import SAMPLER_NAMES
 from models.video_geometry import VideoGeometry
@@ -153,11 +154,14 @@ class ModelConfig:
         checkpoint: a diffusers-format ``Wan2.1-T2V-*-Diffusers`` folder, or a hub repository id
             (``Wan-AI/Wan2.1-T2V-1.3B-Diffusers``, fetched into the huggingface_hub cache;
             ``models.hub``); required for Wan presets; for ``tiny``, a folder exported by
-            ``python -m models.training`` instead of the shipped weights.
+            ``python -m models.training`` instead of the shipped weights; ``random``
+            (:data:`RANDOM_CHECKPOINT`): no checkpoint, the preset's real shapes with weights
+            drawn from ``seed`` (``models.random_weights``): real speed, meaningless quality.
         revision: a hub checkpoint's branch, tag or commit (None: ``main``); a run replaces it
             with the commit it resolved to, which the config, MLflow and the cache key record.
         param_dtype: dtype of the weights.
-        seed: seed of the weights of the seeded presets (``tiny-planted``, ``tiny-random``).
+        seed: seed of the weights of the seeded presets (``tiny-planted``, ``tiny-random``)
+            and of ``checkpoint=random``.
         scan_layers: ``true`` runs the transformer's blocks as one scanned layer over stacked
             weights (compile time independent of depth), ``false`` as an unrolled loop, ``auto``
             per platform (``evalharness.assembly.platform_choices.scan_layers_for``).
@@ -178,6 +182,16 @@ class ModelConfig:
             raise ValueError(
                 f"model.scan_layers={self.scan_layers!r}: expected true, false or auto"
             )
+
+    @property
+    def random_weights(self) -> bool:
+        """Whether the run is on random weights (``model.checkpoint=random``): real speed only."""
+        return self.checkpoint == RANDOM_CHECKPOINT
+
+    @property
+    def seeded(self) -> bool:
+        """Whether the weights are drawn from ``seed`` (a seeded preset, random weights), not read."""
+        return self.name in SEEDED_PRESETS or self.random_weights
 
 
 @dataclass
@@ -399,7 +413,8 @@ def to_config(cfg: EvalConfig | DictConfig | dict) -> EvalConfig:
         validated ``SparsitySchedule``.
 
     Raises:
-        ValueError: an unknown top-level key, a bad schedule, or ``steps``/``warm_runs`` below 1.
+        ValueError: an unknown top-level key, a bad schedule, ``steps``/``warm_runs`` below 1,
+            or a quality threshold on random weights (``model.checkpoint=random``).
         omegaconf.errors.ValidationError: a value of the wrong type or outside its choices.
     """
     if isinstance(cfg, EvalConfig):
@@ -414,7 +429,9 @@ def to_config(cfg: EvalConfig | DictConfig | dict) -> EvalConfig:
     if merged.steps is None:
         merged.steps = merged.resolution.default_steps
     check_values(merged)
-    return OmegaConf.to_object(merged)
+    config = OmegaConf.to_object(merged)
+    check_random_weights_gate(config)
+    return config
 
 
 def to_plain_dict(cfg: EvalConfig) -> dict[str, Any]:

@@ -11,6 +11,7 @@ would switch its check off; an infinite one means nothing either (a PSNR of uint
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -50,6 +51,35 @@ def limit_problem(key: str, value: Any, *, positive: bool = False) -> str | None
     if positive and value == 0:
         return f"{key}=0 must be > 0"
     return None
+
+
+# ``model.checkpoint=random``: the preset at its real shapes on seeded random weights.
+RANDOM_CHECKPOINT = "random"
+
+
+def random_weights_gate_problem(quality: Mapping[str, float | None], speed: str) -> str | None:
+    """The refusal of quality thresholds on a run on random weights, or None when none is set.
+
+    On random weights (``model.checkpoint=random``) the videos are noise, so PSNR and SSIM say
+    nothing about the schedule; the speed figures are real and stay gated.
+
+    Args:
+        quality: the quality thresholds by the name the user typed them under
+            (``gate.min_psnr_db``, ``--min-psnr-db``), None where unset.
+        speed: the speed threshold's name, which still applies.
+
+    Returns:
+        One line naming each set threshold to drop, or None.
+    """
+    named = [name for name, value in quality.items() if value is not None]
+    if not named:
+        return None
+    shown = ", ".join(f"{name}={quality[name]:g}" for name in named)
+    return (
+        f"{shown}: a quality threshold on a run on random weights (model.checkpoint=random), "
+        f"whose PSNR and SSIM are meaningless; drop {' and '.join(named)} ({speed} still "
+        "gates its speed)"
+    )
 
 
 def check_values(cfg: DictConfig) -> None:
@@ -96,3 +126,22 @@ def check_values(cfg: DictConfig) -> None:
             problems.append(f"kernel.{name}={value} must be positive, or null for the default")
     if problems:
         raise ValueError("; ".join(problems))
+
+
+def check_random_weights_gate(cfg: Any) -> None:
+    """Refuses, before any work, a quality threshold on a run on random weights.
+
+    Args:
+        cfg: the composed ``EvalConfig``.
+
+    Raises:
+        ValueError: naming each quality threshold to drop (:func:`random_weights_gate_problem`).
+    """
+    if not cfg.model.random_weights:
+        return
+    gate = cfg.gate
+    quality = {"gate.min_psnr_db": gate.min_psnr_db}
+    quality["gate.min_worst_frame_psnr_db"] = gate.min_worst_frame_psnr_db
+    problem = random_weights_gate_problem(quality, "gate.min_speedup")
+    if problem:
+        raise ValueError(problem)

@@ -170,7 +170,7 @@ def run_rows(
             f"{work.load_bytes / 1e9:,.1f} GB at {LOAD_BYTES_PER_S / 1e9:.1f} GB/s (stated: a "
             "persistent disk's read)"
             if work.load_bytes
-            else "seeded preset: weights initialised, nothing read"
+            else "seeded weights (a seeded preset, model.checkpoint=random): drawn, nothing read"
         ),
         "text encoding": f"{_flop(work.text_flops)} per pair at the matmul rate",
         "VAE decode": f"{_flop(work.decode_flops)} per arm (the traced decoder's convolutions), float32 at {vae_rate}",

@@ -23,7 +23,7 @@ from evalharness.evidence.dense_cache import DenseArms, arm_meta  # noqa: E402
 from evalharness.evidence.quality import VideoQuality, measure, quality_metrics  # noqa: E402
 from evalharness.evidence.video import encode_lossless, encode_mp4, lossless_path, side_by_side  # noqa: E402
 from evalharness.formatting import format_cell  # noqa: E402
-from evalharness.metric_names import Metric, MetricValue, RunMetrics  # noqa: E402
+from evalharness.metric_names import Metric, MetricValue, RunMetrics, on_random_weights  # noqa: E402
 from kernels.policy.routing_stats import RoutingStats  # noqa: E402
 
 # Name patterns of the video files (viewable mp4s, lossless mkvs), which
@@ -72,19 +72,24 @@ def headline_row(metrics: Mapping[str, MetricValue]) -> dict[str, MetricValue]:
 
 
 def summary_lines(metrics: RunMetrics) -> str:
-    """The few lines printed at the end of a run: headline metrics, then the run folder."""
+    """The few lines printed at the end of a run: headline metrics, then the run folder. On
+    random weights the quality figures are marked meaningless where they are printed."""
     formats = {h.key: h.fmt for h in HEADLINE_METRICS}
 
     def cell(key: str) -> str:
         return format_cell(metrics.get(key), formats[key])
 
+    quality = (
+        f"PSNR {cell('psnr_db')} dB (worst frame {cell('psnr_worst_frame_db')} dB; noise floor"
+        f" {cell('noise_floor_psnr_db')} dB, gap {cell('gap_to_noise_floor_db')} dB)"
+        f" | SSIM {cell('ssim_frames')}"
+    )
+    if on_random_weights(metrics):
+        quality = f"[random weights: quality meaningless] {quality}"
     return (
         f"dense {cell('dense_median_s')} s | sparse {cell('sparse_median_s')} s"
         f" | speedup {cell('speedup')} vs {cell('dense_control')}"
-        f" ({cell('speedup_vs_dense_arm')} vs our dense arm) | PSNR {cell('psnr_db')} dB"
-        f" (worst frame {cell('psnr_worst_frame_db')} dB; noise floor"
-        f" {cell('noise_floor_psnr_db')} dB, gap {cell('gap_to_noise_floor_db')} dB)"
-        f" | SSIM {cell('ssim_frames')}"
+        f" ({cell('speedup_vs_dense_arm')} vs our dense arm) | {quality}"
         f" | dense arm {cell('dense_cache')}\n"
         f"run folder: {metrics.get('run_dir')}"
     )

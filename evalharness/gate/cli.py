@@ -5,7 +5,8 @@ latest finished harness run of an experiment (tag ``run_kind=harness``: reports,
 benchmarks logged there never count), or ``--run-id``, which must name a finished harness run;
 ``--min-worst-frame-psnr-db`` adds a threshold on the worst frame, ``--on`` picks the statistic a
 prompt suite's thresholds read. Exit 0 passed, 1 a threshold missed, 2 nothing to judge (a bad
-flag, an unusable store, no such run, or a run that is not a finished harness run).
+flag, an unusable store, no such run, a run that is not a finished harness run, or a quality
+threshold on a run on random weights, tag ``weights=random``, whose speed alone is judged).
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import sys
 from typing import Any
 
 from evalharness import exit_codes
-from evalharness.config import GateOn, limit_problem
+from evalharness.config import GateOn, limit_problem, random_weights_gate_problem
 from evalharness.gate.verdict import check_gate
-from evalharness.metric_names import Metric
+from evalharness.metric_names import RANDOM_WEIGHTS, WEIGHTS, Metric
 from evalharness.tracking import (
     RUN_KIND_TAG,
     TrackingUnavailable,
@@ -100,6 +101,17 @@ def _the_run(client, run_id: str | None, experiment: str | None) -> Any:
     return _judgeable(run)
 
 
+def _random_weights_problem(run: Any, args: argparse.Namespace) -> str | None:
+    """The refusal of a quality threshold on a run on random weights (tag ``weights=random``),
+    whose quality figures mean nothing; None when the run is on real weights or only its speed
+    is gated."""
+    if run.data.tags.get(WEIGHTS) != RANDOM_WEIGHTS:
+        return None
+    quality = {"--min-psnr-db": args.min_psnr_db}
+    quality["--min-worst-frame-psnr-db"] = args.min_worst_frame_psnr_db
+    return random_weights_gate_problem(quality, "--min-speedup")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m evalharness.gate", description=__doc__)
     which = parser.add_mutually_exclusive_group(required=True)
@@ -152,6 +164,12 @@ def main(argv: list[str] | None = None) -> int:
         # Nothing to judge is not a failed gate: exit 2, so CI tells a typo from a regression.
         where = f" (tracking store {redacted(uri)})" if uri else ""
         print(f"error: gate: {err}{where}", file=sys.stderr)
+        return exit_codes.REFUSED
+    problem = _random_weights_problem(run, args)
+    if problem:
+        print(
+            f"error: gate: run {run.info.run_id} ({run.info.run_name}): {problem}", file=sys.stderr
+        )
         return exit_codes.REFUSED
     thresholds = {name: getattr(args, name) for name in THRESHOLD_FLAGS}
     result = check_gate(run.data.metrics, **thresholds, on=args.on)

@@ -20,6 +20,7 @@ import numpy as np
 
 from evalharness.exit_codes import Terminated, as_interruption
 from evalharness.machine import machine_summary
+from evalharness.metric_names import RANDOM_WEIGHTS, WEIGHTS
 from evalharness.tracking.redaction import redacted
 from evalharness.tracking.store import default_store_uri, open_client
 from evalharness.tracking.ui_view import HEADLINE_VIEW_TAG, RUN_KIND_TAG, headline_view_state
@@ -128,7 +129,8 @@ def run_tags(cfg: Any) -> dict[str, str]:
 def start_tags(cfg: Any, run_dir: Path, checkpoint: Mapping[str, str]) -> dict[str, str]:
     """A harness run's tags when it starts: the user's (and a multirun's sweep tags), then the
     environment, :func:`run_tags`, the checkpoint's (``checkpoint``), the run folder, a suite's
-    prompts and seeds, and a negative control; the harness's own win over the user's."""
+    prompts and seeds, ``weights=random`` on random weights, and a negative control; the
+    harness's own win over the user's."""
     tags = {
         **cfg.logger.tags,
         **environment_tags(),
@@ -138,6 +140,9 @@ def start_tags(cfg: Any, run_dir: Path, checkpoint: Mapping[str, str]) -> dict[s
     }
     if cfg.prompts is not None or cfg.seeds is not None:
         tags["suite"] = f"prompts={cfg.prompts or 'prompt'} seeds={cfg.seeds or [cfg.seed]}"
+    if cfg.model.random_weights:
+        # Real speed, meaningless quality: the gate CLI refuses quality thresholds on it.
+        tags[WEIGHTS] = RANDOM_WEIGHTS
     if cfg.negative_control.value != "none":
         # A deliberately broken sparse arm: the run must never be read as a schedule's result.
         tags["negative_control"] = cfg.negative_control.value
