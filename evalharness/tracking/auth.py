@@ -115,6 +115,28 @@ def check_password(password: str, what: str) -> None:
         raise ValueError(f"{what} is shorter than {MIN_PASSWORD} characters (MLflow's minimum)")
 
 
+def check_username(username: str) -> None:
+    """Refuses a user name that could never sign in: basic auth sends ``NAME:PASSWORD``, split
+    at the first colon, so a name with a colon is read as a shorter name; a control character
+    (a newline) or surrounding spaces cannot be typed back in a login or a credentials file.
+
+    Raises:
+        ValueError: naming the user name and what to give instead.
+    """
+    if ":" in username:
+        why = "it holds a colon, and basic auth splits NAME:PASSWORD at the first one"
+    elif not username.isprintable():
+        why = "it holds a control character (a newline?)"
+    elif not username.strip() or username != username.strip():
+        why = "it is empty or has surrounding spaces"
+    else:
+        return
+    raise ValueError(
+        f"user name {username!r} could never sign in: {why}; give a name without colons, "
+        "control characters or surrounding spaces, e.g. eve (nothing was changed)"
+    )
+
+
 def ensure_admin_credentials(path: Path) -> tuple[Credentials, bool]:
     """The admin's credentials from ``path``, written first (user ``admin``, a random
     password, mode 0600) when it does not exist.

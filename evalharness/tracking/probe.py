@@ -87,7 +87,8 @@ def check_tracking(
     Raises:
         TrackingUnavailable: the server does not answer as MLflow, or the database cannot be
             opened or created; the message names the URI (password hidden), the error and the
-            fix for that kind of store.
+            fix for that kind of store. Or the experiment exists as deleted (MLflow refuses
+            runs in it): the message names ``mlflow experiments restore`` and another name.
     """
     if kind != "mlflow":
         return
@@ -109,7 +110,9 @@ def check_tracking(
     try:
         with bounded_http(PROBE_RETRIES, PROBE_TIMEOUT_S):
             # Any store (server, database schema, file, plugin) answers a one-row search.
-            open_client(tracking_uri).search_experiments(max_results=1)
+            client = open_client(tracking_uri)
+            client.search_experiments(max_results=1)
+            experiment = client.get_experiment_by_name(experiment_name)
     except TrackingUnavailable:
         raise
     except Exception as err:  # noqa: BLE001 - every store raises its own kind; all are refusals
@@ -120,6 +123,15 @@ def check_tracking(
             f"{what} {shown} cannot be used for experiment {experiment_name!r}: "
             f"{_reason(err, tracking_uri)}. Fix: {fix_for(tracking_uri)}. Nothing was computed."
         ) from None
+    if experiment is not None and experiment.lifecycle_stage == "deleted":
+        raise TrackingUnavailable(
+            f"MLflow experiment {experiment_name!r} at {shown} is deleted (id "
+            f"{experiment.experiment_id}), and MLflow keeps a deleted experiment's name, so no "
+            "run can be recorded under it. Fix: restore it (MLFLOW_TRACKING_URI="
+            f"{redacted(tracking_uri)} mlflow experiments restore --experiment-id "
+            f"{experiment.experiment_id}) or give another experiment name "
+            "(logger.experiment_name=NAME). Nothing was computed."
+        )
 
 
 def existing_store(tracking_uri: str | None, output_root: str | Path, experiment: str) -> str:
