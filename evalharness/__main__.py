@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -19,7 +20,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from evalharness import exit_codes
-from evalharness.admission import plan_dry_run
+from evalharness.admission import check_writable, plan_dry_run
 from evalharness.comparison import SWEEP_JOB_TAG, append_summary, failed_jobs, tag_sweep_job
 from evalharness.config import check_overrides, multirun_first, register_configs
 from evalharness.evidence import headline_row
@@ -32,6 +33,8 @@ from evalharness.tracking import multihost, redact_logs, redacted
 log = logging.getLogger("evalharness")
 register_configs()
 redact_logs()  # Hydra logs a multirun's overrides, logger.tracking_uri's password among them
+# The folders Hydra creates itself, before the job: a run's and a multirun's.
+HYDRA_FOLDERS = ("hydra.run.dir", "hydra.sweep.dir")
 _failed_gates: list[str] = []
 _job_codes: list[int] = []
 
@@ -108,10 +111,25 @@ def _worst(codes: list[int]) -> int:
     return exit_codes.OK
 
 
+def _hydra_folder_problem(args: list[str]) -> str | None:
+    """The refusal of a ``hydra.run.dir`` or ``hydra.sweep.dir`` override naming a folder that
+    cannot be created or written (Hydra would end with its own traceback), or None."""
+    for arg in args:
+        key, _, value = arg.partition("=")
+        value = value.strip("'\"")
+        if key.lstrip("+") not in HYDRA_FOLDERS or not value or "${" in value:
+            continue  # an interpolation (``${now:...}``) is Hydra's to resolve
+        try:
+            check_writable(Path(value), key.lstrip("+"))
+        except PreflightRefusal as refusal:
+            return str(refusal)
+    return None
+
+
 def cli(argv: list[str] | None = None) -> None:
     """Entry point: checks the overrides' names, runs, and turns every ending into its code."""
     args = sys.argv[1:] if argv is None else argv
-    problem = check_overrides(args)
+    problem = check_overrides(args) or _hydra_folder_problem(args)
     if problem:
         print(f"error: {redacted(problem)}", file=sys.stderr)
         sys.exit(exit_codes.REFUSED)

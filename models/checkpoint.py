@@ -1,9 +1,9 @@
 """A diffusers ``Wan2.1-T2V-*-Diffusers`` folder: find every part and check it before generating.
 
 :func:`locate_checkpoint` checks, without loading any weights, that ``transformer/``, ``vae/``,
-``text_encoder/`` and ``tokenizer/`` exist with their configs, readable safetensors headers and
-tokenizer files, and that the parts agree (latent channels, text width). Every problem is reported
-at once, each by the name of the missing part, so a run stops before any generation.
+``text_encoder/`` and ``tokenizer/`` exist with their configs, readable safetensors headers and a
+tokenizer that loads, and that the parts agree (latent channels, text width). Every problem is
+reported at once, each by the name of the missing part, so a run stops before any generation.
 """
 
 from __future__ import annotations
@@ -68,7 +68,8 @@ def locate_checkpoint(path: str | Path) -> WanCheckpoint:
 
     Raises:
         CheckpointError (a ValueError): the folder or any part is missing (named), a config or
-            safetensors file is unreadable, or transformer/VAE/text-encoder configs disagree.
+            safetensors file is unreadable, the tokenizer does not load, or
+            transformer/VAE/text-encoder configs disagree.
     """
     root = Path(path).expanduser()
     if not root.is_dir():
@@ -92,6 +93,11 @@ def locate_checkpoint(path: str | Path) -> WanCheckpoint:
         problems.append(
             f"tokenizer/ has no tokenizer file: expected one of {list(TOKENIZER_FILES)}"
         )
+    else:  # read now (a second or so), not after the run folder and the model exist
+        try:
+            load_tokenizer(tok)
+        except ValueError as e:
+            problems.append(f"tokenizer/: {e}")
     if t_cfg is not None and v_cfg is not None:
         z_dim = v_cfg.get("z_dim")
         for key in ("in_channels", "out_channels"):
@@ -106,7 +112,12 @@ def locate_checkpoint(path: str | Path) -> WanCheckpoint:
             f"d_model={e_cfg.get('d_model')}"
         )
     if problems:
-        raise CheckpointError(f"Checkpoint {root} is not usable:\n  - " + "\n  - ".join(problems))
+        raise CheckpointError(
+            f"Checkpoint {root} is not usable:\n  - "
+            + "\n  - ".join(problems)
+            + "\nFix: restore each named part from the original checkpoint, or point "
+            "model.checkpoint at a complete one"
+        )
     return WanCheckpoint(root=root, **parts)
 
 

@@ -7,6 +7,7 @@ comparison so a checkpoint that disagrees with the preset a user asked for fails
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from collections.abc import Mapping
 from typing import Any
 
@@ -57,6 +58,9 @@ class WanTransformerConfig:
     text_len: int = 512
 
     def __post_init__(self) -> None:
+        wrong = [_type_problem(f.name, f.type, getattr(self, f.name)) for f in _FIELDS]
+        if any(wrong):
+            raise ValueError("; ".join(w for w in wrong if w))
         object.__setattr__(self, "patch_size", tuple(int(p) for p in self.patch_size))
         if len(self.patch_size) != 3 or min(self.patch_size) < 1:
             raise ValueError(
@@ -140,6 +144,34 @@ class WanTransformerConfig:
         if "patch_size" in kwargs:
             kwargs["patch_size"] = tuple(kwargs["patch_size"])
         return cls(**kwargs, text_len=text_len)
+
+
+_FIELDS = dataclasses.fields(WanTransformerConfig)
+
+
+def _type_problem(name: str, annotation: str, value: Any) -> str | None:
+    """What is wrong with the type of one field's value (``"num_attention_heads": "four"`` in a
+    config.json), or None; checked before any comparison, which would fail with a TypeError."""
+    integer = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    expected = {
+        "int": ("an integer", integer),
+        "float": ("a number", isinstance(value, numbers.Real) and not isinstance(value, bool)),
+        "bool": ("true or false", isinstance(value, bool)),
+        "str": ("a string", isinstance(value, str)),
+    }
+    what, fits = expected.get(annotation, ("three integers", _three_integers(value)))
+    if fits:
+        return None
+    return f"{name}={value!r} has type {type(value).__name__}; it must be {what}"
+
+
+def _three_integers(value: Any) -> bool:
+    """Whether ``value`` is a list or tuple of three integers (``patch_size``)."""
+    return (
+        isinstance(value, list | tuple)
+        and len(value) == 3
+        and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in value)
+    )
 
 
 # Fields that a diffusers config.json determines (text_len is a usage choice, not architecture).

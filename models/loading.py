@@ -27,6 +27,7 @@ from models.config import (
     config_differences,
     get_transformer_config,
 )
+from models.safetensors_reader import WeightsError, read_json
 from models.transformer import WanTransformer, abstract_transformer
 
 CONFIG_NAME = "config.json"
@@ -185,8 +186,13 @@ def read_diffusers_config(folder: str | Path, *, text_len: int = 512) -> WanTran
     """
     folder = Path(folder)
     _check_folder(folder)
-    with open(folder / CONFIG_NAME) as f:
-        return WanTransformerConfig.from_diffusers_json(json.load(f), text_len=text_len)
+    path = folder / CONFIG_NAME
+    try:
+        return WanTransformerConfig.from_diffusers_json(read_json(path), text_len=text_len)
+    except WeightsError:
+        raise
+    except ValueError as err:  # a value of the wrong type or range: the file is named
+        raise ValueError(f"{path}: {err}") from None
 
 
 def _weight_files(folder: Path) -> dict[str, list[str]]:

@@ -161,9 +161,15 @@ def read_json(path: Path) -> dict:
     if not path.is_file():
         raise WeightsError(f"Missing config file {path}")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise WeightsError(
+            f"{path} is not UTF-8 text, as JSON must be ({e.reason} at byte {e.start})"
+        ) from None
     except json.JSONDecodeError as e:
         raise WeightsError(f"{path} is not valid JSON: {e}") from e
+    except OSError as e:
+        raise WeightsError(f"{path} cannot be read ({e.strerror or e})") from None
     if not isinstance(data, dict):
         raise WeightsError(f"{path} should hold a JSON object, got {type(data).__name__}")
     return data

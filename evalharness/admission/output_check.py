@@ -40,9 +40,13 @@ def _existing(folder: Path) -> Path:
     return folder
 
 
-def _writable(folder: Path, setting: str) -> None:
+def check_writable(folder: Path, setting: str) -> None:
     """Refuses, naming the setting, a folder the run could not create or write; what it
-    creates to find out is removed (a refused run leaves no trace)."""
+    creates to find out is removed (a refused run leaves no trace).
+
+    Raises:
+        PreflightRefusal: naming the setting, the folder, why, and a folder to give instead.
+    """
     there = _existing(folder)
     if not there.is_dir():
         problem = f"{there} is not a folder"
@@ -91,8 +95,8 @@ def check_output_folders(cfg: EvalConfig, pairs: int) -> None:
         PreflightRefusal: naming the folder, the setting and the bytes.
     """
     root = Path(cfg.output_root)
-    _writable(root, "output_root")
-    _writable(Path(cfg.cache_dir), "cache_dir")
+    check_writable(root, "output_root")
+    check_writable(Path(cfg.cache_dir), "cache_dir")
     need, free = run_bytes(cfg, pairs), shutil.disk_usage(_existing(root)).free
     if free < need:
         raise PreflightRefusal(

@@ -176,11 +176,18 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         """Refuses a ``scan_layers`` other than true, false or auto (a quoted "true" or "false"
-        counts as the bool)."""
+        counts as the bool), and an empty ``checkpoint`` (an unset variable in
+        ``model.checkpoint=$DIR`` would otherwise run the shipped or seeded weights)."""
         self.scan_layers = {"true": True, "false": False}.get(self.scan_layers, self.scan_layers)
         if not isinstance(self.scan_layers, bool) and self.scan_layers != "auto":
             raise ValueError(
                 f"model.scan_layers={self.scan_layers!r}: expected true, false or auto"
+            )
+        if self.checkpoint is not None and not self.checkpoint.strip():
+            raise ValueError(
+                f"model.checkpoint={self.checkpoint!r} names no checkpoint (an unset variable?): "
+                "give a folder or a hub repository id, or leave model.checkpoint out (null) for "
+                "the preset's own weights"
             )
 
     @property

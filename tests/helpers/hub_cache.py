@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from huggingface_hub._tree_cache import TreeCacheEntry, write_tree_cache
 from safetensors.numpy import save_file
 
 from models.config import get_transformer_config
+from models.shipped_weights import shipped_checkpoint
 from models.text_encoder import save_umt5_encoder
 from models.tiny_components import tiny_umt5_encoder, tiny_vae
 from models.vae import save_vae
@@ -149,7 +151,8 @@ def wan_repository_listing(preset: str) -> dict[str, bytes]:
 
 def write_locatable_checkpoint(root: Path, preset: str = "tiny-planted") -> Path:
     """A folder ``models.checkpoint.locate_checkpoint`` accepts: ``preset``'s transformer config
-    with a one-tensor safetensors file, the tiny VAE and UMT5, a tokenizer file (not a model)."""
+    with a one-tensor safetensors file, the tiny VAE and UMT5, and the shipped tiny model's
+    tokenizer (the check loads it)."""
     transformer = root / "transformer"
     transformer.mkdir(parents=True)
     (transformer / "config.json").write_bytes(transformer_config_json(preset))
@@ -158,5 +161,5 @@ def write_locatable_checkpoint(root: Path, preset: str = "tiny-planted") -> Path
     save_vae(tiny_vae(0), root / "vae")
     save_umt5_encoder(tiny_umt5_encoder(0), root / "text_encoder")
     (root / "tokenizer").mkdir()
-    (root / "tokenizer" / "spiece.model").write_bytes(b"a sentencepiece model stand-in")
+    shutil.copy(shipped_checkpoint("tiny") / "tokenizer" / "tokenizer.json", root / "tokenizer")
     return root
