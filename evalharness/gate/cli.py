@@ -39,9 +39,17 @@ def _judgeable(run: Any) -> Any:
     """``run`` when it is a finished harness run.
 
     Raises:
-        NothingToJudge: it did not finish, or it is not a harness run.
+        NothingToJudge: it is deleted (alone or with its experiment), it did not finish, or it
+            is not a harness run.
     """
     label = f"run {run.info.run_id} ({run.info.run_name})"
+    if run.info.lifecycle_stage == "deleted":
+        raise NothingToJudge(
+            f"{label} is deleted, so there is nothing to judge: restore it (`mlflow runs restore "
+            f"--run-id {run.info.run_id}`, or `mlflow experiments restore --experiment-id "
+            f"{run.info.experiment_id}` if its experiment was deleted), or give the id of a run "
+            "that is not deleted"
+        )
     if run.info.status != "FINISHED":
         raise NothingToJudge(
             f"{label} is {run.info.status}, not FINISHED: its metrics may be partial, so the "
@@ -176,6 +184,6 @@ def main(argv: list[str] | None = None) -> int:
     label = f"run {run.info.run_id} ({run.info.run_name})"
     if result.passed:
         print(f"gate passed for {label}")
-    for failure in result.failures:
-        print(f"gate failed for {label}: {failure}", file=sys.stderr)
+    if result.failures:  # one error line, naming each metric, its value and its threshold
+        print(f"error: gate failed for {label}: {'; '.join(result.failures)}", file=sys.stderr)
     return result.exit_code
