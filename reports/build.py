@@ -18,7 +18,7 @@ from reports import figures, mask_figures
 from reports.html_page import render_html
 from reports.search_section import search_section
 from reports.seed_table import seed_section
-from reports.sources import Artifacts, ReportRun, of_kind
+from reports.sources import Artifacts, ReportError, ReportRun, of_kind
 from reports.table3 import harness_runs, table3
 from reports.tables import Table, table1, table2
 from reports.untrusted import untrusted_markdown
@@ -84,10 +84,22 @@ class Report:
 
 def choose_plan_run(runs: Sequence[ReportRun], run_id: str | None = None) -> ReportRun | None:
     """The harness run whose plan the mask figures draw: ``run_id``, else the first sparse run
-    of Table 3's order."""
+    of Table 3's order (None when there is none: the figures are left out).
+
+    Raises:
+        ReportError: ``run_id`` is not one of the report's harness runs.
+    """
     candidates = harness_runs(runs)
     if run_id:
-        return next((r for r in runs if r.run_id == run_id), None)
+        chosen = next((r for r in candidates if r.run_id == run_id), None)
+        if chosen is None:
+            ids = ", ".join(r.run_id for r in candidates[:3]) or "none"
+            raise ReportError(
+                f"--plan-run {run_id} is not one of the report's {len(candidates)} harness runs "
+                f"(the first: {ids}): give one of their ids, or leave --plan-run out to draw "
+                "the first sparse run"
+            )
+        return chosen
     return next((r for r in candidates if r.params.get("schedule.sparse") == "True"), None)
 
 
@@ -96,7 +108,7 @@ def _figures(
     runs: list[ReportRun],
     artifacts: Artifacts,
     folder: Path,
-    plan_run: str | None,
+    chosen: ReportRun | None,
 ) -> dict[str, Path | None]:
     harness = harness_runs(runs)
     sparse = [r for r in harness if r.params.get("schedule.sparse") == "True"]
@@ -108,7 +120,6 @@ def _figures(
         "routing": figures.routing_figure(sparse, artifacts, folder / "routing.png"),
         "frame_psnr": figures.frame_psnr_figure(client, harness, folder / "frame_psnr.png"),
     }
-    chosen = choose_plan_run(runs, plan_run)
     if chosen is not None:
         choice = mask_figures.plan_choice(chosen)
         out["masks"] = mask_figures.masks_figure(choice, folder / "masks.png")
@@ -197,13 +208,17 @@ def build_report(
         folder: output folder (created).
         source: what the runs are, for the header (e.g. "experiment 'evalharness' at ...").
         plan_run: run id of the harness run whose plan the mask figures draw.
+
+    Raises:
+        ReportError: ``plan_run`` is not one of ``runs``' harness runs (nothing is written).
     """
+    chosen = choose_plan_run(runs, plan_run)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "figures").mkdir(exist_ok=True)
     artifacts = Artifacts(client)
     try:
         tables = [table1(runs), *table2(runs, artifacts), table3(runs)]
-        drawn = _figures(client, runs, artifacts, folder / "figures", plan_run)
+        drawn = _figures(client, runs, artifacts, folder / "figures", chosen)
         # A schedule search's front and recommendation, before the benchmarks.
         appendix = search_section(runs, artifacts, folder / "figures") + _appendix(runs, artifacts)
     finally:

@@ -23,6 +23,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -45,6 +46,24 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _argument_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the flags that no store needs to answer, or None: ``--max-runs``
+    below 1, an ``--out`` that is a file or lies where this user cannot create a folder."""
+    if args.max_runs < 1:
+        return f"--max-runs {args.max_runs} reads no run: give a count >= 1 (default 500)"
+    if args.out is None:
+        return None
+    out = Path(args.out).absolute()
+    there = out
+    while not there.exists() and there != there.parent:
+        there = there.parent
+    if not there.is_dir():
+        return f"--out {args.out}: {there} is a file, not a folder; give a folder (it is created)"
+    if not os.access(there, os.W_OK | os.X_OK):
+        return f"--out {args.out}: {there} is not writable by this user; give a folder it can write"
+    return None
+
+
 def _experiment_of(client, run_id: str) -> str:
     return client.get_experiment(client.get_run(run_id).info.experiment_id).name
 
@@ -54,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     from evalharness.tracking import TrackingUnavailable, existing_store, open_client, redacted
 
     args = _parser().parse_args(argv)
+    problem = _argument_problem(args)
+    if problem:
+        print(f"error: reports: {problem}", file=sys.stderr)
+        return 2
     try:  # a missing store is not created; a wrong server is refused in seconds, not minutes
         uri = existing_store(args.tracking_uri, args.output_root, args.experiment)
     except TrackingUnavailable as refusal:

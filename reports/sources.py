@@ -128,6 +128,11 @@ def _listed_runs(client: MlflowClient, run_ids: Sequence[str]) -> list:
                 f"no MLflow run {run_id!r} at {redacted(client.tracking_uri)}: check the id (the UI "
                 "shows it under the run's name) and --tracking-uri"
             ) from err
+        if run.info.lifecycle_stage == "deleted":
+            raise ReportError(
+                f"run {run_id} is deleted: restore it (`mlflow runs restore --run-id {run_id}`) "
+                "or leave it out"
+            )
         missed_gate = run.info.status == "FAILED" and run.data.tags.get("gate") == "failed"
         if run.info.status != "FINISHED" and not missed_gate:
             raise ReportError(f"run {run_id} is {run.info.status}, not FINISHED: leave it out")
