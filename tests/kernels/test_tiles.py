@@ -72,6 +72,27 @@ def test_rounding_tolerance_error():
     assert round_to_tiles(mask, BlockSizes(64, 64), None).density > 0
 
 
+@pytest.mark.parametrize(
+    ("density", "tile", "sign"),
+    # 192 tokens: 48 x 48 tiles keep 7.2% fewer pairs than the exact band; 64 x 64 tiles keep
+    # 13.6% more at density 0.39.
+    [(0.1, 48, -1), (0.39, 64, 1)],
+    ids=["fewer pairs", "more pairs"],
+)
+def test_rounding_beyond_the_tolerance_is_refused_whichever_way_it_errs(density, tile, sign):
+    mask = band_for_density(TokenGeometry(3, 8, 8), density)
+    tiles = BlockSizes(tile, tile)
+    loose = round_to_tiles(mask, tiles, None)
+    error = (loose.kept_pairs - mask.kept_pairs) / mask.kept_pairs
+    assert np.sign(error) == sign and abs(error) > 0.05  # the case errs the way it says
+    with pytest.raises(ValueError, match=f"changes the kept pairs by {abs(error):.2%}"):
+        round_to_tiles(mask, tiles, 0.05)
+    # Just inside the tolerance the same rounding is accepted, just outside it is not.
+    assert round_to_tiles(mask, tiles, abs(error) * 1.001).kept_pairs == loose.kept_pairs
+    with pytest.raises(ValueError, match="tolerance"):
+        round_to_tiles(mask, tiles, abs(error) * 0.999)
+
+
 @pytest.fixture(scope="module")
 def seed_mask():
     return band_for_density(preset_tokens("720p"), 0.3887)

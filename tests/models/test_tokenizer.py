@@ -79,6 +79,29 @@ def test_sentencepiece_ids_match_transformers_t5_tokenizers(spm_folder, max_leng
 
 
 @pytest.mark.parity
+@pytest.mark.parametrize("slack", [1, 0, -1], ids=["one under", "at", "one over"])
+def test_a_prompt_of_max_length_pieces_matches_transformers(spm_folder, caplog, slack):
+    """A prompt whose pieces and ``</s>`` number exactly ``max_length`` (and one under, one
+    over): nothing is cut at the limit, one piece is cut past it, as transformers does."""
+    transformers = pytest.importorskip("transformers")
+    prompt = " ".join(CORPUS[:2])
+    fast = transformers.T5TokenizerFast.from_pretrained(spm_folder)
+    with_eos = len(fast(prompt, add_special_tokens=True)["input_ids"])  # pieces + </s>
+    max_length = with_eos + slack
+    ours = tokenize_batch(load_tokenizer(spm_folder), [prompt], max_length)
+    for cls in (transformers.T5Tokenizer, transformers.T5TokenizerFast):
+        ref = cls.from_pretrained(spm_folder)(
+            [prompt], padding="max_length", max_length=max_length, truncation=True
+        )
+        np.testing.assert_array_equal(ours.input_ids, ref["input_ids"], err_msg=cls.__name__)
+        np.testing.assert_array_equal(ours.attention_mask, ref["attention_mask"])
+    assert ours.input_ids.shape == (1, max_length)
+    assert ours.lengths.tolist() == [min(with_eos, max_length)]
+    assert ours.input_ids[0, ours.lengths[0] - 1] == 1  # </s> ends the real tokens
+    assert ("truncated to max_length" in caplog.text) == (slack < 0)
+
+
+@pytest.mark.parity
 def test_tokenizer_json_path_matches_the_sentencepiece_path(spm_folder, tmp_path):
     transformers = pytest.importorskip("transformers")
     fast = transformers.T5TokenizerFast.from_pretrained(spm_folder)

@@ -187,6 +187,41 @@ def test_worst_frame_and_whole_video_psnr():
     assert q.worst_psnr_db == q.psnr_db[3] < q.video_psnr_db < q.psnr_db[1]
 
 
+@pytest.mark.parametrize(
+    "errors",
+    [
+        "independent full range",  # every error from -255 to 255
+        "all brighter",  # distorted above the reference everywhere, by up to 255
+        "all darker",
+    ],
+)
+def test_psnr_on_full_range_frames_matches_scikit_image(errors):
+    """Errors large and of both signs, where 8-bit arithmetic (a difference or a square taken
+    in uint8) wraps around and gives another answer."""
+    from skimage.metrics import peak_signal_noise_ratio
+
+    rng = np.random.default_rng(7)
+    shape = (4, 12, 16, 3)
+    reference = rng.integers(0, 256, shape, dtype=np.uint8)
+    distorted = rng.integers(0, 256, shape, dtype=np.uint8)
+    if errors != "independent full range":
+        low, high = np.minimum(reference, distorted), np.maximum(reference, distorted)
+        reference, distorted = (low, high) if errors == "all brighter" else (high, low)
+    difference = distorted.astype(np.int64) - reference
+    assert np.abs(difference).max() >= 250
+    assert (difference > 0).any() == (errors != "all darker")
+    assert (difference < 0).any() == (errors != "all brighter")
+
+    quality = frame_quality(reference, distorted)
+    pairs = zip(reference, distorted, strict=True)
+    expected = [peak_signal_noise_ratio(r, d, data_range=255) for r, d in pairs]
+    np.testing.assert_allclose(quality.psnr_db, expected, rtol=1e-12)
+    whole = peak_signal_noise_ratio(reference, distorted, data_range=255)
+    assert quality.video_psnr_db == pytest.approx(whole, rel=1e-12)
+    # Symmetric in its arguments, as a mean squared error is.
+    assert frame_quality(distorted, reference).video_psnr_db == pytest.approx(whole, rel=1e-12)
+
+
 def test_gap_to_noise_floor_sign():
     assert gap_to_noise_floor(60.0, 45.0) == 15.0  # sparse 15 dB further from dense than noise
     assert gap_to_noise_floor(45.0, 50.0) == -5.0  # sparse within the noise
