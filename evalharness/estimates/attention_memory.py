@@ -2,7 +2,7 @@
 
 The executors' temporaries are their ``ExecutorSpec``'s; routing (``kernels.policy.routing`` /
 ``kernels.parallel.routing``), the temporal-layout copies
-(``kernels.policy.attention_policy._select_layout``) and the sequence-parallel head exchange
+(``kernels.masks.layouts.to_head_layouts``) and the sequence-parallel head exchange
 (``kernels.parallel.exchange``) are computed here from the code that allocates them.
 """
 
@@ -140,8 +140,8 @@ def layout_copy_bytes(shape: AttentionShape, *, devices: int, placement: str) ->
     """Temporal-layout copies of the sparse arm (``AttentionPolicy.sparse_attention``).
 
     "head_local" (and one device): q, k, v selected into each head's layout and the executor's
-    output before it returns to frame-major order, 4 x [B, N, heads, D] (the gather and the select
-    of ``_select_layout`` fuse). "before_exchange": each device also gathers the whole
+    output before it returns to frame-major order, 4 x [B, N, heads, D] (the transpose and the
+    select of ``to_head_layouts`` fuse). "before_exchange": each device also gathers the whole
     [B, N, H, D] sequence of q, k and v to build its slice of the permuted order (3 full tensors
     counted live, an upper bound) plus 4 moved [B, N / P, H, D] slices.
     """

@@ -18,7 +18,9 @@ from kernels.masks.layouts import (
     inverse_temporal_permutation,
     temporal_permutation,
     temporal_position,
+    to_frame_major,
     to_head_layouts,
+    to_temporal_major,
 )
 from kernels.masks.protocols import (
     BandLike,
@@ -56,5 +58,7 @@ __all__ = [
     "temporal_position",
     "tile_areas",
     "tile_grid",
+    "to_frame_major",
     "to_head_layouts",
+    "to_temporal_major",
 ]

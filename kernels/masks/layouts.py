@@ -16,8 +16,12 @@ every frame. One mask and one tile plan therefore serve both head kinds. Keeping
 temporal head's sink would make it a comb of single columns F apart, touching every key tile; the
 measurements behind that choice are in docs/against-sparse-videogen.md.
 
-Permutations are static NumPy index arrays (host side, cached per geometry); per-head selection uses
-``jnp.where`` over a gathered copy so shapes never depend on the (possibly traced) flags.
+The permutation is a fixed reshape of the token axis: frame-major tokens are an [F, S] grid and
+the temporal layout is its transpose [S, F]. ``to_temporal_major`` and ``to_frame_major`` move data
+that way (a transpose, which an accelerator copies at memory bandwidth; a gather by an index vector
+of N entries is far slower on a TPU). The permutations as NumPy index arrays (host side, cached per
+geometry) stay as the plain definition the tests hold the transposes to. Per-head selection uses
+``jnp.where`` over a transposed copy so shapes never depend on the (possibly traced) flags.
 """
 
 from __future__ import annotations
@@ -84,7 +88,56 @@ def temporal_position(frame_major_index, geometry: TokenGeometry):
     return (frame_major_index % s) * f + frame_major_index // s
 
 
+def _frames_split(shape: tuple[int, ...], axis: int, first: int, second: int) -> tuple[int, ...]:
+    """``shape`` with its ``axis`` (of ``first * second`` entries) split into (first, second)."""
+    if shape[axis] != first * second:
+        raise ValueError(
+            f"axis {axis} has {shape[axis]} entries; expected {first * second} tokens "
+            f"({first} x {second})"
+        )
+    return shape[:axis] + (first, second) + shape[axis + 1 :]
+
+
+def to_temporal_major(x: jax.Array, geometry: TokenGeometry, axis: int = 1) -> jax.Array:
+    """Frame-major tokens along ``axis`` put in temporal-major order, by reshape and transpose.
+
+    Equal to ``jnp.take(x, temporal_permutation(geometry), axis=axis)``: the [F, S] grid of
+    frame-major tokens transposed to [S, F], so position p * F + f holds token f * S + p.
+
+    Args:
+        x: any array whose ``axis`` holds ``geometry.tokens`` frame-major tokens, e.g.
+            [batch, tokens, heads, head_dim] with ``axis=1``.
+        geometry: the token geometry.
+        axis: the token axis (non-negative).
+
+    Returns:
+        An array of ``x``'s shape and dtype, tokens in temporal-major order.
+    """
+    s, f = geometry.tokens_per_frame, geometry.frames
+    grid = x.reshape(_frames_split(x.shape, axis, f, s))  # [..., F, S, ...]
+    return jnp.swapaxes(grid, axis, axis + 1).reshape(x.shape)
+
+
+def to_frame_major(x: jax.Array, geometry: TokenGeometry, axis: int = 1) -> jax.Array:
+    """Inverse of ``to_temporal_major``: temporal-major tokens along ``axis`` back to frame-major.
+
+    Equal to ``jnp.take(x, inverse_temporal_permutation(geometry), axis=axis)``.
+
+    Args:
+        x: any array whose ``axis`` holds ``geometry.tokens`` temporal-major tokens.
+        geometry: the token geometry.
+        axis: the token axis (non-negative).
+
+    Returns:
+        An array of ``x``'s shape and dtype, tokens in frame-major order.
+    """
+    s, f = geometry.tokens_per_frame, geometry.frames
+    grid = x.reshape(_frames_split(x.shape, axis, s, f))  # [..., S, F, ...]
+    return jnp.swapaxes(grid, axis, axis + 1).reshape(x.shape)
+
+
 def _check_flags(x: jax.Array, geometry: TokenGeometry, temporal_heads) -> jax.Array:
+    """The flags as bool [batch, heads] (one row broadcast over the batch when given per head)."""
     if x.ndim != 4:
         raise ValueError(f"x has shape {x.shape}; expected [batch, tokens, heads, head_dim]")
     if x.shape[1] != geometry.tokens:
@@ -93,27 +146,32 @@ def _check_flags(x: jax.Array, geometry: TokenGeometry, temporal_heads) -> jax.A
             "the sequence was built from"
         )
     flags = jnp.asarray(temporal_heads)
-    if flags.shape != (x.shape[2],):
+    batch, heads = x.shape[0], x.shape[2]
+    if flags.shape not in ((heads,), (batch, heads)):
         raise ValueError(
-            f"temporal_heads has shape {flags.shape}; expected ({x.shape[2]},), one bool per head"
+            f"temporal_heads has shape {flags.shape}; expected ({heads},), one bool per head, or "
+            f"({batch}, {heads}), one per (batch, head)"
         )
-    return flags.astype(bool)
+    return jnp.broadcast_to(flags.astype(bool), (batch, heads))
 
 
 def to_head_layouts(x: jax.Array, geometry: TokenGeometry, temporal_heads) -> jax.Array:
     """Puts each temporal head's tokens in temporal-major order; spatial heads are untouched.
 
+    The select and the transpose fuse into one pass over ``x`` under XLA.
+
     Args:
         x: [batch, tokens, heads, head_dim] in frame-major order.
         geometry: the token geometry (tokens must equal ``geometry.tokens``).
-        temporal_heads: bool [heads] (may be traced); True = temporal layout.
+        temporal_heads: bool [heads] or [batch, heads] (may be traced); True = temporal layout.
+            Per (batch, head) because the conditional and unconditional halves of a guided
+            batch may route differently.
 
     Returns:
         [batch, tokens, heads, head_dim], same shape and dtype.
     """
     flags = _check_flags(x, geometry, temporal_heads)
-    permuted = jnp.take(x, jnp.asarray(temporal_permutation(geometry)), axis=1)
-    return jnp.where(flags[None, None, :, None], permuted, x)
+    return jnp.where(flags[:, None, :, None], to_temporal_major(x, geometry), x)
 
 
 def from_head_layouts(x: jax.Array, geometry: TokenGeometry, temporal_heads) -> jax.Array:
@@ -122,11 +180,10 @@ def from_head_layouts(x: jax.Array, geometry: TokenGeometry, temporal_heads) -> 
     Args:
         x: [batch, tokens, heads, head_dim], temporal heads in temporal-major order.
         geometry: the token geometry.
-        temporal_heads: bool [heads], the same flags given to ``to_head_layouts``.
+        temporal_heads: bool [heads] or [batch, heads], the flags given to ``to_head_layouts``.
 
     Returns:
         [batch, tokens, heads, head_dim] in frame-major order for every head.
     """
     flags = _check_flags(x, geometry, temporal_heads)
-    restored = jnp.take(x, jnp.asarray(inverse_temporal_permutation(geometry)), axis=1)
-    return jnp.where(flags[None, None, :, None], restored, x)
+    return jnp.where(flags[:, None, :, None], to_frame_major(x, geometry), x)

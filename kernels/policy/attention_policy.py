@@ -38,7 +38,7 @@ from kernels.executors.dispatch import (
     make_attention,
 )
 from kernels.masks.geometry import TokenGeometry
-from kernels.masks.layouts import inverse_temporal_permutation, temporal_permutation
+from kernels.masks.layouts import from_head_layouts, to_head_layouts
 from kernels.plans.block_sizes import BlockSizes, auto_block_sizes
 from kernels.policy.cells import Layer, check_layer, dense_cell
 from kernels.policy.negative_controls import (
@@ -116,24 +116,6 @@ def make_dense_attend(
         return kernel_for(q.shape[1])(q, k, v)
 
     return dense_attend
-
-
-def _select_layout(x: jax.Array, index: jax.Array, temporal: jax.Array) -> jax.Array:
-    """Per (batch, head): the tokens gathered by ``index`` where ``temporal``, else ``x``.
-
-    ``kernels.masks.layouts.to_head_layouts`` takes one flag per head; routing decides per (batch, head)
-    (the conditional and unconditional halves of a guided batch may route differently).
-
-    Args:
-        x: [batch, tokens, heads, head_dim].
-        index: int32 [tokens], a permutation.
-        temporal: bool [batch, heads].
-
-    Returns:
-        [batch, tokens, heads, head_dim].
-    """
-    moved = jnp.take(x, index, axis=1)
-    return jnp.where(temporal[:, None, :, None], moved, x)
 
 
 class AttentionPolicy:
@@ -386,13 +368,11 @@ class AttentionPolicy:
                 f"temporal has shape {temporal.shape}; expected {(q.shape[0], q.shape[2])} "
                 "(batch, heads)"
             )
-        perm = jnp.asarray(temporal_permutation(self.geometry))
-        q_l, k_l, v_l = (_select_layout(x, perm, temporal) for x in (q, k, v))
+        q_l, k_l, v_l = (to_head_layouts(x, self.geometry, temporal) for x in (q, k, v))
         out = self.execute_band(q_l, k_l, v_l)
         if not self.restores_layout:
             return out
-        inv = jnp.asarray(inverse_temporal_permutation(self.geometry))
-        return _select_layout(out, inv, temporal)
+        return from_head_layouts(out, self.geometry, temporal)
 
     def execute_band(self, q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
         """The sparse executor alone: the band on tokens already in each head's own layout.

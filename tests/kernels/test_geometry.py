@@ -11,7 +11,9 @@ from kernels.masks.layouts import (
     inverse_temporal_permutation,
     temporal_permutation,
     temporal_position,
+    to_frame_major,
     to_head_layouts,
+    to_temporal_major,
 )
 from tests.helpers.geometry import preset_tokens
 from tests.helpers.numerics import assert_allclose
@@ -73,6 +75,50 @@ def test_head_layouts_per_head_and_round_trip():
     assert_allclose(from_head_layouts(moved, geometry, flags), x)
 
 
+PRESETS = ("cpu", "480p", "720p", "1080p", "1440p")
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_transposed_layouts_equal_the_permutation_gather(preset):
+    # The layout change the sparse arm runs (a reshape and transpose) against its definition (a
+    # gather by the permutation), exactly, both ways, at every preset's real token count.
+    geometry = preset_tokens(preset)
+    n = geometry.tokens
+    x = jnp.arange(2 * n * 3, dtype=jnp.int32).reshape(2, n, 3, 1)
+    forward = to_temporal_major(x, geometry)
+    np.testing.assert_array_equal(forward, jnp.take(x, temporal_permutation(geometry), axis=1))
+    back = to_frame_major(x, geometry)
+    np.testing.assert_array_equal(back, jnp.take(x, inverse_temporal_permutation(geometry), axis=1))
+    np.testing.assert_array_equal(to_frame_major(forward, geometry), x)
+    # Another token axis (a heads-leading tensor) moves the same way.
+    heads_leading = jnp.swapaxes(x, 1, 2)
+    np.testing.assert_array_equal(
+        to_temporal_major(heads_leading, geometry, axis=2), jnp.swapaxes(forward, 1, 2)
+    )
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_head_layouts_per_batch_row_equal_the_gather(preset):
+    # Mixed temporal and spatial heads, routed differently in the two halves of a guided batch
+    # (conditional, unconditional), against a per-(batch, head) gather.
+    geometry = preset_tokens(preset)
+    n = geometry.tokens
+    x = jax.random.normal(jax.random.key(1), (2, n, 4, 2), jnp.bfloat16)
+    flags = jnp.array([[True, False, True, False], [False, False, True, True]])
+    perm, inv = temporal_permutation(geometry), inverse_temporal_permutation(geometry)
+    moved = to_head_layouts(x, geometry, flags)
+    for b in range(2):
+        for h in range(4):
+            want = x[b, perm, h] if flags[b, h] else x[b, :, h]
+            np.testing.assert_array_equal(moved[b, :, h], want)
+    restored = from_head_layouts(moved, geometry, flags)
+    np.testing.assert_array_equal(restored, x)
+    for b in range(2):
+        for h in range(4):
+            want = moved[b, inv, h] if flags[b, h] else moved[b, :, h]
+            np.testing.assert_array_equal(restored[b, :, h], want)
+
+
 def test_traced_flags_do_not_recompile():
     geometry = TokenGeometry(3, 1, 2)  # with F=2 the temporal order would equal frame-major
     x = jnp.arange(2 * geometry.tokens * 2 * 4, dtype=jnp.float32).reshape(2, geometry.tokens, 2, 4)
@@ -88,5 +134,7 @@ def test_layout_errors_name_the_problem():
     x = jnp.zeros((1, geometry.tokens, 2, 4))
     with pytest.raises(ValueError, match="one bool per head"):
         to_head_layouts(x, geometry, jnp.array([True, False, True]))
+    with pytest.raises(ValueError, match="one per \\(batch, head\\)"):
+        to_head_layouts(x, geometry, jnp.ones((2, 2), bool))
     with pytest.raises(ValueError, match="tokens"):
         to_head_layouts(jnp.zeros((1, 7, 2, 4)), geometry, jnp.array([True, False]))
