@@ -6,9 +6,12 @@ for a dry run) and the sequence length:
 
 | platform | backend | tiles (query x key) | dense arm | second dense control | compute dtype |
 |---|---|---|---|---|---|
-| tpu | pallas_tpu | seed 3,328 x 1,536 | splash attention | our B0 (Pallas TPU) | bf16 (ckpt) |
+| tpu | pallas_tpu | seed 3,328 x 1,536* | splash attention | our B0 (Pallas TPU) | bf16 (ckpt) |
 | gpu | pallas_gpu | 128 x 64 | cuDNN flash attention | our B0 (Pallas GPU) | bf16 (all) |
-| cpu | xla | 128 x 128 | our xla_flash (XLA) | einsum attention | bf16 (ckpt) |
+| cpu | xla | 128 x 128* | our xla_flash (XLA) | einsum attention | bf16 (ckpt) |
+
+*each side no larger than the sequence, nor than the sparse band's full width (rounded down to the
+backend's granularity): ``kernels.plans.block_sizes.auto_block_sizes``.
 
 our xla_flash: online softmax over query chunks and key blocks as plain matmuls
 (``kernels.executors.xla_flash``). B0 (the block-sparse scan over every tile) is not the CPU's dense
@@ -40,7 +43,9 @@ from evalharness.config import (
     token_geometry,
 )
 from kernels.executors.dense_controls import check_dense_pair, dense_controls
+from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes, auto_block_sizes
+from kernels.policy.schedule import SparsitySchedule
 from kernels.registry import PLATFORMS as PLATFORM_TABLE
 from kernels.registry import get_executor
 from models.accelerator_env import platform_family
@@ -115,7 +120,9 @@ def scan_layers_for(setting: str | bool, platform: str) -> bool:
     return _AUTO_SCAN_LAYERS[platform]
 
 
-def resolve_kernel(kernel: KernelConfig, platform: str, tokens: int) -> KernelConfig:
+def resolve_kernel(
+    kernel: KernelConfig, platform: str, tokens: int, band_width: int | None = None
+) -> KernelConfig:
     """The kernel config with every ``auto``/None replaced by the platform's choice.
 
     Args:
@@ -123,6 +130,8 @@ def resolve_kernel(kernel: KernelConfig, platform: str, tokens: int) -> KernelCo
         platform: ``tpu``, ``gpu`` or ``cpu``.
         tokens: tokens of one attention call (the whole sequence; sequence parallelism exchanges
             heads for tokens before attention).
+        band_width: full width of the sparse band (``sparse_band_width``); None for a dense
+            schedule. Automatic tiles are never wider than it (``auto_block_sizes``).
 
     Returns:
         A KernelConfig whose backend is not ``auto``, whose tiles are set, and whose two dense
@@ -134,7 +143,7 @@ def resolve_kernel(kernel: KernelConfig, platform: str, tokens: int) -> KernelCo
     """
     backend = backend_for(kernel.backend, platform)
     _check_gpu_launch(kernel, backend, platform)
-    auto = auto_block_sizes(tokens, backend)
+    auto = auto_block_sizes(tokens, backend, band_width)
     block_q = auto.block_q if kernel.block_q is None else kernel.block_q
     block_kv = auto.block_kv if kernel.block_kv is None else kernel.block_kv
     _check_tiles(BlockSizes(block_q, block_kv), auto, backend, platform, tokens)
@@ -176,14 +185,25 @@ def resolve(cfg: EvalConfig, platform: str | None = None, tokens: int | None = N
         A new EvalConfig (``cfg`` is not modified).
     """
     platform = host_platform() if platform is None else platform
-    if tokens is None:
-        tokens = token_geometry(cfg.resolution.video).tokens
-    kernel = resolve_kernel(cfg.kernel, platform, tokens)
+    geometry = token_geometry(cfg.resolution.video)
+    tokens = geometry.tokens if tokens is None else tokens
+    band_width = sparse_band_width(cfg.schedule, geometry) if tokens == geometry.tokens else None
+    kernel = resolve_kernel(cfg.kernel, platform, tokens, band_width)
     dtype = compute_dtype_for(cfg.dtype, cfg.model.name, platform)
     _check_cudnn_dtype(kernel, dtype)
     scan = scan_layers_for(cfg.model.scan_layers, platform)
     model = dataclasses.replace(cfg.model, scan_layers=scan)
     return dataclasses.replace(cfg, kernel=kernel, dtype=dtype, model=model)
+
+
+def sparse_band_width(schedule: SparsitySchedule, geometry: TokenGeometry) -> int | None:
+    """Full width 2w + 1 of the band a sparse schedule keeps at ``geometry`` (None when dense).
+
+    The automatic tiles are capped at it, so a tile never spans more than the band.
+    """
+    if not schedule.sparse:
+        return None
+    return 2 * schedule.band(geometry).half_width + 1
 
 
 def _check_tiles(

@@ -132,33 +132,61 @@ AUTO_TILES: dict[str, tuple[int, int]] = {
 }
 
 
-def auto_block_sizes(tokens: int, backend: str) -> BlockSizes:
-    """The backend's tiles for a ``tokens``-long sequence.
+def largest_tile_within(width: int, backend: str) -> int:
+    """The largest tile side of ``backend``'s granularity that is at most ``width`` tokens.
 
-    Rule: ``AUTO_TILES[backend]``, each side shrunk to ``tile_limit(tokens, backend)`` (the
-    sequence rounded up to the backend's granularity, ``BACKEND_MULTIPLE``: 128 on "pallas_tpu",
-    8 on "xla"; to a power of two of at least 16 on "pallas_gpu") when the sequence is shorter
-    than a tile. Why the TPU tiles are large: the kernel's VMEM working set depends on
-    the tiles and not on N, while its scalar-prefetched visit table (SMEM, 1 MiB on v6e) grows
-    with (N / block_q) * (N / block_kv); 128 x 128 tiles overflow SMEM at 1080p, the seed's tiles
-    need tens of KiB (``kernels.executors.pallas_tpu_budget``).
+    A multiple of ``BACKEND_MULTIPLE[backend]`` (a power of two on "pallas_gpu"); never below the
+    granularity itself, so a band narrower than the smallest tile gets the smallest tile (and
+    ``SparsitySchedule.validate`` refuses that band, naming the density to raise).
+
+    Args:
+        width: a band's full width 2w + 1 in tokens.
+        backend: "xla", "pallas_tpu", "pallas_gpu" or "reference".
+    """
+    backend = _plan_backend(backend)
+    multiple = BACKEND_MULTIPLE[backend]
+    if backend in POWER_OF_TWO_BACKENDS:
+        return max(multiple, 1 << (max(width, 1).bit_length() - 1))
+    return max(multiple, width // multiple * multiple)
+
+
+def auto_block_sizes(tokens: int, backend: str, band_width: int | None = None) -> BlockSizes:
+    """The backend's tiles for a ``tokens``-long sequence whose sparse band is ``band_width`` wide.
+
+    Rule: ``AUTO_TILES[backend]``, each side shrunk to the smaller of
+    - ``tile_limit(tokens, backend)``, the sequence rounded up to the backend's granularity
+      (``BACKEND_MULTIPLE``: 128 on "pallas_tpu", 8 on "xla"; a power of two of at least 16 on
+      "pallas_gpu"), so a tile is never mostly padding;
+    - ``largest_tile_within(band_width, backend)``, so no tile is wider than the band the sparse
+      arm keeps: a wider tile covers the band in every tile it touches and skips nothing.
+    Why the TPU tiles are large: the kernel's VMEM working set depends on the tiles and not on N,
+    while its scalar-prefetched visit table (SMEM, 1 MiB on v6e) grows with
+    (N / block_q) * (N / block_kv); 128 x 128 tiles overflow SMEM at 1080p, the seed's tiles need
+    tens of KiB (``kernels.executors.pallas_tpu_budget``).
 
     Args:
         tokens: sequence length N (per attention call).
         backend: "pallas_tpu", "pallas_gpu", "xla" or "reference" (which plans on
             XLA's granularity).
+        band_width: the narrowest sparse band of the run, full width 2w + 1 in tokens
+            (``SparsitySchedule.band``); None for a dense run.
 
     Returns:
         BlockSizes valid for ``tokens`` on ``backend``.
 
     Raises:
-        ValueError: on an unknown backend or a non-positive ``tokens``.
+        ValueError: on an unknown backend or a non-positive ``tokens`` or ``band_width``.
     """
     backend = _plan_backend(backend)
     if backend not in AUTO_TILES:
         raise ValueError(f"backend={backend!r}; auto tiles are known for {sorted(AUTO_TILES)}")
-    if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
-        raise ValueError(f"tokens={tokens!r}: expected a positive int")
-    padded = tile_limit(tokens, backend)
+    for name, value in (("tokens", tokens), ("band_width", band_width)):
+        if value is None and name == "band_width":
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name}={value!r}: expected a positive int")
+    cap = tile_limit(tokens, backend)
+    if band_width is not None:
+        cap = min(cap, largest_tile_within(band_width, backend))
     block_q, block_kv = AUTO_TILES[backend]
-    return BlockSizes(min(block_q, padded), min(block_kv, padded))
+    return BlockSizes(min(block_q, cap), min(block_kv, cap))
