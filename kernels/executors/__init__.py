@@ -9,15 +9,10 @@ exported by ``kernels.policy`` (here the name stays the submodule ``kernels.exec
 """
 
 from kernels.executors.dense_controls import (
-    SPLASH_BLOCK_KV,
-    SPLASH_BLOCK_KV_COMPUTE,
-    SPLASH_BLOCK_Q,
-    SplashTiles,
     check_cudnn_inputs,
     check_dense_pair,
     cudnn_attention,
     splash_attention,
-    splash_tiles,
 )
 from kernels.executors.dense_memory import dense_executor_temp_bytes, grows_quadratically
 from kernels.executors.dispatch import (
@@ -33,6 +28,13 @@ from kernels.executors.dispatch import (
 )
 from kernels.executors.pallas_tpu_visits import PARTIAL_PREDICATE, VisitSlots, build_visit_slots
 from kernels.executors.reference import reference_attention
+from kernels.executors.splash_tiles import (
+    SPLASH_BLOCK_KV_COMPUTE,
+    SPLASH_PREFERENCE,
+    SplashTiles,
+    splash_tiles,
+    splash_vmem_bytes,
+)
 from kernels.executors.xla_blocksparse import (
     VisitGroup,
     VisitGroups,
@@ -46,9 +48,8 @@ __all__ = [
     "DEFAULT_KERNEL_OPTIONS",
     "DENSE_PEERS",
     "PARTIAL_PREDICATE",
-    "SPLASH_BLOCK_KV",
     "SPLASH_BLOCK_KV_COMPUTE",
-    "SPLASH_BLOCK_Q",
+    "SPLASH_PREFERENCE",
     "SUPPORTED_DTYPES",
     "Kernel",
     "KernelOptions",
@@ -68,5 +69,6 @@ __all__ = [
     "reference_attention",
     "splash_attention",
     "splash_tiles",
+    "splash_vmem_bytes",
     "visit_groups",
 ]

@@ -23,30 +23,17 @@ out = softmax(q k^T / sqrt(head_dim)) v.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import math
 import types
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kernels.executors.splash_tiles import SplashTiles, splash_tiles
+from kernels.executors.tpu_generation import attached_generation
 from kernels.plans.block_sizes import BlockSizes
 from kernels.registry import PLATFORMS, get_platform
-
-# Splash tiles for v6e. A 2,048-row query tile halves the K/V re-reads of a 1,024-row one (at
-# 75,600 tokens each head streams K/V N/block_q times), and 2,048 x 1,024 pads 75,600 tokens by
-# 0.2%. VMEM per grid step (bf16, head_dim 128): q 512 KiB + k, v 256 KiB each + out 512 KiB,
-# all double-buffered (3 MiB), float32 scratch m, l, acc [2048, 128] (3 MiB), and the float32
-# [2048, 512] scores and probabilities of one compute chunk (8 MiB): about 14 MiB of v6e's 128 MiB
-# VMEM, under 16 MiB so no raised scoped limit should be needed. Arithmetic only: Mosaic's own
-# compile (libtpu) has not run these tiles here; ``splash_attention`` takes other tiles.
-SPLASH_BLOCK_Q = 2048
-SPLASH_BLOCK_KV = 1024
-SPLASH_BLOCK_KV_COMPUTE = 512
-# Splash feeds the MXU with 128-wide tiles: every tile (and the padded sequence) is a multiple.
-SPLASH_MULTIPLE = 128
 
 # cuDNN flash attention (JAX's checks for bf16/fp16): head_dim a multiple of 8, at most 256 on
 # Hopper and later (128 before; JAX itself refuses that case on older GPUs).
@@ -95,71 +82,6 @@ def check_dense_pair(dense: str, noise_floor: str) -> None:
             f"noise_floor_executor={noise_floor} equals dense_executor={dense}: choose another, "
             f"e.g. one of {others}"
         )
-
-
-@dataclasses.dataclass(frozen=True)
-class SplashTiles:
-    """Splash tiles for one sequence.
-
-    Attributes:
-        block_q: query rows per tile.
-        block_kv: key/value rows per tile.
-        block_kv_compute: key rows per online-softmax update (divides ``block_kv``).
-        padded_tokens: the sequence padded to a multiple of both tiles.
-    """
-
-    block_q: int
-    block_kv: int
-    block_kv_compute: int
-    padded_tokens: int
-
-
-def _round_up(x: int, multiple: int) -> int:
-    return -(-x // multiple) * multiple
-
-
-def splash_tiles(
-    tokens: int, block_sizes: BlockSizes | None = None, block_kv_compute: int | None = None
-) -> SplashTiles:
-    """The splash tiles and padded length for ``tokens``.
-
-    Default rule: block_q = min(``SPLASH_BLOCK_Q``, tokens rounded up to 128); the sequence is
-    padded to a multiple of block_q; block_kv is the largest of 1024, 512, 256, 128 dividing the
-    padded length (so no extra padding); block_kv_compute = gcd(block_kv, 512).
-
-    Args:
-        tokens: sequence length N.
-        block_sizes: explicit (block_q, block_kv), multiples of 128; the sequence is then padded
-            to a multiple of both.
-        block_kv_compute: explicit compute chunk (a multiple of 128 dividing block_kv).
-
-    Returns:
-        The SplashTiles.
-
-    Raises:
-        ValueError: on tiles that are not multiples of 128 or a chunk that does not divide
-            block_kv.
-    """
-    if block_sizes is None:
-        block_q = min(SPLASH_BLOCK_Q, _round_up(tokens, SPLASH_MULTIPLE))
-        padded = _round_up(tokens, block_q)
-        block_kv = next(
-            b
-            for b in (SPLASH_BLOCK_KV, 512, 256, SPLASH_MULTIPLE)
-            if b <= padded and padded % b == 0
-        )
-    else:
-        block_sizes.validate(tokens, "pallas_tpu")  # multiples of 128, no larger than needed
-        block_q, block_kv = block_sizes.block_q, block_sizes.block_kv
-        padded = _round_up(tokens, math.lcm(block_q, block_kv))
-    if block_kv_compute is None:
-        block_kv_compute = math.gcd(block_kv, SPLASH_BLOCK_KV_COMPUTE)
-    if block_kv_compute % SPLASH_MULTIPLE or block_kv % block_kv_compute:
-        raise ValueError(
-            f"block_kv_compute={block_kv_compute} must be a multiple of {SPLASH_MULTIPLE} that "
-            f"divides block_kv={block_kv}"
-        )
-    return SplashTiles(block_q, block_kv, block_kv_compute, padded)
 
 
 def _splash_module() -> types.ModuleType:
@@ -211,7 +133,9 @@ def splash_attention(
         q: [batch, tokens, heads, head_dim], float32 or bfloat16 (unscaled).
         k: [batch, tokens, heads, head_dim], same dtype.
         v: [batch, tokens, heads, head_dim], same dtype.
-        block_sizes: splash tiles (multiples of 128); default ``splash_tiles(tokens)``.
+        block_sizes: splash tiles (multiples of 128); default ``splash_tiles``'s rule for the
+            attached chip's generation (``kernels.executors.splash_tiles``): the fastest tiling
+            that fits its scoped VMEM.
         block_kv_compute: key chunk per online-softmax update; default gcd(block_kv, 512).
         interpret: Pallas interpret mode (CPU tests).
 
@@ -219,7 +143,15 @@ def splash_attention(
         [batch, tokens, heads, head_dim] in q's dtype.
     """
     _, n, heads, d = q.shape
-    tiles = splash_tiles(n, block_sizes, block_kv_compute)
+    generation = None if interpret else attached_generation()
+    tiles = splash_tiles(
+        n,
+        block_sizes,
+        block_kv_compute,
+        head_dim=d,
+        itemsize=q.dtype.itemsize,
+        generation=generation,
+    )
     kernel = _splash_kernel(heads, tiles, interpret)
     pad = ((0, 0), (0, 0), (0, tiles.padded_tokens - n), (0, 0))
     scaled = (q.astype(jnp.float32) / np.sqrt(d)).astype(q.dtype)

@@ -49,7 +49,7 @@ those sizes, s the input dtype's bytes.
 
 from __future__ import annotations
 
-from kernels.executors.dense_controls import splash_tiles
+from kernels.executors.splash_tiles import splash_tiles
 from kernels.executors.xla_flash import FLASH_SCORE_ELEMENTS, flash_blocks
 from kernels.executors.xla_scan_steps import query_tiles_per_step, wide_step_tiles
 from kernels.plans.block_sizes import BlockSizes, auto_block_sizes

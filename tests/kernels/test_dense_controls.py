@@ -12,16 +12,21 @@ import pytest
 from jax import export
 
 from kernels.executors.dense_controls import (
-    SPLASH_BLOCK_KV_COMPUTE,
     check_dense_pair,
     cudnn_attention,
     dense_controls,
     splash_attention,
-    splash_tiles,
 )
 from kernels.executors.dense_memory import dense_executor_temp_bytes, grows_quadratically
 from kernels.executors.dispatch import KernelOptions, attention
 from kernels.executors.reference import reference_attention
+from kernels.executors.splash_tiles import (
+    SPLASH_BLOCK_KV_COMPUTE,
+    SplashTiles,
+    splash_tiles,
+    splash_vmem_bytes,
+)
+from kernels.executors.tpu_generation import describe_limit, generation_of, scoped_vmem_limit
 from kernels.masks.band import PaddingMask, band_for_density
 from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes
@@ -86,18 +91,62 @@ def test_splash_without_padding_matches_the_oracle():
 
 
 def test_splash_tiles_rule():
-    wan_720p = splash_tiles(75_600)
-    assert (wan_720p.block_q, wan_720p.block_kv, wan_720p.block_kv_compute) == (2048, 1024, 512)
-    assert wan_720p.padded_tokens == 75_776  # 37 query tiles, 0.2% padding
+    # At Wan's 720p the fastest tiling measured on a v5e, which fits v5e's 16 MiB.
+    wan_720p = splash_tiles(75_600, generation="v5e")
+    assert (wan_720p.block_q, wan_720p.block_kv, wan_720p.block_kv_compute) == (1024, 2048, 512)
+    assert wan_720p.padded_tokens == 75_776  # 37 x 2,048: 0.2% padding
     assert splash_tiles(300) == splash_tiles(384)
     assert (splash_tiles(300).block_q, splash_tiles(300).padded_tokens) == (384, 384)
-    assert splash_tiles(1280).block_kv == 256  # the largest of 1024..128 dividing 1280
     assert splash_tiles(300, BlockSizes(128, 256)).padded_tokens == 512
     with pytest.raises(ValueError, match="multiple of 128"):
         splash_tiles(300, BlockSizes(128, 200))
     with pytest.raises(ValueError, match="block_kv_compute=384"):
         splash_tiles(4096, None, 384)
     assert SPLASH_BLOCK_KV_COMPUTE % 128 == 0
+
+
+@pytest.mark.parametrize("tokens", [2_160, 17_160, 32_760, 75_600, 171_360, 302_400])
+@pytest.mark.parametrize("generation", ["v5e", "v6e", None])
+def test_splash_tiles_fit_the_chips_scoped_vmem(tokens, generation):
+    tiles = splash_tiles(tokens, generation=generation)
+    need = splash_vmem_bytes(tiles, tokens, 128, 2)
+    assert need <= scoped_vmem_limit(generation)
+    assert tiles.padded_tokens % tiles.block_q == 0 and tiles.padded_tokens % tiles.block_kv == 0
+
+
+def test_the_splash_vmem_model_agrees_with_mosaic():
+    # Mosaic's refusals (libtpu 0.0.42.1, bf16, head_dim 128): on a TPU v5e, 2048 x 1024 x 512
+    # at 17,160 tokens needed 16.16 MiB; compiled for v5e from a CPU, 2048 x 2048 x 512 needed
+    # 24.94 MiB. The model may lean over, never under by more than 1%.
+    mib = 1 << 20
+    for (bq, bkv, chunk), measured in (((2048, 1024, 512), 16.16), ((2048, 2048, 512), 24.94)):
+        tiles = SplashTiles(bq, bkv, chunk, 18_432)
+        estimate = splash_vmem_bytes(tiles, 17_160, 128, 2) / mib
+        assert measured * 0.99 <= estimate <= measured * 1.1, (bq, bkv, estimate)
+    # That v5e refusal is one this rule never repeats: the tiling does not fit 16 MiB.
+    assert splash_vmem_bytes(SplashTiles(2048, 1024, 512, 18_432), 17_160, 128, 2) > 16 * mib
+
+
+def test_splash_tiles_over_the_limit_are_refused_naming_the_fix(monkeypatch):
+    with pytest.raises(
+        ValueError, match=r"over this chip's 16 MiB, v5e's default.*LIBTPU_INIT_ARGS"
+    ):
+        splash_tiles(75_600, BlockSizes(2048, 2048), generation="v5e")
+    assert splash_tiles(75_600, BlockSizes(2048, 2048), generation="v6e").block_q == 2048
+    monkeypatch.setenv("LIBTPU_INIT_ARGS", "--xla_tpu_scoped_vmem_limit_kib=65536")
+    assert splash_tiles(75_600, BlockSizes(2048, 2048), generation="v5e").block_q == 2048
+
+
+def test_the_scoped_vmem_rule_reads_the_compiler_flag(monkeypatch):
+    monkeypatch.delenv("LIBTPU_INIT_ARGS", raising=False)
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    assert scoped_vmem_limit("v5e") == 16 << 20
+    assert scoped_vmem_limit("v6e") == 32 << 20
+    assert scoped_vmem_limit(None) == 16 << 20
+    assert generation_of("TPU v5 lite") == "v5e" and generation_of("TPU v6 lite") == "v6e"
+    monkeypatch.setenv("LIBTPU_INIT_ARGS", "--foo=1 --xla_tpu_scoped_vmem_limit_kib=24576")
+    assert scoped_vmem_limit("v5e") == 24 << 20
+    assert "set by --xla_tpu_scoped_vmem_limit_kib" in describe_limit("v5e")
 
 
 def test_splash_lowers_for_tpu_at_wan_14b_720p():
