@@ -48,7 +48,7 @@ from evalharness.comparison import (
     run_phases,
 )
 from evalharness.config import EvalConfig, Pair, run_pairs, to_config, to_plain_dict
-from evalharness.evidence import code_version, run_status
+from evalharness.evidence import code_version, run_status, video
 from evalharness.exit_codes import RunFailed, Terminated, as_interruption
 from evalharness.metric_names import RunMetrics
 from evalharness.refusal import PreflightRefusal
@@ -154,11 +154,20 @@ def _admitted(cfg: EvalConfig) -> tuple[EvalConfig, Admission, list[Pair], Progr
                 logger.kind, logger.tracking_uri, logger.experiment_name, cfg.output_root
             )
             check_output_folders(cfg, len(pairs))
+            check_video_encoder()
         plan = admit(cfg)  # nothing is allocated before this passes
     except PreflightRefusal as error:
         refusal = error
     multihost.refuse_together(refusal)
     return cfg, plan, pairs, progress
+
+
+def check_video_encoder() -> None:
+    """Refuses the run, before any model is built, when FFmpeg cannot write its videos."""
+    try:
+        video.check_encoder()
+    except video.VideoError as err:
+        raise PreflightRefusal(f"{err}. Nothing was computed.") from err
 
 
 def _verdict(outcome: Outcome) -> RunMetrics:

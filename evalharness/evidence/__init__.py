@@ -3,7 +3,7 @@ cache and its key, the run folder's files and its results (metrics, report), rou
 statistics across pairs.
 """
 
-from evalharness.evidence import run_folder, run_status
+from evalharness.evidence import run_folder, run_status, video
 from evalharness.evidence.cache_key import code_version, dense_arm_key
 from evalharness.evidence.dense_cache import ArmCache, DenseArms, load_dense_arms, store_dense_arms
 from evalharness.evidence.quality import VideoQuality, frame_quality, measure
@@ -34,6 +34,7 @@ __all__ = [
     "statistic_name",
     "store_dense_arms",
     "suite_metrics",
+    "video",
     "write_pair_files",
     "write_results",
 ]

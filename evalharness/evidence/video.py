@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,45 @@ class VideoError(RuntimeError):
 def ffmpeg_executable() -> str:
     """Path of the FFmpeg binary used for every encode, decode and metric."""
     return os.environ.get("EVALHARNESS_FFMPEG") or imageio_ffmpeg.get_ffmpeg_exe()
+
+
+def check_encoder() -> str:
+    """Proves, before any work, that FFmpeg is there and writes every file a run writes.
+
+    A tiny encode of each kind (the viewable H.264 mp4 and the lossless FFV1 mkv) and a decode of
+    the lossless one, which must give the frames back exactly, in a temporary folder.
+
+    Returns:
+        The FFmpeg executable that passed.
+
+    Raises:
+        VideoError: no FFmpeg, or one that cannot write or read these formats; the message names
+            the fix (``EVALHARNESS_FFMPEG``, or reinstalling ``imageio-ffmpeg``).
+    """
+    fix = (
+        "reinstall imageio-ffmpeg (its wheel ships FFmpeg: pip install --force-reinstall "
+        "imageio-ffmpeg), or set EVALHARNESS_FFMPEG to an FFmpeg with libx264 and ffv1"
+    )
+    try:
+        executable = ffmpeg_executable()
+    except RuntimeError as err:  # imageio-ffmpeg found no binary
+        raise VideoError(f"no FFmpeg executable ({err}); {fix}") from err
+    frames = np.arange(2 * 16 * 16 * 3, dtype=np.uint8).reshape(2, 16, 16, 3)
+    try:
+        with tempfile.TemporaryDirectory(prefix="evalharness-ffmpeg-") as folder:
+            encode_mp4(frames, Path(folder) / "probe.mp4")
+            lossless = encode_lossless(frames, Path(folder) / f"probe{LOSSLESS_SUFFIX}")
+            read_back = decode_mp4(lossless)
+    except (OSError, VideoError) as err:
+        first = str(err).splitlines()[0]
+        raise VideoError(
+            f"FFmpeg at {executable} cannot encode this run's videos ({first}); {fix}"
+        ) from err
+    if not np.array_equal(read_back, frames):
+        raise VideoError(
+            f"FFmpeg at {executable} does not give lossless FFV1 frames back exactly; {fix}"
+        )
+    return executable
 
 
 def _tail(stderr: bytes | None, lines: int = 8) -> str:
