@@ -1,0 +1,280 @@
+"""``python -m evalharness.bench.step_parts``: where the time of one sparse transformer block goes.
+
+Takes the run's configuration (``model``, ``resolution``, ``schedule``, ``dtype``, ``kernel``,
+guidance) and times, side by side in one process (round-robin rounds, medians), one transformer
+block of the model at the run's shapes with random weights, and the parts of its sparse
+self-attention call:
+
+- ``dense block``: the block with the dense control (``kernel.dense_executor``) as self-attention;
+- ``sparse block``: the block at a sparse (step, layer) cell of the schedule's policy;
+- ``block without self-attention``: the block with a free self-attention (``v`` returned as is):
+  the dense remainder both arms share (projections, norms, RoPE, cross-attention, FFN);
+- ``dense attention``: the dense control alone on q, k, v;
+- ``sparse attention``: the sparse branch alone (routing, layout in, band kernel, layout out);
+- its parts: ``routing``, ``layout in``, ``band kernel``, ``layout out``; and the layout change
+  as a gather by the permutation index (``layout in (gather)``, ``layout out (gather)``), the
+  plain definition the transposes replace, for comparison.
+
+Each part's share is of the sparse block (dense parts: of the dense block). The ideal sparse block
+is the dense block with its dense attention replaced by the band kernel alone
+(``dense block - dense attention + band kernel``); ``of ideal`` is that over the measured sparse
+block, and the remainder (``sparse block - ideal``) is what routing and the layout changes cost.
+
+Usage:
+    python -m evalharness.bench.step_parts model=wan2.1-t2v-1.3b resolution=720p \\
+        schedule=aggressive dtype=bfloat16 warm_runs=5 [--json] [--json-out FILE]
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from evalharness.assembly import dense_attend, kernel_options
+from evalharness.bench.run_config import AttentionCall, bench_parser, config_or_exit
+from evalharness.bench.timing import time_warm_ms
+from evalharness.config import EvalConfig
+from evalharness.formatting import markdown_table
+from evalharness.machine import machine_info, machine_line
+from kernels.masks.layouts import (
+    from_head_layouts,
+    inverse_temporal_permutation,
+    temporal_permutation,
+    to_head_layouts,
+)
+from kernels.policy.attention_policy import AttentionPolicy
+from kernels.policy.routing import route_heads, routing_key
+from models.rope import rope_tables
+from models.transformer import WanTransformerBlock
+
+BLOCK_PARTS = ("dense block", "sparse block", "block without self-attention")
+ATTENTION_PARTS = ("dense attention", "sparse attention")
+SPARSE_PARTS = ("routing", "layout in", "band kernel", "layout out")
+GATHER_PARTS = ("layout in (gather)", "layout out (gather)")
+COLUMNS = (
+    ("part", "part", "{}"),
+    ("median ms (min-max)", "range_ms", "{}"),
+    ("share", "share", "{:.1%}"),
+)
+
+
+def _policy(cfg: EvalConfig, call: AttentionCall) -> AttentionPolicy:
+    """The sparse arm's policy, as the run builds it (its band, tiles, dense control, options)."""
+    return AttentionPolicy(
+        cfg.schedule,
+        call.geometry,
+        num_steps=cfg.steps,
+        num_layers=call.model.num_layers,
+        backend=cfg.kernel.backend.value,
+        block_sizes=call.block_sizes,
+        dense_attend=dense_attend(cfg, cfg.kernel.dense_executor),
+        seed=cfg.seed,
+        options=kernel_options(cfg),
+    )
+
+
+def _gather(x: jax.Array, index: Any, temporal: jax.Array) -> jax.Array:
+    """The layout change as a gather by a permutation index, per (batch, head)."""
+    moved = jnp.take(x, jnp.asarray(index), axis=1)
+    return jnp.where(temporal[:, None, :, None], moved, x)
+
+
+def _inputs(call: AttentionCall) -> dict[str, jax.Array]:
+    """Random q, k, v [B, N, H, D], block activations [B, N, dim], text [B, L, dim], modulation
+    [B, 6, dim] and half the heads temporal in each batch row (both halves differently)."""
+    model, g, dtype = call.model, call.geometry, call.dtype
+    keys = jax.random.split(jax.random.key(call.cfg.seed), 6)
+    qkv = (call.batch, g.tokens, call.heads, call.head_dim)
+    q, k, v = (jax.random.normal(keys[i], qkv, dtype) for i in range(3))
+    heads = jnp.arange(call.heads)
+    temporal = jnp.stack([heads % 2 == 0, heads % 2 == 1][: call.batch])
+    return {
+        "q": q,
+        "k": k,
+        "v": v,
+        "temporal": temporal,
+        "x": jax.random.normal(keys[3], (call.batch, g.tokens, model.dim), dtype),
+        "text": jax.random.normal(keys[4], (call.batch, model.text_len, model.dim), dtype),
+        "modulation": jax.random.normal(keys[5], (call.batch, 6, model.dim), jnp.float32),
+    }
+
+
+def _block_fns(call: AttentionCall, policy: AttentionPolicy, x: dict) -> dict[str, Callable]:
+    """The three block timings: dense control, sparse cell, free self-attention."""
+    model, g = call.model, call.geometry
+    block = WanTransformerBlock(
+        model, dtype=call.dtype, param_dtype=call.dtype, rngs=nnx.Rngs(call.cfg.model.seed)
+    )
+    graph, state = nnx.split(block)
+    rope = rope_tables(
+        (g.frames, g.height, g.width), model.attention_head_dim, max_seq_len=model.rope_max_seq_len
+    )
+    step, layer = jnp.int32(call.cfg.steps - 1), model.num_layers - 1
+    attends = {
+        "dense block": policy.dense_attend,
+        "sparse block": lambda q, k, v, **_: policy.sparse_branch(q, k, v, step=step, layer=layer),
+        "block without self-attention": lambda q, k, v, **_: v,
+    }
+
+    def make(attend: Callable) -> Callable:
+        @jax.jit
+        def run(state, h, text, modulation):
+            module = nnx.merge(graph, state)
+            return module(h, text, modulation, rope, attend=attend, step=step, layer=layer)
+
+        return functools.partial(run, state, x["x"], x["text"], x["modulation"])
+
+    return {name: make(attend) for name, attend in attends.items()}
+
+
+def _attention_fns(call: AttentionCall, policy: AttentionPolicy, x: dict) -> dict[str, Callable]:
+    """Dense and sparse attention alone, the sparse call's parts, and the gather layouts."""
+    g, q, k, v, temporal = call.geometry, x["q"], x["k"], x["v"], x["temporal"]
+    step, layer = jnp.int32(call.cfg.steps - 1), call.model.num_layers - 1
+    moved = [to_head_layouts(t, g, temporal) for t in (q, k, v)]
+    perm, inv = temporal_permutation(g), inverse_temporal_permutation(g)
+
+    def routing(q, k, v):
+        key = routing_key(policy.seed, step, layer)
+        samples = policy.schedule.routing_samples
+        return route_heads(q, k, v, policy.routing_mask, g, key=key, samples=samples).temporal
+
+    jitted = {
+        "dense attention": (jax.jit(lambda q, k, v: policy.dense_attend(q, k, v)), (q, k, v)),
+        "sparse attention": (
+            jax.jit(lambda q, k, v: policy.sparse_branch(q, k, v, step=step, layer=layer)),
+            (q, k, v),
+        ),
+        "routing": (jax.jit(routing), (q, k, v)),
+        "layout in": (
+            jax.jit(lambda q, k, v, t: [to_head_layouts(a, g, t) for a in (q, k, v)]),
+            (q, k, v, temporal),
+        ),
+        "band kernel": (jax.jit(policy.execute_band), tuple(moved)),
+        "layout out": (jax.jit(lambda o, t: from_head_layouts(o, g, t)), (q, temporal)),
+        "layout in (gather)": (
+            jax.jit(lambda q, k, v, t: [_gather(a, perm, t) for a in (q, k, v)]),
+            (q, k, v, temporal),
+        ),
+        "layout out (gather)": (jax.jit(lambda o, t: _gather(o, inv, t)), (q, temporal)),
+    }
+    return {name: functools.partial(fn, *args) for name, (fn, args) in jitted.items()}
+
+
+def run(cfg: EvalConfig) -> dict:
+    """Times every part (module docstring) round-robin; returns the settings and the parts."""
+    call = AttentionCall(cfg)
+    if not cfg.schedule.sparse:
+        raise ValueError(f"schedule={cfg.schedule.name} is dense; name a sparse schedule")
+    policy = _policy(cfg, call)
+    x = _inputs(call)
+    fns = {**_block_fns(call, policy, x), **_attention_fns(call, policy, x)}
+    print(f"compiling and timing {len(fns)} parts, {cfg.warm_runs} rounds ...", file=sys.stderr)
+    times = time_warm_ms(fns, cfg.warm_runs)
+    g, tiles = call.geometry, call.block_sizes
+    return {
+        "machine": machine_info(),
+        "model": f"{cfg.model.name} (random weights, one block)",
+        "resolution": cfg.resolution.name,
+        "tokens": g.tokens,
+        "batch": call.batch,
+        "heads": call.heads,
+        "dtype": cfg.dtype.value,
+        "schedule": cfg.schedule.name,
+        "sparse_density": cfg.schedule.sparse_density(g, tiles),
+        "block_sizes": [tiles.block_q, tiles.block_kv],
+        "backend": cfg.kernel.backend.value,
+        "dense_executor": cfg.kernel.dense_executor.value,
+        "runs": cfg.warm_runs,
+        "parts": times,
+        "summary": summarize(times),
+    }
+
+
+def summarize(parts: dict[str, dict]) -> dict[str, float]:
+    """The ideal sparse block and what the measured one spends beyond it, in ms.
+
+    Args:
+        parts: part name -> {"median_ms", ...} (``run``'s timings).
+
+    Returns:
+        ``ideal_sparse_block_ms`` (dense block - dense attention + band kernel),
+        ``fraction_of_ideal`` (ideal / sparse block), ``overhead_ms`` (sparse block - ideal),
+        ``ideal_speedup`` and ``block_speedup`` (dense block over the ideal and the measured one).
+    """
+    ms = {name: part["median_ms"] for name, part in parts.items()}
+    ideal = ms["dense block"] - ms["dense attention"] + ms["band kernel"]
+    return {
+        "ideal_sparse_block_ms": ideal,
+        "fraction_of_ideal": ideal / ms["sparse block"],
+        "overhead_ms": ms["sparse block"] - ideal,
+        "ideal_speedup": ms["dense block"] / ideal,
+        "block_speedup": ms["dense block"] / ms["sparse block"],
+    }
+
+
+def format_table(result: dict) -> str:
+    """The parts as a markdown table, shares of their block, under a line saying what ran."""
+    parts = result["parts"]
+    rows = []
+    for group, whole in (
+        (BLOCK_PARTS, None),
+        (("dense attention",), "dense block"),
+        (("sparse attention", *SPARSE_PARTS, *GATHER_PARTS), "sparse block"),
+    ):
+        for name in group:
+            part = parts[name]
+            rows.append(
+                {
+                    "part": name,
+                    "range_ms": f"{part['median_ms']:.2f} ({part['min_ms']:.2f}-{part['max_ms']:.2f})",
+                    "share": part["median_ms"] / parts[whole]["median_ms"] if whole else None,
+                }
+            )
+    s = result["summary"]
+    title = (
+        f"{result['model']}, {result['resolution']} ({result['tokens']:,} tokens), batch "
+        f"{result['batch']}, {result['heads']} heads, {result['dtype']}, schedule "
+        f"{result['schedule']} (kept {result['sparse_density']:.4f}), {result['backend']} "
+        f"{result['block_sizes'][0]} x {result['block_sizes'][1]}, dense "
+        f"{result['dense_executor']}, median of {result['runs']} interleaved rounds\n\n"
+    )
+    footer = (
+        f"\n\nideal sparse block {s['ideal_sparse_block_ms']:.2f} ms (dense block - dense "
+        f"attention + band kernel): measured at {s['fraction_of_ideal']:.1%} of ideal, "
+        f"{s['overhead_ms']:.2f} ms over it; block speedup {s['block_speedup']:.2f}x of an "
+        f"ideal {s['ideal_speedup']:.2f}x\n"
+    )
+    return title + markdown_table(rows, COLUMNS) + footer + machine_line(result["machine"]) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point."""
+    parser = bench_parser(
+        "evalharness.bench.step_parts",
+        __doc__,
+        "model=wan2.1-t2v-1.3b resolution=720p schedule=aggressive dtype=bfloat16",
+    )
+    parser.add_argument("--json-out", help="also write the JSON object to this path")
+    args = parser.parse_intermixed_args(argv)
+    cfg = config_or_exit(parser, args.overrides, median=True)
+    try:
+        result = run(cfg)
+    except ValueError as error:
+        parser.error(str(error))
+    print(json.dumps(result, indent=1, default=float) if args.json else format_table(result))
+    if args.json_out:
+        with open(args.json_out, "w") as handle:
+            json.dump(result, handle, indent=1, default=float)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
