@@ -1,8 +1,10 @@
 """``auto`` per platform: tiles, dense controls and dtype, with the platform faked as TPU / GPU."""
 
+import jax.numpy as jnp
 import pytest
 
 from evalharness.assembly import platform_choices
+from evalharness.config import token_geometry
 from evalharness.config.schemas import (
     ComputeDType,
     DenseExecutor,
@@ -10,6 +12,14 @@ from evalharness.config.schemas import (
     KernelConfig,
     to_config,
 )
+from kernels.executors.pallas_tpu_budget import (
+    VMEM_AUTO_CAP_BYTES,
+    auto_vmem_limit_bytes,
+    kernel_vmem_bytes,
+)
+from kernels.executors.splash_tiles import splash_tiles, splash_vmem_bytes
+from kernels.executors.tpu_generation import scoped_vmem_limit
+from kernels.plans.block_sizes import BlockSizes
 from tests.helpers.harness_config import small_config
 
 TOKENS_720P = 75_600
@@ -198,3 +208,43 @@ def test_seed_experiment_resolves_to_the_seed_setting_on_tpu(tmp_path):
         DenseExecutor.splash,
         DenseExecutor.b0,
     )
+
+
+PRESETS = ("cpu", "480p", "720p", "1080p", "1440p")
+SCHEDULES = ("conservative", "balanced", "aggressive", "svg_720p", "dense")
+
+
+@pytest.mark.parametrize("platform", ["tpu", "gpu", "cpu"])
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("resolution", PRESETS)
+def test_automatic_tiles_fit_the_band_and_the_chip(tmp_path, resolution, schedule, platform):
+    # Over every preset geometry and schedule: no automatic tile is wider than the band the
+    # sparse arm keeps, and on a TPU both executors' tiles fit the scoped VMEM of a v5e and a
+    # v6e (ours by asking Mosaic for a larger limit, splash within the default).
+    cfg = to_config(
+        small_config(tmp_path, f"resolution={resolution}", f"schedule={schedule}", small=False)
+    )
+    resolved = platform_choices.resolve(cfg, platform)
+    geometry = token_geometry(cfg.resolution.video)
+    tiles = BlockSizes(resolved.kernel.block_q, resolved.kernel.block_kv)
+    tiles.validate(geometry.tokens, resolved.kernel.backend.value)
+    if cfg.schedule.sparse:
+        width = 2 * cfg.schedule.band(geometry).half_width + 1
+        assert max(tiles.block_q, tiles.block_kv) <= width
+        cfg.schedule.validate(geometry, tiles)  # the run's own check passes
+    if platform != "tpu":
+        return
+    ours = kernel_vmem_bytes(tiles.block_q, tiles.block_kv, 128, jnp.bfloat16)
+    asked = auto_vmem_limit_bytes(ours)
+    for generation in ("v5e", "v6e"):
+        limit = scoped_vmem_limit(generation) if asked is None else asked
+        assert ours <= limit <= VMEM_AUTO_CAP_BYTES
+        splash = splash_tiles(geometry.tokens, generation=generation)
+        assert splash_vmem_bytes(splash, geometry.tokens, 128, 2) <= scoped_vmem_limit(generation)
+
+
+def test_the_default_job_on_a_tpu_gets_tiles_within_its_band(tmp_path):
+    # 2,160 tokens at density 0.35: a 605-token band, so 512 x 512 tiles (the seed's 720p tiles
+    # were refused at preflight).
+    cfg = platform_choices.resolve(to_config(small_config(tmp_path, small=False)), "tpu")
+    assert (cfg.kernel.block_q, cfg.kernel.block_kv) == (512, 512)
