@@ -59,7 +59,7 @@ def _run_job(cfg: DictConfig, multirun: bool) -> RunMetrics | None:
         _failed_gates.append(str(failure))
         return failure.metrics
     except RunFailed as failure:
-        _end(exit_codes.FAILED, str(failure), multirun)
+        _end(failure.exit_code, str(failure), multirun)
     except CONFIG_ERRORS as err:
         _end(exit_codes.REFUSED, f"{err} (nothing was computed)", multirun)
     except Exception:  # noqa: BLE001 - a bug: keep its traceback, and still one meaning for 4

@@ -40,11 +40,16 @@ TERMINATED = 143
 
 class RunFailed(RuntimeError):
     """A run that started work (its folder exists) and then failed; ``run_dir`` holds its
-    ``status.json`` and ``error.log``. The cause is the exception's ``__cause__``."""
+    ``status.json`` and ``error.log``. The cause is the exception's ``__cause__``.
 
-    def __init__(self, message: str, run_dir: str) -> None:
+    ``exit_code`` is ``FAILED``, or ``REFUSED`` when the chip's compiler refused the run's
+    settings (tiles out of VMEM): a setting to change, as at preflight, found only by compiling.
+    """
+
+    def __init__(self, message: str, run_dir: str, exit_code: int = FAILED) -> None:
         super().__init__(message)
         self.run_dir = run_dir
+        self.exit_code = exit_code
 
 
 def _end_signalled(ctrl_c: bool, interrupted: str, finished: bool = False) -> None:

@@ -28,8 +28,14 @@ import jax
 import jax.numpy as jnp
 from omegaconf import DictConfig, OmegaConf
 
-from evalharness import tracking
-from evalharness.admission import Admission, admit, check_output_folders, io_hint
+from evalharness import exit_codes, tracking
+from evalharness.admission import (
+    Admission,
+    admit,
+    check_output_folders,
+    compile_refusal,
+    io_hint,
+)
 from evalharness.assembly import (
     Components,
     build_components,
@@ -210,6 +216,11 @@ def _end_badly(err: BaseException, cfg: EvalConfig, run_dir: Path) -> NoReturn:
     except OSError:  # the folder itself cannot be written (a full disk): say so, keep the error
         where = f"{run_dir} (could not be written: the traceback follows)"
         log.error("%s", details)
+    refused = compile_refusal(err, cfg)
+    if refused is not None:  # the chip's compiler refused the tiles: a setting to change
+        raise RunFailed(
+            f"{refused}; its folder: {where}", str(run_dir), exit_codes.REFUSED
+        ) from err
     message = f"the run failed while running: {line}{hint}; its folder: {where}"
     raise RunFailed(message, str(run_dir)) from err
 

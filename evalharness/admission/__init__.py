@@ -11,6 +11,7 @@ from evalharness.admission.dry_run_report import (
     dry_run_table,
     plan_dry_run,
 )
+from evalharness.admission.mosaic_fix import compile_refusal
 from evalharness.admission.output_check import check_output_folders, check_writable, io_hint
 from evalharness.admission.run_timing import arm_executors, reusable_seconds, samples_per_call
 from evalharness.admission.sizing import estimate_run_time
@@ -22,6 +23,7 @@ __all__ = [
     "admit",
     "check_output_folders",
     "check_writable",
+    "compile_refusal",
     "io_hint",
     "plan_dry_run",
     "checkpoint_optional",

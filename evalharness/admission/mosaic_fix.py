@@ -20,7 +20,12 @@ import jax
 import jax.numpy as jnp
 
 from evalharness.config import EvalConfig
-from evalharness.estimates import TpuCompiler, compile_for, compiler_reason
+from evalharness.estimates import (
+    TpuCompiler,
+    compile_for,
+    compiler_reason,
+    scoped_vmem_shortfall,
+)
 from kernels.executors.pallas_tpu_budget import (
     DEFAULT_SCOPED_VMEM_BYTES,
     NUM_LANES,
@@ -171,3 +176,26 @@ def _smaller_tiles(tiles: tuple[int, int]) -> list[tuple[int, int]]:
             block_kv = max(_SMALLEST_TILE, math.ceil(block_kv / 2 / NUM_LANES) * NUM_LANES)
         found.append((block_q, block_kv))
     return found
+
+
+def compile_refusal(error: BaseException, cfg: EvalConfig) -> str | None:
+    """The one line for a compile the chip refused for want of scoped VMEM (None for any other
+    error), naming the settings that change it.
+
+    Args:
+        error: what the arms' compile raised.
+        cfg: the run's resolved config (its tiles are named).
+    """
+    shortfall = scoped_vmem_shortfall(error)
+    if shortfall is None:
+        return None
+    need, limit = shortfall
+    k = cfg.kernel
+    return (
+        f"refused by the chip's compiler: a Pallas kernel needs {need}B of scoped VMEM over a "
+        f"limit of {limit}B (Mosaic, XLA error E1001) at tiles {k.block_q} x {k.block_kv}; set "
+        "smaller kernel.block_q / kernel.block_kv, a smaller kernel.block_kv_compute, or a "
+        "larger kernel.vmem_limit_bytes for the sparse kernel; for the splash control raise the "
+        "compiler's limit (LIBTPU_INIT_ARGS=--xla_tpu_scoped_vmem_limit_kib=<KiB>), which its "
+        "tile rule reads"
+    )

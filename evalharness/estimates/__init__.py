@@ -51,6 +51,7 @@ from evalharness.estimates.tpu_compiler import (
     compile_program,
     compiler_reason,
     on_device,
+    scoped_vmem_shortfall,
     topology_compiler,
 )
 from evalharness.estimates.workload import SparseWork, TimeEstimate, estimate_time
@@ -104,6 +105,7 @@ __all__ = [
     "parameter_count",
     "on_device",
     "rates_for",
+    "scoped_vmem_shortfall",
     "step_flops",
     "topology_compiler",
 ]

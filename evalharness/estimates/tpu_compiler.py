@@ -191,6 +191,13 @@ def compile_for(device: Any, fn: Callable[..., Any], *args: Any) -> CompiledProg
 _SCOPED_VMEM = re.compile(r"Scoped allocation with size (\S+) and limit (\S+) exceeded")
 
 
+def scoped_vmem_shortfall(error: BaseException) -> tuple[str, str] | None:
+    """(needed, limit) as Mosaic printed them ("16.16M", "16.00M") when ``error`` is its
+    scoped-VMEM refusal, else None."""
+    found = _SCOPED_VMEM.search(str(error))
+    return (found.group(1), found.group(2)) if found else None
+
+
 def compiler_reason(error: Exception) -> str:
     """A compiler's refusal in one line: Mosaic's scoped VMEM figures when it ran out of VMEM,
     else the message's first line (300 characters at most)."""

@@ -96,7 +96,7 @@ def run_trial(cfg: DictConfig) -> TrialOutcome:
     except PreflightRefusal as refusal:
         return TrialOutcome(exit_codes.REFUSED, None, str(refusal))
     except RunFailed as failure:
-        return TrialOutcome(exit_codes.FAILED, None, str(failure))
+        return TrialOutcome(failure.exit_code, None, str(failure))
     except CONFIG_ERRORS as err:
         return TrialOutcome(exit_codes.REFUSED, None, f"{type(err).__name__}: {err}")
     except Exception as err:  # noqa: BLE001 - a bug: the trial failed, the search goes on

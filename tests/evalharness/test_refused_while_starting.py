@@ -1,14 +1,19 @@
-"""FFmpeg proven before any work: a run without a working encoder is refused with exit 2."""
+"""Refused with exit 2 and the setting to change: no working FFmpeg (before any work), and a
+compile the chip refuses for want of scoped VMEM."""
 
+import json
 import os
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 import evalharness.run as run_module
+from evalharness import exit_codes
 from evalharness.evidence.video import VideoError, check_encoder, ffmpeg_executable
+from evalharness.exit_codes import RunFailed
 from evalharness.refusal import PreflightRefusal
 from tests.helpers.harness_config import small_config
 from tests.helpers.paths import REPO_ROOT
@@ -81,3 +86,36 @@ def test_the_cli_exits_2_with_one_error_line(tmp_path):
     assert len(errors) == 1 and "EVALHARNESS_FFMPEG" in errors[0], done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "o" / "runs").exists() or not any((tmp_path / "o" / "runs").iterdir())
+
+
+def test_a_compile_out_of_scoped_vmem_is_refused_with_exit_2_naming_the_settings(
+    tmp_path, monkeypatch
+):
+    # Mosaic's refusal as a TPU v5e printed it, raised where the arms compile.
+    def out_of_vmem(*args, **kwargs):
+        raise RuntimeError(
+            "INTERNAL: Mosaic failed to compile TPU kernel: CompileTimeScopedVmemOom: Scoped "
+            "allocation with size 16.16M and limit 16.00M exceeded scoped vmem limit by 160.0K."
+        )
+
+    monkeypatch.setattr(run_module, "measure_pairs", out_of_vmem)
+    cfg = small_config(tmp_path, "logger=none")
+    with pytest.raises(RunFailed) as failed:
+        run_module.run(cfg)
+    assert failed.value.exit_code == exit_codes.REFUSED
+    message = str(failed.value)
+    assert "needs 16.16MB of scoped VMEM over a limit of 16.00MB" in message
+    assert "kernel.block_q" in message and "--xla_tpu_scoped_vmem_limit_kib" in message
+    assert "Traceback" not in message
+    status = json.loads((Path(failed.value.run_dir) / "status.json").read_text())
+    assert status["status"] == "failed"
+
+
+def test_other_failures_while_running_stay_exit_4(tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("something else")
+
+    monkeypatch.setattr(run_module, "measure_pairs", broken)
+    with pytest.raises(RunFailed) as failed:
+        run_module.run(small_config(tmp_path, "logger=none"))
+    assert failed.value.exit_code == exit_codes.FAILED
