@@ -9,11 +9,14 @@ A URI may carry a password (``postgresql+psycopg://user:PASSWORD@host/db``,
 
 from __future__ import annotations
 
+import os
 import re
 from typing import overload
 from urllib.parse import unquote, urlsplit
 
 MASK = "***"
+# MLflow's own switch for the links it prints when a run ends (``MlflowClient.set_terminated``).
+QUIET_LINKS_VAR = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
 # ``scheme://user:password@``: the password runs to the authority's last ``@`` (as urlsplit reads
 # it), so a password holding an unencoded ``@`` or ``:`` is hidden whole. Hydra writes an override
 # back with each ``:`` escaped (``postgresql\://user\:password@``): a backslash may precede them.
@@ -53,3 +56,12 @@ def redacted(text: str | None, secret_of: str | None = None) -> str | None:
     for form in {password, unquote(password or "")} - {None, "", MASK}:
         shown = shown.replace(form, MASK)
     return shown
+
+
+def quiet_run_links() -> None:
+    """Stops MLflow printing ``View run <name> at: <tracking URI>/#/...`` and ``View experiment
+    at: ...`` on stdout whenever a client ends a run on a tracking server: it prints the URI as
+    given, so a password in it would reach the console and CI logs. Sets MLflow's own switch,
+    :data:`QUIET_LINKS_VAR`, for this process (forced: a run's folder, its ``status.json`` and
+    the harness's own lines name the run, with the password hidden)."""
+    os.environ[QUIET_LINKS_VAR] = "true"

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 from evalharness.refusal import PreflightRefusal
 from evalharness.tracking.redaction import redacted
+from models.uri_redaction import quiet_run_links
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -174,6 +175,7 @@ def open_client(uri: str) -> MlflowClient:
     """
     from mlflow.tracking import MlflowClient
 
+    quiet_run_links()  # MLflow's "View run ... at: <URI>" would print a password in the URI
     with creation_lock(uri):
         for attempt in range(1, RACE_RETRIES):
             try:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from models.interruption import Terminated, as_interruption
+from models.uri_redaction import quiet_run_links
 
 RUN_KIND = "training"
 DEFAULT_TRACKING_URI = f"sqlite:///{Path('outputs').resolve() / 'mlflow.db'}"
@@ -65,6 +66,7 @@ def mlflow_run(
 
     if tracking_uri.startswith("sqlite:///"):
         Path(tracking_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    quiet_run_links()  # MLflow's "View run ... at: <URI>" would print a password in the URI
     client = MlflowClient(tracking_uri)
     found = client.get_experiment_by_name(experiment)
     experiment_id = found.experiment_id if found else client.create_experiment(experiment)

@@ -1,6 +1,12 @@
-"""A password in the tracking URI is written down nowhere: a one-job sweep (its job a whole run,
-through the code a single run takes), a one-trial schedule search and a report against a real PostgreSQL store whose URI carries its password leave
-no trace of it in their console output, in any file under their folders (run folders, Hydra's
+"""A password in the tracking URI is written down nowhere.
+
+Against an MLflow server that accepts the URI (``http://admin:PASSWORD@127.0.0.1:PORT``, MLflow's
+basic-auth app): a run, a search, the gate and a report print it on neither stdout nor stderr
+(MLflow's own ``View run ... at: <URI>`` lines included) and write it to no file.
+
+Against a real PostgreSQL store whose URI carries its password: a one-job sweep (its job a whole
+run, through the code a single run takes), a one-trial schedule search and a report leave no
+trace of it in their console output, in any file under their folders (run folders, Hydra's
 ``multirun.yaml``, ``search.json``, the report, the artifact store) or in any row of the database
 (MLflow's params, tags, experiment tags and notes; Optuna's study attributes). PostgreSQL's own
 client variables (``PGPASSWORD``, ``PGPASSFILE``) carry the password instead of the URI.
@@ -23,10 +29,11 @@ import pytest
 import sqlalchemy
 from mlflow.tracking import MlflowClient
 
-from evalharness.tracking import TrackingUnavailable, check_tracking, open_client
+from evalharness.tracking import TrackingUnavailable, auth, check_tracking, open_client
 from evalharness.tracking.postgres import postgres_server
+from models.uri_redaction import QUIET_LINKS_VAR
 from tests.helpers.harness_config import SMALL
-from tests.helpers.mlflow_server import harness_command, postgres_missing
+from tests.helpers.mlflow_server import auth_mlflow_server, harness_command, postgres_missing
 from tests.helpers.search_config import ONE_TRIAL
 
 EXPERIMENT = "secrets"
@@ -53,11 +60,17 @@ def store() -> str:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _run(tmp_path: Path, name: str, command: list[str], allowed: tuple[int, ...] = (0,)) -> str:
+def _run(
+    tmp_path: Path,
+    name: str,
+    command: list[str],
+    allowed: tuple[int, ...] = (0,),
+    env: dict[str, str] | None = None,
+) -> str:
     """Runs ``command`` in ``tmp_path``; keeps its console output as ``console/<name>.txt``
     (searched with every other file) and returns it. ``allowed``: the exit codes accepted."""
     done = subprocess.run(
-        command, cwd=tmp_path, capture_output=True, text=True, timeout=900, check=False
+        command, cwd=tmp_path, capture_output=True, text=True, timeout=900, check=False, env=env
     )
     console = tmp_path / "console"
     console.mkdir(exist_ok=True)
@@ -157,6 +170,54 @@ def test_a_planted_password_is_written_down_nowhere(store, tmp_path):
     store_at = f"@{urlsplit(store).hostname}:{urlsplit(store).port}/"
     assert store_at in report_md  # the report names the store (its '***' escaped for Markdown)
     assert "MLflow tracking at " + shown in consoles[0]
+
+
+@pytest.fixture(scope="module")
+def accepting_uri(tmp_path_factory) -> str:
+    """A URI with a planted password that its server accepts: ``mlflow server`` behind MLflow's
+    basic-auth app on 127.0.0.1, the password its admin's."""
+    with auth_mlflow_server(tmp_path_factory.mktemp("accepting-server")) as uri:
+        yield uri
+
+
+def _as_a_user_runs_it() -> dict[str, str]:
+    """This environment without what would hide a leak: MLflow's switch for its run links (the
+    commands must set it themselves) and credentials other than the URI's."""
+    hidden = (QUIET_LINKS_VAR, auth.USERNAME_VAR, auth.PASSWORD_VAR)
+    return {k: v for k, v in os.environ.items() if k not in hidden}
+
+
+@pytest.mark.slow  # a tracking server and two whole-harness runs (a run and a search's trial)
+def test_a_password_the_server_accepts_reaches_no_console_and_no_file(accepting_uri, tmp_path):
+    password = urlsplit(accepting_uri).password
+    assert password and len(password) >= 16  # planted: random, so a hit cannot be chance
+    env = _as_a_user_runs_it()
+    uri = [f"logger.tracking_uri={accepting_uri}", f"logger.experiment_name={EXPERIMENT}"]
+    fewer_compiles = ["noise_floor=false", "routing_stats=false"]
+    harness = harness_command(tmp_path, *uri, *fewer_compiles)
+    consoles = [_run(tmp_path, "run", harness, env=env)]
+    small = [o for o in SMALL if not o.startswith("schedule.")]
+    search = [sys.executable, "-m", "evalharness.search", *small, *SEARCH, *fewer_compiles]
+    folders = [f"output_root={tmp_path / 'outputs'}", f"cache_dir={tmp_path / 'cache'}"]
+    # A trial slower than dense on a busy CPU recommends nothing (exit 1), logged all the same.
+    consoles.append(_run(tmp_path, "search", [*search, *folders, *uri], (0, 1), env))
+    gate = [sys.executable, "-m", "evalharness.gate", "--tracking-uri", accepting_uri]
+    gate += ["--experiment", EXPERIMENT, "--min-psnr-db", "10"]
+    consoles.append(_run(tmp_path, "gate", gate, (0, 1), env))
+    report = [sys.executable, "-m", "reports", "--tracking-uri", accepting_uri]
+    report += ["--experiment", EXPERIMENT, "--output-root", str(tmp_path / "outputs")]
+    consoles.append(_run(tmp_path, "report", report, env=env))
+
+    # The server accepted the URI: every command's runs are there, finished.
+    runs = MlflowClient(accepting_uri).search_runs(
+        [MlflowClient(accepting_uri).get_experiment_by_name(EXPERIMENT).experiment_id]
+    )
+    kinds = sorted(r.data.tags.get("run_kind", "?") for r in runs)
+    assert kinds == ["harness", "harness", "report", "search"], kinds
+    assert {r.info.status for r in runs} == {"FINISHED"}
+    assert not [c for c in consoles if password in c]
+    assert not [c for c in consoles if "View run" in c]  # MLflow's own links, switched off
+    assert _files_holding(tmp_path, password.encode()) == []
 
 
 def _without_password(uri: str) -> str:

@@ -1,7 +1,8 @@
 """Real tracking servers on 127.0.0.1 for integration tests, and harness runs that log to them.
 
 ``mlflow_server``: ``mlflow server`` on a sqlite store (``evalharness.tracking.server``'s
-``start_mlflow``). ``team_server``: PostgreSQL behind ``mlflow server``, started and stopped (Ctrl-C) through
+``start_mlflow``). ``auth_mlflow_server``: the same behind MLflow's basic-auth app, its admin's
+password planted at random, for a tracking URI that carries it (``http://admin:PASSWORD@...``). ``team_server``: PostgreSQL behind ``mlflow server``, started and stopped (Ctrl-C) through
 ``python -m evalharness.tracking.server`` itself. Both serve artifacts through the server. ``start_harness`` runs ``python -m evalharness``
 as its own process, the way team members' jobs reach a shared server.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -20,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from evalharness.tracking import server
+from evalharness.tracking import auth, server
 from evalharness.tracking.postgres import postgres_bin_dir
 from tests.helpers.harness_config import SMALL
 
@@ -41,6 +43,32 @@ def mlflow_server(folder: Path, *, startup_s: float = 90.0) -> Iterator[str]:
     )
     try:
         yield url
+    finally:
+        server.stop_process_group(proc)
+
+
+@contextmanager
+def auth_mlflow_server(folder: Path, *, startup_s: float = 120.0) -> Iterator[str]:
+    """:func:`mlflow_server` with MLflow's basic-auth app (users in a second sqlite database,
+    both under ``folder``), on 127.0.0.1 only; yields the tracking URI with the admin's user name
+    and a random password in it (``http://admin:PASSWORD@127.0.0.1:PORT``), which the server
+    accepts. The password reaches the server only in its environment.
+
+    Raises:
+        RuntimeError: the server exited, or did not answer within ``startup_s``.
+    """
+    admin = auth.Credentials(auth.DEFAULT_ADMIN, secrets.token_urlsafe(24))
+    users = f"sqlite:///{folder / 'users.db'}"
+    config = auth.write_auth_config(folder / auth.AUTH_CONFIG_FILE, users, admin.username)
+    proc, url = server.start_mlflow(
+        f"sqlite:///{folder / 'server.db'}",
+        folder / "server-artifacts",
+        workers=1,
+        startup_s=startup_s,
+        auth_env=auth.server_env(config, admin),
+    )
+    try:
+        yield url.replace("://", f"://{admin.username}:{admin.password}@", 1)
     finally:
         server.stop_process_group(proc)
 
