@@ -23,6 +23,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from models.interruption import stop_if_signalled
 from models.shapes_data import draw_clip, make_clip, object_tracks, render_clip
 from models.training.loop import learning_rate_schedule, run_steps
 from models.training.settings import TrainSettings
@@ -130,6 +131,7 @@ def reconstruction_psnr(model: WanAutoencoder, settings: TrainSettings, clips: i
 
     values = []
     for i in range(clips):
+        stop_if_signalled()  # a safe point between clips
         _, frames = make_clip(i, "heldout", settings.frames, settings.height, settings.width)
         recon = _reconstruct(model, jnp.asarray(to_unit(frames))[None])
         values.append(psnr_db(video_to_uint8(np.asarray(recon[0])), frames))
@@ -142,6 +144,7 @@ def latent_statistics(
     """Per-channel mean and standard deviation of full-size training clips' latents."""
     latents = []
     for i in range(settings.vae_stat_clips):
+        stop_if_signalled()  # a safe point between clips
         _, frames = make_clip(10**6 + i, "train", settings.frames, settings.height, settings.width)
         latents.append(np.asarray(_encode_mean(model, jnp.asarray(to_unit(frames))[None])))
     z = np.concatenate(latents).reshape(-1, model.config.z_dim)
