@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from models import interruption
-from models.training.checkpoints import CheckpointMismatch
+from models.training.checkpoints import CheckpointMismatch, check_checkpoint
 from models.training.settings import PRESETS, TrainSettings, preset, read_settings
 from models.training.tracking import (
     DEFAULT_EXPERIMENT,
@@ -69,8 +69,31 @@ def settings_from(preset_name: str, assignments: list[str]) -> TrainSettings:
         raise Refused(str(e)) from None
 
 
+def out_folder(text: str) -> Path:
+    """The run folder ``--out`` names, refused before any work when it cannot be one.
+
+    Raises:
+        Refused: an empty name (it would train into the current folder), or a path whose nearest
+            existing part is a file.
+    """
+    if not text.strip():
+        raise Refused(
+            f"--out {text!r}: an empty name would train into the current folder; name a run "
+            "folder, e.g. --out outputs/training/tiny (created if missing)"
+        )
+    path = Path(text)
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise Refused(
+            f"--out {text}: {existing} is a file, not a folder; name a run folder (created if "
+            "missing) that is not a file"
+        )
+    return path
+
+
 def claim_folder(run_dir: Path, settings: TrainSettings) -> None:
-    """Writes ``settings.json``, or checks that an existing one has the same settings."""
+    """Writes ``settings.json``, or checks that an existing one has the same settings and that
+    its stage checkpoints can be read (a damaged one is refused before any work)."""
     path = run_dir / "settings.json"
     if path.is_file():
         try:
@@ -87,9 +110,17 @@ def claim_folder(run_dir: Path, settings: TrainSettings) -> None:
                 f"{run_dir} was trained with other settings ({'; '.join(differ)}); resume with "
                 "the same preset and --set values, or use a new --out folder"
             )
+        for checkpoint in sorted((run_dir / "checkpoints").glob("*.npz")):
+            check_checkpoint(checkpoint)
         return
-    run_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(settings.to_json())
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(settings.to_json())
+    except OSError as err:
+        raise Refused(
+            f"--out {run_dir}: cannot write the run folder ({type(err).__name__}: "
+            f"{err.strerror or err}); name a folder this user can write"
+        ) from None
 
 
 class Recorder:
