@@ -255,7 +255,10 @@ def time_arms_interleaved(
         clock=clock,
         block=block,
         wall_clock=wall_clock,
-        on_round=lambda done: on_event(f"timed round {done}/{warm_runs} ({order})"),
+        on_round=lambda done, runs: on_event(
+            f"timed round {done}/{warm_runs}: "
+            + ", ".join(f"{name} {seconds[-1]:.2f} s" for name, seconds in runs.items())
+        ),
     )
     for name, t in times.items():
         log.info(

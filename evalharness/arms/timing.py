@@ -98,7 +98,7 @@ def time_interleaved(
     block: Block = jax.block_until_ready,
     wall_clock: Clock = time.time,
     cpu_clock: Clock = time.process_time,
-    on_round: Callable[[int], None] = lambda done: None,
+    on_round: Callable[[int, Mapping[str, list[float]]], None] = lambda done, runs: None,
 ) -> dict[str, RunTimes]:
     """Times already-compiled, already-warm computations in round-robin rounds (every round
     timed): each round runs every computation once, in the mapping's order, so drift in the
@@ -115,7 +115,8 @@ def time_interleaved(
         block: waits for every output array of a run (else the clock stops at dispatch).
         wall_clock: epoch seconds for each computation's timed window.
         cpu_clock: this process's CPU seconds.
-        on_round: called with the number of finished rounds after each round (untimed).
+        on_round: called after each round (untimed) with the number of finished rounds and
+            every computation's run seconds so far, so a long benchmark can print each round.
 
     Returns:
         name -> its run times, in the order of ``calls``.
@@ -143,7 +144,7 @@ def time_interleaved(
             cpu[name].append(cpu_clock() - cpu_start)
             last_end[name] = wall_clock()
             check(name, result)
-        on_round(done)
+        on_round(done, runs)
     steps = steps or {}
     return {
         name: RunTimes(

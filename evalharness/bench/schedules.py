@@ -9,8 +9,12 @@ never loads a checkpoint (``model.checkpoint`` is ignored) and measures time, no
 Every schedule of ``conf/schedule`` (a ``schedule.<field>=`` override applies to each) runs
 through ``models.pipeline.DenoiseLoop`` with the policy the run's sparse arm builds. Every arm is
 compiled first (compile time reported apart), then timed in interleaved rounds (one run of each
-per round, so load on a shared machine hits every arm alike). The speedup is the dense
-schedule's median over the arm's, measured in the same process.
+per round, so load on a shared machine hits every arm alike; each round's times are printed as
+it ends). The speedup is the dense schedule's median over the arm's, measured in the same process.
+Then the dense control and each sparse schedule's band kernel are timed alone at the run's
+attention shapes (interleaved, same process): an arm's **ideal** is the dense loop with each of its
+sparse attention calls' dense control replaced by the band kernel alone (no routing, no layout
+change), and ``of ideal`` is that ideal over the arm's measured time.
 
 Usage:
     python -m evalharness.bench.schedules [--json] [OVERRIDE ...]
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -40,7 +45,7 @@ from evalharness.arms import PreparedArm, prepare_arm, time_arms_interleaved
 from evalharness.assembly import dense_attend, kernel_options, run_sampler
 from evalharness.bench.mlflow_record import BenchRecord, emit
 from evalharness.bench.run_config import AttentionCall, bench_parser, config_or_exit
-from evalharness.bench.timing import cpu_time_measures_compute, ms_stats
+from evalharness.bench.timing import cpu_time_measures_compute, ms_stats, time_warm_ms
 from evalharness.config import (
     CONF_DIR,
     EvalConfig,
@@ -69,6 +74,8 @@ COLUMNS = (
     ("CPU ms", "cpu_median_ms", "{:.0f}"),
     ("speedup vs dense (wall)", "speedup_vs_dense", "{:.2f}x"),
     ("speedup vs dense (CPU)", "cpu_speedup_vs_dense", "{:.2f}x"),
+    ("ideal speedup", "ideal_speedup", "{:.2f}x"),
+    ("of ideal", "fraction_of_ideal", "{:.0%}"),
     ("routing FLOPs", "routing_flops_fraction", "{:.2%}"),
     ("compile+warm s", "compile_and_warm_s", "{:.1f}"),
 )
@@ -139,22 +146,29 @@ def _setup(cfg: EvalConfig) -> _Setup:
     return _Setup(call, model, run_sampler(cfg), (noise, context, negative))
 
 
-def _schedule_arm(setup: _Setup, schedule: SparsitySchedule) -> tuple[PreparedArm, dict]:
-    """One schedule's loop with the policy the run's sparse arm builds for it, compiled and
-    warmed up as the run prepares an arm (``prepare_arm``), and its record (timings later)."""
+def _policy(setup: _Setup, schedule: SparsitySchedule) -> AttentionPolicy:
+    """The policy the run's sparse arm builds for ``schedule`` at the run's shapes."""
     cfg, geometry, tiles = setup.call.cfg, setup.call.geometry, setup.call.block_sizes
-    steps, layers = cfg.steps, setup.call.model.num_layers
-    policy = AttentionPolicy(
+    return AttentionPolicy(
         schedule,
         geometry,
-        num_steps=steps,
-        num_layers=layers,
+        num_steps=cfg.steps,
+        num_layers=setup.call.model.num_layers,
         backend=cfg.kernel.backend.value,
         block_sizes=tiles,
         dense_attend=dense_attend(cfg, cfg.kernel.dense_executor),
         seed=cfg.seed,
         options=kernel_options(cfg),
     )
+
+
+def _schedule_arm(
+    setup: _Setup, schedule: SparsitySchedule, policy: AttentionPolicy
+) -> tuple[PreparedArm, dict]:
+    """One schedule's loop with the policy the run's sparse arm builds for it, compiled and
+    warmed up as the run prepares an arm (``prepare_arm``), and its record (timings later)."""
+    cfg, geometry, tiles = setup.call.cfg, setup.call.geometry, setup.call.block_sizes
+    steps, layers = cfg.steps, setup.call.model.num_layers
     noise, context, negative = setup.inputs
     prepared = prepare_arm(
         schedule.name,
@@ -181,6 +195,54 @@ def _schedule_arm(setup: _Setup, schedule: SparsitySchedule) -> tuple[PreparedAr
         "compile_and_warm_s": prepared.compile_s + prepared.warmup_s,
     }
     return prepared, arm
+
+
+def _kernel_ms(setup: _Setup, policies: dict[str, AttentionPolicy]) -> dict[str, float]:
+    """Median ms of one attention call at the run's shapes, interleaved in this process: the
+    dense control (``"dense"``) and each sparse schedule's band kernel alone (by name)."""
+    call = setup.call
+    shape = (call.batch, call.geometry.tokens, call.heads, call.head_dim)
+    keys = jax.random.split(jax.random.key(call.cfg.seed), 3)
+    q, k, v = (jax.random.normal(key, shape, call.dtype) for key in keys)
+    dense = next(p for p in policies.values() if not p.schedule.sparse).dense_attend
+    fns = {"dense": functools.partial(jax.jit(lambda q, k, v: dense(q, k, v)), q, k, v)}
+    for name, policy in policies.items():
+        if policy.schedule.sparse:
+            fns[name] = functools.partial(jax.jit(policy.execute_band), q, k, v)
+    return {name: t["median_ms"] for name, t in time_warm_ms(fns, call.cfg.warm_runs).items()}
+
+
+def ideal_ms(dense_loop_ms: float, sparse_calls: int, dense_ms: float, band_ms: float) -> float:
+    """A sparse arm's ideal loop time: the dense loop with each sparse attention call's dense
+    control replaced by the band kernel alone (no routing, no layout change).
+
+    Args:
+        dense_loop_ms: the dense arm's measured loop (median ms).
+        sparse_calls: attention calls the arm runs sparse (sparse steps x sparse layers x
+            model calls per step).
+        dense_ms: one dense control call (median ms).
+        band_ms: one band kernel call at the arm's density (median ms).
+    """
+    return dense_loop_ms - sparse_calls * (dense_ms - band_ms)
+
+
+def _add_ideals(setup: _Setup, arms: dict[str, dict], kernel_ms: dict[str, float]) -> None:
+    """Each sparse arm's ideal time, ideal speedup and fraction of it reached, in place."""
+    cfg, layers = setup.call.cfg, setup.call.model.num_layers
+    passes = 2 if setup.inputs[2] is not None and setup.call.batch == 1 else 1
+    dense_loop = arms["dense"]["median_ms"]
+    for name, arm in arms.items():
+        if name not in kernel_ms or name == "dense":
+            continue
+        calls = (cfg.steps - arm["dense_steps"]) * (layers - arm["dense_layers"]) * passes
+        ideal = ideal_ms(dense_loop, calls, kernel_ms["dense"], kernel_ms[name])
+        arm.update(
+            ideal_ms=ideal,
+            ideal_speedup=dense_loop / ideal,
+            fraction_of_ideal=ideal / arm["median_ms"],
+            dense_attention_ms=kernel_ms["dense"],
+            band_kernel_ms=kernel_ms[name],
+        )
 
 
 def _describe(cfg: EvalConfig) -> dict:
@@ -226,20 +288,26 @@ def run(cfg: EvalConfig, schedules: Sequence[SparsitySchedule]) -> dict:
         The machine, the settings (:func:`_describe`), the routing cost at 720p and the arms.
     """
     setup = _setup(cfg)
+    policies = {schedule.name: _policy(setup, schedule) for schedule in schedules}
     prepared: dict[str, PreparedArm] = {}
     arms: dict[str, dict] = {}
     for number, schedule in enumerate(schedules, 1):
         # Minutes each at real shapes on an accelerator: say where it is.
         _progress(f"compiling and warming up {schedule.name} ({number}/{len(schedules)}) ...")
-        prepared[schedule.name], arms[schedule.name] = _schedule_arm(setup, schedule)
+        prepared[schedule.name], arms[schedule.name] = _schedule_arm(
+            setup, schedule, policies[schedule.name]
+        )
         _progress(f"  {arms[schedule.name]['compile_and_warm_s']:.1f} s")
     _progress(f"timing {len(prepared)} arms round-robin, {cfg.warm_runs} rounds ...")
-    for name, times in time_arms_interleaved(prepared, cfg.warm_runs).items():
+    timed = time_arms_interleaved(prepared, cfg.warm_runs, on_event=_progress)
+    for name, times in timed.items():
         arms[name]["wall_ms"] = [1e3 * s for s in times.runs_s]
         arms[name]["cpu_ms"] = [1e3 * s for s in times.cpu_s]
         arms[name].update(ms_stats(times))
     for arm in arms.values():
         arm["speedup_vs_dense"] = arms["dense"]["median_ms"] / arm["median_ms"]
+    _progress("timing the dense control and each band kernel alone, interleaved ...")
+    _add_ideals(setup, arms, _kernel_ms(setup, policies))
     hd720 = load_resolution("720p").tokens
     return {
         "machine": machine_info(),

@@ -110,11 +110,13 @@ def test_interleaved_rounds_alternate_and_block_once_per_run():
         steps={"dense": 2, "sparse": 2},
         clock=clock,
         block=blocked.append,
-        on_round=rounds.append,
+        on_round=lambda done, runs: rounds.append((done, {k: list(v) for k, v in runs.items()})),
     )
     assert log == ["dense", "sparse"] * 3
     assert blocked == log  # each run waited on before the next starts
-    assert rounds == [1, 2, 3]
+    assert [done for done, _ in rounds] == [1, 2, 3]
+    # Each round reports every arm's runs so far, for a benchmark's per-round line.
+    assert rounds[1][1] == {"dense": [4.0, 6.0], "sparse": [1.0, 3.0]}
     assert list(times) == ["dense", "sparse"]
     assert times["dense"].runs_s == (4.0, 6.0, 5.0) and times["sparse"].runs_s == (1.0, 3.0, 2.0)
     assert times["dense"].median_s / times["sparse"].median_s == pytest.approx(2.5)
