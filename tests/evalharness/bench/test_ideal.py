@@ -68,3 +68,19 @@ def test_a_block_summary_names_the_overhead_beyond_the_band():
     assert s["overhead_ms"] == pytest.approx(10.0)
     assert s["ideal_speedup"] == pytest.approx(2.0)
     assert s["block_speedup"] == pytest.approx(100.0 / 60.0)
+
+
+def test_only_keeps_the_dense_arm_and_the_named_schedules():
+    from evalharness.bench.schedules import only
+    from kernels.policy.schedule import SparsitySchedule
+
+    def schedule(name, sparse):
+        return SparsitySchedule(
+            name, first_times_fp=0.0, first_layers_fp=0.0, density=0.3, sparse=sparse
+        )
+
+    all_five = [schedule("dense", False), schedule("balanced", True), schedule("aggressive", True)]
+    assert [s.name for s in only(all_five, "aggressive")] == ["dense", "aggressive"]
+    assert only(all_five, None) == all_five
+    with pytest.raises(ValueError, match=r"no schedule \['nope'\]; the presets are dense"):
+        only(all_five, "aggressive,nope")
