@@ -22,10 +22,18 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# The commands that act on noted signals (their entry points end them as 130 / 143).
+COMMANDS = (
+    "evalharness",
+    "evalharness.search",
+    "models.training",
+    "models.training.refine_decoder",
+)
 
 
 class Terminated(BaseException):
@@ -69,12 +77,34 @@ def _on_signal(signum: int, frame: object) -> None:
 
 def handle_signals() -> None:
     """Installs the noting handlers for SIGINT and SIGTERM (from the main thread; elsewhere
-    Python cannot install handlers and nothing changes) and forgets any earlier signal."""
+    Python cannot install handlers and nothing changes); a signal noted earlier is kept."""
     if not _in_main_thread():
         return
-    clear()
     for sig in SIGNALS:
         signal.signal(sig, _on_signal)
+
+
+def handle_signals_if_command(commands: tuple[str, ...] = COMMANDS) -> None:
+    """Installs the noting handlers now when this process is one of ``commands`` (``python -m
+    <command>``, read from ``sys.orig_argv``); its package's ``__init__`` calls this before the
+    command's imports, which take seconds (JAX, MLflow): a Ctrl-C meanwhile would meet Python's
+    own handler, and a library's bare ``except:`` around an import could swallow it. Any other
+    process (a library user, pytest, ``python -m reports``) keeps its handlers."""
+    if _module_run(sys.orig_argv) in commands:
+        handle_signals()
+
+
+def _module_run(argv: list[str]) -> str | None:
+    """The module an interpreter command line runs with ``-m``, or None (a script, ``-c``)."""
+    words = iter(argv[1:])
+    for word in words:
+        if word == "-m":
+            return next(words, None)
+        if word in ("-X", "-W"):  # options that take the next word as their value
+            next(words, None)
+        elif word == "-c" or not word.startswith("-"):
+            return None
+    return None
 
 
 def pending() -> int | None:

@@ -5,5 +5,7 @@ The package's first import keeps libtpu off a machine without TPU chips before J
 """
 
 from models.accelerator_env import guard_libtpu
+from models.interruption import handle_signals_if_command
 
 guard_libtpu()
+handle_signals_if_command()  # a command notes Ctrl-C from here on, before its heavy imports

@@ -128,3 +128,33 @@ def test_a_failure_after_a_signal_is_the_signals():
     assert isinstance(interruption.as_interruption(failure), Terminated)
     ctrl_c = KeyboardInterrupt()
     assert interruption.as_interruption(ctrl_c) is ctrl_c
+
+
+@pytest.mark.parametrize(
+    ("argv", "module"),
+    [
+        (["python", "-m", "evalharness", "steps=2"], "evalharness"),
+        (["python", "-u", "-X", "dev", "-m", "models.training", "--out", "x"], "models.training"),
+        (["python", "-c", "import evalharness", "-m", "evalharness"], None),
+        (["python", "script.py", "-m", "evalharness"], None),
+        (["python", "-m"], None),
+    ],
+)
+def test_the_module_a_command_line_runs(argv, module):
+    assert interruption._module_run(argv) == module
+
+
+def test_only_the_commands_note_signals_from_their_first_import(monkeypatch):
+    before = {sig: signal.getsignal(sig) for sig in interruption.SIGNALS}
+    monkeypatch.setattr("sys.orig_argv", ["python", "-m", "reports", "--out", "x"])
+    interruption.handle_signals_if_command()
+    assert signal.getsignal(signal.SIGINT) is before[signal.SIGINT]  # reports does not act on them
+    monkeypatch.setattr("sys.orig_argv", ["python", "-m", "evalharness.search"])
+    try:
+        interruption.handle_signals_if_command()
+        signal.raise_signal(signal.SIGINT)  # noted, kept for the entry point's first safe point
+        interruption.handle_signals()
+        assert interruption.pending() == signal.SIGINT
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
