@@ -189,7 +189,7 @@ def test_single_group_with_padded_visit_lists(variant):
     plan = build_plan(band_for_density(geometry, 0.3), BlockSizes(8, 8), variant, None)
     assert visit_groups(plan, 1).wasted_fraction > 0
     q, k, v = _qkv((1, geometry.tokens, 2, 64), jnp.float32, 3)
-    out = blocksparse_attention(q, k, v, plan, max_groups=1)
+    out = jax.jit(lambda q, k, v: blocksparse_attention(q, k, v, plan, max_groups=1))(q, k, v)
     assert_allclose(out, reference_attention(q, k, v, plan.logical_mask), atol=1e-5)
 
 

@@ -280,6 +280,7 @@ def vae_trio(tmp_path_factory):
     return reference, ref16, load_vae(folder, param_dtype=jnp.bfloat16)
 
 
+@pytest.mark.slow  # three VAE decodes, two in PyTorch: about 6 s on 2 cores
 def test_vae_bfloat16_error_is_the_reference_s(vae_trio):
     reference, ref16, ours = vae_trio
     latents = np.random.default_rng(0).standard_normal((2, 16, 3, 4, 6)).astype(np.float32)

@@ -81,6 +81,7 @@ def test_the_flow_matching_loss_falls(trained):
     assert _fixed_batch_loss(model) < 0.8 * _fixed_batch_loss(fresh)
 
 
+@pytest.mark.slow  # two training phases, each its own compile: about 8 s on 2 cores
 def test_the_full_size_phase_continues_from_the_coarse_one(tmp_path):
     settings = dataclasses.replace(SETTINGS, coarse_steps=8, coarse_clips=2, coarse_batch=2)
     coarse, full = settings.flow_phases()
@@ -107,6 +108,7 @@ def test_the_full_size_phase_continues_from_the_coarse_one(tmp_path):
     assert not np.array_equal(a, b)
 
 
+@pytest.mark.slow  # a training run of its own: about 4 s on 2 cores
 def test_a_frozen_text_encoder_keeps_its_seeded_weights(tmp_path):
     settings = dataclasses.replace(SETTINGS, transformer_steps=4, freeze_text_encoder=1)
     model = train_flow(settings, tmp_path, _silent(), _pool(), PROMPTS, progress=False)
@@ -185,6 +187,7 @@ def test_clips_rendered_in_several_processes_are_the_sequential_ones(monkeypatch
         np.testing.assert_array_equal(frames, expected)
 
 
+@pytest.mark.slow  # renders clips, encodes and trains twice: about 6 s on 2 cores
 def test_a_finished_phase_reloads_its_weights_without_its_pool(tmp_path):
     settings = dataclasses.replace(preset("smoke"), transformer_steps=2, latent_clips=2)
     autoencoder = WanAutoencoder(settings.vae_config(), rngs=nnx.Rngs(0))

@@ -255,7 +255,8 @@ def test_attend_receives_contract_shapes_layers_and_step(small_model):
 
 def test_attend_sees_tokens_frame_major(small_model):
     """A change to one latent patch changes exactly one token of v, at index f*S + i*Wp + j."""
-    latents, timestep, context = _inputs(SMALL, batch=1, grid=(3, 4, 6))
+    # The shapes of test_attend_receives_contract_shapes_layers_and_step: its eager ops are reused.
+    latents, timestep, context = _inputs(SMALL, grid=(3, 4, 6))
     seen = []
 
     def capture(q, k, v, *, step, layer):

@@ -80,6 +80,7 @@ def test_decode_matches_diffusers(reference_vae):
 
 
 @pytest.mark.parity
+@pytest.mark.slow  # two tiled decodes, one in PyTorch: about 5 s on 2 cores
 def test_tiled_decode_matches_diffusers_tiled_decode(reference_vae):
     ref, folder = reference_vae
     # One tile row; tiles of 4x6 latents (LATENT_SHAPE's, already compiled) every 3 columns, so

@@ -35,6 +35,7 @@ def test_the_whole_clip_decode_is_the_chunked_decode(autoencoder):
 
 
 @pytest.mark.parity
+@pytest.mark.slow  # diffusers' encoder beside ours: about 8 s on 2 cores
 def test_the_encoder_matches_diffusers(autoencoder, tmp_path):
     torch = pytest.importorskip("torch")
     diffusers = pytest.importorskip("diffusers")

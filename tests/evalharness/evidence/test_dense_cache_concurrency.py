@@ -11,6 +11,8 @@ from __future__ import annotations
 import multiprocessing
 import queue
 
+import pytest
+
 from evalharness.evidence.dense_cache import ArmCache
 from tests.helpers.cache_workers import check_entry, read_while_written, store_same_keys
 
@@ -65,12 +67,14 @@ def _assert_one_valid_entry_per_key(tmp_path) -> None:
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == KEYS
 
 
+@pytest.mark.slow  # several processes: about 6 s on 2 cores
 def test_two_processes_storing_the_same_keys_leave_one_valid_entry_each(tmp_path):
     reports = _run(tmp_path, with_reader=False)
     _assert_clean(reports, ("writer 0", "writer 1"))
     _assert_one_valid_entry_per_key(tmp_path)
 
 
+@pytest.mark.slow  # several processes: about 8 s on 2 cores
 def test_a_reader_racing_the_writers_never_sees_a_torn_entry(tmp_path):
     reports = _run(tmp_path, with_reader=True)
     loads = reports.pop("reader loads", 0)

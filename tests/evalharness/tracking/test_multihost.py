@@ -114,7 +114,12 @@ def _never_asked() -> str:
 
 @pytest.mark.parametrize(
     "other, mismatch",
-    [(("1",), None), (("2",), "process 1 in seed"), (("1", "other"), "code and jax version")],
+    [
+        (("1",), None),
+        (("2",), "process 1 in seed"),
+        # The slowest of the three: about 3 s on 2 cores.
+        pytest.param(("1", "other"), "code and jax version", marks=pytest.mark.slow),
+    ],
     ids=["same", "other seed", "other code"],
 )
 def test_two_processes_gather_agree_and_refuse_a_mismatched_config(tmp_path, other, mismatch):
@@ -194,6 +199,7 @@ def test_two_process_run_matches_a_single_process_run_on_as_many_devices(tmp_pat
     assert len(list((tmp_path / "multi" / "c" / "dense_arms").iterdir())) == 1
 
 
+@pytest.mark.slow  # several harness processes: about 6 s on 2 cores
 def test_processes_started_with_different_configs_refuse_together(tmp_path):
     out = tmp_path / "o"
     common = (f"output_root={out}", f"cache_dir={tmp_path}/c")
