@@ -18,8 +18,13 @@ from models.training.loop import checkpoint_path
 from models.training.settings import preset
 from models.training.tracking import CallbackLogger
 
-SETTINGS = dataclasses.replace(preset("smoke"), transformer_steps=6, checkpoint_every=2)
-PROMPTS = ["a red circle moves slowly to the left on a dark blue background"]
+# test_training.py's settings, prompts and pool shapes: within one session the persistent
+# compilation cache then serves this test's compile of the same training step.
+SETTINGS = dataclasses.replace(preset("smoke"), transformer_steps=16, checkpoint_every=4)
+PROMPTS = [
+    "a red circle moves slowly to the left on a dark blue background",
+    "a white square moves quickly up on a black background",
+]
 
 
 @pytest.fixture
@@ -33,7 +38,8 @@ def session_handlers():
 
 def _pool() -> np.ndarray:
     rng = np.random.default_rng(0)
-    return rng.standard_normal((1, 16, 2, 4, 6)).astype(np.float16)  # [N, C, F, h, w]
+    base = rng.standard_normal((2, 16, 1, 4, 6)).astype(np.float32)
+    return np.repeat(base, 2, axis=2).astype(np.float16)  # [N, C, F=2, h, w]
 
 
 def _command(tmp_path, signal_at: dict[int, signal.Signals]):
@@ -66,9 +72,9 @@ def _command(tmp_path, signal_at: dict[int, signal.Signals]):
 def test_a_signal_during_a_step_ends_training_before_the_next(
     tmp_path, capsys, session_handlers, sig, code, said
 ):
-    ended, logged = _command(tmp_path, {2: sig})
-    assert ended == code and logged == [0, 1, 2]
+    ended, logged = _command(tmp_path, {5: sig})
+    assert ended == code and logged == [0, 1, 2, 3, 4, 5]
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line == f"error: {said}; run the same command again to resume"
-    # Checkpointed every 2 steps: steps 0-1 are kept; step 2 ran and runs again on resume.
-    assert saved_step(checkpoint_path(tmp_path, "transformer")) == 2
+    # Checkpointed every 4 steps: steps 0-3 are kept; steps 4-5 ran and run again on resume.
+    assert saved_step(checkpoint_path(tmp_path, "transformer")) == 4
