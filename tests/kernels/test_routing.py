@@ -12,8 +12,9 @@ import pytest
 from kernels.executors.reference import reference_attention
 from kernels.masks.band import StridedTemporalMask, band_for_density
 from kernels.masks.geometry import TokenGeometry
-from kernels.masks.layouts import temporal_position
+from kernels.masks.layouts import temporal_position, to_frame_major
 from kernels.plans.block_sizes import BlockSizes
+from kernels.plans.tiles import build_plan
 from kernels.policy.attention_policy import AttentionPolicy
 from kernels.policy.routing import (
     route_heads,
@@ -21,6 +22,7 @@ from kernels.policy.routing import (
     routing_flops,
     routing_flops_fraction,
     routing_key,
+    rows_keep,
     sample_rows,
 )
 from kernels.policy.schedule import SparsitySchedule
@@ -339,3 +341,25 @@ def test_ambiguous_heads_are_not_routed_with_certainty(route_wide):
     assert np.all(confidence[STRONG] > 0.9), confidence
     assert np.all(confidence[AMBIGUOUS] < 0.3), confidence
     assert np.all(confidence[AMBIGUOUS] < confidence[WEAK]), confidence
+
+
+@pytest.mark.parametrize("preset", ["cpu", "480p"])
+def test_row_masks_equal_the_pairwise_predicate(preset):
+    # routing builds each sampled row's keep flags from the tile table (b3) and the temporal
+    # ones by the layout's transpose; both equal the mask's pairwise predicate exactly.
+
+    geometry = preset_tokens(preset)
+    n = geometry.tokens
+    band = band_for_density(geometry, 0.3)
+    tiles = BlockSizes(128, 128) if preset == "cpu" else BlockSizes(3328, 1536)
+    rows = jnp.asarray(np.linspace(0, n - 1, 17).astype(np.int32))
+    keys = jnp.arange(n, dtype=jnp.int32)
+    for mask in (band, build_plan(band, tiles, "b3", None).logical_mask):
+        np.testing.assert_array_equal(
+            rows_keep(mask, rows, n), mask.allowed(rows[:, None], keys[None, :])
+        )
+        trows = temporal_position(rows, geometry)
+        np.testing.assert_array_equal(
+            to_frame_major(rows_keep(mask, trows, n), geometry),
+            mask.allowed(trows[:, None], temporal_position(keys, geometry)[None, :]),
+        )
