@@ -116,6 +116,26 @@ class RunMetrics(Mapping[str, MetricValue]):
 _HEADLINE = tuple(f.name for f in fields(RunMetrics) if f.name != "others")
 
 
+# The command that measures the sparse arm at a real Wan shape, with no checkpoint to download.
+REAL_SHAPES_COMMAND = (
+    "python -m evalharness model=wan2.1-t2v-1.3b model.checkpoint=random resolution=720p steps=4"
+)
+
+
+def slower_note(metrics: Mapping[str, MetricValue]) -> str | None:
+    """The plain words for a run whose sparse arm was slower than its dense control (None when
+    it was not, or no speedup was measured), naming the command that measures at real shapes."""
+    speedup = metrics.get("speedup")
+    if not isinstance(speedup, int | float) or not speedup < 1.0:
+        return None
+    return (
+        f"the sparse arm was slower than dense here ({speedup:.3g}x): at {metrics.get('tokens')} "
+        "tokens its fixed costs (routing, the layout changes, a second kernel) outweigh the "
+        "attention it skips; this says nothing of real videos. Measure at a real shape: "
+        f"{REAL_SHAPES_COMMAND}"
+    )
+
+
 def on_random_weights(metrics: Mapping[str, MetricValue]) -> bool:
     """Whether ``metrics`` are a run's on random weights, whose quality figures mean nothing."""
     return metrics.get(WEIGHTS) == RANDOM_WEIGHTS

@@ -13,7 +13,7 @@ from evalharness.config import EvalConfig
 from evalharness.evidence.run_folder import write_metrics
 from evalharness.evidence.statistics import CONFIDENCE, STATISTICS, SUMMARIZED, suite_metrics
 from evalharness.formatting import format_cell, markdown_table, markdown_text
-from evalharness.metric_names import Metric, RunMetrics, on_random_weights
+from evalharness.metric_names import Metric, RunMetrics, on_random_weights, slower_note
 
 # Per-pair columns of ``pairs.csv`` and the report's pair table: (title, key, format).
 PAIR_COLUMNS = (
@@ -179,11 +179,15 @@ def _write_report(
     return path
 
 
-def _random_weights_note(cfg: EvalConfig, metrics: Mapping[str, Any]) -> list[str]:
-    """A run on random weights says first that its quality figures mean nothing."""
+def _reader_notes(cfg: EvalConfig, metrics: Mapping[str, Any]) -> list[str]:
+    """A run on random weights says first that its quality figures mean nothing; a run whose
+    sparse arm was slower than dense says so plainly."""
+    slower = slower_note(metrics)
+    notes = [f"**Slower than dense**: {slower}.", ""] if slower else []
     if not on_random_weights(metrics):
-        return []
+        return notes
     return [
+        *notes,
         f"**Random weights** (`model.checkpoint=random`, `model.seed={cfg.model.seed}`): the "
         "timings and speedups are real; the quality figures (PSNR, SSIM, the noise floor) are "
         "meaningless: they compare videos drawn by random weights. The gate refuses quality "
@@ -228,7 +232,7 @@ def write_report(
         rows.append({"metric": title, "value": value})
     table = markdown_table(rows, (("metric", "metric", "{}"), ("value", "value", "{}")))
     prompt = f"Prompt: “{markdown_text(cfg.prompt)}” · seed {cfg.seed} · {_settings(cfg, metrics)}"
-    body = [*_random_weights_note(cfg, metrics), prompt, "", *table.splitlines()]
+    body = [*_reader_notes(cfg, metrics), prompt, "", *table.splitlines()]
     return _write_report(run_dir, cfg, "", body, "## Gate", gate_failures, _REPORT_FILES)
 
 
@@ -276,7 +280,7 @@ def write_suite_report(
     seeds = sorted({m["seed"] for m in per_pair})
     prompts = len({m["prompt"] for m in per_pair})
     body = [
-        *_random_weights_note(cfg, metrics),
+        *_reader_notes(cfg, metrics),
         f"Suite: {prompts} prompts (prompts={markdown_text(cfg.prompts or 'prompt')}) × seeds "
         f"{seeds} · {_settings(cfg, metrics)}. Each pair's arms were timed side by side, "
         "round-robin, on loops compiled once for the whole suite.",

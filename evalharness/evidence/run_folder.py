@@ -23,7 +23,13 @@ from evalharness.evidence.dense_cache import DenseArms, arm_meta  # noqa: E402
 from evalharness.evidence.quality import VideoQuality, measure, quality_metrics  # noqa: E402
 from evalharness.evidence.video import encode_lossless, encode_mp4, lossless_path, side_by_side  # noqa: E402
 from evalharness.formatting import format_cell  # noqa: E402
-from evalharness.metric_names import Metric, MetricValue, RunMetrics, on_random_weights  # noqa: E402
+from evalharness.metric_names import (  # noqa: E402
+    Metric,
+    MetricValue,
+    RunMetrics,
+    on_random_weights,
+    slower_note,
+)
 from kernels.policy.routing_stats import RoutingStats  # noqa: E402
 
 # Name patterns of the video files (viewable mp4s, lossless mkvs), which
@@ -91,7 +97,8 @@ def summary_lines(metrics: RunMetrics) -> str:
         f" | speedup {cell('speedup')} vs {cell('dense_control')}"
         f" ({cell('speedup_vs_dense_arm')} vs our dense arm) | {quality}"
         f" | dense arm {cell('dense_cache')}\n"
-        f"run folder: {metrics.get('run_dir')}"
+        + (f"note: {note}\n" if (note := slower_note(metrics)) else "")
+        + f"run folder: {metrics.get('run_dir')}"
     )
 
 
