@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import json
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -425,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         "resolution=480p steps=4 (the weights stay random: no checkpoint is ever loaded)",
         mlflow=True,
     )
+    parser.add_argument("--json-out", help="also write the JSON object to this path")
     parser.add_argument(
         "--only",
         metavar="NAMES",
@@ -435,6 +437,9 @@ def main(argv: list[str] | None = None) -> int:
     cfg, schedules = configure(parser, args)
     result = run(cfg, schedules)
     emit(args, result, format_table(result), [record(result)], cfg)
+    if args.json_out:
+        with open(args.json_out, "w") as handle:
+            json.dump(result, handle, indent=1, default=float)
     return 0
 
 
