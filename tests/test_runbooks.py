@@ -79,8 +79,9 @@ def check_harness_command(args: list[str]) -> int:
     return len(jobs)
 
 
-class _Parsed(Exception):
-    """Raised right after a module's parser accepted its arguments: nothing else runs."""
+class _Parsed(BaseException):
+    """Raised right after a module's parser accepted its arguments: nothing else runs. A
+    BaseException, so a command's last-resort ``except Exception`` (its exit 4) lets it through."""
 
 
 def _then_stop(method: str):
