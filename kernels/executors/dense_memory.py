@@ -151,10 +151,10 @@ def dense_executor_temp_bytes(
         tokens: N.
         head_dim: D.
         dtype_bytes: bytes per element of q, k, v (2 for bfloat16, 4 for float32).
-        block_q: query tile of "b0" or "splash"; None takes the executor's default. Ignored by
-            "xla_flash", which the dense attend always runs with its own chunks.
-        block_kv: key/value tile of "b0" or "splash"; None takes the executor's default.
-            Ignored by "xla_flash".
+        block_q: query tile of "b0"; None takes the backend's default. Ignored by "splash"
+            and "xla_flash", which the dense attend always runs with their own tiles and chunks.
+        block_kv: key/value tile of "b0"; None takes the backend's default. Ignored as
+            ``block_q`` is.
         backend: backend of "b0": "xla" (the scan; the default, and the larger estimate),
             "pallas_tpu" (state in VMEM) or "pallas_gpu" (state in registers and shared
             memory). Ignored by the other executors.
@@ -179,12 +179,8 @@ def dense_executor_temp_bytes(
         return b * h * n * d * s
     if executor == "xla_flash":
         return _xla_flash_bytes(b, h, n, d, s)
-    explicit = None if block_q is None and block_kv is None else (block_q, block_kv)
-    if executor == "splash":
-        given = None
-        if explicit is not None:
-            given = BlockSizes(*(x or y for x, y in zip(explicit, _splash_default(n), strict=True)))
-        padded = splash_tiles(n, given).padded_tokens
+    if executor == "splash":  # its own tiles, as the dense attend runs it
+        padded = splash_tiles(n, head_dim=d, itemsize=s).padded_tokens
         return 4 * b * h * padded * d * s
     tiles = auto_block_sizes(n, backend)
     tiles = BlockSizes(block_q or tiles.block_q, block_kv or tiles.block_kv)
@@ -194,8 +190,3 @@ def dense_executor_temp_bytes(
         padded = 2 * _round_up(n, tiles.block_q) + 2 * _round_up(n, tiles.block_kv)
         return b * h * padded * d * s
     return _b0_xla_bytes(b, h, n, d, s, tiles)
-
-
-def _splash_default(tokens: int) -> tuple[int, int]:
-    tiles = splash_tiles(tokens)
-    return tiles.block_q, tiles.block_kv
