@@ -180,3 +180,11 @@ def test_an_accelerator_host_has_a_float32_rate_beside_the_runs_dtype(monkeypatc
     assert dict(target.peak_flops) == {"bfloat16": 700e12, "float32": 60e12}
     assert measured == ["float32"] and target.shared_memory_bytes is not None
     assert dict(targets.host_target(55e12, dtype="float32").peak_flops) == {"float32": 55e12}
+
+
+def test_the_v5e_target_is_the_lent_chip():
+    from evalharness.estimates.targets import TARGETS
+
+    v5e = TARGETS["tpu-v5e-1"]
+    assert v5e.hbm_bytes == int(15.75 * 1024**3) and v5e.topology == "v5e:1x1"
+    assert v5e.peak_flops["bfloat16"] == 197e12 and v5e.devices == 1
