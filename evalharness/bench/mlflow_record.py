@@ -92,8 +92,12 @@ def emit(
     cfg: EvalConfig | None = None,
 ) -> None:
     """Prints ``result`` as JSON with ``args.json`` (NumPy scalars as floats), else
-    ``markdown``; then, with ``args.mlflow``, logs ``records`` where ``cfg`` says."""
+    ``markdown``; writes the JSON to ``args.json_out`` where the command has that option and it
+    is set; then, with ``args.mlflow``, logs ``records`` where ``cfg`` says."""
     print(json.dumps(result, indent=1, default=float) if args.json else markdown)
+    if getattr(args, "json_out", None):
+        with open(args.json_out, "w") as handle:
+            json.dump(result, handle, indent=1, default=float)
     if getattr(args, "mlflow", False):
         log_records(cfg, records)
 

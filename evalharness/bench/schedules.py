@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import json
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -437,9 +436,6 @@ def main(argv: list[str] | None = None) -> int:
     cfg, schedules = configure(parser, args)
     result = run(cfg, schedules)
     emit(args, result, format_table(result), [record(result)], cfg)
-    if args.json_out:
-        with open(args.json_out, "w") as handle:
-            json.dump(result, handle, indent=1, default=float)
     return 0
 
 

@@ -28,7 +28,6 @@ Usage:
 from __future__ import annotations
 
 import functools
-import json
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -38,6 +37,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from evalharness.assembly import dense_attend, kernel_options
+from evalharness.bench.mlflow_record import emit
 from evalharness.bench.run_config import AttentionCall, bench_parser, config_or_exit
 from evalharness.bench.timing import time_warm_ms
 from evalharness.config import EvalConfig
@@ -269,10 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         result = run(cfg)
     except ValueError as error:
         parser.error(str(error))
-    print(json.dumps(result, indent=1, default=float) if args.json else format_table(result))
-    if args.json_out:
-        with open(args.json_out, "w") as handle:
-            json.dump(result, handle, indent=1, default=float)
+    emit(args, result, format_table(result))
     return 0
 
 

@@ -88,14 +88,16 @@ def temporal_position(frame_major_index, geometry: TokenGeometry):
     return (frame_major_index % s) * f + frame_major_index // s
 
 
-def _frames_split(shape: tuple[int, ...], axis: int, first: int, second: int) -> tuple[int, ...]:
-    """``shape`` with its ``axis`` (of ``first * second`` entries) split into (first, second)."""
-    if shape[axis] != first * second:
+def _transpose_grid(x: jax.Array, axis: int, rows: int, cols: int) -> jax.Array:
+    """``x`` with its ``axis`` (``rows * cols`` entries, a row-major [rows, cols] grid) replaced
+    by the grid's transpose, flattened again."""
+    if x.shape[axis] != rows * cols:
         raise ValueError(
-            f"axis {axis} has {shape[axis]} entries; expected {first * second} tokens "
-            f"({first} x {second})"
+            f"axis {axis} has {x.shape[axis]} entries; expected {rows * cols} tokens "
+            f"({rows} x {cols})"
         )
-    return shape[:axis] + (first, second) + shape[axis + 1 :]
+    grid = x.reshape(x.shape[:axis] + (rows, cols) + x.shape[axis + 1 :])
+    return jnp.swapaxes(grid, axis, axis + 1).reshape(x.shape)
 
 
 def to_temporal_major(x: jax.Array, geometry: TokenGeometry, axis: int = 1) -> jax.Array:
@@ -113,9 +115,7 @@ def to_temporal_major(x: jax.Array, geometry: TokenGeometry, axis: int = 1) -> j
     Returns:
         An array of ``x``'s shape and dtype, tokens in temporal-major order.
     """
-    s, f = geometry.tokens_per_frame, geometry.frames
-    grid = x.reshape(_frames_split(x.shape, axis, f, s))  # [..., F, S, ...]
-    return jnp.swapaxes(grid, axis, axis + 1).reshape(x.shape)
+    return _transpose_grid(x, axis, geometry.frames, geometry.tokens_per_frame)  # [F, S] -> [S, F]
 
 
 def to_frame_major(x: jax.Array, geometry: TokenGeometry, axis: int = 1) -> jax.Array:
@@ -131,9 +131,7 @@ def to_frame_major(x: jax.Array, geometry: TokenGeometry, axis: int = 1) -> jax.
     Returns:
         An array of ``x``'s shape and dtype, tokens in frame-major order.
     """
-    s, f = geometry.tokens_per_frame, geometry.frames
-    grid = x.reshape(_frames_split(x.shape, axis, s, f))  # [..., S, F, ...]
-    return jnp.swapaxes(grid, axis, axis + 1).reshape(x.shape)
+    return _transpose_grid(x, axis, geometry.tokens_per_frame, geometry.frames)  # [S, F] -> [F, S]
 
 
 def _check_flags(x: jax.Array, geometry: TokenGeometry, temporal_heads) -> jax.Array:
