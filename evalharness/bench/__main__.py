@@ -43,6 +43,7 @@ from evalharness.bench.backends import Backend
 from evalharness.bench.checks import acceptance_checks
 from evalharness.bench.kernel_records import kernel_records
 from evalharness.bench.kernel_table import (
+    MASKED_PEERS,
     SLOW_BASELINE,
     kernel_table,
     slow_baseline_notes,
@@ -303,7 +304,9 @@ def _measure(
         result["notes"] += dropped
     if "table" not in skip:
         print(f"running kernel table ({backend.label}) ...", file=sys.stderr, flush=True)
-        variants = (VARIANTS[0], *dense, *VARIANTS[1:])
+        # On a TPU also splash given the same mask, the peer b1-b3 must beat.
+        peers = MASKED_PEERS if backend.name == "pallas_tpu" else ()
+        variants = (VARIANTS[0], *dense, *peers, *VARIANTS[1:])
         result["kernel_table"] = kernel_table(
             geometry, density, block_sizes, variants=variants, backend=backend, **timed
         )

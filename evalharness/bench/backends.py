@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from kernels.executors import pallas_gpu_budget
+from kernels.executors.dense_controls import splash_attention
 from kernels.executors.dispatch import KernelOptions, attention
 from kernels.plans.block_sizes import BlockSizes
 from kernels.plans.tiles import TilePlan
@@ -89,6 +90,13 @@ class Backend:
         """The dense control ``variant`` (mask-free), jitted; splash follows interpret mode."""
         options = KernelOptions(interpret=self.interpret)
         return jax.jit(lambda q, k, v: attention(q, k, v, None, executor=variant, options=options))
+
+    def masked_peer_fn(self, band) -> Callable[[jax.Array, jax.Array, jax.Array], jax.Array]:
+        """JAX's splash given ``band`` (our band plus sink, a lazy mask), jitted: the peer of
+        b1-b3 with the same mask; it follows interpret mode."""
+        return jax.jit(
+            lambda q, k, v: splash_attention(q, k, v, band=band, interpret=self.interpret)
+        )
 
 
 XLA = Backend()

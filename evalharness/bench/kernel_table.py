@@ -14,6 +14,9 @@ from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes
 from kernels.plans.tiles import VARIANTS, build_plan
 
+# Peers given the same band-plus-sink mask as b1-b3 (TPU: JAX's splash with it as a lazy mask):
+# compared with, never a dense baseline.
+MASKED_PEERS = ("splash_band",)
 # A fraction of ideal above this says the baseline ran slow (no kernel beats 1 / density).
 IDEAL_CEILING = 1.0
 SLOW_BASELINE = "baseline likely slow"
@@ -81,6 +84,10 @@ def kernel_table(
             fn = backend.sparse_fn(plan)
             row.update(plan_row(plan, backend.name))
             row.update(backend.launch(block_sizes.block_q, head_dim))
+        elif variant in MASKED_PEERS:
+            fn = backend.masked_peer_fn(mask)
+            row.update(density=mask.density, masked_fraction=None, wasted_fraction=None)
+            row.update(tiles_visited_fraction=None, executed_pairs_fraction=None, scan_groups=None)
         else:
             fn = backend.dense_fn(variant)
             # Every pair once: no tiles, no padding, no visit groups (zero on "xla", else None).
@@ -117,7 +124,8 @@ def add_speedups(rows: list[dict], mask_density: float, cpu: bool = True) -> Non
     ``speedup_vs_dense`` / ``fraction_of_ideal_vs_dense`` against the first dense control (the
     run's dense arm). A fraction above ``IDEAL_CEILING`` would compute fewer pairs than the mask
     keeps, so the baseline ran slow: ``ideal_flag`` = ``SLOW_BASELINE`` (+ " (CPU)" when only
-    the CPU fraction is above), else None.
+    the CPU fraction is above), else None. With a ``MASKED_PEERS`` row (splash given the same
+    mask), ``speedup_vs_masked_peer`` = its median / the row's; it is never a baseline.
 
     Args:
         rows: dicts with "variant", "median_ms" and (optionally) "cpu_median_ms".
@@ -125,8 +133,10 @@ def add_speedups(rows: list[dict], mask_density: float, cpu: bool = True) -> Non
         cpu: whether CPU medians are judged.
     """
     base = next((r for r in rows if r["variant"] == "b0"), None)
-    dense = next((r for r in rows if r["variant"] not in VARIANTS), None)
-    dense_rows = [r for r in rows if r["variant"] == "b0" or r["variant"] not in VARIANTS]
+    controls = [r for r in rows if r["variant"] not in (*VARIANTS, *MASKED_PEERS)]
+    dense = controls[0] if controls else None
+    dense_rows = [r for r in rows if r["variant"] == "b0"] + controls
+    peer = next((r for r in rows if r["variant"] in MASKED_PEERS), None)
     fastest = _fastest(dense_rows, "median_ms")
     cpu_fastest = _fastest(dense_rows, "cpu_median_ms") if cpu else None
     for row in rows:
@@ -136,6 +146,8 @@ def add_speedups(rows: list[dict], mask_density: float, cpu: bool = True) -> Non
             row["fraction_of_ideal_vs_b0"] = row["speedup_vs_b0"] * mask_density
             if cpu and row.get("cpu_median_ms") is not None and base.get("cpu_median_ms"):
                 row["cpu_speedup_vs_b0"] = base["cpu_median_ms"] / row["cpu_median_ms"]
+        if peer is not None:
+            row["speedup_vs_masked_peer"] = peer["median_ms"] / row["median_ms"]
         if dense is not None:
             row["dense_control"] = dense["variant"]
             row["speedup_vs_dense"] = dense["median_ms"] / row["median_ms"]

@@ -38,6 +38,7 @@ SPEEDUP_COLUMNS = (
     ("speedup vs control", "speedup_vs_dense", NUMBER),
     ("speedup vs fastest dense", "speedup_vs_fastest_dense", NUMBER),
     ("of ideal", "fraction_of_ideal", NUMBER),
+    ("speedup vs splash, same mask", "speedup_vs_masked_peer", NUMBER),
 )
 FLAG_COLUMN = ("flag", "ideal_flag", "{}")
 KERNEL_TABLE_COLUMNS = (

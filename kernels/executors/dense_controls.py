@@ -32,6 +32,7 @@ import numpy as np
 
 from kernels.executors.splash_tiles import SplashTiles, splash_tiles
 from kernels.executors.tpu_generation import attached_generation
+from kernels.masks.band import BandMask
 from kernels.plans.block_sizes import BlockSizes
 from kernels.registry import PLATFORMS, get_platform
 
@@ -92,16 +93,43 @@ def _splash_module() -> types.ModuleType:
     return splash_attention
 
 
+def _band_sink_mask(tokens: int, half_width: int, sink: int):
+    """Splash's lazy mask of our band plus sink, |q - k| <= w or k < sink, over ``tokens``:
+    computed in the kernel from the indices (no [N, N] array), as splash's own LocalMask is."""
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as masks
+
+    class BandSinkMask(masks._ComputableMask):  # the base of splash's own lazy masks
+        def __init__(self) -> None:
+            def band_sink(q_ids, kv_ids):
+                return ((q_ids - half_width <= kv_ids) & (q_ids + half_width >= kv_ids)) | (
+                    kv_ids < sink
+                )
+
+            super().__init__(shape=(tokens, tokens), mask_function=band_sink)
+
+        def __eq__(self, other: object) -> bool:
+            return type(other) is type(self)
+
+        def __hash__(self) -> int:
+            return hash((tokens, half_width, sink))
+
+    return BandSinkMask()
+
+
 @functools.lru_cache(maxsize=32)
-def _splash_kernel(heads: int, tiles: SplashTiles, interpret: bool):
-    """A full-mask splash MHA kernel over [heads, padded_tokens, head_dim] (cached).
+def _splash_kernel(
+    heads: int, tiles: SplashTiles, interpret: bool, band: tuple[int, int] | None = None
+):
+    """A splash MHA kernel over [heads, padded_tokens, head_dim] (cached): full mask, or with
+    ``band`` = (half_width, sink) our band plus sink as splash's lazy mask.
 
     Building it processes the mask block by block on the host (about 2.5 s at 75,776 tokens), so
     one kernel serves every call with the same shape.
     """
     splash = _splash_module()
     n = tiles.padded_tokens
-    mask = splash.MultiHeadMask([splash.FullMask((n, n))] * heads)
+    one = splash.FullMask((n, n)) if band is None else _band_sink_mask(n, *band)
+    mask = splash.MultiHeadMask([one] * heads)
     sizes = splash.BlockSizes(
         block_q=tiles.block_q, block_kv=tiles.block_kv, block_kv_compute=tiles.block_kv_compute
     )
@@ -119,8 +147,10 @@ def splash_attention(
     block_sizes: BlockSizes | None = None,
     block_kv_compute: int | None = None,
     interpret: bool = False,
+    band: BandMask | None = None,
 ) -> jax.Array:
-    """Dense attention by JAX's TPU splash attention kernel with a full mask.
+    """Dense attention by JAX's TPU splash attention kernel with a full mask (or, with ``band``,
+    the same band-plus-sink mask our b1-b3 apply: the peer they are compared with).
 
     Splash runs on [heads, tokens, head_dim] and does not scale q, so q is scaled by
     1/sqrt(head_dim) (in float32, then cast back, as our b0 does) and moved heads-leading; the
@@ -138,11 +168,14 @@ def splash_attention(
             that fits its scoped VMEM.
         block_kv_compute: key chunk per online-softmax update; default gcd(block_kv, 512).
         interpret: Pallas interpret mode (CPU tests).
+        band: a ``BandMask`` over the tokens, applied as splash's lazy mask; None: dense.
 
     Returns:
         [batch, tokens, heads, head_dim] in q's dtype.
     """
     _, n, heads, d = q.shape
+    if band is not None and band.tokens != n:
+        raise ValueError(f"band covers {band.tokens} tokens but q has {n}")
     generation = None if interpret else attached_generation()
     tiles = splash_tiles(
         n,
@@ -152,7 +185,8 @@ def splash_attention(
         itemsize=q.dtype.itemsize,
         generation=generation,
     )
-    kernel = _splash_kernel(heads, tiles, interpret)
+    shape = None if band is None else (band.half_width, band.sink)
+    kernel = _splash_kernel(heads, tiles, interpret, shape)
     pad = ((0, 0), (0, 0), (0, tiles.padded_tokens - n), (0, 0))
     scaled = (q.astype(jnp.float32) / np.sqrt(d)).astype(q.dtype)
     qt, kt, vt = (jnp.pad(jnp.transpose(x, (0, 2, 1, 3)), pad) for x in (scaled, k, v))

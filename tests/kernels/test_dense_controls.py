@@ -27,7 +27,7 @@ from kernels.executors.splash_tiles import (
     splash_vmem_bytes,
 )
 from kernels.executors.tpu_generation import describe_limit, generation_of, scoped_vmem_limit
-from kernels.masks.band import PaddingMask, band_for_density
+from kernels.masks.band import BandMask, PaddingMask, band_for_density
 from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes
 from kernels.plans.tiles import build_plan
@@ -88,6 +88,21 @@ def test_splash_without_padding_matches_the_oracle():
     assert splash_tiles(256).padded_tokens == 256
     out = splash_attention(q, k, v, block_sizes=BlockSizes(128, 128), interpret=True)
     _assert_matches_oracle(out, q, k, v, jnp.bfloat16)
+
+
+@pytest.mark.parametrize("tokens", [384, 300])  # a multiple of the tiles, and padded
+def test_splash_given_our_band_and_sink_matches_the_masked_oracle(tokens):
+    # The peer b1-b3 are compared with: splash with the same band-plus-sink mask, lazily.
+    q, k, v = _qkv((1, tokens, 2, 128), jnp.float32, seed=5)
+    band = BandMask(tokens, 40, 16)
+    out = splash_attention(q, k, v, block_sizes=BlockSizes(128, 128), interpret=True, band=band)
+    expected = reference_attention(q, k, v, band)
+    scale = float(jnp.max(jnp.abs(expected)))
+    assert_allclose(out, expected, atol=TOLERANCE[jnp.float32] * scale, rtol=TOLERANCE[jnp.float32])
+    # And it is not the dense answer: the mask changed the output.
+    assert float(jnp.max(jnp.abs(out - reference_attention(q, k, v)))) > 0.1 * scale
+    with pytest.raises(ValueError, match="band covers 100 tokens"):
+        splash_attention(q, k, v, interpret=True, band=BandMask(100, 4, 4))
 
 
 def test_splash_tiles_rule():

@@ -84,3 +84,20 @@ def test_only_keeps_the_dense_arm_and_the_named_schedules():
     assert only(all_five, None) == all_five
     with pytest.raises(ValueError, match=r"no schedule \['nope'\]; the presets are dense"):
         only(all_five, "aggressive,nope")
+
+
+def test_splash_given_the_same_mask_is_compared_with_never_a_baseline():
+    from evalharness.bench.kernel_table import add_speedups
+
+    rows = [
+        {"variant": "b0", "median_ms": 186.0},
+        {"variant": "splash", "median_ms": 180.0},
+        {"variant": "splash_band", "median_ms": 88.0},  # faster than any dense row
+        {"variant": "b3", "median_ms": 74.5},
+    ]
+    add_speedups(rows, 0.3887, cpu=False)
+    b3 = rows[-1]
+    assert b3["fastest_dense"] == "splash" and b3["dense_control"] == "splash"
+    assert b3["speedup_vs_fastest_dense"] == pytest.approx(180.0 / 74.5)
+    assert b3["speedup_vs_masked_peer"] == pytest.approx(88.0 / 74.5)
+    assert rows[2]["fastest_dense"] == "splash"  # the peer is not its own baseline
