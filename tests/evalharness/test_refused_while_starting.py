@@ -111,6 +111,7 @@ def test_a_compile_out_of_scoped_vmem_is_refused_with_exit_2_naming_the_settings
     assert status["status"] == "failed"
 
 
+@pytest.mark.slow
 def test_other_failures_while_running_stay_exit_4(tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("something else")

@@ -214,33 +214,36 @@ PRESETS = ("cpu", "480p", "720p", "1080p", "1440p")
 SCHEDULES = ("conservative", "balanced", "aggressive", "svg_720p", "dense")
 
 
-@pytest.mark.parametrize("platform", ["tpu", "gpu", "cpu"])
 @pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("resolution", PRESETS)
-def test_automatic_tiles_fit_the_band_and_the_chip(tmp_path, resolution, schedule, platform):
-    # Over every preset geometry and schedule: no automatic tile is wider than the band the
-    # sparse arm keeps, and on a TPU both executors' tiles fit the scoped VMEM of a v5e and a
-    # v6e (ours by asking Mosaic for a larger limit, splash within the default).
+def test_automatic_tiles_fit_the_band_and_the_chip(tmp_path, resolution, schedule):
+    # Over every preset geometry and schedule, on every platform: no automatic tile is wider
+    # than the band the sparse arm keeps, and on a TPU both executors' tiles fit the scoped VMEM
+    # of a v5e and a v6e (ours by asking Mosaic for a larger limit, splash within the default).
     cfg = to_config(
         small_config(tmp_path, f"resolution={resolution}", f"schedule={schedule}", small=False)
     )
-    resolved = platform_choices.resolve(cfg, platform)
     geometry = token_geometry(cfg.resolution.video)
-    tiles = BlockSizes(resolved.kernel.block_q, resolved.kernel.block_kv)
-    tiles.validate(geometry.tokens, resolved.kernel.backend.value)
-    if cfg.schedule.sparse:
-        width = 2 * cfg.schedule.band(geometry).half_width + 1
-        assert max(tiles.block_q, tiles.block_kv) <= width
-        cfg.schedule.validate(geometry, tiles)  # the run's own check passes
-    if platform != "tpu":
-        return
+    for platform in ("tpu", "gpu", "cpu"):
+        resolved = platform_choices.resolve(cfg, platform)
+        tiles = BlockSizes(resolved.kernel.block_q, resolved.kernel.block_kv)
+        tiles.validate(geometry.tokens, resolved.kernel.backend.value)
+        if cfg.schedule.sparse:
+            width = 2 * cfg.schedule.band(geometry).half_width + 1
+            assert max(tiles.block_q, tiles.block_kv) <= width, platform
+            cfg.schedule.validate(geometry, tiles)  # the run's own check passes
+        if platform == "tpu":
+            _assert_tpu_tiles_fit(tiles, geometry.tokens)
+
+
+def _assert_tpu_tiles_fit(tiles: BlockSizes, tokens: int) -> None:
     ours = kernel_vmem_bytes(tiles.block_q, tiles.block_kv, 128, jnp.bfloat16)
     asked = auto_vmem_limit_bytes(ours)
     for generation in ("v5e", "v6e"):
         limit = scoped_vmem_limit(generation) if asked is None else asked
         assert ours <= limit <= VMEM_AUTO_CAP_BYTES
-        splash = splash_tiles(geometry.tokens, generation=generation)
-        assert splash_vmem_bytes(splash, geometry.tokens, 128, 2) <= scoped_vmem_limit(generation)
+        splash = splash_tiles(tokens, generation=generation)
+        assert splash_vmem_bytes(splash, tokens, 128, 2) <= scoped_vmem_limit(generation)
 
 
 def test_the_default_job_on_a_tpu_gets_tiles_within_its_band(tmp_path):
