@@ -125,6 +125,7 @@ def test_14b_at_1440p_fits_one_h200_with_separate_guidance_passes(tmp_path):
     assert sparse_gib < 105.3, peak  # the allocator's limit: JAX's default 75% of 140.4 GiB
 
 
+@pytest.mark.slow  # 7 s: the 14B plan's memory table
 def test_14b_on_one_chip_does_not_fit_and_says_why(tmp_path):
     # 26.6 GiB of bf16 weights plus the 10.7 GiB text encoder exceed one v6e chip's 31.25 GiB.
     code, report, _ = _dry(tmp_path, "model=wan2.1-t2v-14b", "resolution=720p", "target=tpu-v6e-1")
