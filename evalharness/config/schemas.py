@@ -372,7 +372,7 @@ class EvalConfig:
     crf: int = 18
     progress: ProgressMode = ProgressMode.auto  # the phase bar (never a callback in a timed loop)
     dry_run: bool = False  # plan, check and estimate on abstract weights; exit 0 fits, 2 not
-    target: str | None = None  # dry-run device: tpu-v5e-1, tpu-v6e-1, tpu-v6e-8, h200, cpu (None: this host)
+    target: str | None = None  # dry-run device (TARGET_NAMES, e.g. tpu-v5e-1); None: this host
     # What a TPU target's dry run compiles for the chip, with libtpu installed (ChipCompileMode).
     chip_compile: ChipCompileMode = ChipCompileMode.step
     # What that chip compile compiles beside the loops (ChipPhases): the text encoder by default.
