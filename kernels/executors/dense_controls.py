@@ -99,6 +99,8 @@ def _band_sink_mask(tokens: int, half_width: int, sink: int):
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as masks
 
     class BandSinkMask(masks._ComputableMask):  # the base of splash's own lazy masks
+        key = (tokens, half_width, sink)
+
         def __init__(self) -> None:
             def band_sink(q_ids, kv_ids):
                 return ((q_ids - half_width <= kv_ids) & (q_ids + half_width >= kv_ids)) | (
@@ -108,10 +110,10 @@ def _band_sink_mask(tokens: int, half_width: int, sink: int):
             super().__init__(shape=(tokens, tokens), mask_function=band_sink)
 
         def __eq__(self, other: object) -> bool:
-            return type(other) is type(self)
+            return getattr(other, "key", None) == self.key and isinstance(other, masks.Mask)
 
         def __hash__(self) -> int:
-            return hash((tokens, half_width, sink))
+            return hash(self.key)
 
     return BandSinkMask()
 

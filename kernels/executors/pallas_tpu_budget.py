@@ -29,6 +29,7 @@ from kernels.executors.pallas_tpu_visits import (
     plan_block_sizes,
     plan_visit_slots,
 )
+from kernels.executors.tpu_generation import SCOPED_VMEM_DEFAULTS, SMALLEST_SCOPED_VMEM
 from kernels.masks.protocols import TilePlanLike
 from kernels.plans.block_sizes import auto_block_sizes
 
@@ -41,15 +42,12 @@ SMEM_BYTES = 1 * MiB
 SMEM_RESERVED_BYTES = 128 * KiB
 SMEM_LIMIT_BYTES = SMEM_BYTES - SMEM_RESERVED_BYTES
 VMEM_PHYSICAL_BYTES = 128 * MiB
-# Default scoped VMEM limit of a Mosaic kernel on v6e. No Google page states it; openxla.org's
-# error page E1001 ("Scoped Vmem OOM") names the knobs (--xla_tpu_scoped_vmem_limit_kib globally,
-# vmem_limit_bytes per kernel), and public compile failures on v6e report "Scoped allocation with
-# size 34.08M and limit 32.00M exceeded scoped vmem limit". Hence 32 MiB, as observed, not specified.
-DEFAULT_SCOPED_VMEM_BYTES = 32 * MiB
-# The smallest default among the TPUs the kernel runs on: v5e's, read from Mosaic's refusal on a
-# TPU v5e ("Scoped allocation with size 20.71M and limit 16.00M", libtpu 0.0.42.1). An estimate
-# within it keeps the compiler default on every generation; above it the kernel asks for a limit.
-SMALLEST_DEFAULT_SCOPED_VMEM_BYTES = 16 * MiB
+# Default scoped VMEM limits of a Mosaic kernel, one table for every Pallas TPU kernel
+# (``kernels.executors.tpu_generation``, with their sources): v6e's 32 MiB, and the smallest
+# among the TPUs the kernel runs on, v5e's 16 MiB. An estimate within the smallest keeps the
+# compiler default on every generation; above it the kernel asks for a limit.
+DEFAULT_SCOPED_VMEM_BYTES = SCOPED_VMEM_DEFAULTS["v6e"]
+SMALLEST_DEFAULT_SCOPED_VMEM_BYTES = SMALLEST_SCOPED_VMEM
 # Automatic limit when the estimate exceeds the default: estimate x margin (the estimate is a model
 # of Mosaic's allocator, not a copy of it), rounded up to a MiB, capped at three quarters of the
 # physical VMEM so Mosaic's internal scratch and the double buffers of neighbours keep room.

@@ -26,7 +26,8 @@ MiB = 1 << 20
 
 # Default scoped VMEM per generation (bytes). v5e: "Scoped allocation with size 20.71M and limit
 # 16.00M" (libtpu 0.0.42.1 on a lent TPU v5e); v6e: "... size 34.08M and limit 32.00M" in public
-# compile failures on v6e (no Google page states either).
+# compile failures on v6e. No Google page states either; openxla.org's error page E1001 ("Scoped
+# Vmem OOM") names the knobs (--xla_tpu_scoped_vmem_limit_kib globally, vmem_limit_bytes per kernel).
 SCOPED_VMEM_DEFAULTS: dict[str, int] = {"v5e": 16 * MiB, "v6e": 32 * MiB}
 SMALLEST_SCOPED_VMEM = min(SCOPED_VMEM_DEFAULTS.values())
 # What JAX calls each generation's chips (``jax.Device.device_kind``).
