@@ -11,6 +11,7 @@ variable names another.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import tempfile
@@ -38,7 +39,8 @@ def check_encoder() -> str:
     """Proves, before any work, that FFmpeg is there and writes every file a run writes.
 
     A tiny encode of each kind (the viewable H.264 mp4 and the lossless FFV1 mkv) and a decode of
-    the lossless one, which must give the frames back exactly, in a temporary folder.
+    the lossless one, which must give the frames back exactly, in a temporary folder; once per
+    executable and process (a search's trials share the proof).
 
     Returns:
         The FFmpeg executable that passed.
@@ -47,14 +49,22 @@ def check_encoder() -> str:
         VideoError: no FFmpeg, or one that cannot write or read these formats; the message names
             the fix (``EVALHARNESS_FFMPEG``, or reinstalling ``imageio-ffmpeg``).
     """
-    fix = (
-        "reinstall imageio-ffmpeg (its wheel ships FFmpeg: pip install --force-reinstall "
-        "imageio-ffmpeg), or set EVALHARNESS_FFMPEG to an FFmpeg with libx264 and ffv1"
-    )
     try:
         executable = ffmpeg_executable()
     except RuntimeError as err:  # imageio-ffmpeg found no binary
-        raise VideoError(f"no FFmpeg executable ({err}); {fix}") from err
+        raise VideoError(f"no FFmpeg executable ({err}); {_ENCODER_FIX}") from err
+    return _prove_encoder(executable)
+
+
+_ENCODER_FIX = (
+    "reinstall imageio-ffmpeg (its wheel ships FFmpeg: pip install --force-reinstall "
+    "imageio-ffmpeg), or set EVALHARNESS_FFMPEG to an FFmpeg with libx264 and ffv1"
+)
+
+
+@functools.cache  # a refusal raises and is not cached: a fixed FFmpeg is proven afresh
+def _prove_encoder(executable: str) -> str:
+    """``check_encoder``'s tiny encodes and read-back with ``executable``; returns it."""
     frames = np.arange(2 * 16 * 16 * 3, dtype=np.uint8).reshape(2, 16, 16, 3)
     try:
         with tempfile.TemporaryDirectory(prefix="evalharness-ffmpeg-") as folder:
@@ -64,11 +74,12 @@ def check_encoder() -> str:
     except (OSError, VideoError) as err:
         first = str(err).splitlines()[0]
         raise VideoError(
-            f"FFmpeg at {executable} cannot encode this run's videos ({first}); {fix}"
+            f"FFmpeg at {executable} cannot encode this run's videos ({first}); {_ENCODER_FIX}"
         ) from err
     if not np.array_equal(read_back, frames):
         raise VideoError(
-            f"FFmpeg at {executable} does not give lossless FFV1 frames back exactly; {fix}"
+            f"FFmpeg at {executable} does not give lossless FFV1 frames back exactly; "
+            f"{_ENCODER_FIX}"
         )
     return executable
 
