@@ -178,11 +178,30 @@ def _validate(q: jax.Array, k: jax.Array, v: jax.Array, plan: TilePlanLike, vari
         )
 
 
-def _to_heads_leading(x: jax.Array, padded: int) -> jax.Array:
-    """[batch, tokens, heads, d] -> [batch*heads, padded, d], zero-padded along tokens."""
+def reads_in_place(heads: int, head_dim: int) -> bool:
+    """Whether the kernel reads q, k, v as [batch, tokens, heads * head_dim] without a copy into
+    heads-leading order: one head's tile is then a lane-aligned column block, which needs
+    head_dim to be a multiple of 128 lanes (or a single head). Otherwise (head_dim 64 with
+    several heads) each input is first copied to [batch * heads, tokens, head_dim]."""
+    return heads == 1 or head_dim % NUM_LANES == 0
+
+
+def _to_kernel_layout(x: jax.Array, padded: int, in_place: bool) -> jax.Array:
+    """[batch, tokens, heads, d] zero-padded along tokens to ``padded``, as
+    [batch, padded, heads * d] (``in_place``) or [batch * heads, padded, d]."""
     b, n, h, d = x.shape
+    if in_place:
+        return jnp.pad(x, ((0, 0), (0, padded - n), (0, 0), (0, 0))).reshape(b, padded, h * d)
     x = jnp.transpose(x, (0, 2, 1, 3)).reshape(b * h, n, d)
     return jnp.pad(x, ((0, 0), (0, padded - n), (0, 0)))
+
+
+def _from_kernel_layout(out: jax.Array, shape: tuple[int, ...], in_place: bool) -> jax.Array:
+    """The kernel's padded output back to [batch, tokens, heads, d] (``shape``)."""
+    b, n, h, d = shape
+    if in_place:
+        return out[:, :n].reshape(b, n, h, d)
+    return jnp.transpose(out[:, :n].reshape(b, h, n, d), (0, 2, 1, 3))
 
 
 def pallas_blocksparse_attention(
@@ -351,14 +370,21 @@ def _build_forward(
     slots = visits.slots
     precision = lax.Precision.HIGHEST if dtype == jnp.float32 else lax.Precision.DEFAULT
 
+    in_place = reads_in_place(heads, head_dim)
+
+    def block_index(bh, tile):
+        # In place, head h of batch b is the h-th head_dim-wide column block of [b, tokens, :].
+        # lax.div/rem: bh >= 0, and Python's floor division would lower a sign op Mosaic rejects.
+        return (lax.div(bh, heads), tile, lax.rem(bh, heads)) if in_place else (bh, tile, 0)
+
     def q_map(bh, i, j, visit_ref, count_ref):
         del j, visit_ref, count_ref
-        return bh, i, 0
+        return block_index(bh, i)
 
     def kv_map(bh, i, j, visit_ref, count_ref):
         del count_ref
         code = _visit_code(visit_ref, i * slots + j, codes_per_word)
-        return bh, lax.shift_right_logical(code, 1), 0
+        return block_index(bh, lax.shift_right_logical(code, 1))
 
     kernel = functools.partial(
         _blocksparse_kernel,
@@ -390,17 +416,18 @@ def _build_forward(
     kv_padded = visits.num_kv_tiles * block_kv
 
     def _forward(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
-        # Scale q once here (fused with the layout change by XLA) rather than per visit in the kernel.
+        # Scale q once here (fused with the padding by XLA) rather than per visit in the kernel.
         scale = 1.0 / math.sqrt(head_dim)
         q_scaled = (q.astype(jnp.float32) * scale).astype(q.dtype)
-        qh = _to_heads_leading(q_scaled, q_padded)
-        kh = _to_heads_leading(k, kv_padded)
-        vh = _to_heads_leading(v, kv_padded)
+        qh = _to_kernel_layout(q_scaled, q_padded, in_place)
+        kh = _to_kernel_layout(k, kv_padded, in_place)
+        vh = _to_kernel_layout(v, kv_padded, in_place)
+        out_shape = (batch, q_padded, heads * head_dim) if in_place else qh.shape
 
         out = pl.pallas_call(
             kernel,
             grid_spec=grid_spec,
-            out_shape=jax.ShapeDtypeStruct((batch * heads, q_padded, head_dim), q.dtype),
+            out_shape=jax.ShapeDtypeStruct(out_shape, q.dtype),
             compiler_params=pltpu.CompilerParams(
                 # Query tiles are independent; only the visit axis carries the softmax state.
                 dimension_semantics=("parallel", "parallel", "arbitrary"),
@@ -409,9 +436,8 @@ def _build_forward(
             interpret=interpret,
             name=f"blocksparse_attention_{variant}",
         )(jnp.asarray(words), jnp.asarray(visits.count), qh, kh, vh)
-        out = out[:, :tokens].reshape(batch, heads, tokens, head_dim)
-        return jnp.transpose(out, (0, 2, 1, 3))
+        return _from_kernel_layout(out, shape, in_place)
 
-    # One XLA program for layout changes, kernel and slicing (instead of a dispatch per op when
+    # One XLA program for padding, kernel and slicing (instead of a dispatch per op when
     # called eagerly); under an outer jit this simply inlines.
     return jax.jit(_forward)

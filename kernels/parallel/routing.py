@@ -21,8 +21,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from kernels.masks.geometry import TokenGeometry
-from kernels.masks.layouts import temporal_position
-from kernels.policy.routing import Routing
+from kernels.policy.routing import Routing, layout_keeps
 
 
 def gather_rows(x: jax.Array, rows: jax.Array, axis_name: str) -> jax.Array:
@@ -88,10 +87,12 @@ def route_rows_sharded(
     qf, kf, vf = (x.astype(f32) for x in (q, k, v))
     q_rows = gather_rows(qf, rows, axis_name)  # [B, R, H, D]
     scores = jnp.einsum("brhd,bkhd->bhrk", q_rows, kf) / math.sqrt(d)
-    keys = lax.axis_index(axis_name) * local + jnp.arange(local, dtype=jnp.int32)
-    spatial_keep = mask.allowed(rows[:, None], keys[None, :])
-    temporal_keep = mask.allowed(
-        temporal_position(rows, geometry)[:, None], temporal_position(keys, geometry)[None, :]
+    # Every device builds the rows' [R, N] flags (cheap: a tile-table row per sampled row) and
+    # keeps its own run of keys.
+    start = lax.axis_index(axis_name) * local
+    spatial_keep, temporal_keep = (
+        lax.dynamic_slice_in_dim(keep, start, local, axis=1)
+        for keep in layout_keeps(mask, rows, geometry)
     )
     dense = _sharded_softmax_output(scores, None, vf, axis_name)
     spatial = _sharded_softmax_output(scores, spatial_keep, vf, axis_name)

@@ -111,6 +111,25 @@ def rows_keep(mask, rows: jax.Array, tokens: int) -> jax.Array:
     return keep[:, :tokens]
 
 
+def layout_keeps(mask, rows: jax.Array, geometry: TokenGeometry) -> tuple[jax.Array, jax.Array]:
+    """Which frame-major keys each sampled row keeps under the spatial and the temporal layout.
+
+    Args:
+        mask: the executed mask in a head's own layout (``rows_keep``'s).
+        rows: int32 [R], frame-major query rows.
+        geometry: the token geometry (N tokens).
+
+    Returns:
+        (spatial, temporal): bool [R, N] each, over frame-major keys.
+    """
+    n = geometry.tokens
+    spatial = rows_keep(mask, rows, n)
+    # The temporal mask is the band in temporal-layout positions: each row's keep flags are
+    # built over temporal positions, then put in frame-major key order by the layout's transpose.
+    temporal = to_frame_major(rows_keep(mask, temporal_position(rows, geometry), n), geometry)
+    return spatial, temporal
+
+
 def _masked_output(scores: jax.Array, keep: jax.Array, v: jax.Array) -> jax.Array:
     """softmax over kept keys, times v: scores [B, H, R, N], keep [R, N], v [B, N, H, D]."""
     masked = jnp.where(keep[None, None], scores, -jnp.inf)
@@ -150,10 +169,7 @@ def route_rows(
     qf, kf, vf = (x.astype(f32) for x in (q, k, v))
     q_rows = jnp.take(qf, rows, axis=1)  # [B, R, H, D]
     scores = jnp.einsum("brhd,bkhd->bhrk", q_rows, kf) / math.sqrt(d)
-    spatial_keep = rows_keep(mask, rows, n)
-    # The temporal mask is the band in temporal-layout positions: each row's keep flags are
-    # built over temporal positions, then put in frame-major key order by the layout's transpose.
-    temporal_keep = to_frame_major(rows_keep(mask, temporal_position(rows, geometry), n), geometry)
+    spatial_keep, temporal_keep = layout_keeps(mask, rows, geometry)
     dense = jnp.einsum("bhrk,bkhd->bhrd", jax.nn.softmax(scores, axis=-1), vf)
     spatial = _masked_output(scores, spatial_keep, vf)
     temporal = _masked_output(scores, temporal_keep, vf)

@@ -95,3 +95,26 @@ def test_lowering_refuses_a_visit_table_smem_cannot_hold():
     plan = build_plan(band_for_density(geometry, DENSITY), BlockSizes(128, 128), "b3")
     with pytest.raises(ValueError, match=r"exceeds SMEM.*block_q=\d+ block_kv=\d+ fits"):
         _export(plan, "b3", tokens)
+
+
+@pytest.mark.parametrize(
+    ("heads", "head_dim", "copies"), [(5, 128, False), (1, 64, False), (4, 64, True)]
+)
+def test_inputs_are_read_in_place_unless_head_dim_is_narrower_than_the_lanes(
+    heads, head_dim, copies
+):
+    """With 128-lane heads (or one head) the kernel reads [batch, tokens, heads * head_dim] as it
+    is: the exported TPU program has no transpose; head_dim 64 with several heads copies each
+    input into heads-leading order and the output back (four transposes)."""
+    from kernels.executors.pallas_tpu import reads_in_place
+
+    assert reads_in_place(heads, head_dim) is not copies
+    tokens = 1024
+    plan = build_plan(BandMask(tokens, 200, 64), BlockSizes(256, 256), "b2")
+    spec = jax.ShapeDtypeStruct((BATCH, tokens, heads, head_dim), jnp.bfloat16)
+
+    def attend(q, k, v):
+        return pallas_blocksparse_attention(q, k, v, plan, variant="b2")
+
+    module = export.export(jax.jit(attend), platforms=["tpu"])(spec, spec, spec).mlir_module()
+    assert module.count("stablehlo.transpose") == (4 if copies else 0)
