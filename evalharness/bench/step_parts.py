@@ -13,7 +13,10 @@ self-attention call:
 - ``sparse attention``: the sparse branch alone (routing, layout in, band kernel, layout out);
 - its parts: ``routing``, ``layout in``, ``band kernel``, ``layout out``; and the layout change
   as a gather by the permutation index (``layout in (gather)``, ``layout out (gather)``), the
-  plain definition the transposes replace, for comparison.
+  plain definition the transposes replace, for comparison;
+- on ``pallas_tpu`` with operands read in place (``kernels.executors.pallas_tpu_operands``):
+  ``sparse block (heads-leading)`` and ``band kernel (heads-leading)``, the same with the
+  kernel's operands copied heads-leading, so the two layouts are compared in one process.
 
 Each part's share is of the sparse block (dense parts: of the dense block). The ideal sparse block
 is the dense block with its dense attention replaced by the band kernel alone
@@ -27,6 +30,7 @@ Usage:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
 from collections.abc import Callable
@@ -43,6 +47,7 @@ from evalharness.bench.timing import time_warm_ms
 from evalharness.config import EvalConfig
 from evalharness.formatting import markdown_table
 from evalharness.machine import machine_info, machine_line
+from kernels.executors.pallas_tpu_operands import reads_in_place
 from kernels.masks.layouts import (
     from_head_layouts,
     inverse_temporal_permutation,
@@ -58,6 +63,7 @@ BLOCK_PARTS = ("dense block", "sparse block", "block without self-attention")
 ATTENTION_PARTS = ("dense attention", "sparse attention")
 SPARSE_PARTS = ("routing", "layout in", "band kernel", "layout out")
 GATHER_PARTS = ("layout in (gather)", "layout out (gather)")
+HEADS_LEADING_PARTS = ("sparse block (heads-leading)", "band kernel (heads-leading)")
 COLUMNS = (
     ("part", "part", "{}"),
     ("median ms (min-max)", "range_ms", "{}"),
@@ -65,8 +71,9 @@ COLUMNS = (
 )
 
 
-def _policy(cfg: EvalConfig, call: AttentionCall) -> AttentionPolicy:
-    """The sparse arm's policy, as the run builds it (its band, tiles, dense control, options)."""
+def _policy(cfg: EvalConfig, call: AttentionCall, in_place: bool | None = None) -> AttentionPolicy:
+    """The sparse arm's policy, as the run builds it (its band, tiles, dense control, options);
+    ``in_place`` overrides how the Pallas TPU kernel holds its operands."""
     return AttentionPolicy(
         cfg.schedule,
         call.geometry,
@@ -76,8 +83,16 @@ def _policy(cfg: EvalConfig, call: AttentionCall) -> AttentionPolicy:
         block_sizes=call.block_sizes,
         dense_attend=dense_attend(cfg, cfg.kernel.dense_executor),
         seed=cfg.seed,
-        options=kernel_options(cfg),
+        options=dataclasses.replace(kernel_options(cfg), in_place=in_place),
     )
+
+
+def _heads_leading_policy(cfg: EvalConfig, call: AttentionCall) -> AttentionPolicy | None:
+    """The policy with the kernel's operands copied heads-leading, where the run's own reads
+    them in place (``pallas_tpu``, head_dim a multiple of 128); None elsewhere."""
+    if cfg.kernel.backend.value != "pallas_tpu" or not reads_in_place(call.heads, call.head_dim):
+        return None
+    return _policy(cfg, call, in_place=False)
 
 
 def _gather(x: jax.Array, index: Any, temporal: jax.Array) -> jax.Array:
@@ -106,8 +121,11 @@ def _inputs(call: AttentionCall) -> dict[str, jax.Array]:
     }
 
 
-def _block_fns(call: AttentionCall, policy: AttentionPolicy, x: dict) -> dict[str, Callable]:
-    """The three block timings: dense control, sparse cell, free self-attention."""
+def _block_fns(
+    call: AttentionCall, policy: AttentionPolicy, x: dict, copied: AttentionPolicy | None
+) -> dict[str, Callable]:
+    """The block timings: dense control, sparse cell, free self-attention (and the sparse cell
+    with the ``copied`` policy's heads-leading operands)."""
     model, g = call.model, call.geometry
     block = WanTransformerBlock(
         model, dtype=call.dtype, param_dtype=call.dtype, rngs=nnx.Rngs(call.cfg.model.seed)
@@ -122,6 +140,10 @@ def _block_fns(call: AttentionCall, policy: AttentionPolicy, x: dict) -> dict[st
         "sparse block": lambda q, k, v, **_: policy.sparse_branch(q, k, v, step=step, layer=layer),
         "block without self-attention": lambda q, k, v, **_: v,
     }
+    if copied is not None:
+        attends[HEADS_LEADING_PARTS[0]] = lambda q, k, v, **_: copied.sparse_branch(
+            q, k, v, step=step, layer=layer
+        )
 
     def make(attend: Callable) -> Callable:
         @jax.jit
@@ -134,8 +156,11 @@ def _block_fns(call: AttentionCall, policy: AttentionPolicy, x: dict) -> dict[st
     return {name: make(attend) for name, attend in attends.items()}
 
 
-def _attention_fns(call: AttentionCall, policy: AttentionPolicy, x: dict) -> dict[str, Callable]:
-    """Dense and sparse attention alone, the sparse call's parts, and the gather layouts."""
+def _attention_fns(
+    call: AttentionCall, policy: AttentionPolicy, x: dict, copied: AttentionPolicy | None
+) -> dict[str, Callable]:
+    """Dense and sparse attention alone, the sparse call's parts, the gather layouts (and the
+    band kernel with the ``copied`` policy's heads-leading operands)."""
     g, q, k, v, temporal = call.geometry, x["q"], x["k"], x["v"], x["temporal"]
     step, layer = jnp.int32(call.cfg.steps - 1), call.model.num_layers - 1
     moved = [to_head_layouts(t, g, temporal) for t in (q, k, v)]
@@ -165,6 +190,8 @@ def _attention_fns(call: AttentionCall, policy: AttentionPolicy, x: dict) -> dic
         ),
         "layout out (gather)": (jax.jit(lambda o, t: _gather(o, inv, t)), (q, temporal)),
     }
+    if copied is not None:
+        jitted[HEADS_LEADING_PARTS[1]] = (jax.jit(copied.execute_band), tuple(moved))
     return {name: functools.partial(fn, *args) for name, (fn, args) in jitted.items()}
 
 
@@ -173,9 +200,9 @@ def run(cfg: EvalConfig) -> dict:
     call = AttentionCall(cfg)
     if not cfg.schedule.sparse:
         raise ValueError(f"schedule={cfg.schedule.name} is dense; name a sparse schedule")
-    policy = _policy(cfg, call)
+    policy, copied = _policy(cfg, call), _heads_leading_policy(cfg, call)
     x = _inputs(call)
-    fns = {**_block_fns(call, policy, x), **_attention_fns(call, policy, x)}
+    fns = {**_block_fns(call, policy, x, copied), **_attention_fns(call, policy, x, copied)}
     print(f"compiling and timing {len(fns)} parts, {cfg.warm_runs} rounds ...", file=sys.stderr)
     times = time_warm_ms(fns, cfg.warm_runs)
     g, tiles = call.geometry, call.block_sizes
@@ -207,17 +234,22 @@ def summarize(parts: dict[str, dict]) -> dict[str, float]:
     Returns:
         ``ideal_sparse_block_ms`` (dense block - dense attention + band kernel),
         ``fraction_of_ideal`` (ideal / sparse block), ``overhead_ms`` (sparse block - ideal),
-        ``ideal_speedup`` and ``block_speedup`` (dense block over the ideal and the measured one).
+        ``ideal_speedup`` and ``block_speedup`` (dense block over the ideal and the measured one);
+        with the heads-leading parts, ``in_place_saves_ms``: the sparse block with heads-leading
+        operands minus the block as run (positive: in place is faster).
     """
     ms = {name: part["median_ms"] for name, part in parts.items()}
     ideal = ms["dense block"] - ms["dense attention"] + ms["band kernel"]
-    return {
+    summary = {
         "ideal_sparse_block_ms": ideal,
         "fraction_of_ideal": ideal / ms["sparse block"],
         "overhead_ms": ms["sparse block"] - ideal,
         "ideal_speedup": ms["dense block"] / ideal,
         "block_speedup": ms["dense block"] / ms["sparse block"],
     }
+    if HEADS_LEADING_PARTS[0] in ms:
+        summary["in_place_saves_ms"] = ms[HEADS_LEADING_PARTS[0]] - ms["sparse block"]
+    return summary
 
 
 def format_table(result: dict) -> str:
@@ -227,9 +259,9 @@ def format_table(result: dict) -> str:
     for group, whole in (
         (BLOCK_PARTS, None),
         (("dense attention",), "dense block"),
-        (("sparse attention", *SPARSE_PARTS, *GATHER_PARTS), "sparse block"),
+        (("sparse attention", *SPARSE_PARTS, *GATHER_PARTS, *HEADS_LEADING_PARTS), "sparse block"),
     ):
-        for name in group:
+        for name in (n for n in group if n in parts):
             part = parts[name]
             rows.append(
                 {
@@ -252,6 +284,11 @@ def format_table(result: dict) -> str:
         f"{s['overhead_ms']:.2f} ms over it; block speedup {s['block_speedup']:.2f}x of an "
         f"ideal {s['ideal_speedup']:.2f}x\n"
     )
+    if "in_place_saves_ms" in s:
+        footer += (
+            f"operands in place save {s['in_place_saves_ms']:.2f} ms a sparse block against "
+            "heads-leading copies\n"
+        )
     return title + markdown_table(rows, COLUMNS) + footer + machine_line(result["machine"]) + "\n"
 
 

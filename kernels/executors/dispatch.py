@@ -90,12 +90,16 @@ class KernelOptions:
             (``kernels.executors.pallas_gpu_budget.default_num_warps``).
         num_stages: software-pipelining stages of b0-b3 on "pallas_gpu"; None keeps the
             kernel's default.
+        in_place: how b0-b3 on "pallas_tpu" hold their operands: in place (True) or copied
+            heads-leading (False); None: in place where head_dim is a multiple of 128
+            (``kernels.executors.pallas_tpu_operands``). Benchmarks set it to time both.
     """
 
     interpret: bool = False
     vmem_limit_bytes: int | None = None
     num_warps: int | None = None
     num_stages: int | None = None
+    in_place: bool | None = None
 
 
 # The options a kernel gets when none are given: compiled (not interpreted), each kernel's defaults.
@@ -257,6 +261,7 @@ def _run_plan(
             interpret=options.interpret,
             block_kv_compute=plan.block_sizes.block_kv_compute,
             vmem_limit_bytes=options.vmem_limit_bytes,
+            in_place=options.in_place,
         )
     d = q.shape[3]
     if d % _XLA_HEAD_DIM_MULTIPLE or d > _XLA_MAX_HEAD_DIM:

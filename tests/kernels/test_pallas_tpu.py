@@ -303,6 +303,28 @@ def test_random_shapes_blocks_and_density(
     _check(out, q, k, v, plan.logical_mask)
 
 
+@pytest.mark.parametrize("in_place", [None, True, False])
+def test_operands_in_place_or_heads_leading_give_the_same_attention(in_place):
+    """Both operand layouts (``kernels.executors.pallas_tpu_operands``), asked for through the
+    dispatch's options, agree with the oracle; heads-leading and in place agree bit for bit."""
+    from kernels.executors.dispatch import KernelOptions, attention
+
+    tokens = 320  # not a multiple of the tiles: both layouts pad
+    mask = BandMask(tokens, 90, 32)
+    q, k, v = _qkv(5, 2, tokens, 3, 128, jnp.float32)
+
+    def run(place):
+        options = KernelOptions(interpret=True, in_place=place)
+        sizes = BlockSizes(128, 128)
+        return attention(
+            q, k, v, mask, executor="b2", block_sizes=sizes, backend="pallas_tpu", options=options
+        )
+
+    out = run(in_place)
+    _check(out, q, k, v, mask)
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(run(not in_place)))
+
+
 def test_executor_dispatch_runs_the_kernel():
     """``kernels.executors.dispatch.attention(backend="pallas_tpu")`` reaches this kernel, under jit."""
     from kernels.executors.dispatch import KernelOptions, attention

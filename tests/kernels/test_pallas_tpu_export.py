@@ -106,7 +106,7 @@ def test_inputs_are_read_in_place_unless_head_dim_is_narrower_than_the_lanes(
     """With 128-lane heads (or one head) the kernel reads [batch, tokens, heads * head_dim] as it
     is: the exported TPU program has no transpose; head_dim 64 with several heads copies each
     input into heads-leading order and the output back (four transposes)."""
-    from kernels.executors.pallas_tpu import reads_in_place
+    from kernels.executors.pallas_tpu_operands import reads_in_place
 
     assert reads_in_place(heads, head_dim) is not copies
     tokens = 1024
@@ -118,3 +118,21 @@ def test_inputs_are_read_in_place_unless_head_dim_is_narrower_than_the_lanes(
 
     module = export.export(jax.jit(attend), platforms=["tpu"])(spec, spec, spec).mlir_module()
     assert module.count("stablehlo.transpose") == (4 if copies else 0)
+
+
+def test_heads_leading_operands_can_be_asked_for_and_in_place_is_refused_where_it_cannot_be():
+    tokens = 1024
+    plan = build_plan(BandMask(tokens, 200, 64), BlockSizes(256, 256), "b2")
+    spec = jax.ShapeDtypeStruct((BATCH, tokens, 5, 128), jnp.bfloat16)
+
+    def attend(q, k, v):
+        return pallas_blocksparse_attention(q, k, v, plan, variant="b2", in_place=False)
+
+    module = export.export(jax.jit(attend), platforms=["tpu"])(spec, spec, spec).mlir_module()
+    assert module.count("stablehlo.transpose") == 4
+    narrow = jax.ShapeDtypeStruct((BATCH, tokens, 4, 64), jnp.bfloat16)
+    with pytest.raises(ValueError, match=r"in_place=True needs head_dim a multiple of 128"):
+        jax.eval_shape(
+            lambda q: pallas_blocksparse_attention(q, q, q, plan, variant="b2", in_place=True),
+            narrow,
+        )

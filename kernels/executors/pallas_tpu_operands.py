@@ -1,0 +1,58 @@
+"""How the Pallas TPU kernel holds q, k, v and its output in HBM: in place or heads-leading.
+
+The kernel's grid runs over (batch * heads, query tiles, visits), and each step DMAs one head's
+[block, head_dim] tile. In place, that tile is a head_dim-wide column block of
+[batch, tokens, heads * head_dim], the layout q, k, v arrive in (a free reshape), so nothing is
+copied beyond zero-padding the tokens to whole tiles. A column block must be a multiple of 128
+lanes (or the whole row), so head_dim 64 with several heads is copied heads-leading instead,
+[batch * heads, tokens, head_dim], and the output copied back. The two hold the same values;
+in place saves two copies of q, k, v and the output per call, heads-leading gives the kernel
+contiguous tiles rather than rows strided by heads * head_dim.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+LANES = 128  # a TPU vreg's lanes: a column block's width must be a multiple of this
+
+
+def reads_in_place(heads: int, head_dim: int) -> bool:
+    """Whether one head's tile is a lane-aligned column block of [tokens, heads * head_dim]."""
+    return heads == 1 or head_dim % LANES == 0
+
+
+def resolve_in_place(heads: int, head_dim: int, in_place: bool | None) -> bool:
+    """The operand layout a call runs: ``in_place`` as asked, or ``reads_in_place`` for None.
+
+    Raises:
+        ValueError: in place asked for heads whose column blocks are not lane-aligned.
+    """
+    if in_place is None:
+        return reads_in_place(heads, head_dim)
+    if in_place and not reads_in_place(heads, head_dim):
+        raise ValueError(
+            f"in_place=True needs head_dim a multiple of {LANES} (or one head); got {heads} "
+            f"heads x {head_dim}: use in_place=None or False"
+        )
+    return bool(in_place)
+
+
+def to_kernel_operand(x: jax.Array, padded: int, in_place: bool) -> jax.Array:
+    """[batch, tokens, heads, d] zero-padded along tokens to ``padded``, as
+    [batch, padded, heads * d] (``in_place``) or [batch * heads, padded, d]."""
+    b, n, h, d = x.shape
+    if in_place:
+        return jnp.pad(x, ((0, 0), (0, padded - n), (0, 0), (0, 0))).reshape(b, padded, h * d)
+    x = jnp.transpose(x, (0, 2, 1, 3)).reshape(b * h, n, d)
+    return jnp.pad(x, ((0, 0), (0, padded - n), (0, 0)))
+
+
+def from_kernel_operand(out: jax.Array, shape: tuple[int, ...], in_place: bool) -> jax.Array:
+    """The kernel's padded output (``to_kernel_operand``'s layout) back to [batch, tokens,
+    heads, d] (``shape``)."""
+    b, n, h, d = shape
+    if in_place:
+        return out[:, :n].reshape(b, n, h, d)
+    return jnp.transpose(out[:, :n].reshape(b, h, n, d), (0, 2, 1, 3))

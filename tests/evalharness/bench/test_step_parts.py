@@ -1,0 +1,84 @@
+"""The step-parts benchmark's arithmetic and which parts it times (the timings need a chip)."""
+
+from __future__ import annotations
+
+import pytest
+
+from evalharness.bench import step_parts
+from evalharness.bench.run_config import AttentionCall
+from evalharness.config import compose_run_config, to_config
+
+_PARTS_MS = {
+    "dense block": 500.0,
+    "sparse block": 280.0,
+    "block without self-attention": 80.0,
+    "dense attention": 400.0,
+    "sparse attention": 160.0,
+    "routing": 10.0,
+    "layout in": 20.0,
+    "band kernel": 120.0,
+    "layout out": 10.0,
+    "layout in (gather)": 15.0,
+    "layout out (gather)": 5.0,
+}
+
+
+def _result(parts_ms: dict[str, float]) -> dict:
+    parts = {n: {"median_ms": ms, "min_ms": ms, "max_ms": ms} for n, ms in parts_ms.items()}
+    return {
+        "machine": None,  # this machine
+        "model": "m",
+        "resolution": "r",
+        "tokens": 1,
+        "batch": 2,
+        "heads": 12,
+        "dtype": "bfloat16",
+        "schedule": "aggressive",
+        "sparse_density": 0.25,
+        "block_sizes": [128, 128],
+        "backend": "pallas_tpu",
+        "dense_executor": "splash",
+        "runs": 5,
+        "parts": parts,
+        "summary": step_parts.summarize(parts),
+    }
+
+
+def test_the_heads_leading_comparison_is_summarized_only_where_it_was_timed():
+    plain = _result(_PARTS_MS)
+    assert plain["summary"]["ideal_sparse_block_ms"] == pytest.approx(220.0)
+    assert plain["summary"]["fraction_of_ideal"] == pytest.approx(220.0 / 280.0)
+    assert "in_place_saves_ms" not in plain["summary"]
+    assert "heads-leading" not in step_parts.format_table(plain)
+
+    compared = _result(
+        {**_PARTS_MS, "sparse block (heads-leading)": 285.5, "band kernel (heads-leading)": 110.0}
+    )
+    assert compared["summary"]["in_place_saves_ms"] == pytest.approx(5.5)
+    table = step_parts.format_table(compared)
+    assert "| band kernel (heads-leading) | 110.00 (110.00-110.00) | 39.3% |" in table
+    assert "operands in place save 5.50 ms a sparse block" in table
+
+
+def _call(*overrides: str) -> tuple:
+    cfg = to_config(compose_run_config(["schedule=aggressive", *overrides]))
+    return cfg, AttentionCall(cfg)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "compared"),
+    [
+        (("kernel.backend=pallas_tpu", "model=wan2.1-t2v-1.3b"), True),  # 12 heads x 128
+        (("kernel.backend=pallas_tpu", "model=tiny"), False),  # 4 heads x 64: copied anyway
+        (("kernel.backend=xla", "model=wan2.1-t2v-1.3b"), False),  # no Pallas TPU operands
+    ],
+)
+def test_heads_leading_operands_are_timed_beside_in_place_ones_on_pallas_tpu(overrides, compared):
+    tiles = ("kernel.block_q=128", "kernel.block_kv=128", "kernel.dense_executor=b0")
+    cfg, call = _call(*overrides, *tiles)
+    copied = step_parts._heads_leading_policy(cfg, call)
+    assert (copied is not None) is compared
+    assert step_parts._policy(cfg, call).options.in_place is None  # the run's own rule
+    if compared:
+        assert copied.options.in_place is False
+        assert copied.plan.tokens == step_parts._policy(cfg, call).plan.tokens
