@@ -8,6 +8,9 @@ listed tiles. Codes that fit int16 are stored two per 32-bit SMEM word and unpac
 and a mask (``VisitSlots.packed``). Slots past a query tile's count repeat its last key tile (no new
 DMA) and skip their compute with ``pl.when``.
 
+Operands are read in place as [batch, tokens, heads * head_dim] where head_dim fills whole
+128-lane columns, else copied heads-leading (``kernels.executors.pallas_tpu_operands``).
+
 Each visit updates an online softmax held in VMEM scratch (running max ``m``, running sum ``l``,
 output accumulator ``acc``, all float32). Full tiles take a mask-free path; masked visits evaluate
 the plan mask's ``allowed(q, k)`` on iota-computed token indices (for ``kernels.masks.band.BandMask``:
