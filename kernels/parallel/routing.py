@@ -9,7 +9,8 @@ device ends with the same [B, H] errors and flags, equal to single-device routin
 rounding (``kernels.policy.routing.route_rows`` is the oracle).
 
 Cost per device: [R, N / P] scores, a 1 / P share of the single-device routing, plus all-reduces of
-[B, R, H, D] and [B, H, R, D] (``kernels.parallel.exchange.exchange_bytes``).
+[B, R, H, D] and [B, H, R, D] (``kernels.parallel.exchange.exchange_bytes``). The keep flags are
+built whole ([R, N] booleans, from R rows of the tile table) and sliced to the device's keys.
 """
 
 from __future__ import annotations
