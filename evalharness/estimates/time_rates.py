@@ -18,6 +18,16 @@ dense step, while its Table 1 says 55.5% of a block at 720p. These rates follow 
 and the end-to-end loops (what a user times). The 1080p and 1440p loops fit nothing: they are the
 check (``python -m evalharness.bench.seed_calibration``).
 
+TPU v5e, from our own measurements on a lent chip (``evalharness.estimates.v5e_measurements``),
+fractions of its stated 197 TFLOP/s bf16 peak:
+
+- dense attention: the splash control timed alone at Wan 1.3B's 720p call (437.5 ms);
+- B3: the aggressive band kernel timed alone in the same run, over its ideal (dense time x kept
+  pairs); B2 and B1 from B3 by the kernel table's ratios at the seed's call;
+- the matmuls: fitted to the dense 720p loop (2 steps) minus its dense attention calls;
+- the sparse overhead, per element of a sparse call's q: fitted to the aggressive 720p loop.
+The 480p loops (5 steps) fit nothing: they are the check.
+
 Other targets: every rate is the target's stated ``efficiency`` of peak (an assumption: no GPU run
 has calibrated it), sparse variants at the ideal, no sparse overhead, nothing exchanged.
 """
@@ -34,7 +44,12 @@ from evalharness.estimates.seed_measurements import (
     SEED_SPARSE_LOOP_S,
 )
 from evalharness.estimates.targets import DeviceTarget, get_target
+from evalharness.estimates.v5e_measurements import (
+    V5E_KERNEL_MS,
+    V5E_SCHEDULES_720P,
+)
 from evalharness.estimates.workload import TimeRates, step_work
+from kernels.executors.tpu_generation import generation_of
 from kernels.policy.schedule import SPARSE_VARIANTS
 from models.config import get_transformer_config
 from models.video_geometry import VideoGeometry
@@ -46,9 +61,10 @@ _SEED_STEPS = 40
 
 
 def rates_for(target: DeviceTarget) -> TimeRates:
-    """The rates of ``target``: the seed's for TPU v6e, the stated efficiency elsewhere."""
+    """The rates of ``target``: our measured ones for a TPU v5e, the seed's for other TPUs (v6e),
+    the stated efficiency elsewhere."""
     if target.platform == "tpu":
-        return _v6e_rates()
+        return _v5e_rates() if tpu_generation(target) == "v5e" else _v6e_rates()
     efficiency = target.efficiency
     assumed = f"assumed {efficiency:.0%} of {target.name}'s peak (unmeasured)"
     return TimeRates(
@@ -130,3 +146,62 @@ def _fit_seed_loops(peak: float, attention: float, b3: float) -> tuple[float, fl
     overhead_s = sparse_step - matmul_s - exchange_s - kernel  # per sparse step
     matmul = work.matmul_flops / (peak * matmul_s)
     return matmul, overhead_s / work.qkv_elements, 1e3 * overhead_s / work.calls
+
+
+def tpu_generation(target: DeviceTarget) -> str | None:
+    """ "v5e", "v6e", ... of a TPU target: a named target's topology ("v5e:1x1"), or the device
+    kind a real run's host target is named after ("TPU v5 lite"); None when unknown."""
+    if target.topology:
+        return target.topology.split(":")[0]
+    return generation_of(target.name)
+
+
+@functools.cache
+def _v5e_rates() -> TimeRates:
+    m = V5E_SCHEDULES_720P
+    peak = get_target("tpu-v5e-1").peak_flops["bfloat16"]
+    call_flops = 4.0 * m["batch"] * m["heads"] * m["tokens"] ** 2 * m["head_dim"]
+    attention = call_flops / (peak * m["dense_attention_ms"] / 1e3)
+    kept = m["aggressive_kept"]
+    b3 = m["dense_attention_ms"] * kept / m["aggressive_band_kernel_ms"]
+    variants = {v: b3 * V5E_KERNEL_MS["b3"] / V5E_KERNEL_MS[v] for v in SPARSE_VARIANTS}
+    variants["b0"] = 1.0
+    work = step_work(
+        get_transformer_config("wan2.1-t2v-1.3b"),
+        VideoGeometry(81, 720, 1280),
+        guidance_batch=m["batch"],
+        forwards=1,
+        devices=1,
+        param_dtype="bfloat16",
+        dtype="bfloat16",
+        gathers=False,
+    )
+    attention_s = work.attention_flops / (peak * attention)
+    matmul_s = m["dense_loop_ms"] / 1e3 / m["steps"] - attention_s
+    sparse_step = m["aggressive_loop_ms"] / 1e3 / m["steps"]
+    overhead_s = sparse_step - matmul_s - attention_s * kept / b3
+    return TimeRates(
+        matmul_efficiency=work.matmul_flops / (peak * matmul_s),
+        attention_efficiency=attention,
+        variant_efficiency=variants,
+        sparse_overhead_s_per_element=max(0.0, overhead_s / work.qkv_elements),
+        interconnect_bytes_per_s=None,
+        sources={
+            "matmuls": (
+                f"{work.matmul_flops / (peak * matmul_s):.1%} of peak: fitted to a v5e's dense "
+                "720p loop (Wan 1.3B, 2 steps, 32.68 s) minus its dense attention"
+            ),
+            "attention": (
+                f"{attention:.1%} of peak: splash on a v5e, 437.5 ms at 75,600 tokens x 12 heads "
+                "x 128, batch 2"
+            ),
+            "sparse": (
+                f"B3 {variants['b3']:.1%}, B2 {variants['b2']:.1%}, B1 {variants['b1']:.1%} of "
+                "ideal over executed pairs (a v5e's band kernel at 24.98% of pairs; B2, B1 by its "
+                f"kernel table's ratios); overhead {1e3 * overhead_s / work.calls:.1f} ms per "
+                "sparse call at 720p (batch 2 x 75,600 tokens x 12 heads x 128), linear in the "
+                "call's q, fitted to a v5e's aggressive 720p loop (16.42 s)"
+            ),
+            "exchange": "one device: nothing exchanged",
+        },
+    )
