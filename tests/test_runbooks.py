@@ -1,5 +1,5 @@
 """The runbooks' commands stay runnable: every ``python -m ...`` line of ``docs/runbook-*.md``
-parses. A harness line's overrides are checked by name (``check_overrides``), then composed with
+and every step of ``.ci/tpu-check`` parses. A harness line's overrides are checked by name (``check_overrides``), then composed with
 Hydra job by job (a sweep expanded as Hydra's basic sweeper does, ``hydra.*`` overrides and the
 launcher included) and built into the schema (``to_config``); any other module's arguments go
 through its own argparse parser, stopped before it does any work. A stale key fails here."""
@@ -160,3 +160,38 @@ def test_a_stale_line_fails_the_check(line):
 def test_other_modules_parsers_refuse_unknown_flags(monkeypatch):
     with pytest.raises(pytest.fail.Exception, match="its parser refused"):
         check_module_command("reports", ["--experiment", "x", "--no-such-flag"], monkeypatch)
+
+
+def tpu_check_commands(script: str) -> list[tuple[str, list[str]]]:
+    """``(module, arguments)`` of each ``step NAME "$PY" -m module ...`` of ``.ci/tpu-check``
+    that runs this project's code, with the script's ``WAN=`` words and ``$OUT`` filled in."""
+    wan = re.search(r'^WAN="(.*)"$', script, re.MULTILINE)
+    assert wan is not None, "tpu-check defines WAN"
+    found = []
+    for line in script.replace("\\\n", " ").splitlines():
+        if not line.startswith("step "):
+            continue
+        line = line.replace("$WAN", wan.group(1)).replace("$OUT", "out")
+        words = shlex.split(line)
+        assert words[2:4] == ["$PY", "-m"], line
+        if words[4].split(".")[0] in OURS:
+            found.append((words[4], words[5:]))
+    return found
+
+
+def test_every_python_command_of_the_tpu_check_parses(monkeypatch):
+    """The device check runs on scarce chip time: a stale override or flag fails here, not there."""
+    commands = tpu_check_commands((REPO_ROOT / ".ci" / "tpu-check").read_text())
+    modules = [module for module, _ in commands]
+    assert modules.count("evalharness") == 3  # the default job and the two 1.3B jobs
+    assert {
+        "evalharness.bench",
+        "evalharness.bench.step_parts",
+        "evalharness.bench.schedules",
+    } <= set(modules)
+    for module, args in commands:
+        if module == "evalharness":
+            assert check_harness_command(args) == 1, args
+        else:
+            with monkeypatch.context() as patch:
+                check_module_command(module, args, patch)
