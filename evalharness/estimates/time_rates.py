@@ -48,7 +48,7 @@ from evalharness.estimates.v5e_measurements import (
     V5E_KERNEL_MS,
     V5E_SCHEDULES_720P,
 )
-from evalharness.estimates.workload import TimeRates, step_work
+from evalharness.estimates.workload import StepWork, TimeRates, step_work
 from kernels.executors.tpu_generation import generation_of
 from kernels.policy.schedule import SPARSE_VARIANTS
 from models.config import get_transformer_config
@@ -120,21 +120,27 @@ def _v6e_rates() -> TimeRates:
     )
 
 
+def _fitted_step_work(model: str, *, devices: int) -> StepWork:
+    """One denoising step of ``model`` as the loops the rates are fitted to ran it: 81 frames at
+    720p, a joint guidance batch of 2, bf16, weights gathered when sharded over ``devices``."""
+    return step_work(
+        get_transformer_config(model),
+        VideoGeometry(81, 720, 1280),
+        guidance_batch=2,
+        forwards=1,
+        devices=devices,
+        param_dtype="bfloat16",
+        dtype="bfloat16",
+        gathers=devices > 1,
+    )
+
+
 def _fit_seed_loops(peak: float, attention: float, b3: float) -> tuple[float, float, float]:
     """What the seed's 720p loops (14B, 8 chips, batch 2, 40 steps, its aggressive schedule) leave
     for the matmuls and the sparse overhead at the kernels' rates (``attention`` of a chip's bf16
     ``peak``, B3 at ``b3`` of ideal): the matmuls' fraction of peak, the overhead's seconds per
     element of a sparse call's q and its milliseconds per call."""
-    work = step_work(
-        get_transformer_config("wan2.1-t2v-14b"),
-        VideoGeometry(81, 720, 1280),
-        guidance_batch=2,
-        forwards=1,
-        devices=8,
-        param_dtype="bfloat16",
-        dtype="bfloat16",
-        gathers=True,
-    )
+    work = _fitted_step_work("wan2.1-t2v-14b", devices=8)
     attention_s = work.attention_flops / (peak * attention)
     exchange_s = (work.exchange_bytes + work.gather_bytes) / V6E_ICI_BYTES_PER_S
     dense_steps = int(SEED_SCHEDULE["first_times_fp"] * _SEED_STEPS)
@@ -166,16 +172,7 @@ def _v5e_rates() -> TimeRates:
     b3 = m["dense_attention_ms"] * kept / m["aggressive_band_kernel_ms"]
     variants = {v: b3 * V5E_KERNEL_MS["b3"] / V5E_KERNEL_MS[v] for v in SPARSE_VARIANTS}
     variants["b0"] = 1.0
-    work = step_work(
-        get_transformer_config("wan2.1-t2v-1.3b"),
-        VideoGeometry(81, 720, 1280),
-        guidance_batch=m["batch"],
-        forwards=1,
-        devices=1,
-        param_dtype="bfloat16",
-        dtype="bfloat16",
-        gathers=False,
-    )
+    work = _fitted_step_work("wan2.1-t2v-1.3b", devices=1)
     attention_s = work.attention_flops / (peak * attention)
     matmul_s = m["dense_loop_ms"] / 1e3 / m["steps"] - attention_s
     sparse_step = m["aggressive_loop_ms"] / 1e3 / m["steps"]
