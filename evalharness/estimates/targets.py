@@ -107,15 +107,13 @@ _V6E = dict(
 )
 
 # TPU v5e per chip: the lent chip reported 15.75 GiB of HBM to JAX and ran bf16 matmuls at about
-# 165 TFLOP/s (docs/benchmarks.md); SMEM and VMEM as on v6e (jax's tpu_info: 128 MiB VMEM).
+# 165 TFLOP/s (docs/benchmarks.md); SMEM, VMEM and the rest as on v6e (jax's tpu_info: 128 MiB
+# VMEM).
 _V5E = dict(
-    platform="tpu",
+    _V6E,
     hbm_bytes=int(15.75 * GIB),
     peak_flops={"bfloat16": 197e12, "float32": 197e12 / 6},
     hbm_bytes_per_s=819e9,
-    smem_bytes=1 << 20,
-    vmem_bytes=128 << 20,
-    efficiency=ACCELERATOR_EFFICIENCY,
     source=(
         "Google Cloud TPU v5e: 197 TFLOP/s bf16, 16 GB HBM (15.75 GiB as a lent chip reported "
         "it), 819 GB/s, VMEM 128 MiB physical (16 MiB scoped by default); f32 = bf16 / 6"
