@@ -63,10 +63,11 @@ def splash_vmem_bytes(tiles: SplashTiles, tokens: int, head_dim: int, itemsize: 
     Counted: q, k, v and the output blocks, double-buffered; the float32 softmax state m and l
     ([block_q, 128] each) and the accumulator [block_q, head_dim]; the float32 scores of a
     [block_q, block_kv] block (twice when one chunk spans the block); and, when the sequence is
-    padded, the int32 segment ids ([block_q, 128] for q, [8, block_kv] for k), double-buffered. Checked against Mosaic (libtpu 0.0.42.1,
-    bf16, head_dim 128): on a TPU v5e 2048 x 1024 x 512 at 17,160 tokens needed 16.16 MiB (this
-    model: 16.3); compiled for v5e from a CPU, 2048 x 2048 x 512 needed 24.94 MiB (model: 25.4)
-    and 2048 x 1024 x 1024 19.03 MiB (model: 24.3, over).
+    padded, the int32 segment ids ([block_q, 128] for q, [8, block_kv] for k), double-buffered.
+    Checked against Mosaic (libtpu 0.0.42.1, bf16, head_dim 128): on a TPU v5e 2048 x 1024 x 512
+    at 17,160 tokens needed 16.16 MiB (this model: 16.3); compiled for v5e from a CPU, 2048 x
+    2048 x 512 needed 24.94 MiB (model: 25.4) and 2048 x 1024 x 1024 19.03 MiB (model: 24.3,
+    over).
 
     Args:
         tiles: the tiling.
