@@ -408,12 +408,11 @@ def _build_forward(
         qh = to_kernel_operand(q_scaled, q_padded, in_place)
         kh = to_kernel_operand(k, kv_padded, in_place)
         vh = to_kernel_operand(v, kv_padded, in_place)
-        out_shape = (batch, q_padded, heads * head_dim) if in_place else qh.shape
 
         out = pl.pallas_call(
             kernel,
             grid_spec=grid_spec,
-            out_shape=jax.ShapeDtypeStruct(out_shape, q.dtype),
+            out_shape=jax.ShapeDtypeStruct(qh.shape, q.dtype),  # the output is laid out as q
             compiler_params=pltpu.CompilerParams(
                 # Query tiles are independent; only the visit axis carries the softmax state.
                 dimension_semantics=("parallel", "parallel", "arbitrary"),
