@@ -9,7 +9,12 @@ and a mask (``VisitSlots.packed``). Slots past a query tile's count repeat its l
 DMA) and skip their compute with ``pl.when``.
 
 Operands are read in place as [batch, tokens, heads * head_dim] where head_dim fills whole
-128-lane columns, else copied heads-leading (``kernels.executors.pallas_tpu_operands``).
+128-lane columns, else copied heads-leading (``kernels.executors.pallas_tpu_operands``). They are
+not padded to whole tiles: when the tokens are not a multiple of a tile, the last tile's block
+runs past the array's end, its rows there hold whatever the buffer held (Pallas clips the DMA),
+and the output's rows there are not written back. Every tile holding such rows is a masked visit
+in every variant (the predicate keeps ``k < tokens`` only), and there the rows of v past the end
+are zeroed too, since a zero weight times a non-finite leftover is not zero.
 
 Each visit updates an online softmax held in VMEM scratch (running max ``m``, running sum ``l``,
 output accumulator ``acc``, all float32). Full tiles take a mask-free path; masked visits evaluate
@@ -102,13 +107,15 @@ def _blocksparse_kernel(
     head_dim: int,
     allowed: Callable,
     precision: lax.Precision,
+    tokens: int,
 ) -> None:
     """One grid step: (batch*head, query tile i, visit slot j).
 
     Refs: prefetched visit words [ceil(num_q_tiles*slots / codes_per_word)] holding the codes
     ``kv_index * 2 + masked`` (one or two per int32 word) and count [num_q_tiles] (SMEM);
     q_ref/o_ref [block_q, head_dim]; k_ref/v_ref [block_kv, head_dim]; scratch m_ref/l_ref
-    [block_q, 128] and acc_ref [block_q, head_dim] in float32.
+    [block_q, 128] and acc_ref [block_q, head_dim] in float32. A ragged last key tile (``tokens``
+    not a multiple of ``block_kv``) has rows past the end: its masked visits zero them in v.
     """
     i = pl.program_id(1)
     j = pl.program_id(2)
@@ -144,6 +151,9 @@ def _blocksparse_kernel(
             l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=1, keepdims=True)
             m_ref[...] = m_next
             v = v_ref[pl.ds(start, block_kv_compute), :]
+            if apply_mask and tokens % block_kv:
+                rows = k_tile_start + start + lax.broadcasted_iota(jnp.int32, v.shape, 0)
+                v = jnp.where(rows < tokens, v, jnp.zeros_like(v))
             pv = lax.dot_general(
                 p.astype(v.dtype),
                 v,
@@ -183,6 +193,14 @@ def _validate(q: jax.Array, k: jax.Array, v: jax.Array, plan: TilePlanLike, vari
     if block_kv <= 0 or block_kv % NUM_LANES:
         raise ValueError(
             f"block_kv {block_kv} does not suit the TPU: use a positive multiple of {NUM_LANES}"
+        )
+    # Operands are not padded (module docstring), so no tile may lie wholly past the end.
+    q_tiles, tokens = int(np.size(plan.full_count)), q.shape[1]
+    if q_tiles != math.ceil(tokens / block_q):
+        raise ValueError(
+            f"plan has {q_tiles} query tiles of {block_q} for {tokens} tokens; this kernel reads "
+            f"unpadded operands and needs exactly {math.ceil(tokens / block_q)}: build the plan "
+            "with kernels.plans.tiles.build_plan"
         )
 
 
@@ -340,6 +358,11 @@ def _build_forward(
     block_q, block_kv = plan_block_sizes(plan)
     chunk = resolve_block_kv_compute(block_kv, block_kv_compute)
     visits: VisitSlots = plan_visit_slots(plan, variant)
+    if visits.num_kv_tiles != math.ceil(tokens / block_kv):
+        raise ValueError(
+            f"plan visits key tile {visits.num_kv_tiles - 1}, past the last of {tokens} tokens in "
+            f"tiles of {block_kv}: build the plan with kernels.plans.tiles.build_plan"
+        )
     if not interpret:  # the interpreter has no SMEM or VMEM to run out of
         vmem_limit_bytes = _compiler_vmem_limit(
             visits,
@@ -382,6 +405,7 @@ def _build_forward(
         head_dim=head_dim,
         allowed=allowed,
         precision=precision,
+        tokens=tokens,
     )
     grid_spec = pltpu.PrefetchScalarGridSpec(
         num_scalar_prefetch=2,
@@ -398,16 +422,12 @@ def _build_forward(
             pltpu.VMEM((block_q, head_dim), jnp.float32),
         ],
     )
-    q_padded = visits.num_q_tiles * block_q
-    kv_padded = visits.num_kv_tiles * block_kv
 
     def _forward(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
-        # Scale q once here (fused with the padding by XLA) rather than per visit in the kernel.
+        # Scale q once here (fused with q's operand copy, if any, by XLA) rather than per visit.
         scale = 1.0 / math.sqrt(head_dim)
         q_scaled = (q.astype(jnp.float32) * scale).astype(q.dtype)
-        qh = to_kernel_operand(q_scaled, q_padded, in_place)
-        kh = to_kernel_operand(k, kv_padded, in_place)
-        vh = to_kernel_operand(v, kv_padded, in_place)
+        qh, kh, vh = (to_kernel_operand(x, in_place) for x in (q_scaled, k, v))
 
         out = pl.pallas_call(
             kernel,
@@ -423,6 +443,6 @@ def _build_forward(
         )(jnp.asarray(words), jnp.asarray(visits.count), qh, kh, vh)
         return from_kernel_operand(out, shape, in_place)
 
-    # One XLA program for padding, kernel and slicing (instead of a dispatch per op when
+    # One XLA program for scaling, operand layout and kernel (instead of a dispatch per op when
     # called eagerly); under an outer jit this simply inlines.
     return jax.jit(_forward)

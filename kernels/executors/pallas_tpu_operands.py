@@ -1,15 +1,17 @@
 """How the Pallas TPU kernel holds q, k, v and its output in HBM: in place or heads-leading.
 
 The kernel's grid runs over (batch * heads, query tiles, visits), and each step DMAs one head's
-[block, head_dim] tile. In place, that tile is a head_dim-wide column block of
-[batch, tokens, heads * head_dim], the layout q, k, v arrive in (a free reshape), so nothing is
-copied beyond zero-padding the tokens to whole tiles. A column block must be a multiple of 128
-lanes (or the whole row), so head_dim 64 with several heads is copied heads-leading instead,
-[batch * heads, tokens, head_dim], and the output copied back. The two hold the same values;
-in place saves two copies of q, k, v and the output per call, heads-leading gives the kernel
-contiguous tiles rather than rows strided by heads * head_dim. On a TPU v5e at Wan 1.3B's shapes
-the kernel alone ran about 10% slower in place and the whole sparse block 1-2% faster
-(docs/benchmarks.md, "Measured on a TPU v5e"); ``evalharness.bench.step_parts`` times both.
+[block, head_dim] tile. In place, that tile is a head_dim-wide column block of [batch, tokens, heads
+* head_dim], the layout q, k, v arrive in (a free reshape), so nothing is copied. Neither layout
+pads the tokens to whole tiles: the last tile of a ragged sequence reads past its end, and the
+kernel masks those rows (``kernels.executors.pallas_tpu``). A column block must be a multiple of 128
+lanes (or the whole row), so head_dim 64 with several heads is copied heads-leading instead, [batch
+* heads, tokens, head_dim], and the output copied back. The two hold the same values; in place saves
+two copies of q, k, v and the output per call, heads-leading gives the kernel contiguous tiles
+rather than rows strided by heads * head_dim. On a TPU v5e at Wan 1.3B's 720p shapes the kernel
+itself took the same time either way (110.0 and 109.9 ms in a profile of the block), and the whole
+sparse block was 5.3 ms faster in place (docs/benchmarks.md, "Measured on a TPU v5e");
+``evalharness.bench.step_parts`` times and profiles both.
 """
 
 from __future__ import annotations
@@ -41,20 +43,19 @@ def resolve_in_place(heads: int, head_dim: int, in_place: bool | None) -> bool:
     return bool(in_place)
 
 
-def to_kernel_operand(x: jax.Array, padded: int, in_place: bool) -> jax.Array:
-    """[batch, tokens, heads, d] zero-padded along tokens to ``padded``, as
-    [batch, padded, heads * d] (``in_place``) or [batch * heads, padded, d]."""
+def to_kernel_operand(x: jax.Array, in_place: bool) -> jax.Array:
+    """[batch, tokens, heads, d] as [batch, tokens, heads * d] (``in_place``) or
+    [batch * heads, tokens, d]."""
     b, n, h, d = x.shape
     if in_place:
-        return jnp.pad(x, ((0, 0), (0, padded - n), (0, 0), (0, 0))).reshape(b, padded, h * d)
-    x = jnp.transpose(x, (0, 2, 1, 3)).reshape(b * h, n, d)
-    return jnp.pad(x, ((0, 0), (0, padded - n), (0, 0)))
+        return x.reshape(b, n, h * d)
+    return jnp.transpose(x, (0, 2, 1, 3)).reshape(b * h, n, d)
 
 
 def from_kernel_operand(out: jax.Array, shape: tuple[int, ...], in_place: bool) -> jax.Array:
-    """The kernel's padded output (``to_kernel_operand``'s layout) back to [batch, tokens,
-    heads, d] (``shape``)."""
+    """The kernel's output (``to_kernel_operand``'s layout) back to [batch, tokens, heads, d]
+    (``shape``)."""
     b, n, h, d = shape
     if in_place:
-        return out[:, :n].reshape(b, n, h, d)
-    return jnp.transpose(out[:, :n].reshape(b, h, n, d), (0, 2, 1, 3))
+        return out.reshape(b, n, h, d)
+    return jnp.transpose(out.reshape(b, h, n, d), (0, 2, 1, 3))

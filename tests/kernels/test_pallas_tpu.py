@@ -98,25 +98,37 @@ class _HandPlan:
     block_sizes: tuple[int, int]
 
 
-def test_dense_plan_listing_padding_tiles_as_full_and_empty_query_tile():
-    """Tiles reaching past `tokens` are masked even when listed full; a query tile of pure
-    padding with no visit (count 0) leaves the real rows untouched."""
-    tokens, block_q, block_kv = 200, 64, 128
-    num_q, num_kv = 5, 2  # 320 query rows: tiles 0-3 hold tokens, tile 4 only padding
-    full_kv = np.tile(np.arange(num_kv, dtype=np.int32), (num_q, 1))
-    full_count = np.array([2, 2, 2, 2, 0], np.int32)
-    plan = _HandPlan(
-        full_kv=full_kv,
-        full_count=full_count,
+def _hand_dense_plan(tokens: int, block_q: int, block_kv: int, num_q: int, num_kv: int):
+    """A b0 plan listing every (query, key) tile pair as full, padding tiles included."""
+    return _HandPlan(
+        full_kv=np.tile(np.arange(num_kv, dtype=np.int32), (num_q, 1)),
+        full_count=np.full(num_q, num_kv, np.int32),
         partial_kv=np.zeros((num_q, 1), np.int32),
         partial_count=np.zeros(num_q, np.int32),
         mask=PaddingMask(tokens),
         tokens=tokens,
         block_sizes=(block_q, block_kv),
     )
-    q, k, v = _qkv(3, 2, tokens, 2, 64, jnp.float32)
+
+
+def test_ragged_last_tiles_listed_full_are_masked_and_read_no_padding():
+    """The operands are not padded: the last query tile (rows 192..255 of 200) and key tile
+    (128..255) run past the end, and are masked even when a hand plan lists them full."""
+    plan = _hand_dense_plan(200, 64, 128, num_q=4, num_kv=2)
+    q, k, v = _qkv(3, 2, 200, 2, 64, jnp.float32)
     out = pallas_blocksparse_attention(q, k, v, plan, variant="b0", interpret=True)
     _check(out, q, k, v, None)
+
+
+@pytest.mark.parametrize(
+    ("num_q", "num_kv", "refusal"), [(5, 2, "5 query tiles"), (4, 3, "key tile 2")]
+)
+def test_a_tile_wholly_past_the_end_is_refused(num_q, num_kv, refusal):
+    """With unpadded operands a tile past the last token would read and write out of bounds."""
+    plan = _hand_dense_plan(200, 64, 128, num_q=num_q, num_kv=num_kv)
+    q, k, v = _qkv(3, 2, 200, 2, 64, jnp.float32)
+    with pytest.raises(ValueError, match=refusal):
+        pallas_blocksparse_attention(q, k, v, plan, variant="b0", interpret=True)
 
 
 def test_visit_slots_merges_sorts_pads_and_flags():
