@@ -23,9 +23,15 @@ is the dense block with its dense attention replaced by the band kernel alone
 (``dense block - dense attention + band kernel``); ``of ideal`` is that over the measured sparse
 block, and the remainder (``sparse block - ideal``) is what routing and the layout changes cost.
 
+With ``--profile``, the dense and sparse blocks are then traced (``jax.profiler``) and each
+one's device time is printed per kind of XLA operation, with the sparse block's slowest
+operations (``evalharness.bench.op_profile``): the copies and pads that the timings above only
+show as the sparse block's overhead.
+
 Usage:
     python -m evalharness.bench.step_parts model=wan2.1-t2v-1.3b resolution=720p \\
-        schedule=aggressive dtype=bfloat16 warm_runs=5 [--json] [--json-out FILE]
+        schedule=aggressive dtype=bfloat16 warm_runs=5 [--profile [--trace-dir DIR]] [--json]
+        [--json-out FILE]
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from flax import nnx
 
 from evalharness.assembly import dense_attend, kernel_options
 from evalharness.bench.mlflow_record import emit
+from evalharness.bench.op_profile import profile_ops
 from evalharness.bench.run_config import AttentionCall, bench_parser, config_or_exit
 from evalharness.bench.timing import time_warm_ms
 from evalharness.config import EvalConfig
@@ -64,6 +71,9 @@ ATTENTION_PARTS = ("dense attention", "sparse attention")
 SPARSE_PARTS = ("routing", "layout in", "band kernel", "layout out")
 GATHER_PARTS = ("layout in (gather)", "layout out (gather)")
 HEADS_LEADING_PARTS = ("sparse block (heads-leading)", "band kernel (heads-leading)")
+PROFILED_PARTS = ("dense block", "sparse block", HEADS_LEADING_PARTS[0])
+PROFILED_CALLS = 3
+PROFILE_TOP_OPS = 15
 COLUMNS = (
     ("part", "part", "{}"),
     ("median ms (min-max)", "range_ms", "{}"),
@@ -195,8 +205,9 @@ def _attention_fns(
     return {name: functools.partial(fn, *args) for name, (fn, args) in jitted.items()}
 
 
-def run(cfg: EvalConfig) -> dict:
-    """Times every part (module docstring) round-robin; returns the settings and the parts."""
+def run(cfg: EvalConfig, *, profile: bool = False, trace_dir: str | None = None) -> dict:
+    """Times every part (module docstring) round-robin; returns the settings and the parts (and,
+    with ``profile``, the blocks' operation profiles, traces kept under ``trace_dir``)."""
     call = AttentionCall(cfg)
     if not cfg.schedule.sparse:
         raise ValueError(f"schedule={cfg.schedule.name} is dense; name a sparse schedule")
@@ -206,6 +217,11 @@ def run(cfg: EvalConfig) -> dict:
     print(f"compiling and timing {len(fns)} parts, {cfg.warm_runs} rounds ...", file=sys.stderr)
     times = time_warm_ms(fns, cfg.warm_runs)
     g, tiles = call.geometry, call.block_sizes
+    profiles = {}
+    if profile:
+        traced = {name: fns[name] for name in PROFILED_PARTS if name in fns}
+        print(f"tracing {len(traced)} blocks ...", file=sys.stderr)
+        profiles = profile_ops(traced, PROFILED_CALLS, trace_dir)
     return {
         "machine": machine_info(),
         "model": f"{cfg.model.name} (random weights, one block)",
@@ -222,6 +238,7 @@ def run(cfg: EvalConfig) -> dict:
         "runs": cfg.warm_runs,
         "parts": times,
         "summary": summarize(times),
+        **({"profile": {name: p.to_json() for name, p in profiles.items()}} if profiles else {}),
     }
 
 
@@ -289,7 +306,34 @@ def format_table(result: dict) -> str:
             f"operands in place save {s['in_place_saves_ms']:.2f} ms a sparse block against "
             "heads-leading copies\n"
         )
-    return title + markdown_table(rows, COLUMNS) + footer + machine_line(result["machine"]) + "\n"
+    table = title + markdown_table(rows, COLUMNS) + footer
+    if "profile" in result:
+        table += "\n" + format_profile(result["profile"])
+    return table + machine_line(result["machine"]) + "\n"
+
+
+def format_profile(profile: dict[str, dict]) -> str:
+    """The traced blocks' device ms per kind of operation side by side, then the sparse block's
+    slowest operations."""
+    names = list(profile)
+    kinds = list(dict.fromkeys(kind for name in names for kind in profile[name]["kinds_ms"]))
+    columns = [("device ms per call", "kind", "{}")] + [(n, n, "{:.2f}") for n in names]
+    rows = [
+        {"kind": kind, **{n: profile[n]["kinds_ms"].get(kind, 0.0) for n in names}}
+        for kind in kinds
+    ]
+    rows.append({"kind": "all operations", **{n: profile[n]["total_ms"] for n in names}})
+    text = markdown_table(rows, columns) + "\n"
+    sparse = profile.get("sparse block")
+    if sparse:
+        top = sparse["ops"][:PROFILE_TOP_OPS]
+        op_columns = (
+            ("sparse block's slowest", "op", "{}"),
+            ("ms", "ms", "{:.2f}"),
+            ("runs", "count", "{:g}"),
+        )
+        text += "\n" + markdown_table(top, op_columns) + "\n"
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -300,10 +344,16 @@ def main(argv: list[str] | None = None) -> int:
         "model=wan2.1-t2v-1.3b resolution=720p schedule=aggressive dtype=bfloat16",
     )
     parser.add_argument("--json-out", help="also write the JSON object to this path")
+    parser.add_argument(
+        "--profile", action="store_true", help="also trace the blocks: device time per operation"
+    )
+    parser.add_argument("--trace-dir", help="keep the --profile traces here (default: discarded)")
     args = parser.parse_intermixed_args(argv)
+    if args.trace_dir and not args.profile:
+        parser.error("--trace-dir keeps --profile's traces: add --profile")
     cfg = config_or_exit(parser, args.overrides, median=True)
     try:
-        result = run(cfg)
+        result = run(cfg, profile=args.profile, trace_dir=args.trace_dir)
     except ValueError as error:
         parser.error(str(error))
     emit(args, result, format_table(result))

@@ -82,3 +82,10 @@ def test_heads_leading_operands_are_timed_beside_in_place_ones_on_pallas_tpu(ove
     if compared:
         assert copied.options.in_place is False
         assert copied.plan.tokens == step_parts._policy(cfg, call).plan.tokens
+
+
+def test_a_trace_folder_without_profile_is_refused_before_anything_runs(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        step_parts.main(["--trace-dir", "traces", "model=tiny", "schedule=aggressive"])
+    assert exit_.value.code == 2
+    assert "--trace-dir keeps --profile's traces: add --profile" in capsys.readouterr().err
