@@ -10,6 +10,10 @@ per executed HLO operation, named by its instruction: on a TPU the whole HLO tex
 bf16[...] copy(...)``, of which the name before `` = `` is kept); on the CPU backend, which has no
 device plane, the host events that carry an ``hlo_op`` statistic (the CPU runtime's thunks). A trace
 with neither raises: a profile of nothing would read as "no time spent".
+
+A control-flow operation (``while``, ``conditional``, ``call``) is an event of its own and its
+body's operations are events too, so the per-call total leaves the containers out: each appears
+in the list with its whole duration, and its body's time is counted once, in its operations.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 import jax
 
 DEVICE_OPS_LINE = "XLA Ops"
+CONTAINER_KINDS = frozenset({"while", "conditional", "call"})
 _NUMBERED = re.compile(r"[.\-]\d+$")  # "copy.113" -> "copy"; "fusion.54" -> "fusion"
 
 
@@ -59,8 +64,9 @@ class OpProfile:
 
     @property
     def total_ms(self) -> float:
-        """Device time per call, all operations."""
-        return sum(op.ms for op in self.ops)
+        """Device time per call: every operation but the containers (``CONTAINER_KINDS``),
+        whose bodies' operations are counted themselves."""
+        return sum(op.ms for op in self.ops if op.kind not in CONTAINER_KINDS)
 
     def by_kind(self) -> dict[str, float]:
         """Device ms per call summed per kind, largest first."""

@@ -322,7 +322,8 @@ def format_profile(profile: dict[str, dict]) -> str:
         {"kind": kind, **{n: profile[n]["kinds_ms"].get(kind, 0.0) for n in names}}
         for kind in kinds
     ]
-    rows.append({"kind": "all operations", **{n: profile[n]["total_ms"] for n in names}})
+    total = "all operations (a while loop's body counted once)"
+    rows.append({"kind": total, **{n: profile[n]["total_ms"] for n in names}})
     text = markdown_table(rows, columns) + "\n"
     sparse = profile.get("sparse block")
     if sparse:

@@ -24,6 +24,13 @@ def test_events_are_summed_per_operation_and_per_call_slowest_first():
     ]
 
 
+def test_a_loops_body_is_counted_once_in_the_total():
+    events = [("while.3", 12e6), ("fusion.176", 7e6), ("copy.2", 5e6), ("fusion.9", 1e6)]
+    profile = op_profile.summarize_events(events, calls=1)
+    assert profile.total_ms == pytest.approx(13.0)  # the while's 12 ms are its body's 7 + 5
+    assert profile.ops[0].op == "while.3"  # listed, with its whole duration
+
+
 def test_an_empty_trace_or_no_call_is_refused_not_read_as_free():
     with pytest.raises(ValueError, match="no executed operation"):
         op_profile.summarize_events([], calls=1)
@@ -74,5 +81,5 @@ def test_the_profile_is_printed_per_kind_side_by_side_with_the_slowest_ops():
     }
     text = step_parts.format_profile(profile)
     assert "| pad | 0.00 | 7.00 |" in text
-    assert "| all operations | 10.00 | 12.00 |" in text
+    assert "| all operations (a while loop's body counted once) | 10.00 | 12.00 |" in text
     assert "| pad.5 | 7.00 | 1 |" in text
