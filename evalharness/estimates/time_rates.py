@@ -186,18 +186,20 @@ def _v5e_rates() -> TimeRates:
         sources={
             "matmuls": (
                 f"{work.matmul_flops / (peak * matmul_s):.1%} of peak: fitted to a v5e's dense "
-                "720p loop (Wan 1.3B, 2 steps, 32.68 s) minus its dense attention"
+                f"720p loop (Wan 1.3B, {m['steps']} steps, {m['dense_loop_ms'] / 1e3:.2f} s) "
+                "minus its dense attention"
             ),
             "attention": (
-                f"{attention:.1%} of peak: splash on a v5e, 437.5 ms at 75,600 tokens x 12 heads "
-                "x 128, batch 2"
+                f"{attention:.1%} of peak: splash on a v5e, {m['dense_attention_ms']:.1f} ms at "
+                f"{m['tokens']:,} tokens x {m['heads']} heads x {m['head_dim']}, batch {m['batch']}"
             ),
             "sparse": (
                 f"B3 {variants['b3']:.1%}, B2 {variants['b2']:.1%}, B1 {variants['b1']:.1%} of "
-                "ideal over executed pairs (a v5e's band kernel at 24.98% of pairs; B2, B1 by its "
-                f"kernel table's ratios); overhead {1e3 * overhead_s / work.calls:.1f} ms per "
+                f"ideal over executed pairs (a v5e's band kernel at {kept:.2%} of pairs; B2, B1 by "
+                f"its kernel table's ratios); overhead {1e3 * overhead_s / work.calls:.1f} ms per "
                 "sparse call at 720p (batch 2 x 75,600 tokens x 12 heads x 128), linear in the "
-                "call's q, fitted to a v5e's aggressive 720p loop (16.42 s)"
+                "call's q, fitted to a v5e's aggressive 720p loop "
+                f"({m['aggressive_loop_ms'] / 1e3:.2f} s)"
             ),
             "exchange": "one device: nothing exchanged",
         },

@@ -1,17 +1,17 @@
-"""What one lent TPU v5e measured (2026-12-06, JAX 0.10.2, libtpu 0.0.42.1): the figures a v5e's
+"""What one lent TPU v5e measured (2026-12-07, JAX 0.10.2, libtpu 0.0.42.1): the figures a v5e's
 time estimates are fitted to and checked against.
 
 Sources (the JSON that ``tests/evalharness/estimates/test_v5e_rates.py`` checks these against):
 
-- ``docs/measurements/tpu-v5e-schedules-720p.json``: the schedule benchmark at Wan 2.1 1.3B's
+- ``docs/measurements/tpu-v5e-schedules-720p-unpadded.json``: the schedule benchmark at Wan 2.1 1.3B's
   shapes with random weights, 720p (75,600 tokens, 12 heads x 128), CFG batch 2, bf16, 2 steps,
   medians of 3 interleaved runs: the dense loop (splash 1,024 x 2,048 x 512), the aggressive
-  loop (every call sparse, b3 3,328 x 1,536, operands in place), and, timed alone in the same
-  process, the dense attention call and the aggressive band kernel;
-- the same benchmark at 480p with 5 steps (``tpu-v5e-schedules-480p-5-steps.json``): the check;
-- the kernel table at the seed's 720p call (docs/benchmarks.md, "Measured on a TPU v5e"):
-  b1, b2 and b3 at 38.87% of pairs, operands copied heads-leading, which gives b1's and b2's
-  time relative to b3's.
+  loop (every call sparse, b3 3,328 x 1,536, operands in place and unpadded), and, timed alone in
+  the same process, the dense attention call and the aggressive band kernel;
+- the same benchmark at 480p with 4 steps (``tpu-v5e-schedules-480p-4-steps-unpadded.json``):
+  the check;
+- the kernel table at the seed's 720p call (``tpu-v5e-kernel-table-720p.json``): b1, b2 and b3
+  at 38.87% of pairs, operands in place, which gives b1's and b2's time relative to b3's.
 """
 
 from __future__ import annotations
@@ -23,18 +23,18 @@ V5E_SCHEDULES_720P = {
     "batch": 2,
     "heads": 12,
     "head_dim": 128,
-    "dense_loop_ms": 32_679.85,
-    "aggressive_loop_ms": 16_422.39,
+    "dense_loop_ms": 32_679.63,
+    "aggressive_loop_ms": 16_017.02,
     "aggressive_kept": 0.249828,
-    "dense_attention_ms": 437.498,
-    "aggressive_band_kernel_ms": 129.876,
+    "dense_attention_ms": 437.452,
+    "aggressive_band_kernel_ms": 123.953,
 }
-# The same at 480p (32,760 tokens), 5 steps: what the 720p fit is checked against.
+# The same at 480p (32,760 tokens), 4 steps: what the 720p fit is checked against.
 V5E_SCHEDULES_480P = {
-    "steps": 5,
+    "steps": 4,
     "tokens": 32_760,
-    "dense_loop_ms": 20_792.31,
-    "aggressive_loop_ms": 14_612.90,
+    "dense_loop_ms": 16_634.05,
+    "aggressive_loop_ms": 11_487.11,
 }
 # The kernel table at the seed's 720p call ([2, 75,600, 5, 128] bf16, 38.87% of pairs), ms.
-V5E_KERNEL_MS = {"b1": 89.1, "b2": 86.3, "b3": 74.6}
+V5E_KERNEL_MS = {"b1": 92.94, "b2": 89.41, "b3": 77.10}
