@@ -74,6 +74,7 @@ HEADS_LEADING_PARTS = ("sparse block (heads-leading)", "band kernel (heads-leadi
 PROFILED_PARTS = ("dense block", "sparse block", HEADS_LEADING_PARTS[0])
 PROFILED_CALLS = 3
 PROFILE_TOP_OPS = 15
+MIN_SHOWN_MS = 0.01  # kinds of operation below this in every block are left out of the table
 COLUMNS = (
     ("part", "part", "{}"),
     ("median ms (min-max)", "range_ms", "{}"),
@@ -217,11 +218,6 @@ def run(cfg: EvalConfig, *, profile: bool = False, trace_dir: str | None = None)
     print(f"compiling and timing {len(fns)} parts, {cfg.warm_runs} rounds ...", file=sys.stderr)
     times = time_warm_ms(fns, cfg.warm_runs)
     g, tiles = call.geometry, call.block_sizes
-    profiles = {}
-    if profile:
-        traced = {name: fns[name] for name in PROFILED_PARTS if name in fns}
-        print(f"tracing {len(traced)} blocks ...", file=sys.stderr)
-        profiles = profile_ops(traced, PROFILED_CALLS, trace_dir)
     return {
         "machine": machine_info(),
         "model": f"{cfg.model.name} (random weights, one block)",
@@ -238,8 +234,20 @@ def run(cfg: EvalConfig, *, profile: bool = False, trace_dir: str | None = None)
         "runs": cfg.warm_runs,
         "parts": times,
         "summary": summarize(times),
-        **({"profile": {name: p.to_json() for name, p in profiles.items()}} if profiles else {}),
+        **(_profiles(fns, trace_dir) if profile else {}),
     }
+
+
+def _profiles(fns: dict[str, Callable], trace_dir: str | None) -> dict:
+    """``{"profile": ...}`` of the blocks in ``PROFILED_PARTS``, or ``{"profile_error": ...}``
+    when the trace holds nothing to read: the timings already taken are kept either way."""
+    traced = {name: fns[name] for name in PROFILED_PARTS if name in fns}
+    print(f"tracing {len(traced)} blocks ...", file=sys.stderr)
+    try:
+        profiles = profile_ops(traced, PROFILED_CALLS, trace_dir)
+    except ValueError as error:
+        return {"profile_error": str(error)}
+    return {"profile": {name: p.to_json() for name, p in profiles.items()}}
 
 
 def summarize(parts: dict[str, dict]) -> dict[str, float]:
@@ -309,6 +317,8 @@ def format_table(result: dict) -> str:
     table = title + markdown_table(rows, COLUMNS) + footer
     if "profile" in result:
         table += "\n" + format_profile(result["profile"])
+    elif "profile_error" in result:
+        table += f"\nno profile: {result['profile_error']}\n"
     return table + machine_line(result["machine"]) + "\n"
 
 
@@ -322,6 +332,7 @@ def format_profile(profile: dict[str, dict]) -> str:
         {"kind": kind, **{n: profile[n]["kinds_ms"].get(kind, 0.0) for n in names}}
         for kind in kinds
     ]
+    rows = [row for row in rows if max(row[n] for n in names) >= MIN_SHOWN_MS]
     total = "all operations (a while loop's body counted once)"
     rows.append({"kind": total, **{n: profile[n]["total_ms"] for n in names}})
     text = markdown_table(rows, columns) + "\n"

@@ -79,7 +79,48 @@ def test_the_profile_is_printed_per_kind_side_by_side_with_the_slowest_ops():
         "dense block": {"total_ms": 10.0, "kinds_ms": {"fusion": 10.0}, "ops": []},
         "sparse block": {"total_ms": 12.0, "kinds_ms": {"fusion": 5.0, "pad": 7.0}, "ops": ops},
     }
+    profile["sparse block"]["kinds_ms"]["constant"] = 0.001  # too small to show
     text = step_parts.format_profile(profile)
+    assert "| constant |" not in text
     assert "| pad | 0.00 | 7.00 |" in text
     assert "| all operations (a while loop's body counted once) | 10.00 | 12.00 |" in text
     assert "| pad.5 | 7.00 | 1 |" in text
+
+
+def test_a_profile_that_cannot_be_read_keeps_the_timings(monkeypatch):
+    def unreadable(*args, **kwargs):
+        raise ValueError("the trace holds no executed operation")
+
+    monkeypatch.setattr(step_parts, "profile_ops", unreadable)
+    assert step_parts._profiles({"dense block": lambda: None}, None) == {
+        "profile_error": "the trace holds no executed operation"
+    }
+    result = {
+        "machine": None,
+        "model": "m",
+        "resolution": "r",
+        "tokens": 1,
+        "batch": 2,
+        "heads": 12,
+        "dtype": "bfloat16",
+        "schedule": "aggressive",
+        "sparse_density": 0.25,
+        "block_sizes": [128, 128],
+        "backend": "pallas_tpu",
+        "dense_executor": "splash",
+        "runs": 5,
+        "parts": {
+            name: {"median_ms": ms, "min_ms": ms, "max_ms": ms}
+            for name, ms in {
+                "dense block": 2.0,
+                "sparse block": 1.0,
+                "dense attention": 1.0,
+                "band kernel": 0.5,
+            }.items()
+        },
+        "profile_error": "the trace holds no executed operation",
+    }
+    result["summary"] = step_parts.summarize(result["parts"])
+    text = step_parts.format_table(result)
+    assert "no profile: the trace holds no executed operation" in text
+    assert "| sparse block | 1.00 (1.00-1.00) | - |" in text
