@@ -95,32 +95,3 @@ def test_a_profile_that_cannot_be_read_keeps_the_timings(monkeypatch):
     assert step_parts._profiles({"dense block": lambda: None}, None) == {
         "profile_error": "the trace holds no executed operation"
     }
-    result = {
-        "machine": None,
-        "model": "m",
-        "resolution": "r",
-        "tokens": 1,
-        "batch": 2,
-        "heads": 12,
-        "dtype": "bfloat16",
-        "schedule": "aggressive",
-        "sparse_density": 0.25,
-        "block_sizes": [128, 128],
-        "backend": "pallas_tpu",
-        "dense_executor": "splash",
-        "runs": 5,
-        "parts": {
-            name: {"median_ms": ms, "min_ms": ms, "max_ms": ms}
-            for name, ms in {
-                "dense block": 2.0,
-                "sparse block": 1.0,
-                "dense attention": 1.0,
-                "band kernel": 0.5,
-            }.items()
-        },
-        "profile_error": "the trace holds no executed operation",
-    }
-    result["summary"] = step_parts.summarize(result["parts"])
-    text = step_parts.format_table(result)
-    assert "no profile: the trace holds no executed operation" in text
-    assert "| sparse block | 1.00 (1.00-1.00) | - |" in text

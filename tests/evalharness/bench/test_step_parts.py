@@ -89,3 +89,10 @@ def test_a_trace_folder_without_profile_is_refused_before_anything_runs(capsys):
         step_parts.main(["--trace-dir", "traces", "model=tiny", "schedule=aggressive"])
     assert exit_.value.code == 2
     assert "--trace-dir keeps --profile's traces: add --profile" in capsys.readouterr().err
+
+
+def test_a_profile_that_could_not_be_read_is_said_below_the_timings():
+    result = {**_result(_PARTS_MS), "profile_error": "the trace holds no executed operation"}
+    text = step_parts.format_table(result)
+    assert "no profile: the trace holds no executed operation" in text
+    assert "| sparse block | 280.00 (280.00-280.00) | - |" in text
