@@ -13,7 +13,8 @@ self-attention call:
 - ``sparse attention``: the sparse branch alone (routing, layout in, band kernel, layout out);
 - its parts: ``routing``, ``layout in``, ``band kernel``, ``layout out``; and the layout change
   as a gather by the permutation index (``layout in (gather)``, ``layout out (gather)``), the
-  plain definition the transposes replace, for comparison;
+  plain definition the transposes replace, for comparison, alone and inside the block
+  (``sparse block (gather layout)``, where XLA fuses it with what surrounds it);
 - on ``pallas_tpu`` with operands read in place (``kernels.executors.pallas_tpu_operands``):
   ``sparse block (heads-leading)`` and ``band kernel (heads-leading)``, the same with the
   kernel's operands copied heads-leading, so the two layouts are compared in one process.
@@ -69,7 +70,7 @@ from models.transformer import WanTransformerBlock
 BLOCK_PARTS = ("dense block", "sparse block", "block without self-attention")
 ATTENTION_PARTS = ("dense attention", "sparse attention")
 SPARSE_PARTS = ("routing", "layout in", "band kernel", "layout out")
-GATHER_PARTS = ("layout in (gather)", "layout out (gather)")
+GATHER_PARTS = ("layout in (gather)", "layout out (gather)", "sparse block (gather layout)")
 HEADS_LEADING_PARTS = ("sparse block (heads-leading)", "band kernel (heads-leading)")
 PROFILED_PARTS = ("dense block", "sparse block", HEADS_LEADING_PARTS[0])
 PROFILED_CALLS = 3
@@ -112,6 +113,25 @@ def _gather(x: jax.Array, index: Any, temporal: jax.Array) -> jax.Array:
     return jnp.where(temporal[:, None, :, None], moved, x)
 
 
+def _routed(policy: AttentionPolicy, q, k, v, *, step, layer) -> jax.Array:
+    """Routing's temporal flags, bool [batch, heads], for the sparse cell (step, layer)."""
+    key = routing_key(policy.seed, step, layer)
+    samples = policy.schedule.routing_samples
+    return route_heads(
+        q, k, v, policy.routing_mask, policy.geometry, key=key, samples=samples
+    ).temporal
+
+
+def _sparse_by_gather(policy: AttentionPolicy, q, k, v, *, step, layer) -> jax.Array:
+    """The sparse branch with the layout change as a gather by the permutation index: equal to
+    ``policy.sparse_branch`` (a permutation either way), timed to compare the two in a block."""
+    temporal = _routed(policy, q, k, v, step=step, layer=layer)
+    perm = temporal_permutation(policy.geometry)
+    moved = [_gather(x, perm, temporal) for x in (q, k, v)]
+    out = policy.execute_band(*moved)
+    return _gather(out, inverse_temporal_permutation(policy.geometry), temporal)
+
+
 def _inputs(call: AttentionCall) -> dict[str, jax.Array]:
     """Random q, k, v [B, N, H, D], block activations [B, N, dim], text [B, L, dim], modulation
     [B, 6, dim] and half the heads temporal in each batch row (both halves differently)."""
@@ -150,6 +170,9 @@ def _block_fns(
         "dense block": policy.dense_attend,
         "sparse block": lambda q, k, v, **_: policy.sparse_branch(q, k, v, step=step, layer=layer),
         "block without self-attention": lambda q, k, v, **_: v,
+        GATHER_PARTS[2]: lambda q, k, v, **_: _sparse_by_gather(
+            policy, q, k, v, step=step, layer=layer
+        ),
     }
     if copied is not None:
         attends[HEADS_LEADING_PARTS[0]] = lambda q, k, v, **_: copied.sparse_branch(
@@ -177,11 +200,7 @@ def _attention_fns(
     moved = [to_head_layouts(t, g, temporal) for t in (q, k, v)]
     perm, inv = temporal_permutation(g), inverse_temporal_permutation(g)
 
-    def routing(q, k, v):
-        key = routing_key(policy.seed, step, layer)
-        samples = policy.schedule.routing_samples
-        return route_heads(q, k, v, policy.routing_mask, g, key=key, samples=samples).temporal
-
+    routing = functools.partial(_routed, policy, step=step, layer=layer)
     jitted = {
         "dense attention": (jax.jit(lambda q, k, v: policy.dense_attend(q, k, v)), (q, k, v)),
         "sparse attention": (
@@ -261,7 +280,9 @@ def summarize(parts: dict[str, dict]) -> dict[str, float]:
         ``fraction_of_ideal`` (ideal / sparse block), ``overhead_ms`` (sparse block - ideal),
         ``ideal_speedup`` and ``block_speedup`` (dense block over the ideal and the measured one);
         with the heads-leading parts, ``in_place_saves_ms``: the sparse block with heads-leading
-        operands minus the block as run (positive: in place is faster).
+        operands minus the block as run (positive: in place is faster); with the gather block,
+        ``transpose_saves_ms``: the block with the gather layout minus the block as run
+        (positive: the transpose is faster).
     """
     ms = {name: part["median_ms"] for name, part in parts.items()}
     ideal = ms["dense block"] - ms["dense attention"] + ms["band kernel"]
@@ -274,6 +295,8 @@ def summarize(parts: dict[str, dict]) -> dict[str, float]:
     }
     if HEADS_LEADING_PARTS[0] in ms:
         summary["in_place_saves_ms"] = ms[HEADS_LEADING_PARTS[0]] - ms["sparse block"]
+    if GATHER_PARTS[2] in ms:
+        summary["transpose_saves_ms"] = ms[GATHER_PARTS[2]] - ms["sparse block"]
     return summary
 
 
@@ -309,6 +332,11 @@ def format_table(result: dict) -> str:
         f"{s['overhead_ms']:.2f} ms over it; block speedup {s['block_speedup']:.2f}x of an "
         f"ideal {s['ideal_speedup']:.2f}x\n"
     )
+    if "transpose_saves_ms" in s:
+        footer += (
+            f"the layout change by transpose saves {s['transpose_saves_ms']:.2f} ms a sparse block "
+            "against the gather\n"
+        )
     if "in_place_saves_ms" in s:
         footer += (
             f"operands in place save {s['in_place_saves_ms']:.2f} ms a sparse block against "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from evalharness.bench import step_parts
@@ -96,3 +97,25 @@ def test_a_profile_that_could_not_be_read_is_said_below_the_timings():
     text = step_parts.format_table(result)
     assert "no profile: the trace holds no executed operation" in text
     assert "| sparse block | 280.00 (280.00-280.00) | - |" in text
+
+
+def test_the_gather_layout_block_is_the_sparse_block_exactly():
+    """The block timed with the layout change as a gather computes what the run's block does:
+    a permutation either way, so the outputs are equal bit for bit."""
+    tiles = ("kernel.block_q=128", "kernel.block_kv=128", "kernel.dense_executor=b0")
+    cfg, call = _call("model=tiny", "kernel.backend=xla", "dtype=float32", *tiles)
+    policy = step_parts._policy(cfg, call)
+    blocks = step_parts._block_fns(call, policy, step_parts._inputs(call), None)
+    sparse = np.asarray(blocks["sparse block"]())
+    by_gather = np.asarray(blocks["sparse block (gather layout)"]())
+    np.testing.assert_array_equal(by_gather, sparse)
+    assert not np.array_equal(sparse, np.asarray(blocks["block without self-attention"]()))
+
+
+def test_the_transposes_saving_over_the_gather_is_summarized_where_it_was_timed():
+    result = _result({**_PARTS_MS, "sparse block (gather layout)": 284.0})
+    assert result["summary"]["transpose_saves_ms"] == pytest.approx(4.0)
+    table = step_parts.format_table(result)
+    assert "| sparse block (gather layout) | 284.00 (284.00-284.00) | 101.4% |" in table
+    assert "the layout change by transpose saves 4.00 ms a sparse block against the gather" in table
+    assert "transpose_saves_ms" not in _result(_PARTS_MS)["summary"]
