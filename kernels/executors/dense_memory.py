@@ -38,9 +38,13 @@ those sizes, s the input dtype's bytes.
   (``tests/kernels/test_xla_flash.py``).
 - "b0" on backends "pallas_tpu" and "pallas_gpu", "splash" (linear in N): the online-softmax state
   (running max, sum, float32 accumulator) and the score tiles stay on chip (VMEM on a TPU,
-  registers and shared memory on a GPU), not in HBM; what HBM holds are the heads-leading, padded
-  copies of q, k, v and of the output before it is moved back, about 4 * B*H*Np*D*s (Np: N padded
-  to the tiles; for b0, q and out to BQ, k and v to BKV), plus block tables of a few KiB.
+  registers and shared memory on a GPU), not in HBM; what HBM holds are copies of q, k, v and of
+  the output, plus block tables of a few KiB. Splash and the Pallas GPU kernel copy them
+  heads-leading and padded to the tiles, about 4 * B*H*Np*D*s (Np: N padded to the tiles; for
+  b0, q and out to BQ, k and v to BKV). The Pallas TPU kernel does not pad
+  (``kernels.executors.pallas_tpu``): reading in place it holds q's scaled copy and k and v laid
+  out as [B, N, H*D], 3 * B*H*N*D*s (compiled for v6e: within 128 KiB); with heads-leading
+  copies (head_dim 64) 4 * B*H*N*D'*s, where D' = 128 because a row of 64 fills a 128-lane row.
 - "cudnn" (linear in N): cuDNN's fused kernel keeps scores on chip and takes the [B, N, H, D]
   layout directly; its output comes back heads-leading, so at most one relayout copy B*H*N*D*s.
   cuDNN's own workspace is chosen at compile time and is not modelled (small next to the
@@ -49,6 +53,7 @@ those sizes, s the input dtype's bytes.
 
 from __future__ import annotations
 
+from kernels.executors.pallas_tpu_operands import LANES, reads_in_place
 from kernels.executors.splash_tiles import splash_tiles
 from kernels.executors.xla_flash import FLASH_SCORE_ELEMENTS, flash_blocks
 from kernels.executors.xla_scan_steps import query_tiles_per_step, wide_step_tiles
@@ -184,9 +189,12 @@ def dense_executor_temp_bytes(
         return 4 * b * h * padded * d * s
     tiles = auto_block_sizes(n, backend)
     tiles = BlockSizes(block_q or tiles.block_q, block_kv or tiles.block_kv)
-    if backend in ("pallas_tpu", "pallas_gpu"):
-        # q and the output padded to BQ, k and v to BKV (``kernels.executors.pallas_tpu`` and
-        # ``kernels.executors.pallas_gpu``).
+    if backend == "pallas_tpu":  # unpadded, in place or heads-leading (module docstring)
+        if reads_in_place(h, d):
+            return 3 * b * h * n * d * s
+        return 4 * b * h * n * _round_up(d, LANES) * s
+    if backend == "pallas_gpu":
+        # q and the output padded to BQ, k and v to BKV (``kernels.executors.pallas_gpu``).
         padded = 2 * _round_up(n, tiles.block_q) + 2 * _round_up(n, tiles.block_kv)
         return b * h * padded * d * s
     return _b0_xla_bytes(b, h, n, d, s, tiles)

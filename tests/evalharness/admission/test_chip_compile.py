@@ -63,9 +63,9 @@ def test_mosaic_compiles_every_variant_at_a_per_chip_shape(variant):
     tensor = 2 * TOKENS * HEADS * HEAD_DIM * 2
     # The visit tables are constants of the program: the arguments are q, k, v alone.
     assert (program.argument_bytes, program.output_bytes) == (3 * tensor, tensor)
-    # The temporaries are what our executor model says a Pallas TPU call holds in HBM: q, k, v and
-    # the output copied heads-leading and padded to the tiles (4 x B*H*Np*D*s; 748.8 MiB for 14B
-    # at 720p), plus the visit tables' few KiB; the softmax state stays in VMEM.
+    # The temporaries are what our executor model says a Pallas TPU call holds in HBM: unpadded,
+    # read in place, q's scaled copy and k and v laid out as [B, N, H*D] (3 x B*H*N*D*s), plus the
+    # visit tables' few KiB; the softmax state stays in VMEM.
     modelled = dense_executor_temp_bytes(
         "b0",
         batch=2,
@@ -78,6 +78,23 @@ def test_mosaic_compiles_every_variant_at_a_per_chip_shape(variant):
         backend="pallas_tpu",
     )
     assert modelled <= program.temp_bytes <= modelled + 128 * 1024, (program.temp_bytes, modelled)
+
+
+def test_heads_leading_operands_hold_four_lane_padded_copies():
+    """head_dim 64 is copied heads-leading: q, k, v and the output, each 64-wide row padded to a
+    128-lane row, so twice what the element count says."""
+    heads, head_dim = 10, 64
+    plan = build_plan(BandMask(TOKENS, 4000, 1560), SEED_TILES, "b3", rounding_tolerance=None)
+    qkv = jax.ShapeDtypeStruct((2, TOKENS, heads, head_dim), jnp.bfloat16)
+
+    def call(q, k, v):
+        return pallas_blocksparse_attention(q, k, v, plan, variant="b3")
+
+    program = compile_for(topology_compiler("v6e:2x4").device, call, qkv, qkv, qkv)
+    sizes = {"batch": 2, "heads": heads, "tokens": TOKENS, "head_dim": head_dim}
+    modelled = dense_executor_temp_bytes("b0", **sizes, dtype_bytes=2, backend="pallas_tpu")
+    assert modelled == 8 * 2 * TOKENS * heads * head_dim * 2
+    assert modelled <= program.temp_bytes <= 1.005 * modelled, (program.temp_bytes, modelled)
 
 
 def _verdict_line(report: str) -> str:
