@@ -63,7 +63,6 @@ from kernels.masks.layouts import (
     to_head_layouts,
 )
 from kernels.policy.attention_policy import AttentionPolicy
-from kernels.policy.routing import route_heads, routing_key
 from models.rope import rope_tables
 from models.transformer import WanTransformerBlock
 
@@ -115,11 +114,7 @@ def _gather(x: jax.Array, index: Any, temporal: jax.Array) -> jax.Array:
 
 def _routed(policy: AttentionPolicy, q, k, v, *, step, layer) -> jax.Array:
     """Routing's temporal flags, bool [batch, heads], for the sparse cell (step, layer)."""
-    key = routing_key(policy.seed, step, layer)
-    samples = policy.schedule.routing_samples
-    return route_heads(
-        q, k, v, policy.routing_mask, policy.geometry, key=key, samples=samples
-    ).temporal
+    return policy.route(q, k, v, step=step, layer=layer).temporal
 
 
 def _sparse_by_gather(policy: AttentionPolicy, q, k, v, *, step, layer) -> jax.Array:

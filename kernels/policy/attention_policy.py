@@ -46,7 +46,7 @@ from kernels.policy.negative_controls import (
     controlled_flags,
     restores_layout,
 )
-from kernels.policy.routing import ROUTING_MODES, route_heads, routing_key
+from kernels.policy.routing import ROUTING_MODES, Routing, route_heads, routing_key
 from kernels.policy.routing_stats import RoutingRecorder, RoutingStats
 from kernels.policy.schedule import SparsitySchedule
 from kernels.registry import DENSE_EXECUTORS, PLATFORMS, POLICY_BACKENDS
@@ -301,16 +301,7 @@ class AttentionPolicy:
         """
         if self.plan is None:
             raise ValueError(f"schedule {self.schedule.name!r} is not sparse; it has no band")
-        routing = route_heads(
-            q,
-            k,
-            v,
-            self.routing_mask,
-            self.geometry,
-            key=routing_key(self.seed, step, layer),
-            samples=self.schedule.routing_samples,
-            mode=self.routing_mode,
-        )
+        routing = self.route(q, k, v, step=step, layer=layer)
         temporal = self.layout_flags(routing.temporal)
         if self.recorder is not None:
             jax.debug.callback(
@@ -323,6 +314,31 @@ class AttentionPolicy:
                 layer=layer,
             )
         return self.sparse_attention(q, k, v, temporal)
+
+    def route(self, q, k, v, *, step: jax.Array, layer: int | jax.Array) -> Routing:
+        """Routing of the sparse cell (step, layer) as ``sparse_branch`` runs it: this policy's
+        mask, seed, samples and mode.
+
+        Args:
+            q: [batch, tokens, heads, head_dim], frame-major, unscaled.
+            k: [batch, tokens, heads, head_dim].
+            v: [batch, tokens, heads, head_dim].
+            step: denoising step (seeds the routing sample).
+            layer: block index.
+
+        Returns:
+            ``Routing`` with [batch, heads] flags and errors.
+        """
+        return route_heads(
+            q,
+            k,
+            v,
+            self.routing_mask,
+            self.geometry,
+            key=routing_key(self.seed, step, layer),
+            samples=self.schedule.routing_samples,
+            mode=self.routing_mode,
+        )
 
     def layout_flags(self, temporal: jax.Array) -> jax.Array:
         """The layouts the sparse executor runs, given routing's choice: the choice itself,
