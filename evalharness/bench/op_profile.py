@@ -85,6 +85,12 @@ class OpProfile:
         }
 
 
+def _check_calls(calls: int) -> None:
+    """Refuses a count of traced calls below one (a profile per call of nothing)."""
+    if calls < 1:
+        raise ValueError(f"calls={calls}: expected >= 1")
+
+
 def op_kind(op: str) -> str:
     """``op`` without its numeric suffix: the kind of operation it is."""
     return _NUMBERED.sub("", op)
@@ -131,8 +137,7 @@ def summarize_events(events: Iterable[tuple[str, float]], calls: int) -> OpProfi
     Raises:
         ValueError: ``calls`` < 1, or no events (nothing was traced).
     """
-    if calls < 1:
-        raise ValueError(f"calls={calls}: expected >= 1")
+    _check_calls(calls)
     total: dict[str, float] = defaultdict(float)
     count: dict[str, int] = defaultdict(int)
     for op, ns in events:
@@ -161,14 +166,12 @@ def profile_ops(
     Returns:
         name -> its ``OpProfile``, in the order of ``fns``.
     """
-    if calls < 1:
-        raise ValueError(f"calls={calls}: expected >= 1")
+    _check_calls(calls)  # before any tracing
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(trace_dir) if trace_dir is not None else Path(scratch)
         profiles = {}
         for index, (name, fn) in enumerate(fns.items()):
             folder = root / f"{index:02d}-{re.sub(r'[^A-Za-z0-9]+', '-', name).strip('-')}"
-            jax.block_until_ready(fn())
             with jax.profiler.trace(str(folder)):
                 for _ in range(calls):
                     jax.block_until_ready(fn())

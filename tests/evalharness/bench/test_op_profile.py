@@ -64,6 +64,7 @@ def test_a_device_event_named_by_its_hlo_text_gives_the_instructions_name(event,
 def test_a_real_trace_names_the_traced_computations_operations(tmp_path):
     x = jnp.arange(256 * 384, dtype=jnp.float32).reshape(256, 384)
     transposed = jax.jit(lambda a: jnp.sin(a).T @ a)
+    transposed(x).block_until_ready()  # warm, as profile_ops asks
     profiles = op_profile.profile_ops({"sin-matmul": lambda: transposed(x)}, 2, tmp_path)
     profile = profiles["sin-matmul"]
     assert profile.calls == 2
