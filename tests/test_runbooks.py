@@ -1,8 +1,9 @@
-"""The runbooks' commands stay runnable: every ``python -m ...`` line of ``docs/runbook-*.md``
-and every step of ``.ci/tpu-check`` parses. A harness line's overrides are checked by name (``check_overrides``), then composed with
-Hydra job by job (a sweep expanded as Hydra's basic sweeper does, ``hydra.*`` overrides and the
-launcher included) and built into the schema (``to_config``); any other module's arguments go
-through its own argparse parser, stopped before it does any work. A stale key fails here."""
+"""The runbooks' commands stay runnable: every ``python -m ...`` line of ``docs/runbook-*.md`` and
+every step of ``.ci/tpu-check`` parses. A harness line's overrides are checked by name
+(``check_overrides``), then composed with Hydra job by job (a sweep expanded as Hydra's basic
+sweeper does, ``hydra.*`` overrides and the launcher included) and built into the schema
+(``to_config``); any other module's arguments go through its own argparse parser, stopped before
+it does any work. A stale key fails here."""
 
 from __future__ import annotations
 

@@ -194,13 +194,17 @@ def _validate(q: jax.Array, k: jax.Array, v: jax.Array, plan: TilePlanLike, vari
         raise ValueError(
             f"block_kv {block_kv} does not suit the TPU: use a positive multiple of {NUM_LANES}"
         )
-    # Operands are not padded (module docstring), so no tile may lie wholly past the end.
-    q_tiles, tokens = int(np.size(plan.full_count)), q.shape[1]
-    if q_tiles != math.ceil(tokens / block_q):
+
+
+def _check_tiles_within(visits: VisitSlots, tokens: int, block_q: int, block_kv: int) -> None:
+    """No tile may lie wholly past the end of the unpadded operands (module docstring)."""
+    need_q, need_kv = math.ceil(tokens / block_q), math.ceil(tokens / block_kv)
+    if (visits.num_q_tiles, visits.num_kv_tiles) != (need_q, need_kv):
         raise ValueError(
-            f"plan has {q_tiles} query tiles of {block_q} for {tokens} tokens; this kernel reads "
-            f"unpadded operands and needs exactly {math.ceil(tokens / block_q)}: build the plan "
-            "with kernels.plans.tiles.build_plan"
+            f"plan has {visits.num_q_tiles} query tiles of {block_q} and visits up to key tile "
+            f"{visits.num_kv_tiles - 1} of {block_kv} for {tokens} tokens; this kernel reads "
+            f"unpadded operands and needs exactly {need_q} query and {need_kv} key tiles: build "
+            "the plan with kernels.plans.tiles.build_plan"
         )
 
 
@@ -358,11 +362,7 @@ def _build_forward(
     block_q, block_kv = plan_block_sizes(plan)
     chunk = resolve_block_kv_compute(block_kv, block_kv_compute)
     visits: VisitSlots = plan_visit_slots(plan, variant)
-    if visits.num_kv_tiles != math.ceil(tokens / block_kv):
-        raise ValueError(
-            f"plan visits key tile {visits.num_kv_tiles - 1}, past the last of {tokens} tokens in "
-            f"tiles of {block_kv}: build the plan with kernels.plans.tiles.build_plan"
-        )
+    _check_tiles_within(visits, tokens, block_q, block_kv)
     if not interpret:  # the interpreter has no SMEM or VMEM to run out of
         vmem_limit_bytes = _compiler_vmem_limit(
             visits,
