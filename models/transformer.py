@@ -74,7 +74,8 @@ class WanTransformerBlock(nnx.Module):
             text: [B, L, dim] projected text tokens.
             modulation: [B, 6, dim] timestep projection.
             rope: (cos, sin) [N, head_dim // 2].
-            attend: self-attention function.
+            attend: self-attention function; its ``cross_attend`` attribute, where it has one,
+                computes the cross-attention (``models.attention.cross_attention`` otherwise).
             step: denoising step for ``attend``.
             layer: this block's index for ``attend`` (a traced int32 scalar when scanned).
 
@@ -89,7 +90,10 @@ class WanTransformerBlock(nnx.Module):
         x = (x.astype(jnp.float32) + attn * gate).astype(x.dtype)
 
         h = x if self.norm2 is None else self.norm2(x).astype(self.dtype)
-        x = x + self.attn2(h, text, attend=cross_attention, step=step, layer=layer).astype(x.dtype)
+        # The run's cross-attention rides on its self-attention function (one per backend, the
+        # same for every arm); the model's own where the function carries none.
+        cross = getattr(attend, "cross_attend", None) or cross_attention
+        x = x + self.attn2(h, text, attend=cross, step=step, layer=layer).astype(x.dtype)
 
         h = (self.norm3(x) * (1.0 + ff_scale) + ff_shift).astype(self.dtype)
         ff = self.ffn(h)

@@ -17,7 +17,11 @@ self-attention call:
   (``sparse block (gather layout)``, where XLA fuses it with what surrounds it);
 - on ``pallas_tpu`` with operands read in place (``kernels.executors.pallas_tpu_operands``):
   ``sparse block (heads-leading)`` and ``band kernel (heads-leading)``, the same with the
-  kernel's operands copied heads-leading, so the two layouts are compared in one process.
+  kernel's operands copied heads-leading, so the two layouts are compared in one process;
+- where the backend brings its own cross-attention (``pallas_tpu``: every block, dense and sparse,
+  runs ``kernels.executors.pallas_tpu_cross``): ``dense block (model's cross-attention)``, the
+  dense block with ``models.attention.cross_attention`` instead, and the two cross-attentions
+  alone on the block's shapes (``cross-attention (run's)``, ``cross-attention (model's)``).
 
 Each part's share is of the sparse block (dense parts: of the dense block). The ideal sparse block
 is the dense block with its dense attention replaced by the band kernel alone
@@ -63,6 +67,7 @@ from kernels.masks.layouts import (
     to_head_layouts,
 )
 from kernels.policy.attention_policy import AttentionPolicy
+from models.attention import cross_attention
 from models.rope import rope_tables
 from models.transformer import WanTransformerBlock
 
@@ -71,6 +76,13 @@ ATTENTION_PARTS = ("dense attention", "sparse attention")
 SPARSE_PARTS = ("routing", "layout in", "band kernel", "layout out")
 GATHER_PARTS = ("layout in (gather)", "layout out (gather)", "sparse block (gather layout)")
 HEADS_LEADING_PARTS = ("sparse block (heads-leading)", "band kernel (heads-leading)")
+# Where the run's backend brings its own cross-attention (``cross_attend_for``): the dense block
+# with the model's own instead, and the two cross-attentions alone on the block's text shapes.
+CROSS_PARTS = (
+    "dense block (model's cross-attention)",
+    "cross-attention (run's)",
+    "cross-attention (model's)",
+)
 PROFILED_PARTS = ("dense block", "sparse block", HEADS_LEADING_PARTS[0])
 PROFILED_CALLS = 3
 PROFILE_TOP_OPS = 15
@@ -129,11 +141,13 @@ def _sparse_by_gather(policy: AttentionPolicy, q, k, v, *, step, layer) -> jax.A
 
 def _inputs(call: AttentionCall) -> dict[str, jax.Array]:
     """Random q, k, v [B, N, H, D], block activations [B, N, dim], text [B, L, dim], modulation
-    [B, 6, dim] and half the heads temporal in each batch row (both halves differently)."""
+    [B, 6, dim], the text's keys and values [B, L, H, D], and half the heads temporal in each
+    batch row (both halves differently)."""
     model, g, dtype = call.model, call.geometry, call.dtype
-    keys = jax.random.split(jax.random.key(call.cfg.seed), 6)
+    keys = jax.random.split(jax.random.key(call.cfg.seed), 8)
     qkv = (call.batch, g.tokens, call.heads, call.head_dim)
     q, k, v = (jax.random.normal(keys[i], qkv, dtype) for i in range(3))
+    text_kv = (call.batch, model.text_len, call.heads, call.head_dim)
     heads = jnp.arange(call.heads)
     temporal = jnp.stack([heads % 2 == 0, heads % 2 == 1][: call.batch])
     return {
@@ -144,6 +158,8 @@ def _inputs(call: AttentionCall) -> dict[str, jax.Array]:
         "x": jax.random.normal(keys[3], (call.batch, g.tokens, model.dim), dtype),
         "text": jax.random.normal(keys[4], (call.batch, model.text_len, model.dim), dtype),
         "modulation": jax.random.normal(keys[5], (call.batch, 6, model.dim), jnp.float32),
+        "text_k": jax.random.normal(keys[6], text_kv, dtype),
+        "text_v": jax.random.normal(keys[7], text_kv, dtype),
     }
 
 
@@ -174,7 +190,11 @@ def _block_fns(
             q, k, v, step=step, layer=layer
         )
 
-    def make(attend: Callable) -> Callable:
+    def make(attend: Callable, cross: bool = True) -> Callable:
+        # Every block runs the run's cross-attention, as the policy's own attend carries it.
+        if cross and policy.cross_attend is not None:
+            attend.cross_attend = policy.cross_attend
+
         @jax.jit
         def run(state, h, text, modulation):
             module = nnx.merge(graph, state)
@@ -182,7 +202,10 @@ def _block_fns(
 
         return functools.partial(run, state, x["x"], x["text"], x["modulation"])
 
-    return {name: make(attend) for name, attend in attends.items()}
+    fns = {name: make(attend) for name, attend in attends.items()}
+    if policy.cross_attend is not None:
+        fns[CROSS_PARTS[0]] = make(lambda q, k, v, **_: policy.dense_attend(q, k, v), cross=False)
+    return fns
 
 
 def _attention_fns(
@@ -217,6 +240,10 @@ def _attention_fns(
     }
     if copied is not None:
         jitted[HEADS_LEADING_PARTS[1]] = (jax.jit(copied.execute_band), tuple(moved))
+    if policy.cross_attend is not None:
+        text_kv = (x["text_k"], x["text_v"])
+        jitted[CROSS_PARTS[1]] = (jax.jit(policy.cross_attend), (q, *text_kv))
+        jitted[CROSS_PARTS[2]] = (jax.jit(cross_attention), (q, *text_kv))
     return {name: functools.partial(fn, *args) for name, (fn, args) in jitted.items()}
 
 
@@ -277,7 +304,9 @@ def summarize(parts: dict[str, dict]) -> dict[str, float]:
         with the heads-leading parts, ``in_place_saves_ms``: the sparse block with heads-leading
         operands minus the block as run (positive: in place is faster); with the gather block,
         ``transpose_saves_ms``: the block with the gather layout minus the block as run
-        (positive: the transpose is faster).
+        (positive: the transpose is faster); where the run brings its own cross-attention,
+        ``cross_attention_saves_ms``: the dense block with the model's cross-attention minus the
+        dense block as run (positive: the run's is faster).
     """
     ms = {name: part["median_ms"] for name, part in parts.items()}
     ideal = ms["dense block"] - ms["dense attention"] + ms["band kernel"]
@@ -292,6 +321,8 @@ def summarize(parts: dict[str, dict]) -> dict[str, float]:
         summary["in_place_saves_ms"] = ms[HEADS_LEADING_PARTS[0]] - ms["sparse block"]
     if GATHER_PARTS[2] in ms:
         summary["transpose_saves_ms"] = ms[GATHER_PARTS[2]] - ms["sparse block"]
+    if CROSS_PARTS[0] in ms:
+        summary["cross_attention_saves_ms"] = ms[CROSS_PARTS[0]] - ms["dense block"]
     return summary
 
 
@@ -301,7 +332,7 @@ def format_table(result: dict) -> str:
     rows = []
     for group, whole in (
         (BLOCK_PARTS, None),
-        (("dense attention",), "dense block"),
+        (("dense attention", *CROSS_PARTS), "dense block"),
         (("sparse attention", *SPARSE_PARTS, *GATHER_PARTS, *HEADS_LEADING_PARTS), "sparse block"),
     ):
         for name in (n for n in group if n in parts):
@@ -331,6 +362,11 @@ def format_table(result: dict) -> str:
         footer += (
             f"the layout change by transpose saves {s['transpose_saves_ms']:.2f} ms a sparse block "
             "against the gather\n"
+        )
+    if "cross_attention_saves_ms" in s:
+        footer += (
+            f"the run's cross-attention saves {s['cross_attention_saves_ms']:.2f} ms a block "
+            "against the model's own (both arms run it)\n"
         )
     if "in_place_saves_ms" in s:
         footer += (

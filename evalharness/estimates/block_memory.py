@@ -8,8 +8,11 @@ XLA:TPU/GPU and runs bfloat16 dots in float32 (so it over- rather than under-cou
 
 Self-attention is a shape-only stand-in unless an ``attend`` is given: q, k and v pass an
 ``optimization_barrier`` (materialised and live together, as when handed to a real kernel) and
-the output is a new q-shaped buffer. Cross-attention is the model's own
-(``models.attention.cross_attention``), so its float32 scores, [B, H_group, N, L], are in the plan.
+the output is a new q-shaped buffer. Cross-attention is the one the run's ``attend`` carries
+(``cross_attend``: the Pallas kernel on ``pallas_tpu``, whose scores stay in VMEM), else the
+model's own (``models.attention.cross_attention``), whose float32 scores, [B, H_group, N, L], are
+then in the plan: the stand-in carries none, so a plan without the run's attend over-counts a
+``pallas_tpu`` run by those scores.
 14B at 720p on 8 devices (9,450 tokens per device, batch 2) compiles in about 2 s on a 2-core CPU.
 """
 

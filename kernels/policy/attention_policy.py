@@ -37,6 +37,7 @@ from kernels.executors.dispatch import (
     KernelOptions,
     make_attention,
 )
+from kernels.executors.pallas_tpu_cross import cross_attend_for
 from kernels.masks.geometry import TokenGeometry
 from kernels.masks.layouts import from_head_layouts, to_head_layouts
 from kernels.plans.block_sizes import BlockSizes, auto_block_sizes
@@ -81,7 +82,8 @@ def make_dense_attend(
             TPU kernel's key chunk and VMEM limit, the Pallas GPU kernel's warps and stages).
 
     Returns:
-        ``attend(q, k, v, *, step, layer) -> out`` ignoring step and layer.
+        ``attend(q, k, v, *, step, layer) -> out`` ignoring step and layer; with a
+        ``cross_attend`` attribute where ``cross_attend_for(backend)`` gives one.
 
     Raises:
         ValueError: on an unknown backend or executor, or "auto" (resolve it first).
@@ -115,6 +117,9 @@ def make_dense_attend(
         del step, layer
         return kernel_for(q.shape[1])(q, k, v)
 
+    cross = cross_attend_for(backend, interpret=options.interpret)
+    if cross is not None:
+        dense_attend.cross_attend = cross
     return dense_attend
 
 
@@ -131,6 +136,8 @@ class AttentionPolicy:
         plan: the sparse executor's tile plan (None for a non-sparse schedule).
         routing_mask: the mask routing compares (the plan's logical mask; rounded for b3).
         dense_attend: the dense executor.
+        cross_attend: the cross-attention the transformer runs beside this policy
+            (``cross_attend_for(backend)``; None: the model's own).
         recorder: the routing recorder when built with ``record_stats=True``, else None.
         negative_control: ``none`` (the correct arm) or a deliberately broken variant (see
             ``kernels.policy.negative_controls``).
@@ -188,6 +195,8 @@ class AttentionPolicy:
         self.dense_steps = schedule.dense_steps(num_steps)
         self.dense_layers = schedule.dense_layers(num_layers)
         self.backend = backend
+        # Read by the transformer for every block's cross-attention (None: the model's own).
+        self.cross_attend = cross_attend_for(backend, interpret=options.interpret)
         self.routing_mode = routing_mode
         self.seed = seed
         self.options = options

@@ -125,3 +125,32 @@ def test_the_transposes_saving_over_the_gather_is_summarized_where_it_was_timed(
     assert "| sparse block (gather layout) | 284.00 (284.00-284.00) | 101.4% |" in table
     assert "the layout change by transpose saves 4.00 ms a sparse block against the gather" in table
     assert "transpose_saves_ms" not in _result(_PARTS_MS)["summary"]
+
+
+def test_the_run_s_cross_attention_saving_is_summarized_where_it_was_timed():
+    result = _result(
+        {
+            **_PARTS_MS,
+            "dense block (model's cross-attention)": 510.0,
+            "cross-attention (run's)": 2.5,
+            "cross-attention (model's)": 12.5,
+        }
+    )
+    assert result["summary"]["cross_attention_saves_ms"] == pytest.approx(10.0)
+    table = step_parts.format_table(result)
+    assert "| cross-attention (run's) | 2.50 (2.50-2.50) | 0.5% |" in table
+    assert "the run's cross-attention saves 10.00 ms a block against the model's own" in table
+    assert "cross_attention_saves_ms" not in _result(_PARTS_MS)["summary"]
+
+
+@pytest.mark.parametrize(("backend", "timed"), [("pallas_tpu", True), ("xla", False)])
+def test_cross_attention_parts_are_timed_where_the_backend_brings_its_own(backend, timed):
+    tiles = ("kernel.block_q=128", "kernel.block_kv=128", "kernel.dense_executor=b0")
+    cfg, call = _call(f"kernel.backend={backend}", "model=tiny", "dtype=float32", *tiles)
+    policy = step_parts._policy(cfg, call)
+    x = step_parts._inputs(call)
+    assert x["text_k"].shape == (call.batch, call.model.text_len, call.heads, call.head_dim)
+    blocks = step_parts._block_fns(call, policy, x, None)
+    parts = step_parts._attention_fns(call, policy, x, None)
+    assert (step_parts.CROSS_PARTS[0] in blocks) is timed
+    assert all((name in parts) is timed for name in step_parts.CROSS_PARTS[1:])
