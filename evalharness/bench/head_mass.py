@@ -43,7 +43,6 @@ from evalharness.formatting import markdown_table
 from evalharness.machine import machine_info
 from kernels.masks.geometry import TokenGeometry
 from kernels.masks.layouts import temporal_position
-from kernels.policy.routing import route_heads, routing_key
 from models.attention import dense_attention
 from models.pipeline import DenoiseLoop
 from models.video_geometry import VideoGeometry
@@ -182,8 +181,8 @@ def measure(cfg: EvalConfig, at: Sequence[str] = STEP_CHOICES) -> MassReport:
             if layer < dense_layers:
                 routed = ["dense"] * len(spatial)
             else:
-                key = routing_key(cfg.seed, step, layer)
-                flags = np.asarray(route_heads(q, k, v, policy.routing_mask, geometry, key=key)[0])
+                # The sparse arm's own routing (its seed, samples and mode) of this cell.
+                flags = np.asarray(policy.route(q, k, v, step=step, layer=layer).temporal)
                 routed = ["temporal" if f else "spatial" for f in flags[0]]
             for head, (s, t) in enumerate(zip(spatial, temporal, strict=True)):
                 kind = "temporal" if t > s else "spatial"
