@@ -8,8 +8,10 @@ their round trips through HBM were measured at 12.3 ms a block on a TPU v5e, at 
 alike, against about 1 to 2.5 ms of matrix work (docs/benchmarks.md).
 
 Where ``head_dim`` is a multiple of 128 (every Wan 2.1 size), q, k, v and the output are read and
-written in place as [B, tokens, heads * head_dim] (a free reshape of [B, tokens, heads,
-head_dim]): head h is the h-th run of ``head_dim`` lanes. Narrower heads (the tiny CPU models)
+written in place as [B, tokens, heads * head_dim], a reshape of [B, tokens, heads, head_dim]
+that XLA lays out for free inside a block (compiled alone on [B, tokens, heads, head_dim]
+arguments, the call pays a relayout of q and of the output): head h is the h-th run of
+``head_dim`` lanes. Narrower heads (the tiny CPU models)
 are moved heads-leading first, a copy that costs little at their sizes. The last query tile may
 run past the tokens: Pallas clips its copies, and its rows past the end (garbage, possibly
 non-finite) are never written.
