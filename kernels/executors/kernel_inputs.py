@@ -1,4 +1,4 @@
-"""Input checks and program-cache lookup shared by the two Pallas block-sparse kernels.
+"""Input checks, matmul precision and program-cache lookup shared by the Pallas kernels.
 
 Both kernels (``kernels.executors.pallas_tpu``, ``kernels.executors.pallas_gpu``) take q, k, v as
 [batch, tokens, heads, head_dim] and a tile plan, support float32 and bfloat16 with head_dim 64 or
@@ -21,6 +21,13 @@ from kernels.masks.protocols import TilePlanLike
 
 SUPPORTED_HEAD_DIMS = (64, 128)
 SUPPORTED_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
+
+
+def matmul_precision(dtype: jnp.dtype) -> jax.lax.Precision:
+    """The precision a Pallas kernel states for its matmuls, never inherited from the caller's
+    ``jax_default_matmul_precision``: full for float32 operands (Mosaic takes it for float32
+    only), the default for bfloat16, whose products are exact in float32 either way."""
+    return jax.lax.Precision.HIGHEST if dtype == jnp.float32 else jax.lax.Precision.DEFAULT
 
 
 def check_kernel_inputs(

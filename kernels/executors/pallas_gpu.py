@@ -36,6 +36,7 @@ from jax.experimental.pallas import triton as plgpu
 from kernels.executors.kernel_inputs import (
     check_kernel_inputs,
     check_platform,
+    matmul_precision,
     program_builder,
 )
 from kernels.executors.pallas_gpu_budget import (
@@ -244,7 +245,7 @@ def _build_forward(
         block_q=block_q,
         block_kv=block_kv,
         allowed=partial_predicate(plan, variant, tokens),
-        precision=lax.Precision.HIGHEST if dtype == jnp.float32 else lax.Precision.DEFAULT,
+        precision=matmul_precision(dtype),
     )
     tile_spec = pl.BlockSpec((None, block_q, None, head_dim), lambda i, b, h: (b, i, h, 0))
     head_spec = pl.BlockSpec((None, kv_padded, None, head_dim), lambda i, b, h: (b, 0, h, 0))

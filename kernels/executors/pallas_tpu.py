@@ -49,6 +49,7 @@ from jax.experimental.pallas import tpu as pltpu
 from kernels.executors.kernel_inputs import (
     check_kernel_inputs,
     check_platform,
+    matmul_precision,
     program_builder,
 )
 from kernels.executors.pallas_tpu_budget import resolve_block_kv_compute, visits_budget
@@ -379,7 +380,7 @@ def _build_forward(
     allowed = partial_predicate(plan, variant, tokens)
 
     slots = visits.slots
-    precision = lax.Precision.HIGHEST if dtype == jnp.float32 else lax.Precision.DEFAULT
+    precision = matmul_precision(dtype)
 
     def block_index(bh, tile):
         # In place, head h of batch b is the h-th head_dim-wide column block of [b, tokens, :].

@@ -7,14 +7,13 @@ writes the [B, H, N, L] scores to HBM. In XLA those scores are the block's large
 their round trips through HBM were measured at 12.3 ms a block on a TPU v5e, at 480p and 720p
 alike, against about 1 to 2.5 ms of matrix work (docs/benchmarks.md).
 
-Where ``head_dim`` is a multiple of 128 (every Wan 2.1 size), q, k, v and the output are read and
-written in place as [B, tokens, heads * head_dim], a reshape of [B, tokens, heads, head_dim]
-that XLA lays out for free inside a block (compiled alone on [B, tokens, heads, head_dim]
-arguments, the call pays a relayout of q and of the output): head h is the h-th run of
-``head_dim`` lanes. Narrower heads (the tiny CPU models)
-are moved heads-leading first, a copy that costs little at their sizes. The last query tile may
-run past the tokens: Pallas clips its copies, and its rows past the end (garbage, possibly
-non-finite) are never written.
+q, k, v and the output are held as the block-sparse kernel holds them
+(``kernels.executors.pallas_tpu_operands``): where ``head_dim`` is a multiple of 128 (every Wan
+2.1 size), in place as [B, tokens, heads * head_dim], a reshape XLA lays out for free inside a
+block (compiled alone on [B, tokens, heads, head_dim] arguments, the call pays a relayout of q and
+of the output); narrower heads (the tiny CPU models) heads-leading, a copy that costs little at
+their sizes. The last query tile may run past the tokens: Pallas clips its copies, and its rows
+past the end (garbage, possibly non-finite) are never written.
 
 ``cross_attend_for`` is the one rule that decides which cross-attention a run uses; every arm of
 a run gets the same one, so it changes no comparison.
@@ -31,19 +30,21 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from kernels.executors.kernel_inputs import matmul_precision
+from kernels.executors.pallas_tpu_operands import (
+    from_kernel_operand,
+    reads_in_place,
+    to_kernel_operand,
+)
+
 # Query rows per grid step: [1024, L] float32 scores (2 MiB at L = 512) and their exponentials
 # stay well inside the scoped VMEM of every TPU generation.
 CROSS_BLOCK_Q = 1024
-LANES = 128
 
 
 def _cross_kernel(q_ref, k_ref, v_ref, o_ref, *, scale: float) -> None:
     """One (batch, head, query tile): q_ref and o_ref [Tq, D], k_ref and v_ref [L, D]."""
-    # Stated, not inherited from the caller's default: Mosaic takes full float32 precision for
-    # float32 operands only, and bfloat16 products are exact in float32 either way.
-    precision = (
-        jax.lax.Precision.HIGHEST if q_ref.dtype == jnp.float32 else jax.lax.Precision.DEFAULT
-    )
+    precision = matmul_precision(q_ref.dtype)
     scores = (
         jax.lax.dot_general(
             q_ref[...],
@@ -96,32 +97,29 @@ def pallas_cross_attention(
     if block_q < 16 or block_q % 16:
         raise ValueError(f"block_q={block_q}: expected a positive multiple of 16")
     tile = min(block_q, -(-n // 16) * 16)
-    length = k.shape[1]
-    if d % LANES == 0:  # in place: [B, tokens, heads * head_dim], head h at lanes h * D
-        q_spec = pl.BlockSpec((None, tile, d), lambda bi, h, i: (bi, i, h))
-        kv_spec = pl.BlockSpec((None, length, d), lambda bi, h, i: (bi, 0, h))
-        operands = [x.reshape(b, x.shape[1], heads * d) for x in (q, k, v)]
-        out_shape = (b, n, heads * d)
-    else:  # heads-leading: [B, heads, tokens, head_dim]
-        q_spec = pl.BlockSpec((None, None, tile, d), lambda bi, h, i: (bi, h, i, 0))
-        kv_spec = pl.BlockSpec((None, None, length, d), lambda bi, h, i: (bi, h, 0, 0))
-        operands = [jnp.swapaxes(x, 1, 2) for x in (q, k, v)]
-        out_shape = (b, heads, n, d)
+    in_place = reads_in_place(heads, d)
+
+    def index(bi, h, row_tile):
+        # In place, head h of batch b is the h-th head_dim-wide column block of [b, tokens, :];
+        # heads-leading, it is row b * heads + h of [batch * heads, tokens, head_dim].
+        return (bi, row_tile, h) if in_place else (bi * heads + h, row_tile, 0)
+
+    q_spec = pl.BlockSpec((None, tile, d), lambda bi, h, i: index(bi, h, i))
+    kv_spec = pl.BlockSpec((None, k.shape[1], d), lambda bi, h, i: index(bi, h, 0))
+    qh, kh, vh = (to_kernel_operand(x, in_place) for x in (q, k, v))
     out = pl.pallas_call(
         functools.partial(_cross_kernel, scale=1.0 / math.sqrt(d)),
         grid=(b, heads, pl.cdiv(n, tile)),
         in_specs=[q_spec, kv_spec, kv_spec],
         out_specs=q_spec,
-        out_shape=jax.ShapeDtypeStruct(out_shape, q.dtype),
+        out_shape=jax.ShapeDtypeStruct(qh.shape, q.dtype),
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel", "parallel", "parallel")
         ),
         interpret=interpret,
         name="cross_attention",
-    )(*operands)
-    if d % LANES == 0:
-        return out.reshape(b, n, heads, d)
-    return jnp.swapaxes(out, 1, 2)
+    )(qh, kh, vh)
+    return from_kernel_operand(out, q.shape, in_place)
 
 
 def cross_attend_for(backend: str, *, interpret: bool = False) -> Callable[..., jax.Array] | None:
