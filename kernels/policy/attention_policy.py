@@ -47,7 +47,13 @@ from kernels.policy.negative_controls import (
     controlled_flags,
     restores_layout,
 )
-from kernels.policy.routing import ROUTING_MODES, Routing, route_heads, routing_key
+from kernels.policy.routing import (
+    ROUTING_MODES,
+    Routing,
+    route_heads,
+    routing_key,
+    routing_outputs_for,
+)
 from kernels.policy.routing_stats import RoutingRecorder, RoutingStats
 from kernels.policy.schedule import SparsitySchedule
 from kernels.registry import DENSE_EXECUTORS, PLATFORMS, POLICY_BACKENDS
@@ -138,6 +144,8 @@ class AttentionPolicy:
         dense_attend: the dense executor.
         cross_attend: the cross-attention the transformer runs beside this policy
             (``cross_attend_for(backend)``; None: the model's own).
+        routing_outputs: how routing computes its sampled rows' outputs
+            (``routing_outputs_for(backend)``).
         recorder: the routing recorder when built with ``record_stats=True``, else None.
         negative_control: ``none`` (the correct arm) or a deliberately broken variant (see
             ``kernels.policy.negative_controls``).
@@ -198,6 +206,8 @@ class AttentionPolicy:
         # Read by the transformer for every block's cross-attention (None: the model's own).
         self.cross_attend = cross_attend_for(backend, interpret=options.interpret)
         self.routing_mode = routing_mode
+        # How routing computes its sampled rows' outputs: the backend's own kernel, or XLA's.
+        self.routing_outputs = routing_outputs_for(backend, interpret=options.interpret)
         self.seed = seed
         self.options = options
         # The policy builds the run's plans, so it validates their tiles, once per run; the
@@ -347,6 +357,7 @@ class AttentionPolicy:
             key=routing_key(self.seed, step, layer),
             samples=self.schedule.routing_samples,
             mode=self.routing_mode,
+            outputs=self.routing_outputs,
         )
 
     def layout_flags(self, temporal: jax.Array) -> jax.Array:

@@ -14,17 +14,25 @@ with lower variance than R independent draws, and it needs no O(N) permutation.
 Cost: one [R, N] score matrix and three [R, N] x [N, D] products per head, about 8 R N D FLOPs,
 against 4 N^2 D density for the sparse attention it guards: a fraction of 2 R / (N density)
 (``routing_flops_fraction``), 0.68% at 720p with R = 64 and density 0.25.
+
+The three outputs are computed by ``sampled_outputs`` (XLA, the oracle) or by a backend's own
+kernel with the same signature (``kernels.executors.pallas_tpu_routing``, which keeps the scores
+in VMEM), as ``routing_outputs_for`` decides. Everything else here (rows, keep flags, errors, the
+decision) is shared.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kernels.executors.pallas_tpu_routing import pallas_sampled_outputs
 from kernels.masks.geometry import TokenGeometry
 from kernels.masks.layouts import temporal_position, to_frame_major
 from kernels.plans.rounding import TileMask
@@ -130,11 +138,81 @@ def layout_keeps(mask, rows: jax.Array, geometry: TokenGeometry) -> tuple[jax.Ar
     return spatial, temporal
 
 
+class SampledOutputs(NamedTuple):
+    """The sampled rows' attention outputs under the three masks, float32 [B, H, R, D] each.
+
+    Attributes:
+        dense: every key.
+        spatial: the keys the spatial mask keeps.
+        temporal: the keys the temporal mask keeps.
+    """
+
+    dense: jax.Array
+    spatial: jax.Array
+    temporal: jax.Array
+
+
+# (q_rows [B, R, H, D], k, v [B, N, H, D], spatial_keep, temporal_keep bool [R, N]) -> outputs.
+OutputsFn = Callable[[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array], SampledOutputs]
+
+
 def _masked_output(scores: jax.Array, keep: jax.Array, v: jax.Array) -> jax.Array:
     """softmax over kept keys, times v: scores [B, H, R, N], keep [R, N], v [B, N, H, D]."""
     masked = jnp.where(keep[None, None], scores, -jnp.inf)
     probs = jax.nn.softmax(masked, axis=-1)
     return jnp.einsum("bhrk,bkhd->bhrd", probs, v)
+
+
+def sampled_outputs(
+    q_rows: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    spatial_keep: jax.Array,
+    temporal_keep: jax.Array,
+) -> SampledOutputs:
+    """The sampled rows' outputs under every key, the spatial and the temporal mask (XLA).
+
+    One float32 score matrix serves the three softmaxes. The oracle of every backend's own
+    ``OutputsFn``.
+
+    Args:
+        q_rows: [B, R, H, D], the sampled query rows (unscaled).
+        k: [B, N, H, D].
+        v: [B, N, H, D].
+        spatial_keep: bool [R, N], the keys each row keeps under the spatial mask.
+        temporal_keep: bool [R, N], under the temporal mask (frame-major key order).
+
+    Returns:
+        ``SampledOutputs``, float32 [B, H, R, D] each.
+    """
+    f32 = jnp.float32
+    qf, kf, vf = (x.astype(f32) for x in (q_rows, k, v))
+    scores = jnp.einsum("brhd,bkhd->bhrk", qf, kf) / math.sqrt(q_rows.shape[3])
+    dense = jnp.einsum("bhrk,bkhd->bhrd", jax.nn.softmax(scores, axis=-1), vf)
+    return SampledOutputs(
+        dense, _masked_output(scores, spatial_keep, vf), _masked_output(scores, temporal_keep, vf)
+    )
+
+
+def routing_outputs_for(backend: str, *, interpret: bool = False) -> OutputsFn:
+    """How a run on ``backend`` computes routing's sampled outputs.
+
+    On ``pallas_tpu``, the Pallas kernel (``kernels.executors.pallas_tpu_routing``); other
+    backends keep XLA's ``sampled_outputs``, the oracle. The policy passes it to ``route_heads``;
+    a sequence-parallel run keeps its own sharded routing (``kernels.parallel.routing``).
+
+    Args:
+        backend: the run's kernel backend.
+        interpret: Pallas interpret mode (CPU tests).
+    """
+    if backend != "pallas_tpu":
+        return sampled_outputs
+    kernel = functools.partial(pallas_sampled_outputs, interpret=interpret)
+
+    def outputs(q_rows, k, v, spatial_keep, temporal_keep) -> SampledOutputs:
+        return SampledOutputs(*kernel(q_rows, k, v, spatial_keep, temporal_keep))
+
+    return outputs
 
 
 def route_rows(
@@ -144,6 +222,8 @@ def route_rows(
     rows: jax.Array,
     mask,
     geometry: TokenGeometry,
+    *,
+    outputs: OutputsFn = sampled_outputs,
 ) -> Routing:
     """Routes every (batch, head) from the given query rows.
 
@@ -156,23 +236,19 @@ def route_rows(
             tile-rounded ``TileMask`` of a b3 plan); ``mask.allowed`` is applied to frame-major
             indices for the spatial mask and to temporal-layout positions for the temporal mask.
         geometry: token geometry; ``geometry.tokens`` must equal the sequence length.
+        outputs: computes the three masked outputs (``sampled_outputs``, or a backend's kernel
+            with its signature).
 
     Returns:
         ``Routing`` with [batch, heads] arrays; ties go to spatial.
     """
-    n, d = q.shape[1], q.shape[3]
+    n = q.shape[1]
     if n != geometry.tokens:
         raise ValueError(f"q has {n} tokens but {geometry} has {geometry.tokens}")
     if getattr(mask, "tokens", n) != n:
         raise ValueError(f"mask covers {mask.tokens} tokens but the sequence has {n}")
-    f32 = jnp.float32
-    qf, kf, vf = (x.astype(f32) for x in (q, k, v))
-    q_rows = jnp.take(qf, rows, axis=1)  # [B, R, H, D]
-    scores = jnp.einsum("brhd,bkhd->bhrk", q_rows, kf) / math.sqrt(d)
-    spatial_keep, temporal_keep = layout_keeps(mask, rows, geometry)
-    dense = jnp.einsum("bhrk,bkhd->bhrd", jax.nn.softmax(scores, axis=-1), vf)
-    spatial = _masked_output(scores, spatial_keep, vf)
-    temporal = _masked_output(scores, temporal_keep, vf)
+    q_rows = jnp.take(q, rows, axis=1)  # [B, R, H, D]
+    dense, spatial, temporal = outputs(q_rows, k, v, *layout_keeps(mask, rows, geometry))
     spatial_error = jnp.mean((spatial - dense) ** 2, axis=(2, 3))  # [B, H]
     temporal_error = jnp.mean((temporal - dense) ** 2, axis=(2, 3))
     return Routing(temporal_error < spatial_error, spatial_error, temporal_error)
@@ -188,6 +264,7 @@ def route_heads(
     key: jax.Array | None = None,
     samples: int = 64,
     mode: str = "sampled",
+    outputs: OutputsFn = sampled_outputs,
 ) -> Routing:
     """SVG routing of one (step, layer): spatial or temporal mask per (batch, head).
 
@@ -200,6 +277,7 @@ def route_heads(
         key: PRNG key for the sampled rows (``routing_key``); required for "sampled".
         samples: R query rows for "sampled", in [1, tokens].
         mode: "sampled" (R stratified rows) or "oracle" (every row; O(N^2) memory, small N only).
+        outputs: the three masked outputs' computation (``route_rows``).
 
     Returns:
         ``Routing`` ([batch, heads] flags and the two errors).
@@ -224,7 +302,7 @@ def route_heads(
                 f"samples={samples!r}: expected an int in [1, {n}] (the sequence's tokens)"
             )
         rows = sample_rows(key, n, samples)
-    return route_rows(q, k, v, rows, mask, geometry)
+    return route_rows(q, k, v, rows, mask, geometry, outputs=outputs)
 
 
 def routing_flops(tokens: int, head_dim: int, samples: int) -> int:
