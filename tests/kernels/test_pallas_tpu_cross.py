@@ -3,25 +3,21 @@ hands it to the transformer."""
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
-from evalharness.estimates import topology_compiler
-from evalharness.estimates.tpu_compiler import on_device
 from kernels.executors.pallas_tpu_cross import cross_attend_for, pallas_cross_attention
 from kernels.masks.geometry import TokenGeometry
 from kernels.policy.attention_policy import AttentionPolicy, make_dense_attend
 from models.accelerator_env import libtpu_installed
 from models.attention import cross_attention, dense_attention
-from models.config import WanTransformerConfig, get_transformer_config
-from models.rope import rope_tables
+from models.config import WanTransformerConfig
 from models.transformer import WanTransformerBlock
 from tests.helpers.schedules import load_schedule
+from tests.helpers.wan_block import compiled_for_v5e, wan13b_block_480p
 
 
 def _qkv(batch, tokens, heads, head_dim, length, dtype, seed=0):
@@ -130,23 +126,7 @@ def test_in_a_wan_block_compiled_for_v5e_it_replaces_the_head_loop_and_its_traff
     from this CPU with a free self-attention: with the run's cross-attention the model's loop over
     head groups is gone and XLA's count of the bytes the block moves falls (its float32 scores
     no longer go through HBM)."""
-    config = get_transformer_config("wan2.1-t2v-1.3b")
-    block = nnx.eval_shape(
-        lambda: WanTransformerBlock(
-            config, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16, rngs=nnx.Rngs(0)
-        )
-    )
-    graph, state = nnx.split(block)
-    grid = (21, 30, 52)
-    rope = rope_tables(grid, config.attention_head_dim, max_seq_len=config.rope_max_seq_len)
-    tokens, shape = math.prod(grid), jax.ShapeDtypeStruct
-    args = (
-        state,
-        shape((2, tokens, config.dim), jnp.bfloat16),
-        shape((2, 512, config.dim), jnp.bfloat16),
-        shape((2, 6, config.dim), jnp.float32),
-    )
-    device = topology_compiler("v5e:1x1").device
+    block = wan13b_block_480p()
 
     def compiled(cross):
         def free(q, k, v, **_):
@@ -154,22 +134,13 @@ def test_in_a_wan_block_compiled_for_v5e_it_replaces_the_head_loop_and_its_traff
 
         if cross is not None:
             free.cross_attend = cross
-
-        def run(state, x, text, modulation):
-            block = nnx.merge(graph, state)
-            return block(x, text, modulation, rope, attend=free, step=0, layer=0)
-
-        placed = on_device(args, device)
-        program = jax.jit(run).lower(*placed).compile()
-        analysis = program.cost_analysis()
-        analysis = analysis[0] if isinstance(analysis, list) else analysis
-        return program.as_text(), analysis["bytes accessed"]
+        return compiled_for_v5e(block, free)
 
     own_text, own_bytes = compiled(None)
     run_text, run_bytes = compiled(cross_attend_for("pallas_tpu"))
     assert " while(" in own_text and " while(" not in run_text
     assert "cross_attention" in run_text
-    scores_bytes = 2 * 12 * tokens * 512 * 4  # the model's float32 scores, written once
+    scores_bytes = 2 * 12 * block.tokens * 512 * 4  # the model's float32 scores, written once
     assert run_bytes < own_bytes - scores_bytes
 
 

@@ -3,16 +3,11 @@ decisions on the synthetic spectrum, and the rule that hands it to the policy.""
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 
-from evalharness.estimates import topology_compiler
-from evalharness.estimates.tpu_compiler import on_device
 from kernels.executors.dispatch import KernelOptions
 from kernels.executors.pallas_tpu_routing import keep_codes, pallas_sampled_outputs
 from kernels.masks.band import band_for_density
@@ -29,10 +24,8 @@ from kernels.policy.routing import (
 from kernels.policy.schedule import SparsitySchedule
 from kernels.policy.synthetic_heads import SPECTRUM, mixed_head
 from models.accelerator_env import libtpu_installed
-from models.config import get_transformer_config
-from models.rope import rope_tables
-from models.transformer import WanTransformerBlock
 from tests.helpers.schedules import load_schedule
+from tests.helpers.wan_block import GRID_480P, compiled_for_v5e, wan13b_block_480p
 
 
 def _inputs(batch, tokens, heads, head_dim, rows, dtype, seed=0):
@@ -180,30 +173,12 @@ def test_in_a_wan_sparse_block_compiled_for_v5e_the_scores_leave_hbm():
     compiled for a TPU v5e from this CPU: with the kernel, routing is one custom call and XLA's
     count of the bytes the block moves falls by more than the oracle's float32 scores
     [2, 12, 64, 32,760] written once (routing's other passes over them come on top)."""
-    config = get_transformer_config("wan2.1-t2v-1.3b")
-    block = nnx.eval_shape(
-        lambda: WanTransformerBlock(
-            config, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16, rngs=nnx.Rngs(0)
-        )
-    )
-    graph, state = nnx.split(block)
-    grid = (21, 30, 52)
-    rope = rope_tables(grid, config.attention_head_dim, max_seq_len=config.rope_max_seq_len)
-    tokens, shape = math.prod(grid), jax.ShapeDtypeStruct
-    args = on_device(
-        (
-            state,
-            shape((2, tokens, config.dim), jnp.bfloat16),
-            shape((2, 512, config.dim), jnp.bfloat16),
-            shape((2, 6, config.dim), jnp.float32),
-        ),
-        topology_compiler("v5e:1x1").device,
-    )
+    block = wan13b_block_480p()
     policy = AttentionPolicy(
         load_schedule("balanced"),
-        TokenGeometry(*grid),
+        TokenGeometry(*GRID_480P),
         num_steps=4,
-        num_layers=config.num_layers,
+        num_layers=block.config.num_layers,
         backend="pallas_tpu",
         block_sizes=BlockSizes(3328, 1536),
     )
@@ -214,17 +189,10 @@ def test_in_a_wan_sparse_block_compiled_for_v5e_the_scores_leave_hbm():
         def sparse(q, k, v, **_):
             return policy.sparse_branch(q, k, v, step=jnp.int32(3), layer=1)
 
-        def run(state, x, text, modulation):
-            module = nnx.merge(graph, state)
-            return module(x, text, modulation, rope, attend=sparse, step=3, layer=1)
-
-        program = jax.jit(run).lower(*args).compile()
-        analysis = program.cost_analysis()
-        analysis = analysis[0] if isinstance(analysis, list) else analysis
-        return program.as_text(), analysis["bytes accessed"]
+        return compiled_for_v5e(block, sparse)
 
     kernel_text, kernel_bytes = compiled(routing_outputs_for("pallas_tpu"))
     oracle_text, oracle_bytes = compiled(sampled_outputs)
     assert "routing_outputs" in kernel_text and "routing_outputs" not in oracle_text
-    scores_bytes = 2 * config.num_attention_heads * 64 * tokens * 4
+    scores_bytes = 2 * block.config.num_attention_heads * 64 * block.tokens * 4
     assert kernel_bytes < oracle_bytes - scores_bytes
