@@ -3,8 +3,8 @@
 Routing compares, for R sampled query rows, the attention output over every key with the outputs
 under the spatial and the temporal mask. In XLA the float32 scores [B, H, R, N] (464 MB at 720p
 for Wan 1.3B's 24 batch-heads and R = 64) are written to HBM once and read back four times, and
-the keys are relaid out for the row gather: 10.9 ms a 720p block on a TPU v5e against a few
-hundred microseconds of matrix work (docs/benchmarks.md). Here each (batch, head) walks the keys
+q is relaid out for the row gather: routing timed alone took 10.9 ms at 720p on a TPU v5e, for a
+few hundred microseconds of matrix work (docs/benchmarks.md). Here each (batch, head) walks the keys
 tile by tile with three online softmaxes side by side (one per mask, each with its own running
 maximum, as the oracle's three softmaxes each have theirs), so the scores never leave VMEM: HBM
 sees k and v once and the two keep masks (packed as one code per pair) once per (batch, head).
@@ -13,6 +13,7 @@ Operands are held as the block-sparse kernel holds them (``kernels.executors.pal
 k and v in place as [B, N, H * D] where head_dim fills whole 128-lane columns, else heads-leading.
 The last key tile may run past N: Pallas clips its copies, and those keys are masked out of all
 three softmaxes and their rows of v zeroed (a zero weight times a non-finite leftover is not zero).
+The last row tile may run past R: its extra rows are garbage and never written.
 
 ``kernels.policy.routing.routing_outputs_for`` is the one rule that decides which computation a
 run's routing uses.
@@ -30,7 +31,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from kernels.executors.kernel_inputs import matmul_precision
-from kernels.executors.pallas_tpu_operands import reads_in_place, to_kernel_operand
+from kernels.executors.pallas_tpu import MASK_VALUE
+from kernels.executors.pallas_tpu_operands import LANES, reads_in_place, to_kernel_operand
 
 # Rows and keys per grid step: at most ROUTING_BLOCK_ROWS sampled rows, and keys so that the
 # [rows, keys] float32 scores stay at 64 x 2048 (512 KiB; their three exponentials a few MiB of
@@ -38,13 +40,9 @@ from kernels.executors.pallas_tpu_operands import reads_in_place, to_kernel_oper
 # (the oracle's every row) take more row tiles, each reading k and v again.
 ROUTING_BLOCK_ROWS = 256
 ROUTING_SCORES_PER_STEP = 64 * 2048
-LANES = 128
 MASKS = 3  # every key, the spatial mask's, the temporal mask's
 # A pair's keep code (``keep_codes``): which of the two masks keep it.
 SPATIAL, TEMPORAL, BOTH = 1.0, 2.0, 3.0
-# A finite "minus infinity" (the block-sparse kernel's): a row with nothing kept yet gives
-# exp(0) terms that its first kept key's maximum rescales to exactly zero.
-MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
 
 
 def _routing_kernel(
@@ -95,6 +93,8 @@ def _routing_kernel(
     for keep in (jnp.logical_or(code == SPATIAL, code == BOTH), code >= TEMPORAL):
         keeps.append(keep if valid is None else jnp.logical_and(keep, valid))
     for index, keep in enumerate(keeps):
+        # MASK_VALUE is a finite "minus infinity": a row with nothing kept yet gives exp(0)
+        # terms that its first kept key's maximum rescales to exactly zero.
         masked = scores if keep is None else jnp.where(keep, scores, MASK_VALUE)
         m_prev = m_ref[index]
         m_next = jnp.maximum(m_prev, jnp.max(masked, axis=1, keepdims=True))  # [R, 128]
@@ -149,11 +149,9 @@ def pallas_sampled_outputs(
     """``kernels.policy.routing.sampled_outputs`` as one Pallas TPU kernel.
 
     Args:
-        q_rows: [B, R, H, D], the sampled query rows (unscaled).
-        k: [B, N, H, D].
-        v: [B, N, H, D].
-        spatial_keep: bool [R, N], the keys each row keeps under the spatial mask.
-        temporal_keep: bool [R, N], under the temporal mask (frame-major key order).
+        q_rows, k, v, spatial_keep, temporal_keep: as ``sampled_outputs``'s: the sampled query
+            rows [B, R, H, D] (unscaled), keys and values [B, N, H, D], and each mask's keep
+            flags, bool [R, N] over frame-major keys.
         block_rows: sampled rows per grid step, a positive multiple of 16 (all R when fewer).
         block_kv: keys per grid step, a positive multiple of 128 (fewer when N is smaller);
             None: ``ROUTING_SCORES_PER_STEP`` over the rows, rounded down to 128.
