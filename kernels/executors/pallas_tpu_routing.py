@@ -96,25 +96,30 @@ def _routing_kernel(
         # MASK_VALUE is a finite "minus infinity": a row with nothing kept yet gives exp(0)
         # terms that its first kept key's maximum rescales to exactly zero.
         masked = scores if keep is None else jnp.where(keep, scores, MASK_VALUE)
-        m_prev = m_ref[index]
-        m_next = jnp.maximum(m_prev, jnp.max(masked, axis=1, keepdims=True))  # [R, 128]
-        p = jnp.exp(masked - jnp.tile(m_next, (1, block_kv // LANES)))
-        alpha = jnp.exp(m_prev - m_next)
-        l_ref[index] = alpha * l_ref[index] + jnp.sum(p, axis=1, keepdims=True)
-        m_ref[index] = m_next
-        pv = lax.dot_general(
-            p.astype(v.dtype),
-            v,
-            (((1,), (0,)), ((), ())),
-            precision=precision,
-            preferred_element_type=jnp.float32,
-        )
-        acc_ref[index] = alpha[:, :1] * acc_ref[index] + pv  # any head_dim
+        _update(index, masked, v, m_ref, l_ref, acc_ref, precision=precision)
 
     @pl.when(j == pl.num_programs(2) - 1)
     def _finalize():
         for index in range(MASKS):
             o_ref[index] = acc_ref[index] / l_ref[index][:, :1]
+
+
+def _update(index: int, scores, v, m_ref, l_ref, acc_ref, *, precision) -> None:
+    """One online-softmax update of softmax ``index`` with a tile's masked scores [R, Tk]."""
+    m_prev = m_ref[index]
+    m_next = jnp.maximum(m_prev, jnp.max(scores, axis=1, keepdims=True))  # [R, 128]
+    p = jnp.exp(scores - jnp.tile(m_next, (1, scores.shape[1] // LANES)))
+    alpha = jnp.exp(m_prev - m_next)
+    l_ref[index] = alpha * l_ref[index] + jnp.sum(p, axis=1, keepdims=True)
+    m_ref[index] = m_next
+    pv = lax.dot_general(
+        p.astype(v.dtype),
+        v,
+        (((1,), (0,)), ((), ())),
+        precision=precision,
+        preferred_element_type=jnp.float32,
+    )
+    acc_ref[index] = alpha[:, :1] * acc_ref[index] + pv  # any head_dim
 
 
 def keep_codes(spatial_keep: jax.Array, temporal_keep: jax.Array, dtype) -> jax.Array:

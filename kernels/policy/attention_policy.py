@@ -223,19 +223,11 @@ class AttentionPolicy:
         self.batch_offset = 0  # where this call's samples sit in the step's batch (records)
         self.plan = schedule.tile_plan(geometry, block_sizes, rounding_tolerance)
         self.routing_mask = None if self.plan is None else self.plan.logical_mask
-        # The band's kernel, built once from the run's plan (the reference backend computes the
-        # same logical mask densely).
-        self.band_kernel = None
-        if self.plan is not None:
-            band = (self.plan.logical_mask, "reference") if backend == "reference" else None
-            mask, variant = band or (self.plan, self.plan.variant)
-            self.band_kernel = make_attention(
-                geometry.tokens,
-                mask,
-                executor=variant,
-                backend="xla" if backend == "reference" else backend,
-                options=options,
-            )
+        self.band_kernel = (
+            None
+            if self.plan is None
+            else _band_kernel(self.plan, geometry.tokens, backend, options)
+        )
         if self.plan is not None:
             schedule.warn_if_dense(num_steps, num_layers)
 
@@ -427,6 +419,20 @@ class AttentionPolicy:
         if self.band_kernel is None:
             raise ValueError(f"schedule {self.schedule.name!r} is not sparse; it has no band")
         return self.band_kernel(q, k, v)
+
+
+def _band_kernel(plan, tokens: int, backend: str, options: KernelOptions) -> Kernel:
+    """The band's kernel, built once from the run's tile plan (the reference backend computes
+    the same logical mask densely)."""
+    band = (plan.logical_mask, "reference") if backend == "reference" else None
+    mask, variant = band or (plan, plan.variant)
+    return make_attention(
+        tokens,
+        mask,
+        executor=variant,
+        backend="xla" if backend == "reference" else backend,
+        options=options,
+    )
 
 
 def _check_routing(routing_mode: str, seed: int) -> None:
