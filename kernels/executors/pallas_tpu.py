@@ -55,6 +55,7 @@ from kernels.executors.kernel_inputs import (
 from kernels.executors.pallas_tpu_budget import resolve_block_kv_compute, visits_budget
 from kernels.executors.pallas_tpu_operands import (
     from_kernel_operand,
+    operand_block_index,
     resolve_in_place,
     to_kernel_operand,
 )
@@ -383,9 +384,7 @@ def _build_forward(
     precision = matmul_precision(dtype)
 
     def block_index(bh, tile):
-        # In place, head h of batch b is the h-th head_dim-wide column block of [b, tokens, :].
-        # lax.div/rem: bh >= 0, and Python's floor division would lower a sign op Mosaic rejects.
-        return (lax.div(bh, heads), tile, lax.rem(bh, heads)) if in_place else (bh, tile, 0)
+        return operand_block_index(bh, tile, heads, in_place)
 
     def q_map(bh, i, j, visit_ref, count_ref):
         del j, visit_ref, count_ref

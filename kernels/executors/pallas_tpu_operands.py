@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 LANES = 128  # a TPU vreg's lanes: a column block's width must be a multiple of this
 
@@ -50,6 +51,17 @@ def to_kernel_operand(x: jax.Array, in_place: bool) -> jax.Array:
     if in_place:
         return x.reshape(b, n, h * d)
     return jnp.transpose(x, (0, 2, 1, 3)).reshape(b * h, n, d)
+
+
+def operand_block_index(bh, tile, heads: int, in_place: bool) -> tuple:
+    """The block of a grid step over (batch * heads, ..., row ``tile``) in a kernel operand
+    (``to_kernel_operand``'s layout), for a ``BlockSpec`` of (None, rows, head_dim).
+
+    In place, head h of batch b is the h-th head_dim-wide column block of [b, tokens, :];
+    heads-leading, it is row ``bh`` of [batch * heads, tokens, head_dim]. ``lax.div``/``rem``:
+    ``bh`` >= 0, and Python's floor division would lower a sign op Mosaic rejects.
+    """
+    return (lax.div(bh, heads), tile, lax.rem(bh, heads)) if in_place else (bh, tile, 0)
 
 
 def from_kernel_operand(out: jax.Array, shape: tuple[int, ...], in_place: bool) -> jax.Array:

@@ -32,7 +32,12 @@ from jax.experimental.pallas import tpu as pltpu
 
 from kernels.executors.kernel_inputs import matmul_precision
 from kernels.executors.pallas_tpu import MASK_VALUE
-from kernels.executors.pallas_tpu_operands import LANES, reads_in_place, to_kernel_operand
+from kernels.executors.pallas_tpu_operands import (
+    LANES,
+    operand_block_index,
+    reads_in_place,
+    to_kernel_operand,
+)
 
 # Rows and keys per grid step: at most ROUTING_BLOCK_ROWS sampled rows, and keys so that the
 # [rows, keys] float32 scores stay at 64 x 2048 (512 KiB; their three exponentials a few MiB of
@@ -188,14 +193,12 @@ def pallas_sampled_outputs(
     tile = min(block_kv, -(-n // LANES) * LANES)
     in_place = reads_in_place(heads, d)
 
-    def index(bh, row_tile):
-        # In place, head h of batch b is the h-th head_dim-wide column block of [b, rows, :].
-        if in_place:
-            return (lax.div(bh, heads), row_tile, lax.rem(bh, heads))
-        return (bh, row_tile, 0)
-
-    q_spec = pl.BlockSpec((None, rows, d), lambda bh, i, j: index(bh, i))
-    kv_spec = pl.BlockSpec((None, tile, d), lambda bh, i, j: index(bh, j))
+    q_spec = pl.BlockSpec(
+        (None, rows, d), lambda bh, i, j: operand_block_index(bh, i, heads, in_place)
+    )
+    kv_spec = pl.BlockSpec(
+        (None, tile, d), lambda bh, i, j: operand_block_index(bh, j, heads, in_place)
+    )
     qh, kh, vh = (to_kernel_operand(x, in_place) for x in (q_rows, k, v))
     out = pl.pallas_call(
         functools.partial(_routing_kernel, scale=1.0 / math.sqrt(d), tokens=n, block_kv=tile),
