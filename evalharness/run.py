@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 from omegaconf import DictConfig, OmegaConf
 
-from evalharness import exit_codes, tracking
+from evalharness import compile_cache, exit_codes, tracking
 from evalharness.admission import (
     Admission,
     admit,
@@ -50,13 +50,16 @@ from evalharness.comparison import (
     PairInputs,
     Progress,
     conclude,
+    finish_phases,
     measure_pairs,
     run_phases,
+    write_time_plan,
 )
 from evalharness.config import EvalConfig, Pair, run_pairs, to_config, to_plain_dict
 from evalharness.evidence import code_version, run_status, video
 from evalharness.exit_codes import RunFailed, Terminated, as_interruption
 from evalharness.metric_names import RunMetrics
+from evalharness.phases import Phase, PhaseLedger
 from evalharness.refusal import PreflightRefusal
 from evalharness.tracking import (
     NullTracker,
@@ -110,23 +113,32 @@ def run(cfg: EvalConfig | DictConfig | dict) -> RunMetrics:
         GateFailed: the run finished but missed a gate threshold.
         ValueError, FileNotFoundError: bad configuration or checkpoint, before any generation.
     """
-    started = time.perf_counter()  # the whole wall time, admission included
-    cfg, plan, pairs, progress = _admitted(to_config(cfg))
+    ledger = PhaseLedger()  # the whole wall time, admission included, phase by phase
+    with ledger.timed(Phase.PREFLIGHT):
+        cfg, plan, pairs, progress = _admitted(to_config(cfg), ledger)
     primary = multihost.is_primary()
-    run_dir, tracker = _open_run(cfg, primary)
+    with ledger.timed(Phase.TRACKING):
+        run_dir, tracker = _open_run(cfg, primary)
     try:
         with closed_on_error(tracker):
-            _record_start(cfg, plan, run_dir, tracker)
+            with ledger.timed(Phase.TRACKING):
+                _record_start(cfg, plan, run_dir, tracker)
             progress.phase("build model")
-            # On a mesh the weights are placed (or, for checkpoints, streamed) onto it here,
-            # before any DenoiseLoop captures them.
-            components = build_components(cfg.model, cfg.dtype, cfg.cache_dir, plan.attention.mesh)
-            inputs, text_encode_s = _encode_prompts(cfg, plan, components, progress, pairs)
+            with progress.timed(Phase.WEIGHTS):
+                # On a mesh the weights are placed (or, for checkpoints, streamed) onto it
+                # here, before any DenoiseLoop captures them.
+                mesh = plan.attention.mesh
+                components = build_components(cfg.model, cfg.dtype, cfg.cache_dir, mesh)
+            with progress.timed(Phase.PROMPTS):
+                inputs, text_encode_s = _encode_prompts(cfg, plan, components, progress, pairs)
             comparison = Comparison(
                 cfg, plan, progress, run_dir, tracker, components, text_encode_s
             )
             measured = measure_pairs(comparison, inputs)
-            outcome = conclude(comparison, measured, wall_s=time.perf_counter() - started)
+            with progress.timed(Phase.LOGGING):
+                outcome = conclude(comparison, measured)
+            if primary:
+                finish_phases(comparison)
     except BaseException as err:
         if primary:
             _end_badly(err, cfg, run_dir)
@@ -138,9 +150,12 @@ def run(cfg: EvalConfig | DictConfig | dict) -> RunMetrics:
     return _verdict(outcome)
 
 
-def _admitted(cfg: EvalConfig) -> tuple[EvalConfig, Admission, list[Pair], Progress]:
+def _admitted(
+    cfg: EvalConfig, ledger: PhaseLedger
+) -> tuple[EvalConfig, Admission, list[Pair], Progress]:
     """The config with every ``auto`` pinned, admitted on every process together (a refusal on
-    one process is a refusal on all), its pairs, and the progress display (the primary's)."""
+    one process is a refusal on all), its pairs, and the progress display (the primary's, over
+    the run's phase ledger)."""
     # A multi-process run joins before anything else touches JAX (platform_choices reads the platform).
     multihost.join(cfg.parallel.distributed)
     # Every ``auto`` becomes this platform's concrete choice here, so the recorded config, the cache
@@ -150,7 +165,8 @@ def _admitted(cfg: EvalConfig) -> tuple[EvalConfig, Admission, list[Pair], Progr
     multihost.same_config(to_plain_dict(cfg), code_version)
     pairs = run_pairs(cfg.prompt, cfg.seed, cfg.prompts, cfg.seeds)
     primary = multihost.is_primary()
-    progress = Progress(run_phases(pairs), enabled=cfg.progress.enabled if primary else False)
+    enabled = cfg.progress.enabled if primary else False
+    progress = Progress(run_phases(pairs), enabled=enabled, ledger=ledger)
     progress.phase("preflight")
     refusal = plan = None
     try:
@@ -161,6 +177,7 @@ def _admitted(cfg: EvalConfig) -> tuple[EvalConfig, Admission, list[Pair], Progr
             )
             check_output_folders(cfg, len(pairs))
             check_video_encoder()
+        compile_cache.enable(cfg.cache_dir, on=cfg.compile_cache)  # before admit's compiles
         plan = admit(cfg)  # nothing is allocated before this passes
     except PreflightRefusal as error:
         refusal = error
@@ -269,8 +286,8 @@ def _record_start(cfg: EvalConfig, plan: Admission, run_dir: Path, tracker: Trac
     tracker.log_metrics(sizing.as_metrics())
     sizing_md = sizing.memory.to_markdown() + "\n\n" + sizing.budget_markdown()
     (run_dir / "memory_plan.md").write_text(sizing_md.rstrip() + "\n")
-    # The estimate beside what the run will measure (its loops' medians, decode_s, wall).
-    (run_dir / "time_plan.md").write_text(sizing.timing.to_markdown().rstrip() + "\n")
+    # The whole job's estimate, phase by phase; rewritten at the end with the measured phases.
+    write_time_plan(run_dir, sizing)
 
 
 def _encode_prompts(

@@ -115,17 +115,40 @@ class CompiledDenoise:
 
     Attributes:
         compiled: the ``jax.stages.Compiled`` executable (for ``cost_analysis``/``memory_analysis``).
+        records: whether its attend records routing: the loop then takes a runtime ``record``
+            flag, and only the runs given ``record=True`` send their routing to the host.
     """
 
-    def __init__(self, compiled: jax.stages.Compiled, params: nnx.State) -> None:
+    def __init__(
+        self, compiled: jax.stages.Compiled, params: nnx.State, *, records: bool = False
+    ) -> None:
         self.compiled = compiled
         self._params = params
+        self.records = records
 
     def __call__(
-        self, latents: jax.Array, context: jax.Array, negative_context: jax.Array | None = None
+        self,
+        latents: jax.Array,
+        context: jax.Array,
+        negative_context: jax.Array | None = None,
+        *,
+        record: bool = False,
     ) -> DenoiseOutput:
-        """Runs the compiled loop; arguments must match the shapes it was compiled for."""
-        return self.compiled(self._params, latents, context, negative_context)
+        """Runs the compiled loop; arguments must match the shapes it was compiled for.
+        ``record``: whether a loop whose attend records routing records in this run."""
+        return self.compiled(
+            self._params, latents, context, negative_context, _record_flag(self.records, record)
+        )
+
+
+def _records(attend: AttendFn | None) -> bool:
+    """Whether ``attend`` records routing and takes a runtime flag for it (``recording_when``)."""
+    return bool(getattr(attend, "records", False)) and hasattr(attend, "recording_when")
+
+
+def _record_flag(records: bool, record: bool) -> jax.Array | None:
+    """The loop's runtime ``record`` argument: a bool scalar where the loop records, else None."""
+    return jnp.asarray(record, bool) if records else None
 
 
 def _at_batch_offset(attend: AttendFn | None, offset: jax.Array) -> AttendFn | None:
@@ -197,10 +220,13 @@ class DenoiseLoop:
         latents: jax.Array,
         context: jax.Array,
         negative_context: jax.Array | None,
+        record: jax.Array | None = None,
     ) -> DenoiseOutput:
         # Runs at trace time only, so it counts compilations, not executions.
         self.trace_count += 1
         sampler, scale = self.sampler, self.guidance_scale
+        # A recording attend records only in the runs whose ``record`` flag is True.
+        attend = self.attend if record is None else self.attend.recording_when(record)
         batch = latents.shape[0]
         guided = uses_guidance(scale, negative_context)
         ctx = context
@@ -216,8 +242,8 @@ class DenoiseLoop:
 
                 def one_pass(inputs: tuple[jax.Array, jax.Array]) -> jax.Array:
                     ctx_p, offset = inputs
-                    attend = _at_batch_offset(self.attend, offset)
-                    return model(x, t, ctx_p, attend=attend, step=i)
+                    shifted = _at_batch_offset(attend, offset)
+                    return model(x, t, ctx_p, attend=shifted, step=i)
 
                 # A loop of two passes: one body, so every backend runs them one after the other
                 # and reuses the first pass's activations' memory for the second.
@@ -226,7 +252,7 @@ class DenoiseLoop:
                 return _combine(cond, uncond, scale)
             x_in = jnp.concatenate([x, x], axis=0) if guided else x
             t = _model_timestep(sampler, i, x_in.shape[0])
-            v = model(x_in, t, ctx, attend=self.attend, step=i)
+            v = model(x_in, t, ctx, attend=attend, step=i)
             return _combine(v[:batch], v[batch:], scale) if guided else v
 
         def body(i: jax.Array, state: Any) -> Any:
@@ -254,7 +280,8 @@ class DenoiseLoop:
             ValueError: on inconsistent shapes.
         """
         _check_inputs(latents, context, negative_context)
-        return self._jitted.lower(self._params, latents, context, negative_context)
+        record = _record_flag(_records(self.attend), False)
+        return self._jitted.lower(self._params, latents, context, negative_context, record)
 
     def compile(
         self, latents: Any, context: Any, negative_context: Any | None = None
@@ -266,9 +293,8 @@ class DenoiseLoop:
         Returns:
             A callable ``(latents, context, negative_context) -> DenoiseOutput``.
         """
-        return CompiledDenoise(
-            self.lower(latents, context, negative_context).compile(), self._params
-        )
+        compiled = self.lower(latents, context, negative_context).compile()
+        return CompiledDenoise(compiled, self._params, records=_records(self.attend))
 
     def __call__(
         self, latents: jax.Array, context: jax.Array, negative_context: jax.Array | None = None
@@ -288,7 +314,8 @@ class DenoiseLoop:
             ValueError: on inconsistent shapes.
         """
         _check_inputs(latents, context, negative_context)
-        return self._jitted(self._params, latents, context, negative_context)
+        record = _record_flag(_records(self.attend), True)  # an uncompiled call always records
+        return self._jitted(self._params, latents, context, negative_context, record)
 
 
 def denoise(

@@ -29,9 +29,9 @@ ALLOWED_TOP_LEVEL = {
 MAX_MODULE_LINES = 450
 
 # evalharness: rooms along a run's stages, bottom first, and the rooms each may import (besides
-# itself). Base modules (``formatting``, ``refusal``, ``exit_codes``, ``machine``, ``metric_names``)
-# and the thin top (``run``, ``__main__``) are
-# rooms of one module. Every entry names only rooms before it, so the table has no cycle.
+# itself). Base modules (``formatting``, ``refusal``, ``exit_codes``, ``machine``, ``metric_names``,
+# ``compile_cache``, ``phases``) and the thin top (``run``, ``__main__``) are rooms of one module. Every entry
+# names only rooms before it, so the table has no cycle.
 HARNESS_ROOMS: dict[str, set[str]] = {
     "__init__": set(),  # the package itself: models.accelerator_env's libtpu guard runs first
     "formatting": set(),
@@ -39,16 +39,19 @@ HARNESS_ROOMS: dict[str, set[str]] = {
     "exit_codes": set(),
     "machine": set(),
     "metric_names": set(),
+    "phases": set(),
+    "compile_cache": {"metric_names"},
     "config": set(),
-    "estimates": {"formatting", "machine"},
+    "estimates": {"formatting", "machine", "phases"},
     "tracking": {"refusal", "exit_codes", "machine", "metric_names"},
     "assembly": {"config"},
-    "admission": {"config", "estimates", "assembly", "formatting", "refusal", "exit_codes"},
+    "admission": {"config", "estimates", "assembly", "formatting", "refusal", "exit_codes"}
+    | {"compile_cache", "phases"},
     "arms": {"tracking", "metric_names"},
     "evidence": {"config", "assembly", "arms", "formatting", "machine", "metric_names"},
     "gate": {"config", "evidence", "tracking", "exit_codes", "metric_names"},
     "comparison": {"config", "tracking", "assembly", "admission", "arms", "evidence", "gate"}
-    | {"formatting", "exit_codes", "metric_names"},
+    | {"formatting", "exit_codes", "metric_names", "compile_cache", "estimates", "phases"},
     "bench": {
         "config",
         "estimates",
@@ -62,6 +65,9 @@ HARNESS_ROOMS: dict[str, set[str]] = {
         "exit_codes",
         "machine",
         "metric_names",
+        "refusal",
+        "compile_cache",
+        "phases",
     },
     "run": {
         "config",
@@ -75,12 +81,14 @@ HARNESS_ROOMS: dict[str, set[str]] = {
         "refusal",
         "exit_codes",
         "metric_names",
+        "compile_cache",
+        "phases",
     },
     "__main__": {"config", "tracking", "admission", "evidence", "comparison", "refusal"}
     | {"exit_codes", "run", "metric_names"},
     # The schedule search: each trial is a run (``run``), planned by admission.
     "search": {"config", "estimates", "tracking", "assembly", "admission", "evidence"}
-    | {"formatting", "refusal", "exit_codes", "run", "metric_names"},
+    | {"formatting", "refusal", "exit_codes", "run", "metric_names", "compile_cache"},
 }
 # What the reports package may read of the harness (only through each room's ``__init__``).
 REPORTS_READ = {"config", "estimates", "tracking", "formatting", "bench", "metric_names"}

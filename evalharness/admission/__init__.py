@@ -12,8 +12,18 @@ from evalharness.admission.dry_run_report import (
     plan_dry_run,
 )
 from evalharness.admission.mosaic_fix import compile_refusal
-from evalharness.admission.output_check import check_output_folders, check_writable, io_hint
-from evalharness.admission.run_timing import arm_executors, reusable_seconds, samples_per_call
+from evalharness.admission.output_check import (
+    check_compile_cache,
+    check_output_folders,
+    check_writable,
+    io_hint,
+)
+from evalharness.admission.run_timing import (
+    arm_executors,
+    measured_job,
+    reusable_seconds,
+    samples_per_call,
+)
 from evalharness.admission.sizing import estimate_run_time
 
 __all__ = [
@@ -21,10 +31,12 @@ __all__ = [
     "arm_executors",
     "EXPORT_PLATFORMS",
     "admit",
+    "check_compile_cache",
     "check_output_folders",
     "check_writable",
     "compile_refusal",
     "io_hint",
+    "measured_job",
     "plan_dry_run",
     "checkpoint_optional",
     "dry_run",

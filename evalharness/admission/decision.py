@@ -126,7 +126,7 @@ def admit(cfg: EvalConfig) -> Admission:
     preflight.check(
         flops,
         sizing.memory,
-        sizing.timing,
+        sizing.estimate,
         max_minutes=cfg.max_minutes,
         what=what,
         advice=advice,
@@ -138,7 +138,9 @@ def admit(cfg: EvalConfig) -> Admission:
             "Nothing was allocated."
         )
     attention = build_attention(cfg, geometry, tcfg)
-    if cfg.model.name not in TINY_PRESETS:  # a Wan checkpoint is slow to read: fail first
+    # A Wan checkpoint is slow to read: its attention compiles first. Random weights are drawn
+    # in seconds, so the run's own compile of each arm is the check (a refusal is exit 2 too).
+    if cfg.model.name not in TINY_PRESETS and not cfg.model.random_weights:
         _compile_ahead(cfg, tcfg, attention)
     if not cfg.model.seeded:
         # Every part checked, a hub checkpoint's files downloaded: still before any folder.
@@ -151,11 +153,11 @@ def _log_plan(flops: FlopCount, sizing: RunSizing) -> None:
     """The preflight's line (the whole run's minutes, as ``time_plan.md``) and memory plan."""
     memory = sizing.memory
     log.info(
-        "preflight: %s tokens, attention %.0f%% of dense FLOPs, estimated %.1f min, peak %.2f GiB "
+        "preflight: %s tokens, attention %.0f%% of dense FLOPs, estimated %s, peak %.2f GiB "
         "of %.2f GiB per device",
         f"{flops.tokens:,}",
         100 * flops.attention_share,
-        sizing.timing.total_minutes,
+        sizing.estimate.summary(),
         memory.peak_bytes / 2**30,
         memory.device_bytes / 2**30,
     )

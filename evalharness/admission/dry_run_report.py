@@ -115,12 +115,12 @@ def _replan(requested: EvalConfig, tcfg: Any, target: Any, arms: tuple[str, ...]
 
 
 def _over_time(cfg: EvalConfig, sizing: RunSizing) -> bool:
-    return sizing.timing.total_minutes > cfg.max_minutes
+    return sizing.estimate.total_minutes > cfg.max_minutes
 
 
 def _time_verdict(cfg: EvalConfig, sizing: RunSizing, fits: bool) -> str:
     """The time line of the verdict: the estimate against ``max_minutes``, apart from fitting."""
-    minutes = sizing.timing.total_minutes
+    minutes = sizing.estimate.total_minutes
     if _over_time(cfg, sizing):
         code = f" (exit {OVER_TIME})" if fits else ""
         return (
@@ -176,6 +176,11 @@ def _report(
         *(["", "## Host memory", "", sizing.host.to_markdown()] if sizing.host else []),
         "",
         "## Time",
+        "",
+        "The whole job, phase by phase:",
+        "",
+        sizing.estimate.to_markdown(),
+        "The FLOP model's loops and rows:",
         "",
         sizing.timing.to_markdown(),
         *_against_the_seed(cfg, tcfg, sizing),
@@ -395,7 +400,7 @@ def summary_row(
         "peak_from": sizing.chip.compiled_by or "our model",
         "model_peak": f"{model.peak_bytes / gib:.2f}" if model else "-",
         "plan_s": plan_s,
-        "minutes": sizing.timing.total_minutes,
+        "minutes": sizing.estimate.total_minutes,
         "max_minutes": cfg.max_minutes,
     }
     ours = seed_prediction(sizing.timing, sizing.sparse, tcfg, rates_for(sizing.target))

@@ -1,7 +1,7 @@
 """Preflight: refuses a run that does not fit, with the numbers, before anything is allocated.
 
 ``check`` judges the run's sizing once: memory by its ``MemoryTable`` and time by its
-``TimeEstimate`` (loops, compiles excluded, and the work outside them). A refusal carries the
+``JobEstimate`` (every phase of the job: measured where it was, else the FLOP model). A refusal carries the
 memory table, settings that would fit, and what to do about the time.
 """
 
@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import os
 
-from evalharness.estimates import FlopCount, MemoryTable, TimeEstimate
+from evalharness.estimates import FlopCount, JobEstimate, MemoryTable
 from evalharness.refusal import PreflightRefusal
 
 
 def check(
     flops: FlopCount,
     memory: MemoryTable,
-    timing: TimeEstimate,
+    estimate: JobEstimate,
     *,
     max_minutes: float,
     what: str,
@@ -27,7 +27,7 @@ def check(
     Args:
         flops: the run's FLOP count (tokens and attention share, for the message).
         memory: the run's per-device ``MemoryTable``.
-        timing: the run's ``TimeEstimate`` on the device it plans for.
+        estimate: the whole job's time, phase by phase, on the device it plans for.
         max_minutes: the user's limit.
         what: a short description of the run, for the message.
         advice: settings checked to fit (``evalharness.admission.advice.checked_advice``), printed
@@ -43,13 +43,13 @@ def check(
             f"{problem}\n\n{memory.to_markdown()}\n\n"
             f"To fit (each setting applied and planned again):{lines}\n"
         )
-    minutes = timing.total_minutes
+    minutes = estimate.total_minutes
     if minutes > max_minutes:
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
         problems.append(
             f"time: an estimated {minutes:,.1f} minutes exceeds max_minutes={max_minutes:g} "
-            f"(time estimate on {timing.assumption}; compilation not included; load average "
-            f"{load:.1f} on {os.cpu_count()} cores)"
+            f"(the whole job: {estimate.summary()}; load average {load:.1f} on "
+            f"{os.cpu_count()} cores)"
         )
     if problems:
         raise PreflightRefusal(

@@ -9,22 +9,34 @@ decodes, the host side).
 from __future__ import annotations
 
 import dataclasses
+import time
+from pathlib import Path
 from typing import Any
 
 from evalharness.config import EvalConfig, run_pairs
 from evalharness.estimates import (
+    SHIPPED,
     VAE_EFFICIENCY,
     DeviceTarget,
+    JobEstimate,
+    JobKey,
+    JobWork,
+    MeasuredJob,
     RunWork,
     SparseWork,
     TimeEstimate,
     cpu_calibration,
+    estimate_job,
     estimate_time,
+    flop_model_phases,
+    load_history,
     parameter_count,
     rates_for,
     run_rows,
     run_work,
+    tpu_generation,
 )
+from evalharness.phases import PhaseTimes
 from kernels.policy.attention_policy import AttentionPolicy
 from models.config import TINY_PRESETS, WanTransformerConfig, get_transformer_config
 from models.dtypes import dtype_of
@@ -304,3 +316,72 @@ def sparse_work(
     sparse_steps = cfg.steps - schedule.dense_steps(cfg.steps)
     cells = sparse_steps * (layers - schedule.dense_layers(layers)) / (cfg.steps * layers)
     return SparseWork(cells, policy.plan.executed_pairs_fraction, policy.plan.variant)
+
+
+def job_arms(cfg: EvalConfig) -> tuple[str, ...]:
+    """The arms a run compiles and times, in the order it runs them."""
+    return ("dense", "sparse", "noise_floor") if cfg.noise_floor else ("dense", "sparse")
+
+
+def job_key(cfg: EvalConfig, target: DeviceTarget, devices: int) -> JobKey:
+    """What a measurement must share to stand for ``cfg``'s phases on ``target``: the kind of
+    device (a TPU by its generation, so a dry run for ``tpu-v5e-1`` and a run on a ``TPU v5
+    lite`` read the same measurements), the device count, the model and the video."""
+    if target.platform == "tpu":
+        device = f"tpu-{tpu_generation(target) or target.name.lower()}"
+    else:
+        device = "cpu" if target.platform == "cpu" else target.name.lower()
+    video = cfg.resolution.video
+    return JobKey(device, devices, cfg.model.name, (video.frames, video.height, video.width))
+
+
+def job_work(cfg: EvalConfig) -> JobWork:
+    """The work units of ``cfg``'s job (``phase_estimate.phase_units``)."""
+    pairs = run_pairs(cfg.prompt, cfg.seed, cfg.prompts, cfg.seeds)
+    return JobWork(
+        steps=cfg.steps,
+        warm_runs=cfg.warm_runs,
+        pairs=len(pairs),
+        prompts=len({pair.prompt for pair in pairs}),
+        arms=job_arms(cfg),
+        frames=cfg.resolution.video.frames,
+    )
+
+
+def job_estimate(
+    cfg: EvalConfig, target: DeviceTarget, devices: int, timing: TimeEstimate
+) -> JobEstimate:
+    """The whole job's estimate, phase by phase (``phase_estimate``): the latest measurement of
+    each phase of the same job (shipped with the package, or made with this ``cache_dir``),
+    scaled by its work, else the FLOP model's ``timing``. The compiles are expected warm when
+    this ``cache_dir`` measured the same job before with the compilation cache on."""
+    key, work = job_key(cfg, target, devices), job_work(cfg)
+    own = load_history([Path(cfg.cache_dir) / "phases"])
+    done_before = any(j.key == key and j.schedule == cfg.schedule.name for j in own)
+    return estimate_job(
+        key,
+        work,
+        flop_model_phases(timing, work),
+        [*load_history([SHIPPED]), *own],
+        flops_per_s=target.peak_flops.get(cfg.dtype.value, 0.0),
+        warm_cache=getattr(cfg, "compile_cache", True) and done_before,
+    )
+
+
+def measured_job(
+    cfg: EvalConfig, target: DeviceTarget, devices: int, timing: TimeEstimate, times: PhaseTimes
+) -> MeasuredJob:
+    """What a finished run measured, for the history later estimates read (``job_estimate``):
+    its phases beside the FLOP model's figures for the same job, which scale it to another."""
+    work = job_work(cfg)
+    return MeasuredJob(
+        key=job_key(cfg, target, devices),
+        work=work,
+        phases=times.seconds(),
+        model_phases={p.value: s for p, s in flop_model_phases(timing, work).items()},
+        wall_s=times.wall_s,
+        created_at=time.time(),
+        flops_per_s=target.peak_flops.get(cfg.dtype.value, 0.0),
+        cache_hits=times.cache_hits or 0,
+        schedule=cfg.schedule.name,
+    )

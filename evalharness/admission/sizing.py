@@ -26,6 +26,7 @@ from evalharness.admission.phase_compile import PhaseProgram, phases_for_chip
 from evalharness.admission.run_timing import (
     arm_executors,
     decode_tiles,
+    job_estimate,
     samples_per_call,
     sparse_work,
     text_encoder_config,
@@ -38,6 +39,7 @@ from evalharness.estimates import (
     DeviceTarget,
     ExecutorSpec,
     HostMemory,
+    JobEstimate,
     MemoryTable,
     SparseWork,
     TimeEstimate,
@@ -79,6 +81,8 @@ class RunSizing:
         phases: the text encoder's (``encode``) and VAE decode's (``decode``) programs compiled
             for the chip (empty when the chip's compiler did not run).
         host: the host's memory on an accelerator target (None on a CPU).
+        estimate: the whole job's time, phase by phase (measured where it was, else the FLOP
+            model's ``timing``): what preflight judges against ``max_minutes``.
     """
 
     target: DeviceTarget
@@ -96,6 +100,7 @@ class RunSizing:
     sparse: SparseWork | None
     phases: Mapping[str, PhaseProgram]
     host: HostMemory | None
+    estimate: JobEstimate = dataclasses.field(default_factory=JobEstimate)
 
     @property
     def fits(self) -> bool:
@@ -124,6 +129,7 @@ class RunSizing:
         """The memory, time and budget figures as ``memory.*``, ``time.*``, ``tpu.*``, ``gpu.*``
         metrics."""
         out = {**self.memory.as_metrics(), **self.timing.as_metrics()}
+        out.update(self.estimate.as_metrics())
         if self.gpu_shared_memory is not None:
             out["gpu.shared_memory_bytes"] = float(self.gpu_shared_memory)
         for name, budget in self.budgets.items():
@@ -182,6 +188,7 @@ def size_run(
     memory, phases, compiled = phases_for_chip(cfg, tcfg, chip, model_memory, problems)
     sparse = sparse_work(cfg, tcfg, policy)
     timing = time_of(cfg, tcfg, target, devices, sparse, compiled)
+    estimate = job_estimate(cfg, target, devices, timing)
     shared = gpu_shared_memory(cfg, tcfg, target, problems, notes)
     # Compiling for the chip lowered every arm already (Mosaic included): no export on top.
     lower = lower and chip.compiled_by is None
@@ -203,6 +210,7 @@ def size_run(
         sparse,
         phases,
         host,
+        estimate,
     )
 
 

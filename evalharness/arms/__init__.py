@@ -5,7 +5,6 @@ the other arms in one process, and decoded.
 from evalharness.arms.arm import (
     ArmResult,
     PreparedArm,
-    check_same_latents,
     decode_arm,
     prepare_arm,
     rebind_arm,
@@ -24,7 +23,6 @@ __all__ = [
     "ArmResult",
     "PreparedArm",
     "RunTimes",
-    "check_same_latents",
     "check_warm_runs",
     "decode_arm",
     "fastest_control",

@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -109,11 +110,12 @@ def prepare_arm(
     negative_context: jax.Array | None,
     on_event: Callable[[str], None] = lambda message: None,
     guidance_passes: str = "joint",
+    timed: Callable[[str], AbstractContextManager] = lambda stage: nullcontext(),
     clock: Clock = time.perf_counter,
     block: Block = jax.block_until_ready,
 ) -> PreparedArm:
     """Compiles one arm's denoising loop (ahead of time, no per-step host callback) and runs it
-    once, untimed, as its warm-up.
+    once, untimed, as its warm-up; an attend that records routing records in that run only.
 
     Args:
         label: arm name for logs.
@@ -126,6 +128,8 @@ def prepare_arm(
         negative_context: [1, L, text_dim] negative-prompt embeddings, or None.
         on_event: progress hook called with a short description of each phase.
         guidance_passes: ``joint`` or ``separate`` (``models.pipeline.GUIDANCE_PASSES``).
+        timed: ``timed("compile")`` and ``timed("warm-up")`` wrap the two stages (the run's
+            phase ledger).
         clock, block: monotonic seconds and the wait for the warm-up's outputs (tests inject
             them).
 
@@ -140,13 +144,15 @@ def prepare_arm(
         on_step=None,
         guidance_passes=guidance_passes,
     )
-    on_event(f"{label}: compiling the {len(sampler.timesteps)}-step denoising loop")
-    start = clock()
-    compiled = loop.compile(noise, context, negative_context)
-    compile_s = clock() - start
-    log.info("%s: compiled in %.2f s", label, compile_s)
+    with timed("compile"):
+        on_event(f"{label}: compiling the {len(sampler.timesteps)}-step denoising loop")
+        start = clock()
+        compiled = loop.compile(noise, context, negative_context)
+        compile_s = clock() - start
+        log.info("%s: compiled in %.2f s", label, compile_s)
     args = (noise, context, negative_context)
-    warmup_s, latents = _warm_up(label, compiled, args, on_event, clock, block)
+    with timed("warm-up"):
+        warmup_s, latents = _warm_up(label, compiled, args, on_event, clock, block)
     return PreparedArm(label, compiled, args, len(sampler.timesteps), compile_s, warmup_s, latents)
 
 
@@ -196,9 +202,10 @@ def _warm_up(
     block: Block,
 ) -> tuple[float, np.ndarray]:
     """Runs the compiled loop once, untimed; returns (seconds, host latents)."""
-    on_event(f"{label}: warm-up run")
+    records = getattr(compiled, "records", False)  # a loop that records routing does it here
+    on_event(f"{label}: warm-up run" + (", recording the routing" if records else ""))
     start = clock()
-    out = compiled(*args)
+    out = compiled(*args, record=True) if records else compiled(*args)
     block(out)
     warmup_s = clock() - start
     log.info("%s: warm-up in %.2f s", label, warmup_s)
@@ -275,34 +282,3 @@ def decode_arm(arm: ArmResult, decode: Callable[[np.ndarray], np.ndarray]) -> Ar
     arm.frames = decode(arm.latents)
     arm.decode_s = time.perf_counter() - start
     return arm
-
-
-def check_same_latents(
-    latents: np.ndarray, expected: np.ndarray, dtype: str, *, what: str
-) -> float:
-    """Checks that a second run of an arm (the routing-recording run) gave the arm's latents;
-    returns the max abs difference. Recording adds host callbacks, around which XLA may fuse the
-    loop differently, so a few ulps of the compute dtype, relative to the latents' magnitude,
-    are allowed.
-
-    Args:
-        latents: float32 [1, 16, F, H, W] of the second run.
-        expected: the arm's latents, same shape.
-        dtype: the compute dtype's name ("float32" or "bfloat16").
-        what: names the second run in the message.
-
-    Raises:
-        RuntimeError: shapes differ, or the latents differ beyond the tolerance.
-    """
-    if latents.shape != expected.shape:
-        raise RuntimeError(f"the {what}'s latents have shape {latents.shape}, not {expected.shape}")
-    diff = float(np.max(np.abs(latents - expected), initial=0.0))
-    scale = max(float(np.max(np.abs(expected), initial=0.0)), 1.0)
-    tolerance = (1e-2 if dtype == "bfloat16" else 1e-5) * scale
-    if not diff <= tolerance:
-        raise RuntimeError(
-            f"the {what}'s latents differ from the timed arm's by {diff:.3g} (tolerance "
-            f"{tolerance:.3g}); its statistics would describe another computation. Check that "
-            "recording leaves the attention path unchanged."
-        )
-    return diff

@@ -3,7 +3,7 @@ its quality and files, then the run's conclusion (gate, results, tracker); sweep
 progress over the phases.
 """
 
-from evalharness.comparison.conclusion import Outcome, conclude
+from evalharness.comparison.conclusion import Outcome, conclude, finish_phases, write_time_plan
 from evalharness.comparison.measured import Measured, measure_pairs, prepare_arms
 from evalharness.comparison.pair import Comparison, PairInputs
 from evalharness.comparison.progress import Progress, run_phases
@@ -19,8 +19,10 @@ __all__ = [
     "append_summary",
     "conclude",
     "failed_jobs",
+    "finish_phases",
     "measure_pairs",
     "prepare_arms",
     "run_phases",
     "tag_sweep_job",
+    "write_time_plan",
 ]

@@ -14,7 +14,13 @@ import logging
 from dataclasses import dataclass
 
 from evalharness.arms import PreparedArm, rebind_arm
-from evalharness.comparison.pair import Comparison, PairInputs, PairOutput, compare_pair
+from evalharness.comparison.pair import (
+    Comparison,
+    PairInputs,
+    PairOutput,
+    compare_pair,
+    records_routing,
+)
 from evalharness.comparison.progress import pair_phase
 from evalharness.config import Pair
 from evalharness.evidence import (
@@ -58,8 +64,7 @@ def measure_pairs(comparison: Comparison, inputs: list[PairInputs]) -> Measured:
         comparison.progress.phase(pair_phase(item.pair, len(pairs)))
         arms = compiled
         if item is not inputs[0]:
-            event = comparison.progress.event
-            arms = {k: rebind_arm(arm, item.args, on_event=event) for k, arm in compiled.items()}
+            arms = {k: _rebound(comparison, k, arm, item) for k, arm in compiled.items()}
         reused = None if cached is None else cached[item.pair.index]
         per_pair.append(_run_pair(comparison, item, arms, len(pairs), reused))
     comparison.progress.phase("summary")
@@ -77,11 +82,21 @@ def prepare_arms(
     arms = {}
     if dense:
         arms["dense"] = comparison.prepare_arm("dense", attention.dense, inputs)
-    arms["sparse"] = comparison.prepare_arm("sparse", attention.sparse, inputs)
+    # A sparse arm that records its routing does it in its untimed warm-up run only.
+    sparse = records_routing(comparison) or attention.sparse
+    arms["sparse"] = comparison.prepare_arm("sparse", sparse, inputs)
     if dense and comparison.cfg.noise_floor:
         # Timed like the dense arm: it is the second dense control the headline speedup uses.
         arms["noise_floor"] = comparison.prepare_arm("noise_floor", attention.noise_floor, inputs)
     return arms
+
+
+def _rebound(
+    comparison: Comparison, label: str, arm: PreparedArm, inputs: PairInputs
+) -> PreparedArm:
+    """The compiled arm bound to another pair's inputs, its warm-up timed as the arm's."""
+    with comparison.timed(f"{label} warm-up"):
+        return rebind_arm(arm, inputs.args, on_event=comparison.progress.event)
 
 
 def reused_dense_arms(comparison: Comparison, pairs: list[Pair]) -> dict[int, DenseArms] | None:

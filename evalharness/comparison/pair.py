@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass, field
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +19,9 @@ from evalharness.admission import Admission, arm_executors
 from evalharness.arms import (
     ArmResult,
     PreparedArm,
-    check_same_latents,
     decode_arm,
     fastest_control,
     prepare_arm,
-    rebind_arm,
     time_arms_interleaved,
     timed_window_tags,
     timing_metrics,
@@ -40,6 +39,7 @@ from evalharness.evidence import (
     write_pair_files,
 )
 from evalharness.metric_names import Metric, MetricValue, RunMetrics
+from evalharness.phases import Phase
 from evalharness.tracking import Tracker, log_frame_curves, log_routing_curve
 from kernels.policy.routing_stats import RoutingStats
 
@@ -59,7 +59,6 @@ class Comparison:
         tracker: the experiment tracker's run.
         components: transformer, prompt encoder and VAE.
         text_encode_s: seconds spent encoding the prompts.
-        recorder: the routing-recording loop, compiled when the first pair needs it.
     """
 
     cfg: EvalConfig
@@ -69,11 +68,11 @@ class Comparison:
     tracker: Tracker
     components: Components
     text_encode_s: float
-    recorder: RoutingRecorder = field(default_factory=lambda: RoutingRecorder(), compare=False)
 
     def prepare_arm(self, label: str, attend: Any, inputs: PairInputs) -> PreparedArm:
-        """Compiles one arm on the shared model and sampler for ``inputs``' shapes and runs it
-        once on them (:func:`evalharness.arms.prepare_arm`)."""
+        """Compiles one arm (``dense``, ``sparse``, ``noise_floor``) on the shared model and
+        sampler for ``inputs``' shapes and runs it once on them
+        (:func:`evalharness.arms.prepare_arm`), each stage timed as its phase."""
         return prepare_arm(
             label,
             self.components.transformer,
@@ -85,7 +84,12 @@ class Comparison:
             negative_context=inputs.negative_context,
             on_event=self.progress.event,
             guidance_passes=self.cfg.guidance_passes.value,
+            timed=lambda stage: self.progress.timed(Phase(f"{label} {stage}")),
         )
+
+    def timed(self, phase: str) -> AbstractContextManager:
+        """Times the enclosed work as the ledger's phase of that name."""
+        return self.progress.timed(Phase(phase))
 
     def dense_key(self, pair: Pair) -> str:
         """The dense-arm cache key of one pair (its ``prompt`` and ``seed`` set, no suite)."""
@@ -99,23 +103,6 @@ class Comparison:
     def cache(self) -> ArmCache:
         """The dense-arm cache."""
         return ArmCache(Path(self.cfg.cache_dir) / "dense_arms")
-
-
-class RoutingRecorder:
-    """The run's routing-recording loop: compiled for the first pair that records, rebound to the
-    next ones (each run overwrites every sparse cell of the recorder: no reset needed)."""
-
-    def __init__(self) -> None:
-        self._arm: PreparedArm | None = None
-
-    def run(self, comparison: Comparison, inputs: PairInputs) -> PreparedArm:
-        """The recording loop run on ``inputs`` (its latents and the recorder's cells)."""
-        if self._arm is None:
-            attend = comparison.plan.attention.recording
-            self._arm = comparison.prepare_arm("sparse (recording routing)", attend, inputs)
-        else:
-            self._arm = rebind_arm(self._arm, inputs.args, on_event=comparison.progress.event)
-        return self._arm
 
 
 @dataclass
@@ -178,18 +165,17 @@ def compare_pair(
         cached: cached dense arms whose timings are reused (``reuse_dense_timing``), or None.
     """
     progress, cfg = comparison.progress, comparison.cfg
-    progress.event(f"{out.label}timing interleaved".strip())
-    times = time_arms_interleaved(arms, cfg.warm_runs, on_event=progress.event)
+    with comparison.timed(Phase.TIMING):
+        progress.event(f"{out.label}timing interleaved".strip())
+        times = time_arms_interleaved(arms, cfg.warm_runs, on_event=progress.event)
     dense = cached if cached is not None else _dense_arms(comparison, inputs.pair, arms, times)
     sparse = arms["sparse"].result(times["sparse"])
-    if cfg.routing_stats:
-        progress.event(f"{out.label}routing statistics".strip())
-    stats, routing_check = _routing_statistics(comparison, sparse, inputs)
-    progress.event(f"{out.label}decode and quality".strip())
-    decode_arm(sparse, comparison.components.decode)
-    quality, metrics = measure_videos(out.folder, dense, sparse, cfg)
+    stats = _routing_statistics(comparison)  # recorded by the sparse arm's warm-up run
+    with comparison.timed(Phase.DECODE):
+        progress.event(f"{out.label}decode and quality".strip())
+        decode_arm(sparse, comparison.components.decode)
+    quality, metrics = measure_videos(out.folder, dense, sparse, cfg, timed=comparison.timed)
     metrics.update(_speed_and_setup(comparison, dense, sparse))
-    metrics.update(routing_check)
     metrics[Metric.DENSE_TIMING_REUSED] = int(cached is not None)
     timing = "fresh, interleaved (dense, sparse, noise floor round-robin)"
     if cached is not None:
@@ -208,10 +194,13 @@ def compare_pair(
     )
     # The pair's files beside its videos, and its per-frame and routing curves in its tracker run.
     schedule = comparison.plan.attention.schedule.name
-    write_pair_files(out.folder, cfg, dense, sparse, quality, stats, schedule)
-    log_frame_curves(out.tracker, quality.frames.psnr_db, quality.frames.ssim)
+    with comparison.timed(Phase.VIDEOS):
+        write_pair_files(out.folder, cfg, dense, sparse, quality, stats, schedule)
+    with comparison.timed(Phase.LOGGING):
+        log_frame_curves(out.tracker, quality.frames.psnr_db, quality.frames.ssim)
+        if stats is not None:
+            log_routing_curve(out.tracker, stats.temporal_fraction())  # [steps, layers]; dense NaN
     if stats is not None:
-        log_routing_curve(out.tracker, stats.temporal_fraction())  # [steps, layers], NaN: dense
         metrics["routing_temporal_fraction"] = stats.overall_temporal_fraction()
     return RunMetrics.of(metrics)
 
@@ -221,6 +210,13 @@ def _dense_arms(
 ) -> DenseArms:
     """The dense arm and its noise floor with this run's timings; their decoded frames come from
     the cache when it holds them for these exact latents, else they are decoded and stored."""
+    with comparison.timed(Phase.DECODE):
+        return _decoded_dense_arms(comparison, pair, prepared, times)
+
+
+def _decoded_dense_arms(
+    comparison: Comparison, pair: Pair, prepared: dict[str, PreparedArm], times: dict[str, Any]
+) -> DenseArms:
     cache = comparison.cache
     key = comparison.dense_key(pair)
     dense_labels = [label for label in prepared if label != "sparse"]
@@ -247,25 +243,20 @@ def _dense_arms(
     return arms
 
 
-def _routing_statistics(
-    comparison: Comparison, sparse: ArmResult, inputs: PairInputs
-) -> tuple[RoutingStats | None, dict[str, float]]:
-    """When any step routes (and ``routing_stats`` is on): one more, untimed run that records the
-    routing (never slowing the timed sparse arm), and how far its latents are from the timed
-    sparse arm's (they must agree: the statistics describe that run).
+def _routing_statistics(comparison: Comparison) -> RoutingStats | None:
+    """The routing the sparse arm's last warm-up run recorded (None when no step routes or
+    ``routing_stats=false``): that run is the arm's own compiled loop, so the statistics describe
+    exactly the timed computation, and no second run is made."""
+    if records_routing(comparison) is None:
+        return None
+    return comparison.plan.attention.collect_stats()
 
-    Raises:
-        RuntimeError: the recorded run's latents differ from the sparse arm's beyond rounding.
-    """
-    if comparison.plan.attention.recording is None or not comparison.cfg.routing_stats:
-        return None, {}
-    recorded = comparison.recorder.run(comparison, inputs)
-    diff = check_same_latents(
-        recorded.latents, sparse.latents, comparison.cfg.dtype.value, what="routing-recording run"
-    )
-    return comparison.plan.attention.collect_stats(), {
-        "routing_recording_max_abs_latent_diff": diff
-    }
+
+def records_routing(comparison: Comparison) -> Any:
+    """The sparse arm's recording attend when it records its routing (a routed schedule with
+    ``routing_stats`` on), else None: the one rule for which attend the sparse arm compiles."""
+    recording = comparison.plan.attention.recording
+    return recording if comparison.cfg.routing_stats else None
 
 
 def _speed_and_setup(

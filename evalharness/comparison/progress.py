@@ -1,15 +1,18 @@
-"""Progress over the run's phases (a tqdm bar) plus log lines saying what is being compiled."""
+"""Progress over the run's stages (a tqdm bar) plus log lines saying what is being compiled, and
+the run's :class:`~evalharness.phases.PhaseLedger`, whose phases name the finer steps."""
 
 from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from tqdm import tqdm
 
 from evalharness.config import Pair
 from evalharness.exit_codes import stop_if_signalled
+from evalharness.phases import Phase, PhaseLedger
 
 log = logging.getLogger("evalharness")
 
@@ -24,13 +27,32 @@ class Progress:
         phases: the phase names in order.
         enabled: draw the bar (default: only when stderr is a terminal; in CI the log lines say
             where the run is).
+        ledger: the run's phase ledger (a fresh one by default); its phases show on the bar.
     """
 
-    def __init__(self, phases: Sequence[str], enabled: bool | None = None) -> None:
+    def __init__(
+        self,
+        phases: Sequence[str],
+        enabled: bool | None = None,
+        ledger: PhaseLedger | None = None,
+    ) -> None:
         self.phases = list(phases)
         self.enabled = sys.stderr.isatty() if enabled is None else enabled
         self.bar = tqdm(total=len(self.phases), unit="phase", disable=not self.enabled, leave=False)
         self.current: str | None = None
+        self.ledger = ledger if ledger is not None else PhaseLedger()
+        self.ledger.on_enter = self._entered
+
+    @contextmanager
+    def timed(self, phase: Phase) -> Iterator[None]:
+        """Times the enclosed work as ``phase`` in the ledger; a safe point on entry, as
+        :meth:`phase` is."""
+        with self.ledger.timed(phase):
+            yield
+
+    def _entered(self, phase: Phase) -> None:
+        stop_if_signalled()
+        self.bar.set_postfix_str(phase.value, refresh=True)
 
     def phase(self, name: str) -> None:
         """Marks the start of a phase (phases may be skipped, never revisited); a safe point: a

@@ -10,6 +10,18 @@ from evalharness.estimates.gpu_compiler import gpu_topology_compiler
 from evalharness.estimates.host_memory import HostMemory, size_host
 from evalharness.estimates.memory_estimate import estimate_memory
 from evalharness.estimates.memory_table import GIB, MemoryTable, add_runtime_overhead
+from evalharness.estimates.phase_estimate import (
+    SHIPPED,
+    JobEstimate,
+    JobKey,
+    JobWork,
+    MeasuredJob,
+    PhaseEstimate,
+    estimate_job,
+    flop_model_phases,
+    load_history,
+    record_job,
+)
 from evalharness.estimates.run_time import (
     HOST_NS_PER_PIXEL,
     VAE_EFFICIENCY,
@@ -42,7 +54,7 @@ from evalharness.estimates.targets import (
     host_target,
     measure_matmul_flops,
 )
-from evalharness.estimates.time_rates import rates_for
+from evalharness.estimates.time_rates import rates_for, tpu_generation
 from evalharness.estimates.tpu_compiler import (
     CompiledProgram,
     TpuCompiler,
@@ -57,6 +69,16 @@ from evalharness.estimates.tpu_compiler import (
 from evalharness.estimates.workload import SparseWork, TimeEstimate, estimate_time
 
 __all__ = [
+    "SHIPPED",
+    "JobEstimate",
+    "JobKey",
+    "JobWork",
+    "MeasuredJob",
+    "PhaseEstimate",
+    "estimate_job",
+    "flop_model_phases",
+    "load_history",
+    "record_job",
     "CONTRADICTION",
     "HOST_NS_PER_PIXEL",
     "RunWork",
@@ -105,6 +127,7 @@ __all__ = [
     "parameter_count",
     "on_device",
     "rates_for",
+    "tpu_generation",
     "scoped_vmem_shortfall",
     "step_flops",
     "topology_compiler",

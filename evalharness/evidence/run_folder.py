@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -145,22 +146,32 @@ def write_arm_videos(
 
 
 def measure_videos(
-    folder: Path, dense: DenseArms, sparse: ArmResult, cfg: EvalConfig
+    folder: Path,
+    dense: DenseArms,
+    sparse: ArmResult,
+    cfg: EvalConfig,
+    timed: Callable[[str], AbstractContextManager] = lambda phase: nullcontext(),
 ) -> tuple[VideoQuality, dict[str, float]]:
     """Encodes every arm's videos into ``folder`` and measures the sparse arm (and the noise
     floor) against the dense arm, from the lossless files and the raw frames.
 
+    Args:
+        timed: ``timed("videos")`` and ``timed("quality")`` wrap the encodes and the measures
+            (the run's phase ledger).
+
     Returns:
         The sparse arm's measurement (its per-frame curves) and the quality metrics.
     """
-    videos = write_arm_videos(folder, dense.dense, sparse, dense.noise_floor, cfg)
+    with timed("videos"):
+        videos = write_arm_videos(folder, dense.dense, sparse, dense.noise_floor, cfg)
 
     def against_dense(video: Path, arm: ArmResult) -> VideoQuality:
         return measure(videos.dense, video, dense.dense, arm, codec_video=videos.dense_mp4)
 
-    sparse_q = against_dense(videos.sparse, sparse)
-    floor = dense.noise_floor
-    floor_q = None if floor is None else against_dense(videos.noise_floor, floor)
+    with timed("quality"):
+        sparse_q = against_dense(videos.sparse, sparse)
+        floor = dense.noise_floor
+        floor_q = None if floor is None else against_dense(videos.noise_floor, floor)
     return sparse_q, quality_metrics(sparse_q, floor_q)
 
 

@@ -53,6 +53,7 @@ from kernels.parallel.routing import route_rows_sharded
 from kernels.policy.attention_policy import AttentionPolicy
 from kernels.policy.cells import check_layer, dense_cell
 from kernels.policy.routing import Routing, routing_key, sample_rows
+from kernels.policy.routing_stats import send_routing
 
 PLACEMENTS = ("head_local", "before_exchange")
 _TOKENS = P(None, SEQ_AXIS)  # [B, N, ...] split along N
@@ -123,6 +124,18 @@ class SequenceParallelAttend:
         shifted = copy.copy(self)
         shifted.policy = self.policy.at_batch_offset(offset)
         return shifted
+
+    def recording_when(self, flag: jax.Array) -> SequenceParallelAttend:
+        """This attend with its policy recording only where ``flag`` is True (see
+        ``AttentionPolicy.recording_when``)."""
+        gated = copy.copy(self)
+        gated.policy = self._sparse_policy().recording_when(flag)
+        return gated
+
+    @property
+    def records(self) -> bool:
+        """Whether its policy records routing (``AttentionPolicy.records``)."""
+        return self.policy is not None and self.policy.recorder is not None
 
     @property
     def stats(self):
@@ -327,17 +340,8 @@ class SequenceParallelAttend:
     def _routed(self, q, k, v, *, step: jax.Array, layer: int | jax.Array) -> jax.Array:
         routing = self.route(q, k, v, step=step, layer=layer)
         temporal = self.policy.layout_flags(routing.temporal)  # a negative control's override
-        recorder = self.policy.recorder
-        if recorder is not None:
-            jax.debug.callback(
-                recorder.record,
-                step,
-                temporal,
-                routing.spatial_error,
-                routing.temporal_error,
-                self.policy.batch_offset,
-                layer=layer,
-            )
+        if self.policy.recorder is not None:
+            send_routing(self.policy, step, temporal, routing, layer=layer)
         return self.sparse_attention(q, k, v, temporal)
 
 

@@ -54,7 +54,7 @@ from kernels.policy.routing import (
     routing_key,
     routing_outputs_for,
 )
-from kernels.policy.routing_stats import RoutingRecorder, RoutingStats
+from kernels.policy.routing_stats import RoutingRecorder, RoutingStats, send_routing
 from kernels.policy.schedule import SparsitySchedule
 from kernels.registry import DENSE_EXECUTORS, PLATFORMS, POLICY_BACKENDS
 
@@ -221,6 +221,7 @@ class AttentionPolicy:
         )
         self.recorder = RoutingRecorder(num_steps, num_layers) if record_stats else None
         self.batch_offset = 0  # where this call's samples sit in the step's batch (records)
+        self.record_flag: jax.Array | None = None  # None: every run records (recording_when)
         self.plan = schedule.tile_plan(geometry, block_sizes, rounding_tolerance)
         self.routing_mask = None if self.plan is None else self.plan.logical_mask
         self.band_kernel = (
@@ -242,19 +243,31 @@ class AttentionPolicy:
         return shifted
 
     @property
+    def records(self) -> bool:
+        """Whether this policy records routing (built with ``record_stats=True``)."""
+        return self.recorder is not None
+
+    def recording_when(self, flag: jax.Array) -> AttentionPolicy:
+        """This recording policy for a loop whose runs record only where the traced bool
+        scalar ``flag`` is True (``routing_stats.send_routing``)."""
+        gated = copy.copy(self._recorder())
+        gated.record_flag = flag
+        return gated
+
+    @property
     def stats(self) -> RoutingStats:
         """Recorded routing: [steps, layers, batch, heads] flags (-1 dense) and errors (NaN)."""
+        return self._recorder().recorder.stats
+
+    def _recorder(self) -> AttentionPolicy:
         if self.recorder is None:
             raise ValueError("this policy does not record; build it with record_stats=True")
-        return self.recorder.stats
+        return self
 
     def is_sparse_layer(self, layer: int) -> bool:
         """Whether ``layer`` runs sparse at some step."""
-        return (
-            self.schedule.sparse
-            and layer >= self.dense_layers
-            and self.dense_steps < self.num_steps
-        )
+        sparse_steps = self.dense_steps < self.num_steps
+        return self.schedule.sparse and sparse_steps and layer >= self.dense_layers
 
     def __call__(
         self, q: jax.Array, k: jax.Array, v: jax.Array, *, step: jax.Array | int, layer: Layer
@@ -315,15 +328,7 @@ class AttentionPolicy:
         routing = self.route(q, k, v, step=step, layer=layer)
         temporal = self.layout_flags(routing.temporal)
         if self.recorder is not None:
-            jax.debug.callback(
-                self.recorder.record,
-                step,
-                temporal,
-                routing.spatial_error,
-                routing.temporal_error,
-                self.batch_offset,
-                layer=layer,
-            )
+            send_routing(self, step, temporal, routing, layer=layer)
         return self.sparse_attention(q, k, v, temporal)
 
     def route(self, q, k, v, *, step: jax.Array, layer: int | jax.Array) -> Routing:

@@ -2,16 +2,20 @@
 
 The model's ``attend`` cannot return extra outputs, so a policy built with ``record_stats=True``
 sends each sparse (step, layer)'s routing to the host with ``jax.debug.callback`` into a
-``RoutingRecorder``. Cells that ran dense keep flag -1 and NaN errors. The recorded run is an extra
-run: host callbacks stall the device, so timed runs use a policy without recording.
+``RoutingRecorder``. Cells that ran dense keep flag -1 and NaN errors. Host callbacks stall the
+device, so a loop that records takes a runtime flag (:func:`send_routing`): the sparse arm's
+untimed warm-up run records, its timed runs skip the callbacks (one scalar branch per cell), and
+no second run of the loop is needed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
+from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 DENSE_FLAG = -1
@@ -145,3 +149,33 @@ class RoutingRecorder:
             return RoutingStats(
                 self._temporal.copy(), self._spatial_error.copy(), self._temporal_error.copy()
             )
+
+
+def send_routing(policy: Any, step: jax.Array, temporal: jax.Array, routing: Any, *, layer) -> None:
+    """Sends one sparse cell's routing to ``policy.recorder`` on the host: in every run when
+    ``policy.record_flag`` is None, else only in the runs where that traced bool scalar is True
+    (the callback sits in a branch the other runs skip).
+
+    Args:
+        policy: an ``AttentionPolicy`` with a recorder (its ``record_flag``, ``batch_offset``).
+        step: the denoising step (int32 scalar).
+        temporal: bool [batch, heads], the layouts that ran.
+        routing: the cell's ``Routing`` (its ``spatial_error``, ``temporal_error``).
+        layer: block index (an int, or a scanned model's traced int32 scalar).
+    """
+
+    def send() -> None:
+        jax.debug.callback(
+            policy.recorder.record,
+            step,
+            temporal,
+            routing.spatial_error,
+            routing.temporal_error,
+            policy.batch_offset,
+            layer=layer,
+        )
+
+    if policy.record_flag is None:
+        send()
+    else:
+        jax.lax.cond(jnp.asarray(policy.record_flag, bool), send, lambda: None)

@@ -10,8 +10,10 @@ import pytest
 
 from evalharness.comparison import Measured, Outcome, conclude
 from evalharness.config import to_config
+from evalharness.estimates import JobEstimate, PhaseEstimate
 from evalharness.evidence import run_status
 from evalharness.metric_names import RunMetrics
+from evalharness.phases import Phase, PhaseLedger
 from tests.helpers.harness_config import small_config
 
 
@@ -61,32 +63,56 @@ def _pair(psnr: float, speedup: float, name: str) -> RunMetrics:
     )
 
 
-def _comparison(tmp_path, *overrides):
+def _comparison(tmp_path, *overrides, wall_s: float = 1.0):
     cfg = to_config(small_config(tmp_path, *overrides))
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     run_status.start_status(run_dir, mlflow_run_id="run-123", tracking_uri=None)
     flops = SimpleNamespace(as_metrics=lambda: {"flops_dense_tflop": 2.5})
     tracker = RecordingTracker(run_dir)
+    sizing = SimpleNamespace(
+        estimate=JobEstimate((PhaseEstimate(Phase.TIMING, 10.0, "measured"),)),
+        timing=SimpleNamespace(to_markdown=lambda: "the FLOP model's table"),
+    )
+    times = iter([0.0, 4.0, 4.0 + wall_s / 2, wall_s])  # ledger start, timing in/out, snapshot
+    ledger = PhaseLedger(clock=lambda: next(times), memory=lambda: None)
+    with ledger.timed(Phase.TIMING):
+        pass
     return SimpleNamespace(
-        cfg=cfg, plan=SimpleNamespace(flops=flops), run_dir=run_dir, tracker=tracker
+        cfg=cfg,
+        plan=SimpleNamespace(flops=flops, sizing=sizing),
+        run_dir=run_dir,
+        tracker=tracker,
+        progress=SimpleNamespace(ledger=ledger),
     )
 
 
 def test_one_pair_is_judged_written_uploaded_then_marked_finished(tmp_path):
     comparison = _comparison(
-        tmp_path, "gate.min_psnr_db=20", "gate.min_speedup=1.5", "logger.log_videos=false"
+        tmp_path,
+        "gate.min_psnr_db=20",
+        "gate.min_speedup=1.5",
+        "logger.log_videos=false",
+        wall_s=12.0,
     )
     pair = _pair(28.0, 1.2, "p0-s0")
-    outcome = conclude(comparison, Measured(pair, (pair,)), wall_s=12.5)
+    outcome = conclude(comparison, Measured(pair, (pair,)))
 
     assert isinstance(outcome, Outcome)
     assert not outcome.gate.passed and any("speedup" in f for f in outcome.gate.failures)
     written = json.loads((comparison.run_dir / "metrics.json").read_text())
     # The folder's metrics.json holds what was measured and the verdict; the returned metrics
     # add where it was written and the tracker's run.
-    assert written["gate_passed"] is False and written["total_wall_s"] == 12.5
+    assert written["gate_passed"] is False and written["total_wall_s"] == 12.0
     assert written["flops_dense_tflop"] == 2.5 and "run_dir" not in written
+    # The phases so far, the unaccounted rest and the estimate beside them, in the same files.
+    assert written["phase_timing_s"] == pytest.approx(6.0)
+    assert written["phase_unaccounted_s"] == pytest.approx(12.0 - 6.0)
+    assert written["estimate_wall_s"] == 10.0
+    phases = json.loads((comparison.run_dir / "phases.json").read_text())
+    assert phases["phases"]["timing"]["seconds"] == pytest.approx(6.0)
+    plan = (comparison.run_dir / "time_plan.md").read_text()
+    assert "| timing | 10.0 | 6.0 | 0.60 | measured |" in plan
     assert outcome.metrics["run_dir"] == str(comparison.run_dir)
     assert outcome.metrics["mlflow_run_id"] == "run-123"
     report = (comparison.run_dir / "report.md").read_text()
@@ -111,7 +137,7 @@ def test_a_suite_writes_its_pairs_table_and_passes_on_the_mean(tmp_path):
     )
     pairs = (_pair(28.0, 1.2, "p0-s0"), _pair(30.0, 1.3, "p1-s0"))
     parent = RunMetrics.of({"psnr_db": 29.0, "speedup": 1.25, "tokens": 144})
-    outcome = conclude(comparison, Measured(parent, pairs), wall_s=1.0)
+    outcome = conclude(comparison, Measured(parent, pairs))
 
     assert outcome.gate.passed and outcome.metrics["gate_passed"] is True
     rows = (comparison.run_dir / "pairs.csv").read_text().splitlines()
@@ -125,7 +151,7 @@ def test_a_suite_writes_its_pairs_table_and_passes_on_the_mean(tmp_path):
 def test_a_non_finite_measurement_is_written_as_valid_json(tmp_path, speedup):
     comparison = _comparison(tmp_path, "gate.min_speedup=1.1")
     pair = _pair(28.0, speedup, "p0-s0")
-    outcome = conclude(comparison, Measured(pair, (pair,)), wall_s=1.0)
+    outcome = conclude(comparison, Measured(pair, (pair,)))
     written = json.loads((comparison.run_dir / "metrics.json").read_text())
     assert written["speedup"] in (None, "inf")
     assert outcome.gate.passed is (speedup == float("inf"))
