@@ -60,7 +60,16 @@ def test_run_writes_videos_metrics_and_mlflow_run(first_run):
         stored["dense_median_s"] / stored["sparse_median_s"]
     )
     assert (folder / "memory_plan.md").is_file()
-    assert "| whole run (s) |" in (folder / "time_plan.md").read_text()
+    plan = (folder / "time_plan.md").read_text()
+    assert "| whole run (s) |" in plan  # the FLOP model's rows beside the phases
+    assert "| phase | estimate (s) | measured (s) | measured / estimate | source |" in plan
+    # Every second of the run belongs to a phase: the phases sum to the wall within 2%.
+    phases = json.loads((folder / "phases.json").read_text())
+    accounted = sum(phase["seconds"] for phase in phases["phases"].values())
+    assert abs(phases["wall_s"] - accounted) <= 0.02 * phases["wall_s"], phases
+    assert phases["phases"]["sparse warm-up"]["entries"] == 1  # the routing recorded there
+    # The run's measurement is kept for the next estimate of the same job.
+    assert len(list((tmp / "cache" / "phases").glob("*.json"))) == 1
     # The noise floor compares two different dense executors: finite (the dense arm's own
     # executor run twice would give identical frames and an infinite floor).
     assert math.isfinite(stored["noise_floor_psnr_db"])
@@ -132,7 +141,10 @@ DEFAULT_JOB_METRIC_KEYS = {
     "attention_backend",
     "routing_flops_fraction",
     "routing_temporal_fraction",
-    "routing_recording_max_abs_latent_diff",
+    "phase_sparse_warmup_s",
+    "phase_timing_s",
+    "phase_unaccounted_s",
+    "estimate_wall_s",
     "tiles.tokens",
     "tiles.block_q",
     "tiles.block_kv",

@@ -57,9 +57,9 @@ def test_interrupted_search_resumes_and_its_schedule_passes_as_a_run(tmp_path, m
     assert parent.info.status == "FINISHED"
     trials = [r for r in runs if r.data.tags.get("search_trial")]
     assert trials and all(r.data.tags["mlflow.parentRunId"] == parent.info.run_id for r in trials)
-    # search.routing_stats=false (the default): no trial ran the routing-recording twin.
+    # search.routing_stats=false (the default): no trial recorded its routing.
     for r in trials:
-        assert "routing_recording_max_abs_latent_diff" not in r.data.metrics
+        assert "routing_temporal_fraction" not in r.data.metrics
         assert not list(Path(r.data.tags["run_dir"]).rglob("routing_stats.npz"))
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"front.md", "front.png", "summary.json", "conf"} <= artifacts
@@ -78,7 +78,7 @@ def test_interrupted_search_resumes_and_its_schedule_passes_as_a_run(tmp_path, m
     metrics = run(rerun)  # a missed gate would raise GateFailed (exit 1)
     assert metrics["gate_passed"]
     # The plain run records the chosen schedule's routing (routing_stats defaults to true).
-    assert "routing_recording_max_abs_latent_diff" in metrics
+    assert "routing_temporal_fraction" in metrics
     assert list(Path(metrics["run_dir"]).rglob("routing_stats.npz"))
 
 
