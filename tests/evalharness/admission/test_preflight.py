@@ -3,7 +3,14 @@
 import pytest
 
 from evalharness.admission.preflight import PreflightRefusal, check
-from evalharness.estimates import count_flops, parameter_count
+from evalharness.estimates import (
+    JobKey,
+    JobWork,
+    count_flops,
+    estimate_job,
+    flop_model_phases,
+    parameter_count,
+)
 from evalharness.estimates.targets import get_target
 from evalharness.estimates.time_rates import rates_for
 from evalharness.estimates.workload import estimate_time, step_work
@@ -170,12 +177,17 @@ def test_fitting_table_and_time_pass_and_time_alone_refuses():
     table = _plan_14b_720p(64 * 2**20)
     assert table.fits, table.to_markdown()
     flops, timing = _flops_14b(720, 1280), _time_14b_720p()
-    check(flops, table, timing, max_minutes=60, what="14B 720p", advice=[])
-    with pytest.raises(PreflightRefusal, match="time estimate on tpu-v6e-8") as info:
-        check(flops, table, timing, max_minutes=1, what="14B 720p", advice=[])
+    work = JobWork(2, 1, 1, 1, ("dense", "sparse", "noise_floor"), 81)
+    key = JobKey("tpu-v6e", 8, "wan2.1-t2v-14b", (81, 720, 1280))
+    estimate = estimate_job(
+        key, work, flop_model_phases(timing, work), [], flops_per_s=1.0, warm_cache=False
+    )
+    check(flops, table, estimate, max_minutes=60, what="14B 720p", advice=[])
+    with pytest.raises(PreflightRefusal, match="the whole job: .* from the FLOP model") as info:
+        check(flops, table, estimate, max_minutes=1, what="14B 720p", advice=[])
     message = str(info.value)
     assert "max_minutes=" in message and "memory:" not in message
-    assert f"{timing.total_minutes:,.1f} minutes" in message
+    assert f"{estimate.total_minutes:,.1f} minutes" in message
 
 
 def test_a_jax_without_a_cpu_device_is_refused_naming_jax_platforms(monkeypatch):
