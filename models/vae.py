@@ -6,30 +6,31 @@ Faithful to diffusers' ``AutoencoderKLWan.decode`` (checked to 1e-4 in float32 b
 fixed-shape cache carry; frame 0 is a separate call because it decodes to one frame, not four.
 Only the decoder is ported (text-to-video never encodes); the encoder's weights are skipped on load.
 
-Memory budget (real VAE: base_dim 96, z_dim 16, dim_mult (1, 2, 4, 4); 1440p × 81 frames)
-----------------------------------------------------------------------------------------
-Latent 21×180×320. Every causal conv keeps two frames of its input as a cache, and at full
+Memory budget (real VAE: base_dim 96, z_dim 16, dim_mult (1, 2, 4, 4); float32, 81 frames)
+-----------------------------------------------------------------------------------------
+Latent 21×180×320 at 1440p. Every causal conv keeps two frames of its input as a cache, and at full
 resolution those are large: :func:`estimate_tile_memory` puts an *untiled* 1440p decode at
 ~32.5 GiB of caches + ~13 GiB of chunk activations + 3.3 GiB of output (~49 GiB): 1440p needs tiling.
+
+Tiled decode: one program, one compile
+--------------------------------------
 With tiling on (the default :class:`TilingConfig`: 256×256-pixel tiles = 32×32 latents, stride 192)
-tiles are decoded one at a time and moved to the host, where they are blended into the float32
-video (81×1440×2560×3 ×4 B = 3.3 GiB of *host* memory). Per tile on the device:
-
-- estimate (float32, :func:`models.peak_memory.vae_decode_memory`, the model preflight uses):
-  caches 0.58 GiB + chunk activations 0.75 GiB + tile output 0.06 GiB + weights 0.27 GiB
-  = **1.66 GiB**;
-- XLA's figure for the compiled tile program (``memory_analysis()`` on CPU, 21 latent frames):
-  1.30 GiB temporaries + 0.27 GiB weights + 0.06 GiB output = **1.64 GiB**,
-
-far inside a 16 GiB activation budget (bfloat16 weights/activations halve it). The 1440p grid is
-8 × 14 = 112 tiles in four compiled shapes (32×32 and the edge tiles 32×8, 12×32, 12×8 latents).
+the whole decode is one ``jax.jit`` keyed on the latent shape (:func:`decode_tiled`; the windows,
+weights and row strips are explained in ``models/vae_tiling.py``): the decoder compiles once
+whatever the grid (the reference's tile-by-tile decode, :func:`decode_tiles_reference`, compiled
+up to four tile shapes), and only uint8 frames reach the host. Device peak, float32, 81 frames
+(:func:`models.peak_memory.vae_tiled_decode_memory` / XLA's ``memory_analysis()`` on CPU): one
+window's decode 1.66 GiB (caches 0.58 + chunk activations 0.75 + window output 0.06 + weights
+0.27; XLA 1.64 for the window program alone) plus the float32 row strip and the uint8 rows and
+video: **2.43 GiB** at 720p (XLA 2.30), **2.07 GiB** at 480p (XLA 2.03), **4.11 GiB** at 1440p
+(XLA 3.52), inside a 16 GiB activation budget (bfloat16 halves the decoder's part). The float32
+variant (``to_uint8=False``: :func:`decode_latents`, tests) emits 4 × the output bytes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -48,6 +49,14 @@ from models.safetensors_reader import (
     save_torch_layout,
 )
 from models.vae_blocks import CACHE_FRAMES, CausalConv3d, Decoder3d
+from models.vae_tiling import (
+    TileWindows,
+    TilingConfig,
+    blend_windows,
+    decode_in_tiles,
+    tile_blend_weights,
+    tile_windows,
+)
 
 WAN21_LATENTS_MEAN = (
     -0.7571, -0.7089, -0.9113, 0.1075, -0.1745, 0.9653, -0.1517, 1.5508,
@@ -113,42 +122,6 @@ class WanVAEConfig:
             if key in kwargs:
                 kwargs[key] = tuple(kwargs[key])
         return cls(**kwargs)
-
-
-@dataclasses.dataclass(frozen=True)
-class TilingConfig:
-    """Spatial tiling in pixels (diffusers' defaults); tiles overlap by ``min - stride`` pixels,
-    blended linearly (top tile → bottom tile, left → right), as the reference does."""
-
-    tile_sample_min_height: int = 256
-    tile_sample_min_width: int = 256
-    tile_sample_stride_height: int = 192
-    tile_sample_stride_width: int = 192
-
-    def __post_init__(self):
-        for name in ("height", "width"):
-            size = getattr(self, f"tile_sample_min_{name}")
-            stride = getattr(self, f"tile_sample_stride_{name}")
-            if size % 8 or stride % 8 or not 0 < stride <= size:
-                raise ValueError(
-                    f"tile_sample_min_{name}={size}, tile_sample_stride_{name}={stride}: both must be "
-                    "positive multiples of 8 with stride <= size (e.g. 256 and 192)"
-                )
-
-    def latent_grid(self, h: int, w: int, scale: int) -> list[list[tuple[int, int]]]:
-        """``[rows, cols]``: the ``(start, length)`` of each tile along each axis of ``h x w`` latent
-        pixels at spatial compression ``scale``; a tile every stride, the last ones cut at the edge."""
-        axes = (
-            (h, self.tile_sample_min_height, self.tile_sample_stride_height),
-            (w, self.tile_sample_min_width, self.tile_sample_stride_width),
-        )
-        return [
-            [
-                (start, min(size // scale, extent - start))
-                for start in range(0, extent, stride // scale)
-            ]
-            for extent, size, stride in axes
-        ]
 
 
 def decode_tiling(model_name: str) -> TilingConfig | None:
@@ -217,7 +190,12 @@ def decode_unclipped(vae: WanVAE, z: jax.Array) -> jax.Array:
 
 @partial(jax.jit, static_argnums=0)
 def _decode_split(graphdef, state, z: jax.Array) -> jax.Array:
-    vae = nnx.merge(graphdef, state)
+    return _decode_video(nnx.merge(graphdef, state), z)
+
+
+def _decode_video(vae: WanVAE, z: jax.Array) -> jax.Array:
+    """The traced decode: ``[B, F, h, w, z_dim]`` VAE-space latents → ``[B, 1 + 4(F-1), 8h, 8w, 3]``
+    float32, unclipped (the body of :func:`decode_unclipped`, also run on every tile window)."""
     dtype = vae.decoder.conv_in.weight.dtype
     x = vae.post_quant_conv(z.astype(dtype))
     first, caches = vae.decoder(x[:, :1], None, True)
@@ -242,6 +220,16 @@ def _validate_latents(config: WanVAEConfig, latents) -> None:
         )
 
 
+def _is_tiled(config: WanVAEConfig, latents, tiling: TilingConfig | None) -> bool:
+    """Whether ``[B, z_dim, F, h, w]`` latents decode in tiles: only when larger than one tile,
+    like the reference."""
+    s = config.scale_factor_spatial
+    return tiling is not None and (
+        latents.shape[3] > tiling.tile_sample_min_height // s
+        or latents.shape[4] > tiling.tile_sample_min_width // s
+    )
+
+
 def decode_latents(
     vae: WanVAE, latents: jax.Array, *, tiling: TilingConfig | None = None
 ) -> np.ndarray | jax.Array:
@@ -250,93 +238,93 @@ def decode_latents(
     Args:
         vae: the decoder.
         latents: ``[B, z_dim, F, h, w]`` as the transformer produces them (normalised).
-        tiling: ``None`` decodes the whole frame at once on the device; a :class:`TilingConfig`
-            decodes overlapping spatial tiles one at a time (used only when the latent is larger than
-            one tile, like the reference) and blends them on the host.
+        tiling: ``None`` decodes the whole frame at once; a :class:`TilingConfig` decodes
+            overlapping spatial tiles in one compiled program (:func:`decode_tiled`; used only when
+            the latent is larger than one tile, like the reference).
 
     Returns:
         ``[B, T, 8h, 8w, 3]`` float32 in [-1, 1], T = 1 + 4(F-1); a NumPy array when tiled.
     """
     _validate_latents(vae.config, latents)
+    if _is_tiled(vae.config, latents, tiling):
+        video, _ = decode_tiled(vae, latents, tiling)
+        return video
     z = jnp.moveaxis(unnormalize_latents(vae.config, jnp.asarray(latents)), 1, -1)
-    s = vae.config.scale_factor_spatial
-    if tiling is not None and (
-        z.shape[2] > tiling.tile_sample_min_height // s
-        or z.shape[3] > tiling.tile_sample_min_width // s
-    ):
-        return np.clip(_decode_tiled(vae, z, tiling), -1.0, 1.0)
     return jnp.clip(decode_unclipped(vae, z), -1.0, 1.0)
 
 
-def _blend_weights(extent: int) -> np.ndarray:
-    # Weight of the later tile at offset y of the overlap: y / extent (the reference's ramp).
-    return np.arange(extent, dtype=np.float32) / extent
+def decode_tiled(
+    vae: WanVAE, latents: jax.Array, tiling: TilingConfig, *, to_uint8: bool = False
+) -> tuple[np.ndarray, bool]:
+    """Tiled decode of normalised latents in one program, compiled once per latent shape.
+
+    Un-normalisation, every tile through the decoder (:func:`blend_windows`), diffusers' blending,
+    the clip and (``to_uint8``) the uint8 conversion run in one ``jax.jit``; only the result leaves
+    the device, its channels unfolded on the host. Equal to :func:`decode_tiles_reference` (the
+    reference's tile-by-tile decode) up to float rounding where no tile is cut at the edge; at the
+    bottom and right edges the windows differ (see :class:`TileWindows`).
+
+    Args:
+        vae: the decoder.
+        latents: ``[B, z_dim, F, h, w]`` normalised latents.
+        tiling: tile sizes in pixels.
+        to_uint8: return uint8 frames (``video_to_uint8`` of the float video, bit for bit).
+
+    Returns:
+        ``([B, T, 8h, 8w, 3]`` float32 in [-1, 1] or uint8, whether every value was finite).
+    """
+    _validate_latents(vae.config, latents)
+    h, w = latents.shape[-2:]
+    scale = vae.config.scale_factor_spatial
+    windows = tile_windows(tiling, h, w, scale)
+    weights = tile_blend_weights(tiling, h, w, scale)
+    graphdef, state = nnx.split(vae)
+    video, finite = _decode_tiled_split(
+        graphdef, windows, to_uint8, state, jnp.asarray(latents), weights
+    )
+    video = np.asarray(video)
+    return video.reshape(*video.shape[:3], w * scale, -1), bool(finite)
 
 
-def _decode_tiled(vae: WanVAE, z: jax.Array, tiling: TilingConfig) -> np.ndarray:
-    """Tiled decode: each tile through :func:`decode_unclipped`, moved to the host, then blended."""
-    return decode_in_tiles(
+@partial(jax.jit, static_argnums=(0, 1, 2))
+def _decode_tiled_split(graphdef, windows: TileWindows, to_uint8: bool, state, latents, weights):
+    vae = nnx.merge(graphdef, state)
+    z = jnp.moveaxis(unnormalize_latents(vae.config, latents), 1, -1)
+    return blend_windows(partial(_decode_video, vae), z, windows, weights, to_uint8=to_uint8)
+
+
+def decode_tiles_reference(vae: WanVAE, latents: jax.Array, tiling: TilingConfig) -> np.ndarray:
+    """The oracle of :func:`decode_tiled`: diffusers' ``tiled_decode`` as it is, each grid tile
+    (cut at the edges) through :func:`decode_unclipped` (one compile per tile shape, up to four),
+    moved to the host and blended there by :func:`decode_in_tiles`.
+
+    Args:
+        vae: the decoder.
+        latents: ``[B, z_dim, F, h, w]`` normalised latents.
+        tiling: tile sizes in pixels.
+
+    Returns:
+        ``[B, T, 8h, 8w, 3]`` float32 in [-1, 1].
+    """
+    _validate_latents(vae.config, latents)
+    z = jnp.moveaxis(unnormalize_latents(vae.config, jnp.asarray(latents)), 1, -1)
+    video = decode_in_tiles(
         lambda tile: np.array(decode_unclipped(vae, tile)),  # a writable host copy
         z,
         tiling,
         vae.config.scale_factor_spatial,
     )
-
-
-def decode_in_tiles(
-    decode_tile: Callable[[jax.Array], np.ndarray],
-    z: jax.Array,
-    tiling: TilingConfig,
-    scale: int,
-) -> np.ndarray:
-    """The reference's tile grid and linear blending around any per-tile decoder.
-
-    Tiles start every ``stride // scale`` latent pixels and span ``min // scale``; each decoded tile
-    is blended in place with the (already blended) tile above and to its left over ``min - stride``
-    pixels, then cropped to ``stride`` pixels, exactly as diffusers' ``tiled_decode``.
-
-    Args:
-        decode_tile: ``[B, F, th, tw, C]`` latent tile → ``[B, T, scale·th, scale·tw, 3]`` writable
-            NumPy array.
-        z: ``[B, F, h, w, C]`` channels-last latents.
-        tiling: tile sizes in pixels.
-        scale: spatial compression (8).
-
-    Returns:
-        ``[B, T, scale·h, scale·w, 3]`` float32.
-    """
-    _, _, h, w, _ = z.shape
-    row_spans, col_spans = tiling.latent_grid(h, w, scale)
-    stride_h, stride_w = tiling.tile_sample_stride_height, tiling.tile_sample_stride_width
-    blend_h = tiling.tile_sample_min_height - stride_h
-    blend_w = tiling.tile_sample_min_width - stride_w
-    rows = [
-        [decode_tile(z[:, :, i : i + m, j : j + n]) for j, n in col_spans] for i, m in row_spans
-    ]
-    out_rows = []
-    for i, row in enumerate(rows):
-        pieces = []
-        for j, tile in enumerate(row):
-            # Blended in place, as the reference does: the next tile blends with this blended one.
-            if i > 0:
-                above = rows[i - 1][j]
-                ext = min(above.shape[2], tile.shape[2], blend_h)
-                r = _blend_weights(ext)[:, None, None]
-                tile[:, :, :ext] = above[:, :, -ext:] * (1 - r) + tile[:, :, :ext] * r
-            if j > 0:
-                left = row[j - 1]
-                ext = min(left.shape[3], tile.shape[3], blend_w)
-                r = _blend_weights(ext)[None, :, None]
-                tile[:, :, :, :ext] = left[:, :, :, -ext:] * (1 - r) + tile[:, :, :, :ext] * r
-            pieces.append(tile[:, :, :stride_h, :stride_w])
-        out_rows.append(np.concatenate(pieces, axis=3))
-    return np.concatenate(out_rows, axis=2)[:, :, : h * scale, : w * scale]
+    return np.clip(video, -1.0, 1.0)
 
 
 def decode_to_frames(
     vae: WanVAE, latents: jax.Array, *, tiling: TilingConfig | None = None
 ) -> list[np.ndarray]:
     """Normalised latents → one uint8 RGB video per batch entry.
+
+    Tiled (latents larger than one tile), the frames are made on the device by
+    :func:`decode_tiled` and only the uint8 video is copied to the host; untiled, the float video
+    goes through :func:`models.frames.video_to_uint8`. Both quantise identically.
 
     Args:
         vae: the decoder.
@@ -345,7 +333,16 @@ def decode_to_frames(
 
     Returns:
         ``B`` arrays ``[T, 8h, 8w, 3]`` uint8, T = 1 + 4(F-1).
+
+    Raises:
+        ValueError: if the decoded video holds NaN or inf values.
     """
+    _validate_latents(vae.config, latents)
+    if _is_tiled(vae.config, latents, tiling):
+        frames, finite = decode_tiled(vae, latents, tiling, to_uint8=True)
+        if not finite:
+            raise ValueError("video holds NaN or inf values; the decoder or the latents diverged")
+        return list(frames)
     video = np.asarray(decode_latents(vae, latents, tiling=tiling))
     return [video_to_uint8(v) for v in video]
 

@@ -17,6 +17,7 @@ from models.vae import (
     WanVAEConfig,
     decode_in_tiles,
     decode_latents,
+    decode_tiles_reference,
     decode_tiling,
     decode_to_frames,
     estimate_tile_memory,
@@ -84,7 +85,8 @@ def test_decode_matches_diffusers(reference_vae):
 def test_tiled_decode_matches_diffusers_tiled_decode(reference_vae):
     ref, folder = reference_vae
     # One tile row; tiles of 4x6 latents (LATENT_SHAPE's, already compiled) every 3 columns, so
-    # two blended seams and one extra compiled shape (the 4x3 edge tile).
+    # two blended seams and, in the reference's tile-by-tile decode, one extra compiled shape (the
+    # 4x3 edge tile).
     tiling = TilingConfig(32, 48, 32, 24)
     latents = np.random.default_rng(1).standard_normal((2, 16, 3, 4, 9)).astype(np.float32)
     ref.enable_tiling(
@@ -97,9 +99,15 @@ def test_tiled_decode_matches_diffusers_tiled_decode(reference_vae):
         expected = _reference_decode(ref, latents)
     finally:
         ref.use_tiling = False
-    ours = decode_latents(load_vae(folder), jnp.asarray(latents), tiling=tiling)
+    vae = load_vae(folder)
+    ours = decode_tiles_reference(vae, jnp.asarray(latents), tiling)
     assert isinstance(ours, np.ndarray) and ours.shape == (2, 9, 32, 72, 3)
     assert_allclose(ours, expected, atol=1e-4)
+    # The one-program decode differs only where the last tile (columns 48 on) was cut: it decodes
+    # that tile from the full-size window ending at the edge.
+    one_program = decode_latents(vae, jnp.asarray(latents), tiling=tiling)
+    assert isinstance(one_program, np.ndarray) and one_program.shape == ours.shape
+    assert_allclose(one_program[..., :48, :], expected[..., :48, :], atol=1e-4)
 
 
 def test_tile_blending_reproduces_the_untiled_video():
