@@ -12,7 +12,6 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
@@ -39,7 +38,8 @@ from models.random_weights import (
 from models.sharding import param_shardings, place_params
 from models.tiny_components import tiny_identity, tiny_prompt_encoder, tiny_transformer, tiny_vae
 from models.transformer import WanTransformer
-from models.vae import TilingConfig, WanVAE, decode_tiling, decode_to_frames
+from models.vae import TilingConfig, WanVAE, decode_tiling
+from models.vae_program import DecodeProgram
 
 log = logging.getLogger(__name__)
 
@@ -68,9 +68,19 @@ class Components:
         """Prompts → float32 [B, L, text_dim] embeddings (disk-cached)."""
         return self.prompt_encoder.encode(prompts)
 
+    decoder: DecodeProgram | None = None
+
+    def prepare_decode(self, latent_shape: tuple[int, ...]) -> None:
+        """Compiles the decode of ``[1, 16, F, H, W]`` latents once (the run's ``VAE compile``
+        phase); a no-op when it is compiled for that shape already."""
+        if self.decoder is None or self.decoder.latent_shape != tuple(latent_shape):
+            self.decoder = DecodeProgram(self.vae, tuple(latent_shape), self.tiling)
+
     def decode(self, latents: np.ndarray) -> np.ndarray:
-        """[1, 16, F, H, W] latents → uint8 [T, H*8, W*8, 3] frames."""
-        (frames,) = decode_to_frames(self.vae, jnp.asarray(latents), tiling=self.tiling)
+        """[1, 16, F, H, W] latents → uint8 [T, H*8, W*8, 3] frames, by the compiled decode
+        (compiled here first when :meth:`prepare_decode` was not called for this shape)."""
+        self.prepare_decode(tuple(latents.shape))
+        (frames,) = self.decoder(latents)
         return frames
 
 

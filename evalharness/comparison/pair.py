@@ -168,6 +168,8 @@ def compare_pair(
     with comparison.timed(Phase.TIMING):
         progress.event(f"{out.label}timing interleaved".strip())
         times = time_arms_interleaved(arms, cfg.warm_runs, on_event=progress.event)
+    with comparison.timed(Phase.VAE_COMPILE):  # once per run: later pairs find it compiled
+        comparison.components.prepare_decode(tuple(arms["sparse"].latents.shape))
     dense = cached if cached is not None else _dense_arms(comparison, inputs.pair, arms, times)
     sparse = arms["sparse"].result(times["sparse"])
     stats = _routing_statistics(comparison)  # recorded by the sparse arm's warm-up run
