@@ -316,11 +316,11 @@ def _runs(phase: Phase, work: JobWork) -> bool:
 
 
 def _latest_for(phase: Phase, jobs: list[MeasuredJob], warm_cache: bool) -> MeasuredJob | None:
-    """The latest measurement of ``phase``; for a compile, one whose cache state matches."""
+    """The latest measurement of ``phase``; for a compile, only one whose compilation cache was
+    in the same state (a cold compile is not estimated from a warm one, nor the reverse)."""
     measured = [j for j in jobs if phase.value in j.phases]
     if phase in COMPILES:
-        matching = [j for j in measured if (j.cache_hits > 0) == warm_cache]
-        measured = matching or measured
+        measured = [j for j in measured if (j.cache_hits > 0) == warm_cache]
     return measured[-1] if measured else None
 
 
