@@ -135,7 +135,7 @@ def _compile_decoder(cfg: EvalConfig, compiler: TpuCompiler) -> PhaseProgram:
     scale = config.scale_factor_spatial
     what = (
         f"one {h * scale} x {w * scale}-pixel tile of {video.latent_frames} latent frames, "
-        f"float32 weights, {calls:.2f} tiles by area"
+        f"float32 weights, {calls:.0f} tile windows"
         if calls != 1.0 or cfg.model.name not in TINY_PRESETS
         else f"the whole {h * scale} x {w * scale} latent, float32 weights"
     )

@@ -46,6 +46,7 @@ from models.random_weights import preset_vae_config, random_text_config
 from models.text_encoder import UMT5Config
 from models.tiny_components import TINY_UMT5_CONFIG
 from models.vae import WanVAEConfig, decode_tiling
+from models.vae_tiling import tile_windows
 
 # Wan 2.1's text encoder (``text_encoder/config.json`` of the diffusers checkpoints).
 UMT5_XXL = UMT5Config(
@@ -67,15 +68,19 @@ def vae_config(cfg: EvalConfig) -> WanVAEConfig:
 
 
 def decode_tiles(cfg: EvalConfig) -> tuple[tuple[int, int], float]:
-    """The latent ``(h, w)`` of the VAE's largest decode call and how many such calls one decode
-    makes (the calls weighed by area; edge tiles are smaller calls of the same program)."""
+    """The latent ``(h, w)`` the VAE decoder runs on and how many times one decode runs it: the
+    whole latent once (the tiny presets, or a latent within one tile), else every distinct tile
+    window of ``models.vae_tiling.tile_windows`` (all of one full size)."""
     latent_h, latent_w = cfg.resolution.video.latent_shape()[-2:]
     tiling = decode_tiling(cfg.model.name)
-    if tiling is None:
+    scale = vae_config(cfg).scale_factor_spatial
+    if tiling is None or (
+        latent_h <= tiling.tile_sample_min_height // scale
+        and latent_w <= tiling.tile_sample_min_width // scale
+    ):
         return (latent_h, latent_w), 1.0
-    rows, cols = tiling.latent_grid(latent_h, latent_w, vae_config(cfg).scale_factor_spatial)
-    hw = (max(n for _, n in rows), max(n for _, n in cols))
-    return hw, sum(n for _, n in rows) * sum(n for _, n in cols) / (hw[0] * hw[1])
+    windows = tile_windows(tiling, latent_h, latent_w, scale)
+    return windows.window_hw, float(len(windows.row_starts) * len(windows.col_starts))
 
 
 def arm_executors(cfg: EvalConfig) -> dict[str, str]:

@@ -55,7 +55,8 @@ from kernels.plans.block_sizes import BlockSizes
 from kernels.policy.attention_policy import AttentionPolicy, make_dense_attend
 from models.config import WanTransformerConfig
 from models.dtypes import dtype_of
-from models.peak_memory import umt5_peak_bytes, vae_decode_peak_bytes
+from models.peak_memory import umt5_peak_bytes, vae_decode_peak_bytes, vae_tiled_decode_memory
+from models.vae import decode_tiling
 
 
 @dataclasses.dataclass
@@ -247,19 +248,25 @@ def _model_memory(
         text_encoder_bytes=umt5_peak_bytes(
             text_encoder_config(cfg), dtype_of(cfg.model.param_dtype), tcfg.text_len, 1
         ),
-        # The VAE's largest decode call: the whole latent (tiny presets) or one tile (Wan).
-        vae_bytes=vae_decode_peak_bytes(
-            vae_config(cfg),
-            decode_tiles(cfg)[0],
-            video.latent_frames,
-            param_dtype=jnp.float32,
-        ),
+        vae_bytes=_vae_decode_bytes(cfg),
         device_bytes=target.hbm_bytes,
         placement=cfg.parallel.permute_placement.value,
         device=target.name,
         target_platform=None if compile_arms else target.platform,
         runtime_overhead=target.runtime_overhead,
     )
+
+
+def _vae_decode_bytes(cfg: EvalConfig) -> int:
+    """The decode program's peak: the whole latent's decode (tiny presets, or a latent within one
+    tile), else the tiled program's (one window's decode, the row strip and the frames)."""
+    video, config = cfg.resolution.video, vae_config(cfg)
+    hw, calls = decode_tiles(cfg)
+    if calls == 1.0 and hw == tuple(video.latent_shape()[-2:]):
+        return vae_decode_peak_bytes(config, hw, video.latent_frames, param_dtype=jnp.float32)
+    tiling = decode_tiling(cfg.model.name)
+    full = tuple(video.latent_shape()[-2:])
+    return vae_tiled_decode_memory(config, full, video.latent_frames, tiling).peak
 
 
 def _single_device_attends(

@@ -32,6 +32,7 @@ from evalharness.estimates.traced_flops import matmul_flops
 from models.peak_memory import umt5_parameter_count
 from models.text_encoder import UMT5Config
 from models.vae import TilingConfig, WanVAE, WanVAEConfig
+from models.vae_tiling import tile_windows
 
 # Host side of a run, nanoseconds per pixel of one arm's video (frames x height x width), measured
 # with ``python -m evalharness.bench.host_side resolution=480p resolution.frames=17 warm_runs=3``
@@ -118,13 +119,18 @@ def vae_decode_flops(
 def _tiled_area(
     config: WanVAEConfig, latent_hw: tuple[int, int], tiling: TilingConfig | None
 ) -> tuple[int, int]:
-    """The latent area a decode computes (tile overlaps counted twice) and its tile count, on
-    ``models.vae``'s tile grid."""
+    """The latent area a decode computes and how many decoder calls make it: the whole latent
+    once, or every distinct full-size tile window of ``models.vae_tiling.tile_windows``
+    (overlaps counted in each window)."""
     h, w = latent_hw
-    if tiling is None:
+    scale = config.scale_factor_spatial
+    if tiling is None or (
+        h <= tiling.tile_sample_min_height // scale and w <= tiling.tile_sample_min_width // scale
+    ):
         return h * w, 1
-    rows, cols = tiling.latent_grid(h, w, config.scale_factor_spatial)
-    return sum(n for _, n in rows) * sum(n for _, n in cols), len(rows) * len(cols)
+    windows = tile_windows(tiling, h, w, scale)
+    count = len(windows.row_starts) * len(windows.col_starts)
+    return count * windows.window_hw[0] * windows.window_hw[1], count
 
 
 def run_rows(
