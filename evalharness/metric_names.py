@@ -51,6 +51,11 @@ QUALITY_MEANINGLESS = (
     "PSNR, SSIM and the noise floor compare noise videos"
 )
 
+# Programs the run took from JAX's persistent compilation cache, and programs it compiled
+# (``evalharness.compile_cache``; with ``compile_cache=false`` every program is a miss).
+COMPILE_CACHE_HITS = "compile_cache_hits"
+COMPILE_CACHE_MISSES = "compile_cache_misses"
+
 
 @dataclass(frozen=True, eq=False)
 class RunMetrics(Mapping[str, MetricValue]):

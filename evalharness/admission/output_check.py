@@ -1,5 +1,6 @@
-"""The run's folders, checked before any work: ``output_root`` and ``cache_dir`` writable, and
-the disk under ``output_root`` with room for what the run writes.
+"""The run's folders, checked before any work: ``output_root`` and ``cache_dir`` writable (the
+compilation cache's folder under it too), and the disk under ``output_root`` with room for what
+the run writes.
 
 A run writes each arm's video twice (a lossless FFV1 ``.mkv`` to measure, a CRF ``.mp4`` to
 watch), a side-by-side video, and caches the dense arm's frames. FFV1 on smooth generated video
@@ -17,6 +18,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from evalharness import compile_cache
 from evalharness.config import EvalConfig
 from evalharness.refusal import PreflightRefusal
 
@@ -47,20 +49,52 @@ def check_writable(folder: Path, setting: str) -> None:
     Raises:
         PreflightRefusal: naming the setting, the folder, why, and a folder to give instead.
     """
-    there = _existing(folder)
-    if not there.is_dir():
-        problem = f"{there} is not a folder"
-    elif not os.access(there, os.W_OK | os.X_OK):
-        problem = f"{there} is not writable by this user" + (
-            " (read-only file system)" if _read_only_mount(there) else ""
-        )
-    else:
-        problem = _creation_problem(there)
+    problem = _write_problem(folder)
     if problem:
         raise PreflightRefusal(
             f"{setting}={folder} cannot be written: {problem}; set {setting} to a folder this "
             f"user can write, e.g. {setting}=/tmp/evalharness. Nothing was computed."
         )
+
+
+def check_compile_cache(cfg: EvalConfig) -> None:
+    """Refuses a run whose compilation cache (``compile_cache``: ``<cache_dir>/jax_compile``, or
+    the folder ``JAX_COMPILATION_CACHE_DIR`` names) cannot be written: JAX would warn once and
+    compile every program, every time.
+
+    Raises:
+        PreflightRefusal: naming ``cache_dir`` (or the environment variable), the folder, why,
+            and ``compile_cache=false``.
+    """
+    if not cfg.compile_cache:
+        return
+    folder = compile_cache.cache_folder(cfg.cache_dir)
+    problem = _write_problem(folder)
+    if not problem:
+        return
+    named = os.environ.get(compile_cache.ENV_FOLDER)
+    if named:
+        setting = f"{compile_cache.ENV_FOLDER}={named}"
+        fix = f"unset {compile_cache.ENV_FOLDER} or name a folder this user can write"
+    else:
+        setting, fix = f"cache_dir={cfg.cache_dir}", "set cache_dir to a folder this user can write"
+    raise PreflightRefusal(
+        f"{setting}: the compilation cache's folder {folder} cannot be written: {problem}; "
+        f"{fix}, or run without the cache (compile_cache=false). Nothing was computed."
+    )
+
+
+def _write_problem(folder: Path) -> str | None:
+    """Why ``folder`` could not be created or written (None when it can); checked on it or on
+    its nearest existing ancestor, where the run would create it."""
+    there = _existing(folder)
+    if not there.is_dir():
+        return f"{there} is not a folder"
+    if not os.access(there, os.W_OK | os.X_OK):
+        return f"{there} is not writable by this user" + (
+            " (read-only file system)" if _read_only_mount(there) else ""
+        )
+    return _creation_problem(there)
 
 
 def _creation_problem(folder: Path) -> str | None:
@@ -88,8 +122,8 @@ def _read_only_mount(folder: Path) -> bool:
 
 
 def check_output_folders(cfg: EvalConfig, pairs: int) -> None:
-    """Refuses a run whose ``output_root`` or ``cache_dir`` cannot be written, or whose disk
-    has less free space than :func:`run_bytes`.
+    """Refuses a run whose ``output_root``, ``cache_dir`` or compilation cache cannot be
+    written, or whose disk has less free space than :func:`run_bytes`.
 
     Raises:
         PreflightRefusal: naming the folder, the setting and the bytes.
@@ -97,6 +131,7 @@ def check_output_folders(cfg: EvalConfig, pairs: int) -> None:
     root = Path(cfg.output_root)
     check_writable(root, "output_root")
     check_writable(Path(cfg.cache_dir), "cache_dir")
+    check_compile_cache(cfg)
     need, free = run_bytes(cfg, pairs), shutil.disk_usage(_existing(root)).free
     if free < need:
         raise PreflightRefusal(

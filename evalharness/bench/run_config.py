@@ -12,7 +12,8 @@ import jax.numpy as jnp
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from evalharness.admission import samples_per_call
+from evalharness import compile_cache
+from evalharness.admission import check_compile_cache, samples_per_call
 from evalharness.assembly import platform_choices, run_block_sizes, sequence_devices
 from evalharness.bench.mlflow_record import add_tracking_args
 from evalharness.config import (
@@ -24,7 +25,8 @@ from evalharness.config import (
     to_config,
     token_geometry,
 )
-from evalharness.tracking import TrackingUnavailable, check_tracking
+from evalharness.refusal import PreflightRefusal
+from evalharness.tracking import check_tracking
 from kernels.masks.geometry import TokenGeometry
 from kernels.plans.block_sizes import BlockSizes
 from models.config import WanTransformerConfig, get_transformer_config
@@ -50,6 +52,9 @@ def config_or_exit(
     ("tpu", "gpu", "cpu") resolves it for that platform instead of this host's. ``mlflow`` also
     checks the config's tracking store as the run does, so an unusable store exits 2 before
     minutes of measurement are lost. ``median`` refuses fewer than ``MIN_RUNS`` warm runs.
+    JAX's persistent compilation cache is turned on as a run turns it on (``compile_cache``
+    under ``cache_dir``; a folder it cannot write exits 2), so a benchmark loads what a run or
+    an earlier benchmark compiled.
     """
     problem = check_overrides(list(overrides))
     if problem:
@@ -59,10 +64,12 @@ def config_or_exit(
         if mlflow:
             logger = cfg.logger
             check_tracking("mlflow", logger.tracking_uri, logger.experiment_name, cfg.output_root)
+        check_compile_cache(cfg)
+        compile_cache.enable(cfg.cache_dir, on=cfg.compile_cache)
         cfg = platform_choices.resolve(cfg, platform) if resolve else cfg
     except (HydraException, OmegaConfBaseException, ValueError) as error:
         parser.error(str(error))
-    except TrackingUnavailable as refusal:
+    except PreflightRefusal as refusal:  # an unusable tracking store or compilation cache
         parser.exit(2, f"error: {refusal}\n")
     if median and cfg.warm_runs < MIN_RUNS:
         parser.error(f"warm_runs={cfg.warm_runs}: use at least {MIN_RUNS} for a median")

@@ -368,6 +368,9 @@ class EvalConfig:
     max_minutes: float = 30.0
     output_root: str = "outputs"
     cache_dir: str = "${output_root}/cache"  # moves with output_root unless set
+    # JAX's persistent compilation cache under ``<cache_dir>/jax_compile``: a later job loads
+    # the programs an earlier one compiled (``evalharness.compile_cache``).
+    compile_cache: bool = True
     fps: int = 16
     crf: int = 18
     progress: ProgressMode = ProgressMode.auto  # the phase bar (never a callback in a timed loop)

@@ -132,7 +132,8 @@ def dense_arm_fields(
 
     Left out, as the dense arms do not depend on them: the sparse ``schedule``, ``logger``,
     ``gate``, ``warm_runs`` (every run times afresh), ``max_minutes``, ``output_root``,
-    ``cache_dir``, ``fps``/``crf``, ``dry_run``, ``target``, ``resolution.name`` (its sizes are
+    ``cache_dir``, ``compile_cache`` (a program taken from it is the executable XLA compiled),
+    ``fps``/``crf``, ``dry_run``, ``target``, ``resolution.name`` (its sizes are
     in), the checkpoint's path (its content is in ``identity``, so a copy still hits), the raw
     ``parallel.sequence`` (its resolved device count is in), ``parallel.distributed``,
     ``save_latents`` and ``progress`` (whether a step callback was in the loop is in).

@@ -60,6 +60,7 @@ NOT_COMPARED = frozenset(
         "max_minutes",
         "output_root",
         "cache_dir",
+        "compile_cache",
         "progress",
         "save_latents",
         "fps",

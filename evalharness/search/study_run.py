@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
-from evalharness import exit_codes
+from evalharness import compile_cache, exit_codes
 from evalharness.config import EvalConfig, to_config
 from evalharness.evidence import code_version
 from evalharness.exit_codes import Terminated, signals_deferred, stop_if_signalled
@@ -42,7 +42,6 @@ from evalharness.search.trials import (
     SEARCH_TAG,
     TRIAL_TAG,
     TrialOutcome,
-    enable_compile_cache,
     run_trial,
     trial_config,
 )
@@ -174,7 +173,8 @@ def run_search(cfg: DictConfig | dict) -> SearchResult:
     study, plan = _open_study(s, url)
     shown = redacted(url.split("?")[0])
     print("\n".join([f"search {s.name} (storage {shown})", *plan.lines()]), flush=True)
-    enable_compile_cache(s.base.cache_dir)
+    # The dense loops every trial shares are compiled once, by the first trial to need them.
+    compile_cache.enable(s.base.cache_dir, on=s.base.compile_cache)
     # The trials run the code imported now: hashing it now (once per process) keeps edits to
     # the working tree meanwhile out of every trial's dense-arm cache key.
     code_version()

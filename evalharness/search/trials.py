@@ -1,7 +1,7 @@
 """One trial: the run's config with the trial's schedule, run by ``evalharness.run.run`` exactly
 as ``python -m evalharness schedule=<that schedule>`` would run it, in this process (its arms
 timed side by side under one load, like any run's). Between trials the dense-arm cache, the
-encoder's cache and JAX's persistent compilation cache (:func:`enable_compile_cache`) carry the
+encoder's cache and JAX's persistent compilation cache (``evalharness.compile_cache``) carry the
 dense arms over; the sparse loop is recompiled for every new schedule, whose knobs are static
 parts of its program (``docs/search.md``).
 """
@@ -11,10 +11,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import jax
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from evalharness import exit_codes
@@ -102,15 +100,3 @@ def run_trial(cfg: DictConfig) -> TrialOutcome:
     except Exception as err:  # noqa: BLE001 - a bug: the trial failed, the search goes on
         log.exception("the trial's run failed before its folder was created")
         return TrialOutcome(exit_codes.FAILED, None, f"{type(err).__name__}: {err} (a bug)")
-
-
-def enable_compile_cache(cache_dir: str | Path) -> None:
-    """Turns on JAX's persistent compilation cache under ``<cache_dir>/jax_compile``: a program
-    compiled by an earlier trial (the dense loops, a repeated schedule) is loaded, not compiled."""
-    folder = Path(cache_dir) / "jax_compile"
-    folder.mkdir(parents=True, exist_ok=True)
-    jax.config.update("jax_compilation_cache_dir", str(folder))
-    # Every loop counts: the tiny model's compile takes seconds, below JAX's default of 1 s only
-    # for the smallest pieces.
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)

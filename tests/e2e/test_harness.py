@@ -165,6 +165,8 @@ DEFAULT_JOB_METRIC_KEYS = {
     "preflight.sparse_flops_per_step",
     "preflight.total_flops",
     "total_wall_s",
+    "compile_cache_hits",
+    "compile_cache_misses",
     "gate_passed",
     "run_dir",
     "mlflow_run_id",

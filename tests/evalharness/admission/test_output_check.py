@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from evalharness.admission import check_output_folders, io_hint
+from evalharness import compile_cache
+from evalharness.admission import check_compile_cache, check_output_folders, io_hint
 from evalharness.admission.output_check import run_bytes
 from evalharness.config import to_config
 from evalharness.refusal import PreflightRefusal
@@ -98,3 +99,24 @@ def test_io_errors_name_the_setting_of_their_path(tmp_path):
     denied = OSError(errno.EACCES, "Permission denied", f"{tmp_path}/outputs/runs/x/dense.mp4")
     assert "cannot be written: set output_root to a writable folder" in io_hint(denied, cfg)
     assert io_hint(ValueError("not I/O"), cfg) == ""
+
+
+def test_a_compilation_cache_that_cannot_be_written_is_refused_naming_cache_dir(
+    tmp_path, monkeypatch
+):
+    monkeypatch.delenv(compile_cache.ENV_FOLDER, raising=False)  # the session's (conftest.py)
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / compile_cache.FOLDER).write_text("a file where the folder goes")
+    with pytest.raises(PreflightRefusal) as refusal:
+        check_output_folders(_cfg(tmp_path), 1)
+    message = str(refusal.value)
+    assert message.startswith(f"cache_dir={tmp_path / 'cache'}: the compilation cache's folder ")
+    assert "jax_compile is not a folder" in message and "compile_cache=false" in message
+    check_output_folders(_cfg(tmp_path, "compile_cache=false"), 1)  # off: nothing to write
+
+
+def test_a_compilation_cache_the_environment_names_is_checked_under_its_name(tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("x")
+    monkeypatch.setenv(compile_cache.ENV_FOLDER, str(tmp_path / "file" / "jax"))
+    with pytest.raises(PreflightRefusal, match=r"^JAX_COMPILATION_CACHE_DIR=.*file/jax: the "):
+        check_compile_cache(_cfg(tmp_path))

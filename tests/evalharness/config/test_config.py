@@ -137,6 +137,7 @@ def _expected_params(tmp_path) -> dict:
         "max_minutes": 30.0,
         "output_root": str(tmp_path / "outputs"),
         "cache_dir": str(tmp_path / "cache"),
+        "compile_cache": True,
         "fps": 16,
         "crf": 18,
         "progress": "auto",

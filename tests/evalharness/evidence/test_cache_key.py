@@ -246,6 +246,7 @@ def test_fields_that_do_not_decide_the_dense_arm_leave_the_key(cfg, env):
         ("max_minutes", cfg.max_minutes + 1),
         ("output_root", "/elsewhere/outputs"),
         ("cache_dir", "/elsewhere/cache"),
+        ("compile_cache", False),  # a program taken from the cache is the executable compiled
         ("fps", cfg.fps + 8),
         ("crf", cfg.crf + 1),
         ("dry_run", not cfg.dry_run),
