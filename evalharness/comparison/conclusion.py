@@ -125,7 +125,7 @@ def finish_phases(comparison: Comparison) -> PhaseTimes:
     the same job read it), and a log line of the phases against the wall. A history that
     cannot be written costs later estimates, not this run: it is logged."""
     plan = comparison.plan
-    times = comparison.progress.ledger.snapshot(compile_cache.report().from_cache)
+    times = comparison.progress.ledger.snapshot(compile_cache.summary().from_cache)
     write_phase_files(comparison.run_dir, plan.sizing, times)
     sizing = plan.sizing
     job = measured_job(comparison.cfg, sizing.target, sizing.devices, sizing.timing, times)
