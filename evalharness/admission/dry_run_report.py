@@ -175,14 +175,7 @@ def _report(
         *_compiler_beside_model(sizing),
         *(["", "## Host memory", "", sizing.host.to_markdown()] if sizing.host else []),
         "",
-        "## Time",
-        "",
-        "The whole job, phase by phase:",
-        "",
-        sizing.estimate.to_markdown(),
-        "The FLOP model's loops and rows:",
-        "",
-        sizing.timing.to_markdown(),
+        *_time_section(sizing),
         *_against_the_seed(cfg, tcfg, sizing),
     ]
     if sizing.budgets:
@@ -207,6 +200,20 @@ def _report(
         lines += ["", "To fit (each setting applied and planned again):"]
         lines += [f"- {a}" for a in advice]
     return "\n".join(lines)
+
+
+def _time_section(sizing: RunSizing) -> list[str]:
+    """The whole job's estimate phase by phase, then the FLOP model's loops and rows."""
+    return [
+        "## Time",
+        "",
+        "The whole job, phase by phase:",
+        "",
+        sizing.estimate.to_markdown(),
+        "The FLOP model's loops and rows:",
+        "",
+        sizing.timing.to_markdown(),
+    ]
 
 
 def _checkpoint_line(cfg: EvalConfig) -> list[str]:

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import jax
 import numpy as np
+import pytest
 
 from evalharness.assembly import platform_choices
 from evalharness.assembly.attention_setup import build_attention
@@ -33,14 +34,16 @@ def test_the_noise_floor_attention_is_another_executor_close_to_the_dense_one(tm
     assert not np.array_equal(floor, dense)
 
 
-def test_the_noise_floor_arm_is_prepared_with_the_noise_floor_attention():
+@pytest.mark.parametrize("routing_stats", [True, False])
+def test_the_noise_floor_arm_is_prepared_with_the_noise_floor_attention(routing_stats):
     prepared = []
+    attention = SimpleNamespace(
+        dense="dense attend", sparse="sparse", noise_floor="floor", recording="recording"
+    )
 
     class Comparison:
-        plan = SimpleNamespace(
-            attention=SimpleNamespace(dense="dense attend", sparse="sparse", noise_floor="floor")
-        )
-        cfg = SimpleNamespace(noise_floor=True)
+        plan = SimpleNamespace(attention=attention)
+        cfg = SimpleNamespace(noise_floor=True, routing_stats=routing_stats)
 
         def prepare_arm(self, label, attend, inputs):
             prepared.append((label, attend))
@@ -48,4 +51,7 @@ def test_the_noise_floor_arm_is_prepared_with_the_noise_floor_attention():
 
     arms = prepare_arms(Comparison(), inputs=None)
     assert list(arms) == ["dense", "sparse", "noise_floor"]
-    assert prepared == [("dense", "dense attend"), ("sparse", "sparse"), ("noise_floor", "floor")]
+    # The sparse arm that records its routing compiles the recording twin (it records in its
+    # warm-up run only); without routing statistics, the plain policy.
+    sparse = "recording" if routing_stats else "sparse"
+    assert prepared == [("dense", "dense attend"), ("sparse", sparse), ("noise_floor", "floor")]
