@@ -8,24 +8,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from models.vae import WanVAE, WanVAEConfig, decode_to_frames
+from models.vae import WanVAE, decode_to_frames
 from models.vae_program import DecodeProgram
-from models.vae_tiling import TilingConfig
-
-# A mini VAE (one x2 upsampling level, 4 channels) and a 3 x 3 tile grid with cut edge tiles.
-MINI_VAE_CONFIG = WanVAEConfig(
-    base_dim=4,
-    z_dim=4,
-    dim_mult=(1, 2),
-    num_res_blocks=1,
-    temperal_downsample=(True,),
-    latents_mean=(0.1, -0.2, 0.3, 0.0),
-    latents_std=(0.9, 1.1, 1.0, 1.2),
-    scale_factor_spatial=2,
-    scale_factor_temporal=2,
-)
-TILING = TilingConfig(24, 24, 16, 16)
-LATENT_SHAPE = (1, 4, 1, 22, 21)
+from tests.helpers.mini_vae import LATENT_SHAPE, MINI_VAE_CONFIG, TILING
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ from models.peak_memory import vae_tiled_decode_memory
 from models.tiny_components import TINY_VAE_CONFIG
 from models.vae import (
     WanVAE,
-    WanVAEConfig,
     decode_latents,
     decode_tiled,
     decode_tiles_reference,
@@ -31,23 +30,8 @@ from models.vae_tiling import (
     tile_blend_weights,
     tile_windows,
 )
+from tests.helpers.mini_vae import LATENT_SHAPE, MINI_VAE_CONFIG, TILING
 from tests.helpers.numerics import assert_allclose
-
-MINI_VAE_CONFIG = WanVAEConfig(
-    base_dim=4,
-    z_dim=4,
-    dim_mult=(1, 2),
-    num_res_blocks=1,
-    temperal_downsample=(True,),
-    latents_mean=(0.1, -0.2, 0.3, 0.0),
-    latents_std=(0.9, 1.1, 1.0, 1.2),
-    scale_factor_spatial=2,
-    scale_factor_temporal=2,
-)
-# 12 x 12-latent tiles every 8 latents (24-pixel tiles, 8-pixel overlaps at scale 2).
-TILING = TilingConfig(24, 24, 16, 16)
-# A 3 x 3 grid whose old tiles have four shapes: (12, 12), (12, 5), (6, 12), (6, 5).
-LATENT_SHAPE = (2, 4, 1, 22, 21)  # one latent frame: half the decoder to compile
 
 
 @pytest.fixture(scope="module")
