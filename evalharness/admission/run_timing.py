@@ -139,9 +139,6 @@ def time_of(
         rates=rates,
         pairs=pairs,
     )
-    recording = sparse is not None and cfg.routing_stats
-    if sparse is not None and not recording:  # no routing-recording run (``routing_stats=false``)
-        loops = dataclasses.replace(loops, runs={**loops.runs, "sparse": loops.runs["sparse"] - 1})
     dtype = cfg.dtype.value
     work = _run_work(cfg, tcfg, pairs)
     if compiled is not None:  # a phase not compiled, or counted as nothing, leaves ours
@@ -157,7 +154,7 @@ def time_of(
         **_vae_rate(target),
     )
     if target.platform == "cpu":
-        return _cpu_calibrated(cfg, loops, once, sources, recording, rate_source)
+        return _cpu_calibrated(cfg, loops, once, sources, rate_source)
     if compiled is not None:
         once, sources = compiled.rows(once, sources, [*loops.runs, "shared"])
     return dataclasses.replace(loops, once=once, once_sources=sources)
@@ -239,7 +236,6 @@ def _cpu_calibrated(
     loops: TimeEstimate,
     once: dict[str, dict[str, float]],
     sources: dict[str, str],
-    recording: bool,
     rate_source: str | None,
 ) -> TimeEstimate:
     """A CPU's estimate with what the FLOP model leaves out, measured (``cpu_calibration``): the
@@ -249,13 +245,13 @@ def _cpu_calibrated(
         **loops.seconds,
         cpu_calibration.OVERHEAD_ROW: cpu_calibration.overhead_row(loops.step_seconds, executors),
     }
-    compile_row = cpu_calibration.compile_row(loops.runs, recording=recording)
+    compile_row = cpu_calibration.compile_row(loops.runs)
     columns = [*loops.runs, "shared"]
     once = {**once, "compile": {c: compile_row.get(c, 0.0) for c in columns}}
     sources = {
         **sources,
         "compile": (
-            "each loop once per run (the routing-recording loop with the sparse arm), the VAE "
+            "each loop once per run, the VAE "
             f"decoder once: seconds measured for the tiny preset on {cpu_calibration.MEASURED_ON}"
         ),
     }
@@ -369,7 +365,7 @@ def job_estimate(
         flop_model_phases(timing, work),
         [*load_history([SHIPPED]), *own],
         flops_per_s=target.peak_flops.get(cfg.dtype.value, 0.0),
-        warm_cache=getattr(cfg, "compile_cache", True) and done_before,
+        warm_cache=cfg.compile_cache and done_before,
     )
 
 

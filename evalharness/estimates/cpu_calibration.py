@@ -56,7 +56,6 @@ COMPILE_S = {
     "dense": 2.5,
     "noise_floor": 2.0,
     "sparse": 6.0,
-    "routing recording": 8.0,
     "VAE decoder": 4.0,
 }
 # Seconds of loading one loop from JAX's persistent compilation cache instead.
@@ -82,13 +81,10 @@ def overhead_row(step_seconds: Mapping[str, float], arms: Mapping[str, str]) -> 
     return {arm: (factors[arm] - 1.0) * step_seconds[arm] for arm in step_seconds}
 
 
-def compile_row(arms: Mapping[str, int], *, recording: bool) -> dict[str, float]:
-    """Seconds of compiling each of ``arms``' loops once per run, the routing-recording loop (when
-    ``recording``: ``routing_stats`` on a routed schedule) charged to the sparse arm, the VAE
-    decoder to ``shared``."""
+def compile_row(arms: Mapping[str, int]) -> dict[str, float]:
+    """Seconds of compiling each of ``arms``' loops once per run (the sparse loop records its
+    routing in its warm-up: no second loop), the VAE decoder charged to ``shared``."""
     row = {arm: COMPILE_S[arm] for arm in arms if arm in COMPILE_S}
-    if recording and "sparse" in row:
-        row["sparse"] += COMPILE_S["routing recording"]
     row["shared"] = COMPILE_S["VAE decoder"]
     return row
 

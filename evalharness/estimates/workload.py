@@ -15,8 +15,8 @@ of one denoising step on one device of a ``DeviceTarget``, at the rates of
   "fsdp" on several devices, the weights gathered once per forward, at the interconnect's
   bandwidth, not overlapped with compute.
 
-Runs per arm follow ``evalharness.run``: warm-up + ``warm_runs`` timed runs (the noise floor too),
-one more routing-recording run for the sparse arm, every (prompt, seed) pair. The work outside the
+Runs per arm follow ``evalharness.run``: warm-up (the sparse arm's records its routing) +
+``warm_runs`` timed runs (the noise floor too), every (prompt, seed) pair. The work outside the
 loops is ``evalharness.estimates.run_time``'s (the estimate's ``once`` rows); compilation is in
 neither.
 """
@@ -161,7 +161,8 @@ class TimeEstimate:
         seconds: component -> arm -> seconds of one denoising step on one device.
         sources: component -> where its rate comes from.
         bound: arm -> "compute" or "memory": the matmuls' roofline side.
-        runs: arm -> loop executions per pair (warm-up, timed and recording runs).
+        runs: arm -> loop executions per pair (the warm-up, which records the routing, and the
+            timed runs).
         steps: denoising steps per run.
         once: row -> column (an arm, or ``shared``) -> seconds of the run's work outside the
             loops, every pair included (``evalharness.estimates.run_time``; empty if not estimated).
@@ -357,7 +358,7 @@ def estimate_time(
     attention, overhead = _attention_seconds(work, rates, peak, sparse)
     # Every arm's loop runs warm-up + timed runs; a sparse arm runs once more to record routing.
     arms = ("dense", "noise_floor", "sparse") if noise_floor else ("dense", "sparse")
-    runs = {arm: warm_runs + 1 + int(arm == "sparse" and sparse is not None) for arm in arms}
+    runs = {arm: warm_runs + 1 for arm in arms}  # the warm-up (the sparse one records) + timed
     seconds = {
         "transformer matmuls": dict.fromkeys(runs, matmuls),
         "self-attention": {arm: attention[arm] for arm in runs},

@@ -97,14 +97,11 @@ def test_the_run_planner_counts_what_a_cpu_run_does(tmp_path: Path):
     search, run_cfg = _search(tmp_path)
     with_stats = _planned(run_cfg, search, routing_stats=True)
     without = _planned(run_cfg, search, routing_stats=False)
-    # The routing-recording run and its compile only when routing_stats is on.
-    assert with_stats.runs["sparse"] == without.runs["sparse"] + 1
-    assert with_stats.runs["dense"] == without.runs["dense"] == to_config(run_cfg).warm_runs + 1
-    recording = cpu_calibration.COMPILE_S["routing recording"]
-    assert with_stats.once["compile"]["sparse"] == pytest.approx(
-        without.once["compile"]["sparse"] + recording
-    )
-    assert with_stats.total_minutes > without.total_minutes
+    # The routing is recorded by the sparse arm's warm-up run: no run or compile more with it.
+    runs = to_config(run_cfg).warm_runs + 1
+    assert with_stats.runs == without.runs == {"dense": runs, "sparse": runs, "noise_floor": runs}
+    assert with_stats.once["compile"] == without.once["compile"]
+    assert with_stats.total_minutes == pytest.approx(without.total_minutes)
     # The second dense control (dot_product_attention on a CPU) runs slower than the dense arm.
     step = without.step_seconds
     factor = cpu_calibration.SLOW_CONTROL_FACTOR
