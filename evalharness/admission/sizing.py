@@ -203,8 +203,9 @@ def size_run(
         timing,
         budgets,
         lowering,
-        problems,
-        notes,
+        # Several plans (the sparse arm's, a dense control's) can fail for one reason: said once.
+        list(dict.fromkeys(problems)),
+        list(dict.fromkeys(notes)),
         shared,
         chip,
         model_memory if chip.memory is not None else None,

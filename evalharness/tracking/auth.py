@@ -36,6 +36,10 @@ DEFAULT_ADMIN = "admin"
 DEFAULT_PERMISSION = "EDIT"
 PERMISSIONS = ("READ", "USE", "EDIT", "MANAGE", "NO_PERMISSIONS")
 MIN_PASSWORD = 12  # MLflow's own rule (mlflow.utils.validation._validate_password)
+# The longest user name MLflow's user table stores (mlflow.server.auth.db.models: String(255)).
+MAX_USERNAME = 255
+# How much of a long user name a message shows.
+SHOWN_NAME = 40
 USERNAME_VAR = "MLFLOW_TRACKING_USERNAME"
 PASSWORD_VAR = "MLFLOW_TRACKING_PASSWORD"
 
@@ -115,6 +119,13 @@ def check_password(password: str, what: str) -> None:
         raise ValueError(f"{what} is shorter than {MIN_PASSWORD} characters (MLflow's minimum)")
 
 
+def shown_name(username: str) -> str:
+    """``username`` quoted for a message, cut to :data:`SHOWN_NAME` characters."""
+    if len(username) <= SHOWN_NAME:
+        return repr(username)
+    return f"{username[:SHOWN_NAME]!r}... ({len(username):,} characters)"
+
+
 def check_username(username: str) -> None:
     """Refuses a user name that could never sign in: basic auth sends ``NAME:PASSWORD``, split
     at the first colon, so a name with a colon is read as a shorter name; a control character
@@ -123,6 +134,12 @@ def check_username(username: str) -> None:
     Raises:
         ValueError: naming the user name and what to give instead.
     """
+    if len(username) > MAX_USERNAME:
+        raise ValueError(
+            f"user name {shown_name(username)} is {len(username):,} characters long; MLflow's "
+            f"user table holds at most {MAX_USERNAME}: give a shorter name, e.g. eve (nothing "
+            "was changed)"
+        )
     if ":" in username:
         why = "it holds a colon, and basic auth splits NAME:PASSWORD at the first one"
     elif not username.isprintable():
@@ -132,7 +149,7 @@ def check_username(username: str) -> None:
     else:
         return
     raise ValueError(
-        f"user name {username!r} could never sign in: {why}; give a name without colons, "
+        f"user name {shown_name(username)} could never sign in: {why}; give a name without colons, "
         "control characters or surrounding spaces, e.g. eve (nothing was changed)"
     )
 
@@ -238,7 +255,7 @@ def add_user(url: str, admin: Credentials, source: Path, user: Credentials) -> N
     """
     from mlflow.exceptions import MlflowException
 
-    check_password(user.password, f"the password for {user.username!r}")
+    check_password(user.password, f"the password for {shown_name(user.username)}")
     try:
         with _admin_client(url, admin) as client:
             client.create_user(user.username, user.password)
@@ -266,6 +283,7 @@ def _admin_client(url: str, admin: Credentials) -> Iterator[Any]:
 
 def _add_user_problem(err, url: str, admin: Credentials, source: Path, username: str) -> str:
     """Why the server did not add ``username``, with the fix."""
+    username = shown_name(username)
     code = getattr(err, "error_code", "")
     url = redacted(url)
     if code == "UNAUTHENTICATED":
@@ -276,10 +294,10 @@ def _add_user_problem(err, url: str, admin: Credentials, source: Path, username:
     if code == "PERMISSION_DENIED":
         return f"user {admin.username!r} (from {source}) is not an admin on {url} (403)"
     if code == "RESOURCE_ALREADY_EXISTS":
-        return f"user {username!r} already exists on {url}"
+        return f"user {username} already exists on {url}"
     text = " ".join(str(getattr(err, "message", err)).split())[:300]
     return (
-        f"the server at {url} did not add user {username!r} ({code}: {text}): check "
+        f"the server at {url} did not add user {username} ({code}: {text}): check "
         "--tracking-uri and that the server runs with --auth"
     )
 

@@ -282,7 +282,9 @@ def visits_budget(
         )
     if limit > VMEM_PHYSICAL_BYTES:
         problems.append(
-            f"vmem_limit_bytes {limit} exceeds the {_size(VMEM_PHYSICAL_BYTES)} of VMEM a v6e has"
+            f"vmem_limit_bytes {limit} exceeds the {_size(VMEM_PHYSICAL_BYTES)} of VMEM a TPU "
+            f"v5e or v6e core has; set kernel.vmem_limit_bytes to at most {VMEM_AUTO_CAP_BYTES} "
+            "or leave it unset (null: chosen from the kernel's estimate)"
         )
     elif vmem > limit:
         wanted = math.ceil(vmem * VMEM_AUTO_MARGIN / MiB) * MiB
