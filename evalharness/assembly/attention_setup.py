@@ -2,8 +2,8 @@
 
 - dense arm: the dense executor (``kernel.dense_executor``, B0 by default) on the chosen backend;
 - noise floor: a second dense executor (``kernel.noise_floor_executor``), same model otherwise;
-- sparse arm: the schedule's policy (routing + B1/B2/B3), and a recording twin for routing stats;
-  both carry ``negative_control`` (``none``, or a deliberately broken arm the gate must fail).
+- sparse arm: the schedule's policy (routing + B1/B2/B3, or a static mask without routing), and
+  for a routed schedule a recording twin for routing stats; both carry ``negative_control`` (``none``, or a deliberately broken arm the gate must fail).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from kernels.policy.attention_policy import AttentionPolicy, make_dense_attend
 from kernels.policy.routing import routing_flops_fraction
 from kernels.policy.routing_stats import RoutingStats
 from kernels.policy.schedule import SparsitySchedule
+from kernels.policy.static_policy import make_policy
 from models.config import WanTransformerConfig
 from models.video_geometry import VideoGeometry
 
@@ -82,7 +83,8 @@ class AttentionSetup:
         }
         if self.schedule.svg_sparsity is not None:
             out["svg_sparsity"] = self.schedule.svg_sparsity
-        if sparse:
+        out.update(_method_parameters(self.schedule, self.geometry))
+        if sparse and self.schedule.routes:
             out["routing_flops_fraction"] = routing_flops_fraction(
                 self.geometry, density, self.schedule.routing_samples
             )
@@ -102,6 +104,21 @@ class AttentionSetup:
         """Routing of the recorded run: flags and errors per (step, layer, batch, head)."""
         assert self.recording is not None
         return self.recording.stats
+
+
+def _method_parameters(schedule: SparsitySchedule, geometry: TokenGeometry) -> dict[str, Any]:
+    """The schedule's method and the parameters its static mask ran with (a parameter the
+    density knob chose included), for the run's metrics."""
+    out: dict[str, Any] = {"schedule_method": schedule.method}
+    if schedule.routes or not schedule.sparse:
+        return out
+    mask = schedule.mask(geometry)
+    if schedule.method == "sta":
+        out["sta_window"] = "x".join(str(k) for k in mask.window)
+        out["sta_tile"] = "x".join(str(t) for t in mask.order.tile)
+    else:
+        out["radial_decay_factor"] = mask.decay_factor
+    return out
 
 
 def _number(value: Any) -> bool:
@@ -144,13 +161,18 @@ def build_attention(
         # Part of the sparse arm only: the dense arms (and their cache key) never see it.
         negative_control=NegativeControl(cfg.negative_control).value,
     )
-    sparse = AttentionPolicy(schedule, geometry, **options)
+    sparse = make_policy(schedule, geometry, **options)
     recording = None
-    if schedule.sparse and sparse.dense_steps < cfg.steps:
+    if schedule.sparse and schedule.routes and sparse.dense_steps < cfg.steps:
         recording = AttentionPolicy(schedule, geometry, record_stats=True, **options)
     kept = schedule.overall_kept_fraction(cfg.steps, layers, geometry, block_sizes)
     attends = (dense, noise_floor, sparse, recording)
     mesh = make_mesh(sequence_devices(cfg)) if sequence_devices(cfg) > 1 else None
+    if mesh is not None and schedule.sparse and not schedule.routes:
+        raise ValueError(
+            f"schedule.method={schedule.method} runs on one device (sequence parallelism routes "
+            "and permutes SVG's heads only); set parallel.sequence=1"
+        )
     if mesh is not None:
         # Token divisibility is checked here, before any model is built or compiled (identical
         # configs on several hosts are checked by ``evalharness.run`` before any work).

@@ -199,9 +199,10 @@ def resolve(cfg: EvalConfig, platform: str | None = None, tokens: int | None = N
 def sparse_band_width(schedule: SparsitySchedule, geometry: TokenGeometry) -> int | None:
     """Full width 2w + 1 of the band a sparse schedule keeps at ``geometry`` (None when dense).
 
-    The automatic tiles are capped at it, so a tile never spans more than the band.
+    The automatic tiles are capped at it, so a tile never spans more than the band. A static mask
+    (``sta``, ``radial``) has no single band, so its tiles are not capped.
     """
-    if not schedule.sparse:
+    if not schedule.sparse or not schedule.routes:
         return None
     return 2 * schedule.band(geometry).half_width + 1
 

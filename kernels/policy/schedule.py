@@ -8,6 +8,10 @@ can instead name its band as Sparse VideoGen does (``svg_sparsity``: the band's 
 the sink, its width rounded up to 128 tokens); ``band`` is the one place that turns either into the
 mask.
 
+A schedule's ``method`` can instead name a static mask (``kernels.policy.static_methods``: Sliding
+Tile Attention ``sta``, Radial Attention ``radial``): one fixed mask for every head, no routing,
+with the same dense steps and layers and the same executors.
+
 ``SparsitySchedule`` is also the schema of the harness's ``conf/schedule/*.yaml`` files (the
 harness registers it as a structured config), so its fields and defaults are documented once, here.
 """
@@ -23,8 +27,11 @@ from typing import Any
 
 from kernels.masks.band import BandMask, band_for_density, band_for_svg_sparsity, svg_half_width
 from kernels.masks.geometry import TokenGeometry
+from kernels.masks.protocols import Mask
+from kernels.masks.sta import STA_WAN_TILE, TileOrder
 from kernels.plans.block_sizes import BlockSizes
 from kernels.plans.tiles import TilePlan, build_plan
+from kernels.policy.static_methods import METHODS, static_layout, static_mask
 from kernels.registry import executor_names
 
 # Executor variant of the sparse masks (b0, the dense tiled loop, is not one of them), from the
@@ -77,6 +84,13 @@ class SparsitySchedule:
             band instead of ``density`` (half-width ``N (1 - sqrt(1 - s))`` rounded up to 128
             tokens, ``kernels.masks.band.svg_half_width``), so SVG's published numbers can be typed
             as they are; the exact kept fraction it gives is ``target_density(geometry)``.
+        method: ``svg`` (the routed band), or a static mask: ``sta`` or ``radial``
+            (``kernels.policy.static_methods``).
+        sta_window: STA's window in tiles (frames, rows, columns), e.g. (3, 3, 3); None: the
+            window whose kept fraction is closest to ``density``.
+        sta_tile: STA's tile in tokens (frames, rows, columns); FastVideo's Wan tile by default.
+        radial_decay_factor: Radial's ``decay_factor`` (its Wan script: 0.2); None: the factor
+            whose kept fraction is closest to ``density``.
     """
 
     name: str
@@ -87,6 +101,10 @@ class SparsitySchedule:
     routing_samples: int = 64
     sparse: bool = True
     svg_sparsity: float | None = None
+    method: str = "svg"
+    sta_window: tuple[int, int, int] | None = None
+    sta_tile: tuple[int, int, int] = STA_WAN_TILE
+    radial_decay_factor: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -112,6 +130,7 @@ class SparsitySchedule:
         if self.svg_sparsity is not None:
             svg_half_width(1, self.svg_sparsity)  # validates the value alone
             object.__setattr__(self, "svg_sparsity", float(self.svg_sparsity))
+        self._check_method()
         if self.sparse and (self.first_times_fp >= 1.0 or self.first_layers_fp >= 1.0):
             field = "first_times_fp" if self.first_times_fp >= 1.0 else "first_layers_fp"
             warnings.warn(
@@ -120,6 +139,52 @@ class SparsitySchedule:
                 UserWarning,
                 stacklevel=3,
             )
+
+    def _check_method(self) -> None:
+        """Validates ``method`` and its parameters; stores the triples as tuples."""
+        if self.method not in METHODS:
+            raise ValueError(f"method={self.method!r}: use one of {METHODS}")
+        object.__setattr__(self, "method", str(self.method))
+        for field in ("sta_window", "sta_tile"):
+            value = getattr(self, field)
+            if value is not None:
+                triple = tuple(value) if isinstance(value, list | tuple) else ()
+                if len(triple) != 3 or any(
+                    isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in triple
+                ):
+                    raise ValueError(
+                        f"{field}={value!r}: expected three positive ints (frames, rows, "
+                        "columns), e.g. [3, 3, 3]"
+                    )
+                object.__setattr__(self, field, triple)
+        decay = self.radial_decay_factor
+        if decay is not None:
+            if isinstance(decay, bool) or not isinstance(decay, int | float) or not decay > 0:
+                raise ValueError(f"radial_decay_factor={decay!r}: expected a number > 0, e.g. 0.2")
+            object.__setattr__(self, "radial_decay_factor", float(decay))
+
+    @property
+    def routes(self) -> bool:
+        """Whether sparse cells route heads between layouts (``svg``); static masks do not."""
+        return self.method == "svg"
+
+    def mask(self, geometry: TokenGeometry) -> Mask:
+        """The mask a sparse (step, layer) applies: ``band`` for ``svg``, else the static mask
+        in its own layout (``layout``)."""
+        if self.routes:
+            return self.band(geometry)
+        return static_mask(
+            self.method,
+            geometry,
+            float(self.density),
+            sta_window=self.sta_window,
+            sta_tile=self.sta_tile,
+            radial_decay_factor=self.radial_decay_factor,
+        )
+
+    def layout(self, geometry: TokenGeometry) -> TileOrder | None:
+        """A static mask's token layout (STA's tile order), or None: frame-major (or routed)."""
+        return None if self.routes else static_layout(self.mask(geometry))
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any] | Any) -> SparsitySchedule:
@@ -143,8 +208,9 @@ class SparsitySchedule:
         else:
             given = {n: getattr(values, n) for n in names if hasattr(values, n)}
         missing = [n for n in ("name", "first_times_fp", "first_layers_fp") if n not in given]
-        if "density" not in given and given.get("svg_sparsity") is None:
-            missing.append("density (or svg_sparsity)")
+        own = {"svg": "svg_sparsity", "sta": "sta_window", "radial": "radial_decay_factor"}
+        if "density" not in given and given.get(own.get(given.get("method", "svg"), "")) is None:
+            missing.append("density (or the method's own knob: svg_sparsity, sta_window, ...)")
         if missing:
             raise ValueError(f"schedule is missing {missing}; expected fields {names}")
         for n in ("first_times_fp", "first_layers_fp", "density"):
@@ -172,7 +238,7 @@ class SparsitySchedule:
         block_sizes: BlockSizes,
         rounding_tolerance: float | None = None,
     ) -> TilePlan | None:
-        """The sparse cells' tile plan: ``band(geometry)`` on ``block_sizes`` for ``variant``,
+        """The sparse cells' tile plan: ``mask(geometry)`` on ``block_sizes`` for ``variant``,
         after ``validate``; None for a dense schedule.
 
         Args:
@@ -183,11 +249,14 @@ class SparsitySchedule:
         if not self.sparse:
             return None
         self.validate(geometry, block_sizes)
-        return build_plan(self.band(geometry), block_sizes, self.variant, rounding_tolerance)
+        return build_plan(self.mask(geometry), block_sizes, self.variant, rounding_tolerance)
 
     def target_density(self, geometry: TokenGeometry) -> float:
         """Exact kept fraction of ``band(geometry)`` before any tile rounding: ``density`` itself
-        when ``svg_sparsity`` is not set (the nominal value a preflight plans with)."""
+        when ``svg_sparsity`` is not set (the nominal value a preflight plans with); a static
+        mask's exact kept fraction."""
+        if not self.routes:
+            return float(self.mask(geometry).density)
         if self.svg_sparsity is None:
             return float(self.density)
         return float(self.band(geometry).density)
@@ -253,7 +322,7 @@ class SparsitySchedule:
                 f"routing_samples={self.routing_samples} exceeds the {geometry.tokens} tokens of "
                 f"{geometry}; use at most {geometry.tokens}"
             )
-        if not self.sparse:
+        if not self.sparse or not self.routes:
             return
         band = self.band(geometry)
         width = 2 * band.half_width + 1
@@ -283,7 +352,7 @@ class SparsitySchedule:
         Returns:
             Kept fraction in (0, 1].
         """
-        band = self.band(geometry)
+        band = self.mask(geometry)
         if self.variant != "b3":
             return float(band.density)
         from kernels.plans.tiles import build_plan  # plan building is cached per (mask, tiles)
