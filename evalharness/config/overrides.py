@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib.util
+import re
 import typing
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,6 +29,13 @@ from evalharness.config.schemas import EvalConfig, schema
 # Hydra's launchers that the ``launchers`` extra's plugin (hydra-submitit-launcher) brings.
 SUBMITIT_LAUNCHERS = ("submitit_local", "submitit_slurm")
 SUBMITIT_PLUGIN = "hydra_plugins.hydra_submitit_launcher"
+# Hydra's command-line flags whose value is the next word (``--cfg job``, ``-cn config``).
+VALUE_FLAGS = frozenset(
+    ("-c", "--cfg", "-p", "--package", "-i", "--info", "-cp", "--config-path", "-cn")
+    + ("--config-name", "-cd", "--config-dir", "--experimental-rerun")
+)
+# An override key Hydra's grammar reads (its prefix + or ~ aside).
+_READABLE_KEY = re.compile(r"[+~]{0,2}[A-Za-z0-9_\-./@$]+")
 
 
 def _dataclass_of(hint: Any) -> type | None:
@@ -90,8 +98,11 @@ def check_overrides(args: list[str]) -> str | None:
         args: the command line after the program (``sys.argv[1:]``).
     """
     search = search_path(args)
-    for arg in args:
-        if arg.startswith(("-", "+", "~")) or "=" not in arg:
+    for arg in overrides_of(args):
+        unreadable = grammar_problem(arg)
+        if unreadable:
+            return f"{unreadable} (nothing was run)"
+        if arg.startswith(("+", "~")) or "=" not in arg:
             continue
         key = arg.split("=", 1)[0]
         if key == "hydra/launcher" and (problem := launcher_problem(arg)):
@@ -102,6 +113,42 @@ def check_overrides(args: list[str]) -> str | None:
         problem = unknown_key(key) or grouped or value_problem(arg)
         if problem:
             return f"{problem} (in {arg!r}; nothing was run)"
+    return None
+
+
+def overrides_of(args: Sequence[str]) -> list[str]:
+    """The words of a command line that Hydra reads as overrides: all but its flags and the
+    values of the flags that take one (``--cfg job``)."""
+    found = []
+    for before, word in zip(["", *args], args, strict=False):
+        # A flag's value has no "=" (``--info`` may come without one, before an override).
+        is_value = before in VALUE_FLAGS and "=" not in word and not word.startswith("~")
+        if not word.startswith("-") and not is_value:
+            found.append(word)
+    return found
+
+
+def grammar_problem(arg: str) -> str | None:
+    """Why Hydra's override grammar cannot read ``arg`` (a key with a character outside its
+    ASCII letters, digits, ``_ - . / @``, a word without ``=``, an empty key), with the form it
+    reads; None when it reads."""
+    key = arg.split("=", 1)[0]
+    if "=" in arg and not key.lstrip("+~"):
+        return f"the override {arg!r} has an empty key: write KEY=VALUE, e.g. steps=2"
+    try:
+        OverridesParser.create().parse_override(arg)
+    except HydraException as err:
+        reason = str(err).strip().splitlines()[0]
+        if "=" in arg and not _READABLE_KEY.fullmatch(key):
+            return (
+                f"the override key {key!r} cannot be read by Hydra's override grammar "
+                f"({reason}): a key is ASCII letters, digits and _ - . / @ (in {arg!r})"
+            )
+        if "=" not in arg:
+            return (
+                f"{arg!r} is not an override: Hydra reads KEY=VALUE (e.g. steps=2), +KEY=VALUE "
+                f"to add a key or ~KEY to delete one ({reason})"
+            )
     return None
 
 
