@@ -84,6 +84,8 @@ def main(cfg: DictConfig) -> float | None:
             _end(exit_codes.FAILED, "the dry run failed (traceback above)", multirun)
             return None
         print(planned.report, flush=True)
+        if planned.error:
+            print(f"error: {redacted(planned.error)}", file=sys.stderr, flush=True)
         if planned.code and not multirun:
             sys.exit(planned.code)
         if multirun:  # the sweep's callback prints every job's line as one table

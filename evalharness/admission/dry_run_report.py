@@ -53,11 +53,13 @@ class DryRunPlan:
         code: ``FITS`` (0), ``DOES_NOT_FIT`` (2) or ``OVER_TIME`` (3).
         report: the Markdown report.
         row: its line in a dry-run sweep's table (:func:`dry_run_table`).
+        error: the command's one ``error:`` line when it does not fit or is over time, else None.
     """
 
     code: int
     report: str
     row: dict[str, Any]
+    error: str | None = None
 
 
 def dry_run(cfg: EvalConfig | DictConfig | dict) -> tuple[int, str]:
@@ -102,7 +104,23 @@ def plan_dry_run(cfg: EvalConfig | DictConfig | dict) -> DryRunPlan:
         code = DOES_NOT_FIT
     else:
         code = OVER_TIME if _over_time(cfg, sizing) else FITS
-    return DryRunPlan(code, report, summary_row(cfg, tcfg, sizing, code, plan_s))
+    row = summary_row(cfg, tcfg, sizing, code, plan_s)
+    return DryRunPlan(code, report, row, _error_line(cfg, sizing, problems, code))
+
+
+def _error_line(cfg: EvalConfig, sizing: RunSizing, problems: list[str], code: int) -> str | None:
+    """The one ``error:`` line of a plan that does not fit (its reasons) or is over time."""
+    what = f"model={cfg.model.name} resolution={cfg.resolution.name} on {sizing.target.name}"
+    if code == DOES_NOT_FIT:
+        reasons = "; ".join(p.splitlines()[0] for p in problems)
+        return f"{what} does not fit: {reasons} (the report above names settings that fit)"
+    if code == OVER_TIME:
+        return (
+            f"{what} fits, but its estimated {sizing.estimate.total_minutes:,.1f} minutes exceed "
+            f"max_minutes={cfg.max_minutes:g}: raise max_minutes, or lower steps, warm_runs or "
+            "the resolution"
+        )
+    return None
 
 
 def _replan(requested: EvalConfig, tcfg: Any, target: Any, arms: tuple[str, ...]) -> RunSizing:
