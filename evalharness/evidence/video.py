@@ -14,6 +14,8 @@ from __future__ import annotations
 import functools
 import os
 import re
+import signal
+import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,9 @@ import numpy as np
 
 # The measurement video of ``<label>.mp4`` is ``<label>.lossless.mkv`` in the same folder.
 LOSSLESS_SUFFIX = ".lossless.mkv"
+# Each FFmpeg call of the preflight's probe (two frames of 16 x 16) takes well under a second; one
+# that has not finished in this long is stuck (a wrapper that waits, a hung binary).
+PROBE_TIMEOUT_S = 30.0
 
 
 class VideoError(RuntimeError):
@@ -66,11 +71,12 @@ _ENCODER_FIX = (
 def _prove_encoder(executable: str) -> str:
     """``check_encoder``'s tiny encodes and read-back with ``executable``; returns it."""
     frames = np.arange(2 * 16 * 16 * 3, dtype=np.uint8).reshape(2, 16, 16, 3)
+    bound = {"timeout_s": PROBE_TIMEOUT_S}
     try:
         with tempfile.TemporaryDirectory(prefix="evalharness-ffmpeg-") as folder:
-            encode_mp4(frames, Path(folder) / "probe.mp4")
-            lossless = encode_lossless(frames, Path(folder) / f"probe{LOSSLESS_SUFFIX}")
-            read_back = decode_mp4(lossless)
+            encode_mp4(frames, Path(folder) / "probe.mp4", **bound)
+            lossless = encode_lossless(frames, Path(folder) / f"probe{LOSSLESS_SUFFIX}", **bound)
+            read_back = decode_mp4(lossless, **bound)
     except (OSError, VideoError) as err:
         first = str(err).splitlines()[0]
         raise VideoError(
@@ -89,8 +95,44 @@ def _tail(stderr: bytes | None, lines: int = 8) -> str:
     return "\n".join(text[-lines:])
 
 
-def _encode(frames: np.ndarray, path: Path, fps: int, **out_args: Any) -> Path:
-    """Pipes uint8 [T, H, W, 3] RGB frames (checked first) into FFmpeg, writing ``path``."""
+def _run(
+    stream: Any, data: bytes | None = None, timeout_s: float | None = None
+) -> tuple[bytes, bytes]:
+    """Runs an ``ffmpeg-python`` stream with this project's FFmpeg, ``data`` on its stdin;
+    returns its stdout and stderr. With ``timeout_s`` FFmpeg runs in a session of its own, so
+    that it and any process it started (a wrapper script's) are killed when it is over time.
+
+    Raises:
+        ffmpeg.Error: FFmpeg exited with an error.
+        VideoError: it ran longer than ``timeout_s``.
+    """
+    args = stream.compile(cmd=ffmpeg_executable())
+    pipe = subprocess.PIPE
+    process = subprocess.Popen(
+        args, stdin=pipe, stdout=pipe, stderr=pipe, start_new_session=timeout_s is not None
+    )
+    try:
+        out, err = process.communicate(data, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise VideoError(
+            f"FFmpeg ({args[0]}) did not finish a two-frame probe within {timeout_s:g} s"
+        ) from None
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+    if process.returncode:
+        raise ffmpeg.Error("ffmpeg", out, err)
+    return out, err
+
+
+def _encode(
+    frames: np.ndarray, path: Path, fps: int, timeout_s: float | None = None, **out_args: Any
+) -> Path:
+    """Pipes uint8 [T, H, W, 3] RGB frames (checked first) into FFmpeg, writing ``path``
+    (within ``timeout_s`` when given: :func:`_run`)."""
     frames = np.asarray(frames)
     if frames.ndim != 4 or frames.shape[-1] != 3:
         raise ValueError(f"frames must be [T, H, W, 3] uint8 RGB, got shape {frames.shape}")
@@ -108,14 +150,20 @@ def _encode(frames: np.ndarray, path: Path, fps: int, **out_args: Any) -> Path:
         .overwrite_output()
     )
     try:
-        data = np.ascontiguousarray(frames).tobytes()
-        stream.run(cmd=ffmpeg_executable(), input=data, quiet=True)
+        _run(stream, np.ascontiguousarray(frames).tobytes(), timeout_s)
     except ffmpeg.Error as err:
         raise VideoError(f"FFmpeg could not write {path}:\n{_tail(err.stderr)}") from err
     return path
 
 
-def encode_mp4(frames: np.ndarray, path: str | Path, *, fps: int = 16, crf: int = 18) -> Path:
+def encode_mp4(
+    frames: np.ndarray,
+    path: str | Path,
+    *,
+    fps: int = 16,
+    crf: int = 18,
+    timeout_s: float | None = None,
+) -> Path:
     """Encodes RGB frames to the viewable H.264 yuv420p mp4 (lossy); returns ``path``.
 
     Args:
@@ -123,23 +171,26 @@ def encode_mp4(frames: np.ndarray, path: str | Path, *, fps: int = 16, crf: int 
         path: output file; its folder is created.
         fps: frame rate.
         crf: x264 constant rate factor (lower is better).
+        timeout_s: FFmpeg's time limit (None: none; the preflight's probe sets one).
 
     Raises:
         ValueError: frames of the wrong shape or dtype, or odd height/width.
-        VideoError: FFmpeg failed (its last lines are included).
+        VideoError: FFmpeg failed (its last lines are included), or ran over ``timeout_s``.
     """
     args = {"vcodec": "libx264", "crf": crf, "preset": "medium", "pix_fmt": "yuv420p"}
-    return _encode(frames, Path(path), fps, **args)
+    return _encode(frames, Path(path), fps, timeout_s, **args)
 
 
-def encode_lossless(frames: np.ndarray, path: str | Path, *, fps: int = 16) -> Path:
+def encode_lossless(
+    frames: np.ndarray, path: str | Path, *, fps: int = 16, timeout_s: float | None = None
+) -> Path:
     """Encodes RGB frames losslessly (FFV1 on planar RGB in Matroska), at any height and width:
     the decoded frames equal ``frames`` bit for bit. As :func:`encode_mp4`, but ``path`` must end
     in ``.mkv`` (else ValueError)."""
     path = Path(path)
     if path.suffix != ".mkv":
         raise ValueError(f"a lossless (FFV1) video goes in a .mkv file, got {path.name}")
-    return _encode(frames, path, fps, vcodec="ffv1", level=3, pix_fmt="gbrp")
+    return _encode(frames, path, fps, timeout_s, vcodec="ffv1", level=3, pix_fmt="gbrp")
 
 
 def lossless_path(video: str | Path) -> Path:
@@ -157,8 +208,9 @@ def viewable_path(video: str | Path) -> Path | None:
     return video.with_name(video.name.removesuffix(LOSSLESS_SUFFIX) + ".mp4")
 
 
-def decode_mp4(path: str | Path) -> np.ndarray:
-    """Decodes a video file (mp4, mkv, any container FFmpeg reads) to uint8 RGB frames [T, H, W, 3].
+def decode_mp4(path: str | Path, timeout_s: float | None = None) -> np.ndarray:
+    """Decodes a video file (mp4, mkv, any container FFmpeg reads) to uint8 RGB frames [T, H, W, 3]
+    (each FFmpeg call within ``timeout_s`` when given).
 
     Raises:
         FileNotFoundError: the file does not exist.
@@ -172,7 +224,7 @@ def decode_mp4(path: str | Path) -> np.ndarray:
         output = ffmpeg.input(str(path)).output(
             "pipe:", format="rawvideo", pix_fmt="rgb24", **options
         )
-        return output.run(cmd=ffmpeg_executable(), capture_stdout=True, capture_stderr=True)
+        return _run(output, timeout_s=timeout_s)
 
     try:
         # The bundled FFmpeg has no ffprobe: read the size from a one-frame decode's log instead.
