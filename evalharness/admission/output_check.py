@@ -1,6 +1,6 @@
-"""The run's folders, checked before any work: ``output_root`` and ``cache_dir`` writable (the
-compilation cache's folder under it too), and the disk under ``output_root`` with room for what
-the run writes.
+"""The run's folders, checked before any work: ``output_root`` and ``cache_dir`` writable, the
+folders the run writes under them too (the compilation cache's among them), and the disk under
+``output_root`` with room for what the run writes.
 
 A run writes each arm's video twice (a lossless FFV1 ``.mkv`` to measure, a CRF ``.mp4`` to
 watch), a side-by-side video, and caches the dense arm's frames. FFV1 on smooth generated video
@@ -121,16 +121,47 @@ def _read_only_mount(folder: Path) -> bool:
         return False
 
 
+def written_folders(cfg: EvalConfig) -> dict[str, tuple[str, ...]]:
+    """The folders a run writes under each setting's folder (``runs/``: the run folders;
+    ``mlartifacts/``: the default tracking store's artifacts; ``prompts/``: the prompt
+    embeddings; ``dense_arms/``: the dense-arm cache; ``phases/``: the measured phase times)."""
+    under_root = ("runs", "mlartifacts") if cfg.logger.kind == "mlflow" else ("runs",)
+    return {"output_root": under_root, "cache_dir": ("prompts", "dense_arms", "phases")}
+
+
+def check_subfolder(root: Path, name: str, setting: str) -> None:
+    """Refuses a run whose folder ``name`` under ``setting``'s ``root`` (or, where it does not
+    exist yet, the folder it would be created in) cannot be written.
+
+    Raises:
+        PreflightRefusal: naming the folder, the setting, why, and the fix.
+    """
+    folder = root / name
+    if not folder.exists():
+        return  # created in ``root``, whose check covers it
+    problem = _write_problem(folder)
+    if problem:
+        raise PreflightRefusal(
+            f"{folder} (the {name}/ folder the run writes under {setting}={root}) cannot be "
+            f"written: {problem}; make it writable by this user (chmod -R u+w {folder}) or set "
+            f"{setting} to another folder. Nothing was computed."
+        )
+
+
 def check_output_folders(cfg: EvalConfig, pairs: int) -> None:
-    """Refuses a run whose ``output_root``, ``cache_dir`` or compilation cache cannot be
-    written, or whose disk has less free space than :func:`run_bytes`.
+    """Refuses a run whose ``output_root``, ``cache_dir``, a folder the run writes under them
+    (:func:`written_folders`) or compilation cache cannot be written, or whose disk has less
+    free space than :func:`run_bytes`.
 
     Raises:
         PreflightRefusal: naming the folder, the setting and the bytes.
     """
     root = Path(cfg.output_root)
-    check_writable(root, "output_root")
-    check_writable(Path(cfg.cache_dir), "cache_dir")
+    roots = {"output_root": root, "cache_dir": Path(cfg.cache_dir)}
+    for setting, names in written_folders(cfg).items():
+        check_writable(roots[setting], setting)
+        for name in names:
+            check_subfolder(roots[setting], name, setting)
     check_compile_cache(cfg)
     need, free = run_bytes(cfg, pairs), shutil.disk_usage(_existing(root)).free
     if free < need:
