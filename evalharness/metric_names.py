@@ -21,6 +21,10 @@ class Metric(enum.StrEnum):
         PSNR_DB: sparse vs dense PSNR on raw frames, from the mean squared error over the video.
         PSNR_WORST_FRAME_DB: the lowest per-frame PSNR.
         SSIM_FRAMES: mean per-frame SSIM.
+        LPIPS: mean per-frame AlexNet LPIPS of sparse vs dense (frames in [-1, 1]); lower is
+            better.
+        PSNR_FRAMES_DB: the mean of per-frame PSNRs (Sparse VideoGen's convention).
+        NOISE_FLOOR_LPIPS: LPIPS between the two dense controls.
         NOISE_FLOOR_PSNR_DB: PSNR between the two dense controls (the measured noise floor).
         GAP_TO_NOISE_FLOOR_DB: noise floor minus ``PSNR_DB``.
         DENSE_TIMING_REUSED: 1 when the dense timing came from another run of a sweep (then no
@@ -33,6 +37,9 @@ class Metric(enum.StrEnum):
     PSNR_DB = "psnr_db"
     PSNR_WORST_FRAME_DB = "psnr_worst_frame_db"
     SSIM_FRAMES = "ssim_frames"
+    LPIPS = "lpips"
+    PSNR_FRAMES_DB = "psnr_frames_db"
+    NOISE_FLOOR_LPIPS = "noise_floor_lpips"
     NOISE_FLOOR_PSNR_DB = "noise_floor_psnr_db"
     GAP_TO_NOISE_FLOOR_DB = "gap_to_noise_floor_db"
     DENSE_TIMING_REUSED = "dense_timing_reused"
@@ -48,7 +55,7 @@ RANDOM_WEIGHTS = "random"
 QUALITY_NOTE = "quality"
 QUALITY_MEANINGLESS = (
     "meaningless on random weights (model.checkpoint=random): the speed figures are real, "
-    "PSNR, SSIM and the noise floor compare noise videos"
+    "PSNR, SSIM, LPIPS and the noise floor compare noise videos"
 )
 
 # Programs the run took from JAX's persistent compilation cache, and programs it compiled
@@ -76,6 +83,7 @@ class RunMetrics(Mapping[str, MetricValue]):
     psnr_db: float | None = None
     psnr_worst_frame_db: float | None = None
     ssim_frames: float | None = None
+    lpips: float | None = None
     noise_floor_psnr_db: float | None = None
     gap_to_noise_floor_db: float | None = None
     dense_timing_reused: int | None = None

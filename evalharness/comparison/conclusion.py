@@ -75,6 +75,8 @@ def conclude(comparison: Comparison, measured: Measured) -> Outcome:
         min_speedup=cfg.gate.min_speedup,
         min_worst_frame_psnr_db=cfg.gate.min_worst_frame_psnr_db,
         on=cfg.gate.on.value,
+        max_lpips=cfg.gate.max_lpips,
+        psnr=cfg.gate.psnr.value,
     )
     metrics = run_metrics.with_values(gate_passed=gate.passed)
     write_results(run_dir, cfg, metrics, measured.per_pair, gate.failures)

@@ -3,6 +3,7 @@ the (prompt, seed) pairs a run compares. Imports nothing else of the harness.
 """
 
 from evalharness.config.compose import CONF_DIR, compose_run_config
+from evalharness.config.gate_schema import GateConfig, GateOn, GatePSNR
 from evalharness.config.overrides import check_overrides, group_options, multirun_first
 from evalharness.config.pairs import Pair, run_pairs
 from evalharness.config.resolutions import load_resolution, resolution_names, token_geometry
@@ -12,8 +13,6 @@ from evalharness.config.schemas import (
     DenseExecutor,
     DType,
     EvalConfig,
-    GateConfig,
-    GateOn,
     GuidancePasses,
     KernelBackend,
     KernelConfig,
@@ -38,6 +37,7 @@ __all__ = [
     "EvalConfig",
     "GateConfig",
     "GateOn",
+    "GatePSNR",
     "GuidancePasses",
     "KernelBackend",
     "KernelConfig",

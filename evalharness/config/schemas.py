@@ -21,6 +21,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from evalharness.config.gate_schema import GateConfig
 from evalharness.config.validation import RANDOM_CHECKPOINT, check_random_weights_gate, check_values
 from kernels.parallel import PLACEMENTS
 from kernels.policy import DENSE_EXECUTORS, POLICY_BACKENDS, SparsitySchedule
@@ -86,12 +87,6 @@ ComputeDType = _choices(
     "Compute dtype; ``auto`` is bfloat16 for checkpoint models and on a GPU (cuDNN flash "
     "attention, the GPU's dense arm, is bfloat16-only), float32 for the tiny presets on a CPU or "
     "TPU.",
-)
-GateOn = _choices(
-    "GateOn",
-    ("mean", "lcb", "worst"),
-    "Which statistic of a prompt suite the gate reads: the mean over (prompt, seed) pairs, the "
-    "lower bound of its 95% bootstrap confidence interval, or the worst pair.",
 )
 ChipCompileMode = _choices(
     "ChipCompileMode",
@@ -281,27 +276,6 @@ class LoggerConfig:
     experiment_name: str = "evalharness"
     log_videos: bool = True
     tags: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class GateConfig:
-    """Thresholds that turn a run into a CI exit code; None disables a check.
-
-    Attributes:
-        min_psnr_db: lowest raw-frame PSNR of sparse vs dense (``psnr_db``: from the mean squared
-            error over all frames; the codec plays no part).
-        min_worst_frame_psnr_db: lowest PSNR of the worst single frame (``psnr_worst_frame_db``).
-        min_speedup: lowest headline speedup (against the faster dense control, timed
-            interleaved with the sparse arm in the same process).
-        on: over a prompt suite, the statistic each threshold is compared with: ``mean``,
-            ``lcb`` (the lower bound of the 95% bootstrap interval) or ``worst`` (the worst
-            pair). One pair: all three are that pair's value.
-    """
-
-    min_psnr_db: float | None = None
-    min_worst_frame_psnr_db: float | None = None
-    min_speedup: float | None = None
-    on: GateOn = GateOn.mean
 
 
 @dataclass

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 LIMITS = (
     ("gate.min_psnr_db", False),
     ("gate.min_worst_frame_psnr_db", False),
+    ("gate.max_lpips", False),
     ("gate.min_speedup", False),
     ("max_minutes", True),
 )
@@ -142,6 +143,7 @@ def check_random_weights_gate(cfg: Any) -> None:
     gate = cfg.gate
     quality = {"gate.min_psnr_db": gate.min_psnr_db}
     quality["gate.min_worst_frame_psnr_db"] = gate.min_worst_frame_psnr_db
+    quality["gate.max_lpips"] = gate.max_lpips
     problem = random_weights_gate_problem(quality, "gate.min_speedup")
     if problem:
         raise ValueError(problem)

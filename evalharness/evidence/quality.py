@@ -4,7 +4,9 @@ The gated figure is PSNR on the raw decoded uint8 frames (``psnr_db``), not on e
 independent lossy encodes add codec noise that can dwarf the attention error (the default job read
 37.6 dB through CRF-18 mp4s where its frames differ at 52.6 dB). Beside it: FFmpeg's ``psnr``
 filter on the lossless measurement videos (a cross-check by another implementation; they agree to
-about 0.01 dB) and the codec noise of the viewable ``dense.mp4`` (:func:`quality_metrics`).
+about 0.01 dB) and the codec noise of the viewable ``dense.mp4`` (:func:`quality_metrics`). With
+them, the papers' columns: SSIM, AlexNet LPIPS (``evalharness.evidence.lpips``) and the mean of
+per-frame PSNRs (``psnr_frames_db``, Sparse VideoGen's PSNR).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 from skimage.metrics import structural_similarity
 
 from evalharness.arms import ArmResult
+from evalharness.evidence.lpips import lpips_frames
 from evalharness.evidence.video import (
     VideoError,
     _tail,
@@ -200,12 +203,19 @@ class VideoQuality:
         frames: per-frame PSNR and SSIM of the raw frames (what the gate reads).
         max_abs_latent_diff: largest absolute difference of the final latents.
         codec: the reference arm's viewable video against its own raw frames (codec noise).
+        lpips: per-frame AlexNet LPIPS of the raw frames [T] (0 for an identical frame).
     """
 
     encoded: FFmpegPSNR
     frames: FrameQuality
     max_abs_latent_diff: float
     codec: CodecNoise
+    lpips: np.ndarray
+
+    @property
+    def mean_lpips(self) -> float:
+        """LPIPS averaged over frames, as the papers report it."""
+        return float(np.mean(self.lpips))
 
 
 def measure(
@@ -215,9 +225,10 @@ def measure(
     distorted: ArmResult,
     *,
     codec_video: str | Path | None = None,
+    lpips: np.ndarray | None = None,
 ) -> VideoQuality:
     """Measures an arm against the reference arm (raw frames, lossless videos, codec noise,
-    latents).
+    latents, LPIPS).
 
     Args:
         reference_video: the reference arm's measurement video (``dense.lossless.mkv``).
@@ -227,6 +238,8 @@ def measure(
         codec_video: the encode whose codec noise to report; default: the viewable video next to
             ``reference_video`` (``dense.mp4`` for ``dense.lossless.mkv``) when it exists, else
             ``reference_video`` itself.
+        lpips: the per-frame LPIPS [T] when already computed (``lpips_frames`` measures several
+            arms against one reference at once); default: computed here.
     """
     if codec_video is None:
         viewable = viewable_path(reference_video)
@@ -236,6 +249,7 @@ def measure(
         frame_quality(reference.frames, distorted.frames),
         float(np.max(np.abs(reference.latents - distorted.latents))),
         codec_noise(codec_video, reference.frames),
+        lpips_frames(reference.frames, distorted.frames)[0] if lpips is None else lpips,
     )
 
 
@@ -256,9 +270,10 @@ def quality_metrics(sparse: VideoQuality, noise_floor: VideoQuality | None) -> d
     frames, not the mean of per-frame dB (``psnr_frames_db``), which one identical frame would
     make inf and which is lenient to a few bad frames. Beside it: ``psnr_worst_frame_db``,
     ``ssim_frames`` (mean SSIM), ``psnr_ffmpeg_db`` (the lossless videos through FFmpeg),
-    ``codec_psnr_db`` (``dense.mp4`` against the dense frames) and ``max_abs_latent_diff``; with a
-    noise floor, ``noise_floor_*`` for the second dense control (all but the codec's and
-    ``psnr_video_db``) and ``gap_to_noise_floor_db`` (floor minus sparse).
+    ``codec_psnr_db`` (``dense.mp4`` against the dense frames), ``lpips`` (mean per-frame AlexNet
+    LPIPS; lower is better) and ``max_abs_latent_diff``; with a noise floor, ``noise_floor_*`` for
+    the second dense control (all but the codec's and ``psnr_video_db``) and
+    ``gap_to_noise_floor_db`` (floor minus sparse).
 
     Args:
         sparse: the sparse arm against the dense arm.
@@ -267,9 +282,10 @@ def quality_metrics(sparse: VideoQuality, noise_floor: VideoQuality | None) -> d
     metrics = {
         Metric.PSNR_DB: sparse.frames.video_psnr_db,
         Metric.PSNR_WORST_FRAME_DB: sparse.frames.worst_psnr_db,
-        "psnr_frames_db": sparse.frames.mean_psnr_db,
+        Metric.PSNR_FRAMES_DB: sparse.frames.mean_psnr_db,
         Metric.PSNR_VIDEO_DB: sparse.frames.video_psnr_db,
         Metric.SSIM_FRAMES: sparse.frames.mean_ssim,
+        Metric.LPIPS: sparse.mean_lpips,
         "psnr_ffmpeg_db": sparse.encoded.average_db,
         "codec_psnr_db": sparse.codec.psnr_db,
     }
@@ -279,6 +295,7 @@ def quality_metrics(sparse: VideoQuality, noise_floor: VideoQuality | None) -> d
         metrics["noise_floor_psnr_worst_frame_db"] = noise_floor.frames.worst_psnr_db
         metrics["noise_floor_psnr_frames_db"] = noise_floor.frames.mean_psnr_db
         metrics["noise_floor_ssim_frames"] = noise_floor.frames.mean_ssim
+        metrics[Metric.NOISE_FLOOR_LPIPS] = noise_floor.mean_lpips
         metrics["noise_floor_psnr_ffmpeg_db"] = noise_floor.encoded.average_db
         metrics["noise_floor_max_abs_latent_diff"] = noise_floor.max_abs_latent_diff
         metrics[Metric.GAP_TO_NOISE_FLOOR_DB] = gap_to_noise_floor(

@@ -21,6 +21,7 @@ import numpy as np  # noqa: E402
 from evalharness.arms import ArmResult  # noqa: E402
 from evalharness.config import EvalConfig  # noqa: E402
 from evalharness.evidence.dense_cache import DenseArms, arm_meta  # noqa: E402
+from evalharness.evidence.lpips import lpips_frames  # noqa: E402
 from evalharness.evidence.quality import VideoQuality, measure, quality_metrics  # noqa: E402
 from evalharness.evidence.video import encode_lossless, encode_mp4, lossless_path, side_by_side  # noqa: E402
 from evalharness.formatting import format_cell  # noqa: E402
@@ -62,6 +63,7 @@ HEADLINE_METRICS = (
     HeadlineMetric("noise floor dB", Metric.NOISE_FLOOR_PSNR_DB, "{:.2f}"),
     HeadlineMetric("gap to floor dB", Metric.GAP_TO_NOISE_FLOOR_DB, "{:.2f}"),
     HeadlineMetric("SSIM", Metric.SSIM_FRAMES, "{:.4f}"),
+    HeadlineMetric("LPIPS", Metric.LPIPS, "{:.4f}"),
     HeadlineMetric("dense arm", "dense_cache", "{}"),
 )
 
@@ -89,7 +91,7 @@ def summary_lines(metrics: RunMetrics) -> str:
     quality = (
         f"PSNR {cell('psnr_db')} dB (worst frame {cell('psnr_worst_frame_db')} dB; noise floor"
         f" {cell('noise_floor_psnr_db')} dB, gap {cell('gap_to_noise_floor_db')} dB)"
-        f" | SSIM {cell('ssim_frames')}"
+        f" | SSIM {cell('ssim_frames')} | LPIPS {cell('lpips')}"
     )
     if on_random_weights(metrics):
         quality = f"[random weights: quality meaningless] {quality}"
@@ -165,13 +167,18 @@ def measure_videos(
     with timed("videos"):
         videos = write_arm_videos(folder, dense.dense, sparse, dense.noise_floor, cfg)
 
-    def against_dense(video: Path, arm: ArmResult) -> VideoQuality:
-        return measure(videos.dense, video, dense.dense, arm, codec_video=videos.dense_mp4)
+    def against_dense(video: Path, arm: ArmResult, lpips: np.ndarray) -> VideoQuality:
+        return measure(
+            videos.dense, video, dense.dense, arm, codec_video=videos.dense_mp4, lpips=lpips
+        )
 
     with timed("quality"):
-        sparse_q = against_dense(videos.sparse, sparse)
         floor = dense.noise_floor
-        floor_q = None if floor is None else against_dense(videos.noise_floor, floor)
+        # LPIPS of both arms in one pass, the dense frames' features computed once.
+        arms = [arm.frames for arm in (sparse, floor) if arm is not None]
+        lpips = lpips_frames(dense.dense.frames, *arms)
+        sparse_q = against_dense(videos.sparse, sparse, lpips[0])
+        floor_q = None if floor is None else against_dense(videos.noise_floor, floor, lpips[1])
     return sparse_q, quality_metrics(sparse_q, floor_q)
 
 
@@ -183,8 +190,8 @@ def write_side_by_side(run_dir: Path, dense: ArmResult, sparse: ArmResult, cfg: 
 
 def write_frame_quality(run_dir: Path, quality: VideoQuality) -> tuple[Path, Path]:
     """``psnr_per_frame.png`` and ``quality_per_frame.npz``: the per-frame curves of a measurement
-    (raw-frame PSNR and SSIM, FFmpeg's PSNR of the lossless videos, the reference mp4's codec
-    noise); identical frames (inf) are left out of the plot."""
+    (raw-frame PSNR, SSIM and LPIPS, FFmpeg's PSNR of the lossless videos, the reference mp4's
+    codec noise); identical frames (inf) are left out of the plot."""
     frames, ff, codec = quality.frames, quality.encoded, quality.codec
     plot = run_dir / "psnr_per_frame.png"
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
@@ -211,6 +218,7 @@ def write_frame_quality(run_dir: Path, quality: VideoQuality) -> tuple[Path, Pat
         arrays,
         psnr_frames_db=frames.psnr_db,
         ssim_frames=frames.ssim,
+        lpips_frames=quality.lpips,
         psnr_ffmpeg_db=ff.per_frame_db,
         codec_psnr_frames_db=codec.per_frame_db,
     )

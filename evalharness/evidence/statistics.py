@@ -1,5 +1,8 @@
 """A metric across a run's (prompt, seed) pairs: mean, standard deviation, worst pair and a 95%
 percentile-bootstrap interval of the mean; the gate reads one of them (``gate.on``).
+
+Every summarized metric is larger-is-better except LPIPS (a distance): its worst pair is the
+largest, and the pessimistic end of its interval, which ``gate.on=lcb`` reads, is ``lpips_ucb``.
 """
 
 from __future__ import annotations
@@ -13,8 +16,16 @@ from evalharness.metric_names import Metric
 
 # Statistics of a metric across pairs, in metric-name suffix order; ``gate.on`` names one.
 STATISTICS = ("mean", "std", "worst", "lcb", "ucb")
-# Metrics summarized across pairs; larger is better for each, so "worst" is the minimum.
-SUMMARIZED = (Metric.PSNR_DB, Metric.PSNR_WORST_FRAME_DB, Metric.SSIM_FRAMES, Metric.SPEEDUP)
+# Metrics summarized across pairs; larger is better for each but those of LOWER_IS_BETTER.
+SUMMARIZED = (
+    Metric.PSNR_DB,
+    Metric.PSNR_WORST_FRAME_DB,
+    Metric.PSNR_FRAMES_DB,
+    Metric.SSIM_FRAMES,
+    Metric.LPIPS,
+    Metric.SPEEDUP,
+)
+LOWER_IS_BETTER = (Metric.LPIPS,)
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 2000
 
@@ -22,7 +33,7 @@ BOOTSTRAP_RESAMPLES = 2000
 @dataclass(frozen=True)
 class Summary:
     """A metric across pairs: its ``values`` in pair order, their ``mean``, sample ``std`` (0 for
-    one pair), ``worst`` (the smallest: every summarized metric is larger-is-better), and the 95%
+    one pair), ``worst`` (the smallest, or the largest for a lower-is-better metric), and the 95%
     bootstrap interval of the mean from ``lcb`` to ``ucb`` (the mean for one pair)."""
 
     values: tuple[float, ...]
@@ -37,7 +48,7 @@ class Summary:
         return {f"{name}_{stat}": getattr(self, stat) for stat in STATISTICS}
 
 
-def summarize(values: Sequence[float], *, seed: int = 0) -> Summary:
+def summarize(values: Sequence[float], *, seed: int = 0, lower_is_better: bool = False) -> Summary:
     """The :class:`Summary` of ``values``, one finite-or-infinite float per pair; infinite
     values (identical frames) make the mean and bounds infinite where they dominate, the
     standard deviation NaN.
@@ -45,6 +56,7 @@ def summarize(values: Sequence[float], *, seed: int = 0) -> Summary:
     Args:
         values: one float per pair (at least one).
         seed: seed of the bootstrap's resampling, so a report can be reproduced.
+        lower_is_better: the worst value is the largest (a distance such as LPIPS).
 
     Raises:
         ValueError: no values, or a NaN among them (a metric that was not measured).
@@ -55,7 +67,7 @@ def summarize(values: Sequence[float], *, seed: int = 0) -> Summary:
     if np.isnan(data).any():
         raise ValueError(f"a pair's value is NaN in {data.tolist()}: it was not measured")
     mean = float(np.mean(data))
-    worst = float(np.min(data))
+    worst = float(np.max(data) if lower_is_better else np.min(data))
     if data.size == 1:
         return Summary((float(data[0]),), mean, 0.0, worst, mean, mean)
     with np.errstate(invalid="ignore"):
@@ -88,12 +100,17 @@ def suite_metrics(per_pair: Sequence[Mapping[str, float]]) -> dict[str, float]:
     out: dict[str, float] = {"pairs": len(per_pair)}
     for name in SUMMARIZED:
         if all(name in m for m in per_pair):
-            out.update(summarize([float(m[name]) for m in per_pair]).metrics(name))
+            values = [float(m[name]) for m in per_pair]
+            lower = name in LOWER_IS_BETTER
+            out.update(summarize(values, lower_is_better=lower).metrics(name))
     return out
 
 
 def statistic_name(metric: str, on: str) -> str:
-    """The summarized metric the gate reads for ``metric`` under ``gate.on=on``."""
+    """The summarized metric the gate reads for ``metric`` under ``gate.on=on``: for ``lcb``, the
+    pessimistic end of the interval (``<metric>_ucb`` for a lower-is-better metric)."""
     if on not in ("mean", "lcb", "worst"):
         raise ValueError(f"gate.on={on!r}: use mean, lcb or worst")
+    if on == "lcb" and metric in LOWER_IS_BETTER:
+        return f"{metric}_ucb"
     return f"{metric}_{on}"

@@ -3,8 +3,9 @@
 ``python -m evalharness.gate --experiment evalharness --min-psnr-db 40 --min-speedup 1.1`` checks the
 latest finished harness run of an experiment (tag ``run_kind=harness``: reports, searches and
 benchmarks logged there never count), or ``--run-id``, which must name a finished harness run;
-``--min-worst-frame-psnr-db`` adds a threshold on the worst frame, ``--on`` picks the statistic a
-prompt suite's thresholds read. Exit 0 passed, 1 a threshold missed, 2 nothing to judge (a bad
+``--min-worst-frame-psnr-db`` adds a threshold on the worst frame, ``--max-lpips`` one on LPIPS,
+``--on`` picks the statistic a prompt suite's thresholds read and ``--psnr`` the PSNR convention
+``--min-psnr-db`` reads (``video``: ``psnr_db``; ``frames``: ``psnr_frames_db``). Exit 0 passed, 1 a threshold missed, 2 nothing to judge (a bad
 flag, an unusable store, no such run, a run that is not a finished harness run, or a quality
 threshold on a run on random weights, tag ``weights=random``, whose speed alone is judged).
 """
@@ -16,7 +17,7 @@ import sys
 from typing import Any
 
 from evalharness import exit_codes
-from evalharness.config import GateOn, limit_problem, random_weights_gate_problem
+from evalharness.config import GateOn, GatePSNR, limit_problem, random_weights_gate_problem
 from evalharness.gate.verdict import check_gate
 from evalharness.metric_names import RANDOM_WEIGHTS, WEIGHTS, Metric
 from evalharness.tracking import (
@@ -28,7 +29,7 @@ from evalharness.tracking import (
 )
 
 HARNESS_KIND = "harness"  # the ``run_kind`` tag of a ``python -m evalharness`` run
-THRESHOLD_FLAGS = ("min_psnr_db", "min_worst_frame_psnr_db", "min_speedup")
+THRESHOLD_FLAGS = ("min_psnr_db", "min_worst_frame_psnr_db", "max_lpips", "min_speedup")
 
 
 class NothingToJudge(LookupError):
@@ -117,6 +118,7 @@ def _random_weights_problem(run: Any, args: argparse.Namespace) -> str | None:
         return None
     quality = {"--min-psnr-db": args.min_psnr_db}
     quality["--min-worst-frame-psnr-db"] = args.min_worst_frame_psnr_db
+    quality["--max-lpips"] = args.max_lpips
     return random_weights_gate_problem(quality, "--min-speedup")
 
 
@@ -133,7 +135,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--min-worst-frame-psnr-db", type=float, help=f"threshold on {Metric.PSNR_WORST_FRAME_DB}"
     )
+    parser.add_argument("--max-lpips", type=float, help=f"upper threshold on {Metric.LPIPS}")
     parser.add_argument("--min-speedup", type=float, help=f"threshold on {Metric.SPEEDUP}")
+    parser.add_argument(
+        "--psnr",
+        choices=[convention.value for convention in GatePSNR],
+        default="video",
+        help="the PSNR --min-psnr-db reads: video (psnr_db) or frames (psnr_frames_db)",
+    )
     parser.add_argument(
         "--on",
         choices=[on.value for on in GateOn],
@@ -150,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if all(getattr(args, name) is None for name in THRESHOLD_FLAGS):
         parser.error(
-            "give at least one of --min-psnr-db, --min-worst-frame-psnr-db and --min-speedup"
+            "give at least one of --min-psnr-db, --min-worst-frame-psnr-db, --max-lpips and "
+            "--min-speedup"
         )
     # The first threshold flag that is not a finite number >= 0, named as typed.
     for name in THRESHOLD_FLAGS:
@@ -180,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return exit_codes.REFUSED
     thresholds = {name: getattr(args, name) for name in THRESHOLD_FLAGS}
-    result = check_gate(run.data.metrics, **thresholds, on=args.on)
+    result = check_gate(run.data.metrics, **thresholds, on=args.on, psnr=args.psnr)
     label = f"run {run.info.run_id} ({run.info.run_name})"
     if result.passed:
         print(f"gate passed for {label}")

@@ -1,7 +1,8 @@
 """What a trial's metrics mean to the study, read exactly as the gate reads them
 (``evalharness.gate``): two objectives to maximize, the headline ``speedup`` and the PSNR at the
 search's statistic (``psnr_db_mean``, ``psnr_db_lcb`` or ``psnr_db_worst``), and one constraint
-per gate threshold in Optuna's convention (``threshold - value``, feasible when ``<= 0``).
+per gate threshold in Optuna's convention (``threshold - value``, feasible when ``<= 0``; for
+``gate.max_lpips``, an upper bound, ``value - threshold`` on ``lpips`` at the statistic).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from evalharness.config import GateConfig
 from evalharness.evidence import statistic_name
+from evalharness.evidence.statistics import LOWER_IS_BETTER
 from evalharness.metric_names import Metric
 
 # A constraint that could not be read (a missing or NaN metric): far beyond any real violation,
@@ -28,11 +30,13 @@ class Reading:
         metric: the metric read, e.g. ``psnr_db_lcb``.
         threshold: the gate's threshold.
         value: the trial's value (NaN when missing).
+        upper: the threshold is an upper bound (LPIPS), not a lower one.
     """
 
     metric: str
     threshold: float
     value: float
+    upper: bool = False
 
     @property
     def constraint(self) -> float:
@@ -40,8 +44,8 @@ class Reading:
         if math.isnan(self.value):
             return UNMET
         if math.isinf(self.value):
-            return -UNMET if self.value > 0 else UNMET
-        return self.threshold - self.value
+            return -UNMET if (self.value > 0) != self.upper else UNMET
+        return self.value - self.threshold if self.upper else self.threshold - self.value
 
     @property
     def met(self) -> bool:
@@ -54,6 +58,7 @@ def thresholds(gate: GateConfig) -> dict[str, float]:
     pairs = {
         Metric.PSNR_DB: gate.min_psnr_db,
         Metric.PSNR_WORST_FRAME_DB: gate.min_worst_frame_psnr_db,
+        Metric.LPIPS: gate.max_lpips,
         Metric.SPEEDUP: gate.min_speedup,
     }
     return {name: float(value) for name, value in pairs.items() if value is not None}
@@ -80,8 +85,11 @@ def readings(
     metrics: Mapping[str, Any], limits: Mapping[str, float], statistic: str
 ) -> list[Reading]:
     """Every set threshold against the trial's metric at ``statistic``."""
-    read = [(read_metric(metrics, metric, statistic), t) for metric, t in limits.items()]
-    return [Reading(name, threshold, value) for (name, value), threshold in read]
+    out = []
+    for metric, threshold in limits.items():
+        name, value = read_metric(metrics, metric, statistic)
+        out.append(Reading(name, threshold, value, upper=metric in LOWER_IS_BETTER))
+    return out
 
 
 def objective_values(metrics: Mapping[str, Any], statistic: str) -> tuple[float, float]:

@@ -252,6 +252,7 @@ def test_measure_and_quality_metrics_name_every_figure(tmp_path):
         "psnr_frames_db",
         "psnr_video_db",
         "ssim_frames",
+        "lpips",
         "psnr_ffmpeg_db",
         "codec_psnr_db",
         "max_abs_latent_diff",
@@ -259,6 +260,7 @@ def test_measure_and_quality_metrics_name_every_figure(tmp_path):
         "noise_floor_psnr_worst_frame_db",
         "noise_floor_psnr_frames_db",
         "noise_floor_ssim_frames",
+        "noise_floor_lpips",
         "noise_floor_psnr_ffmpeg_db",
         "noise_floor_max_abs_latent_diff",
         "gap_to_noise_floor_db",
@@ -272,6 +274,16 @@ def test_measure_and_quality_metrics_name_every_figure(tmp_path):
     assert m["gap_to_noise_floor_db"] == pytest.approx(m["noise_floor_psnr_db"] - m["psnr_db"])
     assert m["gap_to_noise_floor_db"] > 0
     assert 25 < m["codec_psnr_db"] < 80 and m["max_abs_latent_diff"] == 0.5
+    assert m["lpips"] > m["noise_floor_lpips"] > 0  # the stronger perturbation is further
+    assert m["lpips"] == pytest.approx(float(np.mean(sparse_q.lpips)))
+    # The papers' PSNR (the mean of per-frame PSNRs), against scikit-image's PSNR of each frame
+    # of the lossless files the run wrote.
+    from skimage.metrics import peak_signal_noise_ratio
+
+    for label, key in (("sparse", "psnr_frames_db"), ("noise_floor", "noise_floor_psnr_frames_db")):
+        pairs = zip(decode_mp4(mkv["dense"]), decode_mp4(mkv[label]), strict=True)
+        per_frame = [peak_signal_noise_ratio(r, d, data_range=255) for r, d in pairs]
+        assert m[key] == pytest.approx(float(np.mean(per_frame)), rel=1e-9)
     no_floor = quality_metrics(sparse_q, None)
     assert "gap_to_noise_floor_db" not in no_floor and "noise_floor_psnr_db" not in no_floor
     # Without a viewable sibling, the codec noise is that of the measured file itself: none.

@@ -36,6 +36,7 @@ METRICS = {
     "psnr_ffmpeg_db": 31.24,
     "psnr_frames_db": 30.5,
     "ssim_frames": 0.98765,
+    "lpips": 0.012345,
     "noise_floor_psnr_db": math.inf,
     "gap_to_noise_floor_db": math.inf,
     "dense_cache": "hit",
@@ -53,7 +54,7 @@ def test_sweep_table_and_summary_row_follow_the_headline_list():
     assert header.count("|") == len(keys) + 3  # job number first, status last
     assert row == (
         "| 3 | balanced | 0.500 | 2.000 | 1.000 | 2.000x | cudnn | 3.000x | 31.23 | 28.50 | inf "
-        "| inf | 0.9877 | hit | FINISHED |"
+        "| inf | 0.9877 | 0.0123 | hit | FINISHED |"
     )
 
 
@@ -61,7 +62,7 @@ def test_console_summary_uses_the_headline_formats():
     assert summary_lines(METRICS) == (
         "dense 2.000 s | sparse 1.000 s | speedup 2.000x vs cudnn (3.000x vs our dense arm) | PSNR "
         "31.23 dB (worst frame 28.50 dB; noise floor inf dB, gap inf dB) | SSIM 0.9877 "
-        "| dense arm hit\nrun folder: /tmp/run"
+        "| LPIPS 0.0123 | dense arm hit\nrun folder: /tmp/run"
     )
 
 
@@ -105,6 +106,7 @@ def test_arm_videos_one_to_watch_one_to_measure(tmp_path):
         assert set(saved.files) == {
             "psnr_frames_db",
             "ssim_frames",
+            "lpips_frames",
             "psnr_ffmpeg_db",
             "codec_psnr_frames_db",
         }
