@@ -4,6 +4,10 @@
 zeroes every position past each prompt's length, as diffusers' ``WanPipeline._get_t5_prompt_embeds``
 does (``u[:len]`` then zero padding). Each prompt's embedding is stored as one ``.npy`` under
 ``cache_dir`` keyed by sha256(encoder identity, max length, prompt), so a sweep encodes a prompt once.
+Beside it, ``<key>.sha256`` holds the SHA-256 of the ``.npy`` written: an entry whose file does
+not match it (a flipped bit, a zeroed file), has none, or does not read as the embedding's shape
+is damaged; it is set aside (renamed ``.damaged-<key>-...``, kept for inspection) with one
+warning, and the prompt is encoded afresh, never read from it.
 
 The encoder is not held: UMT5-XXL is ~10.6 GiB in bfloat16, as much as the 14B transformer's
 activations may need. ``PromptEncoder`` keeps a *loader* and calls it only when some prompt misses
@@ -34,6 +38,7 @@ from models.tokenizer import Tokenizer, tokenize_batch
 log = logging.getLogger(__name__)
 
 EncoderLoader = Callable[[], UMT5Encoder]
+CHECKSUM_SUFFIX = ".sha256"
 
 
 def prompt_cache_key(identity: str, prompt: str, max_length: int) -> str:
@@ -179,25 +184,79 @@ class PromptEncoder:
         return np.stack(out)
 
 
+def checksum_path(path: Path) -> Path:
+    """The file holding the SHA-256 of the cached embedding ``path`` (``<key>.sha256``)."""
+    return path.with_suffix(CHECKSUM_SUFFIX)
+
+
+def _digest(path: Path) -> str:
+    with path.open("rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
+
+
+def cache_damage(path: Path, shape: tuple[int, int]) -> str | None:
+    """What is wrong with the cached embedding ``path`` (module docstring), or None when it
+    matches its checksum and reads as float32 ``shape``."""
+    try:
+        recorded = checksum_path(path).read_text().strip()
+    except FileNotFoundError:
+        return f"it has no checksum ({checksum_path(path).name})"
+    except OSError as err:
+        return f"its checksum is unreadable ({err})"
+    try:
+        if _digest(path) != recorded:
+            return "it does not match its checksum"
+        arr = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as err:
+        return f"it is unreadable ({err})"
+    if arr.shape != shape or arr.dtype != np.float32:
+        return f"it holds {arr.dtype} {arr.shape}, not float32 {shape}"
+    return None
+
+
 def _read_cached(path: Path, shape: tuple[int, int]) -> np.ndarray | None:
-    """The cached embedding, or None when absent or unreadable/wrong-shaped (then re-encoded)."""
+    """The cached embedding ``[max_length, d_model]``, or None when absent or damaged
+    (:func:`cache_damage`: then set aside with one warning and encoded afresh)."""
     if not path.is_file():
         return None
+    problem = cache_damage(path, shape)
+    if problem is None:
+        return np.load(path, allow_pickle=False)
+    aside = path.with_name(f".damaged-{path.stem}-{os.getpid()}-{time.monotonic_ns()}.npy")
     try:
-        arr = np.load(path, allow_pickle=False)
-    except (OSError, ValueError):
-        return None
-    if arr.shape != shape or arr.dtype != np.float32:
-        return None
-    return arr
+        os.rename(path, aside)
+        checksum_path(path).unlink(missing_ok=True)
+        where = f"set aside as {aside}"
+    except FileNotFoundError:
+        return None  # set aside by another process meanwhile
+    except OSError as err:
+        where = f"it cannot be set aside ({err}): delete {path}"
+    log.warning(
+        f"prompt embedding cache entry {path} is damaged ({problem}); {where}; encoding afresh"
+    )
+    return None
 
 
 def _write_atomic(path: Path, array: np.ndarray) -> None:
-    # Write-then-rename so a concurrent reader never sees a half-written file.
+    """Writes the embedding and its checksum (the checksum first: a reader in between sees an
+    entry whose file does not match yet, and encodes afresh), each by write-then-rename, so a
+    concurrent reader never sees a half-written file."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npy.tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             np.save(f, array.astype(np.float32), allow_pickle=False)
+        _replace_text(checksum_path(path), _digest(Path(tmp)))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _replace_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=f"{CHECKSUM_SUFFIX}.tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text + "\n")
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
