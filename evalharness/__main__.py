@@ -21,8 +21,14 @@ from omegaconf import DictConfig
 
 from evalharness import exit_codes
 from evalharness.admission import check_writable, plan_dry_run
-from evalharness.comparison import SWEEP_JOB_TAG, append_summary, failed_jobs, tag_sweep_job
-from evalharness.config import check_overrides, multirun_first, register_configs
+from evalharness.comparison import (
+    SWEEP_JOB_TAG,
+    append_summary,
+    failed_jobs,
+    record_unfinished_job,
+    tag_sweep_job,
+)
+from evalharness.config import check_overrides, multirun_first, prompt_aliases, register_configs
 from evalharness.evidence import headline_row
 from evalharness.exit_codes import RunFailed
 from evalharness.metric_names import Metric, RunMetrics
@@ -39,12 +45,14 @@ _failed_gates: list[str] = []
 _job_codes: list[int] = []
 
 
-def _end(code: int, message: str, multirun: bool) -> None:
-    """One ``error:`` line (a URI's password hidden); in a multirun the sweep goes on and exits
-    with the worst code."""
+def _end(code: int, message: str, multirun: bool, cfg: DictConfig) -> None:
+    """One ``error:`` line (a URI's password hidden); in a multirun the sweep goes on, the job
+    has its row in the sweep's table, and the sweep exits with the worst code."""
     print(f"error: {redacted(message)}", file=sys.stderr, flush=True)
     if not multirun:
         sys.exit(code)
+    hydra_cfg = HydraConfig.get()
+    record_unfinished_job(hydra_cfg.sweep.dir, hydra_cfg.job.num, cfg.schedule.get("name"), code)
     _job_codes.append(code)
 
 
@@ -53,18 +61,18 @@ def _run_job(cfg: DictConfig, multirun: bool) -> RunMetrics | None:
     try:
         return run(cfg)
     except PreflightRefusal as refusal:
-        _end(exit_codes.REFUSED, str(refusal), multirun)
+        _end(exit_codes.REFUSED, str(refusal), multirun, cfg)
     except GateFailed as failure:
         print(f"error: {failure}", file=sys.stderr)
         _failed_gates.append(str(failure))
         return failure.metrics
     except RunFailed as failure:
-        _end(failure.exit_code, str(failure), multirun)
+        _end(failure.exit_code, str(failure), multirun, cfg)
     except CONFIG_ERRORS as err:
-        _end(exit_codes.REFUSED, f"{err} (nothing was computed)", multirun)
+        _end(exit_codes.REFUSED, f"{err} (nothing was computed)", multirun, cfg)
     except Exception:  # noqa: BLE001 - a bug: keep its traceback, and still one meaning for 4
         log.exception("the run failed before its folder was created")
-        _end(exit_codes.FAILED, "the run failed before any result (traceback above)", multirun)
+        _end(exit_codes.FAILED, "the run failed before any result (traceback above)", multirun, cfg)
     return None
 
 
@@ -77,11 +85,11 @@ def main(cfg: DictConfig) -> float | None:
         try:
             planned = plan_dry_run(cfg)
         except (PreflightRefusal, *CONFIG_ERRORS) as err:
-            _end(exit_codes.REFUSED, str(err), multirun)
+            _end(exit_codes.REFUSED, str(err), multirun, cfg)
             return None
         except Exception:  # noqa: BLE001 - a bug: keep its traceback
             log.exception("the dry run failed")
-            _end(exit_codes.FAILED, "the dry run failed (traceback above)", multirun)
+            _end(exit_codes.FAILED, "the dry run failed (traceback above)", multirun, cfg)
             return None
         print(planned.report, flush=True)
         if planned.error:
@@ -95,7 +103,7 @@ def main(cfg: DictConfig) -> float | None:
     if multirun:
         # The sweep table is read back from MLflow by these tags, whichever process ran the job.
         tag_sweep_job(cfg, hydra_cfg.sweep.dir, hydra_cfg.job.num)
-    metrics = _run_job(cfg, multirun)
+    metrics = _run_job(cfg, multirun, cfg)
     if metrics is None:
         return None
     # With MLflow the table is read from the runs; a multi-host run's row is process 0's.
@@ -130,7 +138,7 @@ def _hydra_folder_problem(args: list[str]) -> str | None:
 
 def cli(argv: list[str] | None = None) -> None:
     """Entry point: checks the overrides' names, runs, and turns every ending into its code."""
-    args = sys.argv[1:] if argv is None else argv
+    args = prompt_aliases(sys.argv[1:] if argv is None else argv)
     problem = check_overrides(args) or _hydra_folder_problem(args)
     if problem:
         print(f"error: {redacted(problem)}", file=sys.stderr)

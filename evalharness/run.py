@@ -55,7 +55,7 @@ from evalharness.comparison import (
     run_phases,
     write_time_plan,
 )
-from evalharness.config import EvalConfig, Pair, run_pairs, to_config, to_plain_dict
+from evalharness.config import EvalConfig, Pair, config_pairs, to_config, to_plain_dict
 from evalharness.evidence import code_version, run_status, video
 from evalharness.exit_codes import RunFailed, Terminated, as_interruption
 from evalharness.metric_names import RunMetrics
@@ -163,7 +163,7 @@ def _admitted(
     cfg = pin_revision(platform_choices.resolve(cfg))  # a hub checkpoint's revision: its commit
     # Several processes must run one program: a mismatch fails on all of them, before any work.
     multihost.same_config(to_plain_dict(cfg), code_version)
-    pairs = run_pairs(cfg.prompt, cfg.seed, cfg.prompts, cfg.seeds)
+    pairs = config_pairs(cfg)
     primary = multihost.is_primary()
     enabled = cfg.progress.enabled if primary else False
     progress = Progress(run_phases(pairs), enabled=enabled, ledger=ledger)

@@ -28,7 +28,7 @@ from evalharness.assembly import (
     sequence_devices,
     transformer_config_for,
 )
-from evalharness.config import EvalConfig, run_pairs
+from evalharness.config import EvalConfig, config_pairs
 from evalharness.estimates import (
     FlopCount,
     attention_shape,
@@ -112,7 +112,7 @@ def admit(cfg: EvalConfig) -> Admission:
         kept_fraction=nominal_kept_fraction(cfg, geometry, tcfg.num_layers),
         noise_floor=cfg.noise_floor,
         # Refuses a bad prompt file or seed list here, before anything is allocated.
-        pairs=len(run_pairs(cfg.prompt, cfg.seed, cfg.prompts, cfg.seeds)),
+        pairs=len(config_pairs(cfg)),
     )
     what = f"model={cfg.model.name} resolution={cfg.resolution.name} schedule={cfg.schedule.name}"
     flops_per_s = measure_matmul_flops(cfg.dtype.value)

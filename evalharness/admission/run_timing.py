@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from evalharness.config import EvalConfig, run_pairs
+from evalharness.config import EvalConfig, config_pairs
 from evalharness.estimates import (
     SHIPPED,
     VAE_EFFICIENCY,
@@ -117,7 +117,7 @@ def time_of(
     """The time estimate of every arm on ``target``: the loops from what the schedule and plan
     execute (``sparse``: :func:`sparse_work`), the work outside them with ``compiled``'s FLOPs and
     compile seconds where the chip's compiler ran."""
-    pairs = len(run_pairs(cfg.prompt, cfg.seed, cfg.prompts, cfg.seeds))
+    pairs = len(config_pairs(cfg))
     rate_source = None
     if target.platform == "cpu":  # the rate the CPU factors were measured against, on that VM
         target, rate_source = cpu_calibration.calibrated_target(target)
@@ -338,7 +338,7 @@ def job_key(cfg: EvalConfig, target: DeviceTarget, devices: int) -> JobKey:
 
 def job_work(cfg: EvalConfig) -> JobWork:
     """The work units of ``cfg``'s job (``phase_estimate.phase_units``)."""
-    pairs = run_pairs(cfg.prompt, cfg.seed, cfg.prompts, cfg.seeds)
+    pairs = config_pairs(cfg)
     return JobWork(
         steps=cfg.steps,
         warm_runs=cfg.warm_runs,

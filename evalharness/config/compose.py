@@ -10,6 +10,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
+from evalharness.config.pairs import prompt_aliases
 from evalharness.config.schemas import register_configs
 
 # ``evalharness/conf``, inside the package, so an installed wheel carries the groups and the app
@@ -30,4 +31,4 @@ def compose_run_config(overrides: Sequence[str] = ()) -> DictConfig:
     """
     register_configs()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
+        return compose("config", overrides=prompt_aliases(overrides))

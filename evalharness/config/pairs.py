@@ -10,6 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from evalharness.config.vbench_suite import SUITE as VBENCH
+from evalharness.config.vbench_suite import sample, vbench_prompts
 
 # The default model's language: moving shapes (``models.shapes_data``), every prompt a held-out
 # combination the trained ``tiny`` never saw whole; each suite mixes shapes, colours, speeds,
@@ -63,31 +67,72 @@ class Pair:
         return f"p{self.prompt_index}-s{self.seed}"
 
 
-def load_prompts(spec: str) -> list[str]:
-    """The prompts of a built-in suite (by name) or of a text file (one prompt per line; blank
-    lines and lines starting with ``#`` are skipped).
+# ``prompts.dimension=`` / ``prompts.limit=`` on the command line set ``prompt_filter.*``.
+_ALIASES = {"prompts.dimension": "prompt_filter.dimension", "prompts.limit": "prompt_filter.limit"}
+
+
+def prompt_aliases(args: Sequence[str]) -> list[str]:
+    """Command-line overrides with ``prompts.dimension=`` and ``prompts.limit=`` spelt as the
+    settings they set (``prompt_filter.dimension``, ``prompt_filter.limit``); the rest as given."""
+    out = []
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        out.append(f"{_ALIASES[key]}={value}" if sep and key in _ALIASES else arg)
+    return out
+
+
+def load_prompts(spec: str, dimension: str | None = None, limit: int | None = None) -> list[str]:
+    """The prompts of a built-in suite (by name; ``vbench``: VBench's standard prompts) or of a
+    text file (one prompt per line; blank lines and lines starting with ``#`` are skipped).
+
+    Args:
+        spec: the suite's name or the file.
+        dimension: with ``vbench``, only the prompts of this VBench dimension.
+        limit: at most this many, a fixed sample spread evenly over the suite.
 
     Raises:
-        ValueError: neither a built-in suite nor an existing file, or a file without prompts.
+        ValueError: neither a built-in suite nor an existing file, a file without prompts, a
+            dimension for another suite than ``vbench``, or ``vbench`` not installed.
     """
+    if spec == VBENCH:
+        return vbench_prompts(dimension, limit)
+    if dimension is not None:
+        raise ValueError(
+            f"prompts.dimension={dimension!r} selects VBench prompts: it needs prompts={VBENCH}, "
+            f"not prompts={spec!r}"
+        )
     if spec in BUILT_IN_SUITES:
-        return list(BUILT_IN_SUITES[spec])
+        return sample(BUILT_IN_SUITES[spec], limit)
     path = Path(spec).expanduser()
     if not path.is_file():
+        suites = ", ".join(sorted([*BUILT_IN_SUITES, VBENCH]))
         raise ValueError(
-            f"prompts={spec!r} is neither a built-in suite ({', '.join(sorted(BUILT_IN_SUITES))}) "
-            "nor an existing file; give a suite name or the path of a text file with one prompt "
-            "per line"
+            f"prompts={spec!r} is neither a built-in suite ({suites}) nor an existing file; give "
+            "a suite name or the path of a text file with one prompt per line"
         )
     lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
     prompts = [line for line in lines if line and not line.startswith("#")]
     if not prompts:
         raise ValueError(f"prompts={spec!r}: the file holds no prompt (one per line, # comments)")
-    return prompts
+    return sample(prompts, limit)
+
+
+def config_pairs(cfg: Any) -> list[Pair]:
+    """Every (prompt, seed) pair of a run's config (``EvalConfig``), its prompt filter applied."""
+    chosen = cfg.prompt_filter
+    return run_pairs(
+        cfg.prompt, cfg.seed, cfg.prompts, cfg.seeds, dimension=chosen.dimension, limit=chosen.limit
+    )
 
 
 def run_pairs(
-    prompt: str, seed: int, prompts: str | None = None, seeds: Sequence[int] | None = None
+    prompt: str,
+    seed: int,
+    prompts: str | None = None,
+    seeds: Sequence[int] | None = None,
+    *,
+    dimension: str | None = None,
+    limit: int | None = None,
 ) -> list[Pair]:
     """Every (prompt, seed) pair of a run, prompt-major.
 
@@ -96,12 +141,19 @@ def run_pairs(
         seed: the single seed, used when ``seeds`` is None.
         prompts: a built-in suite's name or a prompt file (see :func:`load_prompts`).
         seeds: noise seeds (distinct ints).
+        dimension: with ``prompts=vbench``, one VBench dimension's prompts.
+        limit: at most this many prompts of the suite (a fixed, evenly spread sample).
 
     Raises:
         ValueError: an unknown suite or missing file, an empty or repeated seed list, a non-int
             seed, or repeated prompts.
     """
-    texts = [prompt] if prompts is None else load_prompts(prompts)
+    if prompts is None and (dimension is not None or limit is not None):
+        raise ValueError(
+            "prompts.dimension and prompts.limit choose prompts of a suite: give prompts=<suite "
+            "or file> too (e.g. prompts=vbench)"
+        )
+    texts = [prompt] if prompts is None else load_prompts(prompts, dimension, limit)
     repeated = sorted({p for p in texts if texts.count(p) > 1})
     if repeated:
         raise ValueError(f"prompts={prompts!r} repeats {repeated}: each prompt once")

@@ -279,6 +279,21 @@ class LoggerConfig:
 
 
 @dataclass
+class PromptFilter:
+    """Which prompts of the suite ``prompts`` names a run takes; on the command line also spelt
+    ``prompts.dimension=`` and ``prompts.limit=`` (``evalharness.config.pairs.prompt_aliases``).
+
+    Attributes:
+        dimension: a VBench dimension (``color``, ``human_action``, ...): with ``prompts=vbench``,
+            only its prompts.
+        limit: at most this many prompts, a fixed sample spread evenly over the suite.
+    """
+
+    dimension: str | None = None
+    limit: int | None = None
+
+
+@dataclass
 class ParallelConfig:
     """Sequence parallelism.
 
@@ -313,9 +328,10 @@ class EvalConfig:
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     # A held-out prompt of the default model (``model=tiny``, trained on moving shapes).
     prompt: str = "a red circle moves quickly up on a dark blue background"
-    # A prompt suite instead of ``prompt``: a built-in suite's name or a text file, one prompt per
-    # line (``evalharness.config.pairs``).
+    # A prompt suite instead of ``prompt``: a built-in suite's name (``vbench``: VBench's 946) or a
+    # text file, one prompt per line (``evalharness.config.pairs``).
     prompts: str | None = None
+    prompt_filter: PromptFilter = field(default_factory=PromptFilter)
     negative_prompt: str = "blurry, low quality, static, distorted"
     seed: int = 42
     seeds: list[int] | None = None  # several noise seeds per prompt instead of ``seed``
