@@ -7,7 +7,13 @@ from evalharness.comparison.conclusion import Outcome, conclude, finish_phases, 
 from evalharness.comparison.measured import Measured, measure_pairs, prepare_arms
 from evalharness.comparison.pair import Comparison, PairInputs
 from evalharness.comparison.progress import Progress, run_phases
-from evalharness.comparison.sweep import SWEEP_JOB_TAG, append_summary, failed_jobs, tag_sweep_job
+from evalharness.comparison.sweep import (
+    SWEEP_JOB_TAG,
+    append_summary,
+    failed_jobs,
+    record_unfinished_job,
+    tag_sweep_job,
+)
 
 __all__ = [
     "Comparison",
@@ -23,6 +29,7 @@ __all__ = [
     "measure_pairs",
     "prepare_arms",
     "run_phases",
+    "record_unfinished_job",
     "tag_sweep_job",
     "write_time_plan",
 ]

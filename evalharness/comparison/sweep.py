@@ -57,6 +57,18 @@ def append_summary(sweep_dir: str | Path, row: dict[str, Any]) -> None:
         f.write(json.dumps(row, default=str) + "\n")
 
 
+def record_unfinished_job(
+    sweep_dir: str | Path, job_num: int, schedule: str | None, code: int
+) -> None:
+    """Appends the row of a job that ended without results (refused: exit 2; failed: 4) to the
+    sweep's summary file, so the sweep's tables list every job (a refused job has no MLflow
+    run to read back)."""
+    ending = {2: "REFUSED", 4: "FAILED"}.get(code, "ENDED")
+    status = f"{ending} (exit {code})"
+    row = {SWEEP_JOB_TAG: job_num, "schedule": schedule, "status": status}
+    append_summary(sweep_dir, {**row, "verdict": status.lower()})
+
+
 def summary_table(rows: list[dict[str, Any]]) -> str:
     """A Markdown table of the jobs' headline metrics, job number first, status last."""
     columns = [("job", SWEEP_JOB_TAG, "{}"), *headline_columns(), ("status", "status", "{}")]
@@ -175,6 +187,11 @@ class SweepSummary(Callback):
             uri = _tracking_uri(config)
             rows = mlflow_rows(uri, config.logger.experiment_name, sweep_id)
             source = f"MLflow {redacted(uri)}, tag {SWEEP_TAG}={sweep_id}"
+            tracked = {row[SWEEP_JOB_TAG] for row in rows}
+            # Jobs refused before their MLflow run was made wrote their row to the file.
+            unfinished = [r for r in _summary_rows(folder) if r.get(SWEEP_JOB_TAG) not in tracked]
+            rows = sorted([*rows, *unfinished], key=lambda r: r.get(SWEEP_JOB_TAG, -1))
+            source += f" and {folder / SUMMARY_FILE}" if unfinished else ""
         else:
             rows = sorted(_summary_rows(folder), key=lambda r: r.get(SWEEP_JOB_TAG, -1))
             source = str(folder / SUMMARY_FILE)
