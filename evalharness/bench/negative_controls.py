@@ -4,7 +4,7 @@ Runs the default job (``python -m evalharness``'s config) once dense, then once 
 the correct one and each negative control of ``kernels.policy.negative_controls`` (every head
 spatial, every head temporal, every head given the other layout, temporal heads' outputs left in
 the temporal layout). Each is measured against the one dense arm with the gate's metric
-(``psnr_db``: raw-frame PSNR of the whole video), the worst frame and SSIM, and gets the gate's
+(``psnr_db``: raw-frame PSNR of the whole video), the worst frame, SSIM and LPIPS, and gets the gate's
 verdict at ``gate.min_psnr_db`` (28 dB, the CI gate's, where the config sets none). A sound
 harness passes the correct row and fails every other. Nothing is timed; each sparse arm runs its
 routing-recording policy (the sparse arm's latents), so each row also reports the fraction of
@@ -47,7 +47,7 @@ from evalharness.bench.mlflow_record import emit
 from evalharness.bench.report import report_markdown
 from evalharness.bench.run_config import bench_parser, config_or_exit
 from evalharness.config import EvalConfig, NegativeControl
-from evalharness.evidence import frame_quality
+from evalharness.evidence import frame_quality, lpips_frames
 from evalharness.formatting import markdown_table
 from evalharness.gate import check_gate
 from evalharness.machine import machine_info
@@ -63,6 +63,7 @@ COLUMNS = (
     ("worst frame dB", Metric.PSNR_WORST_FRAME_DB, "{:.2f}"),
     ("mean frame dB", "psnr_frames_db", "{:.2f}"),
     ("SSIM", Metric.SSIM_FRAMES, "{:.4f}"),
+    ("LPIPS", Metric.LPIPS, "{:.4f}"),
     ("heads temporal", "temporal_fraction", "{:.3f}"),
     ("gate", "gate", "{}"),
 )
@@ -102,7 +103,7 @@ def measure_controls(
 
     Returns:
         Per control: ``arm``, ``control``, ``psnr_db``, ``psnr_worst_frame_db``,
-        ``psnr_frames_db``, ``ssim_frames``, ``temporal_fraction`` (heads run in the temporal
+        ``psnr_frames_db``, ``ssim_frames``, ``lpips``, ``temporal_fraction`` (heads run in the temporal
         layout over sparse cells; None when no cell is sparse), ``max_abs_latent_diff``,
         ``gate_passed``, ``gate`` and ``seconds``.
 
@@ -128,12 +129,14 @@ def measure_controls(
         arm = build_attention(arm_cfg, video, tcfg)
         # The recording twin computes the sparse arm's latents and also keeps its routing.
         latents = latents_of(arm.recording if arm.recording is not None else arm.sparse)
-        quality = frame_quality(dense_frames, components.decode(latents))
+        frames = components.decode(latents)
+        quality = frame_quality(dense_frames, frames)
         metrics = {
             Metric.PSNR_DB: quality.video_psnr_db,
             Metric.PSNR_WORST_FRAME_DB: quality.worst_psnr_db,
             "psnr_frames_db": quality.mean_psnr_db,
             Metric.SSIM_FRAMES: quality.mean_ssim,
+            Metric.LPIPS: float(np.mean(lpips_frames(dense_frames, frames)[0])),
         }
         gate = check_gate(metrics, min_psnr_db=min_psnr_db, min_speedup=None)
         fraction = None

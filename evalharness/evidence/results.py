@@ -21,7 +21,9 @@ PAIR_COLUMNS = (
     ("seed", "seed", "{}"),
     ("PSNR dB", Metric.PSNR_DB, "{:.2f}"),
     ("worst frame dB", Metric.PSNR_WORST_FRAME_DB, "{:.2f}"),
+    ("PSNR frames dB", Metric.PSNR_FRAMES_DB, "{:.2f}"),
     ("SSIM", Metric.SSIM_FRAMES, "{:.4f}"),
+    ("LPIPS", Metric.LPIPS, "{:.4f}"),
     ("dense median s", "dense_median_s", "{:.3f}"),
     ("sparse median s", "sparse_median_s", "{:.3f}"),
     (Metric.SPEEDUP, Metric.SPEEDUP, "{:.3f}x"),
@@ -33,6 +35,7 @@ PAIR_COLUMNS = (
 # Context metrics shown beside the headline as their mean over pairs.
 AVERAGED = (
     Metric.NOISE_FLOOR_PSNR_DB,
+    Metric.NOISE_FLOOR_LPIPS,
     Metric.GAP_TO_NOISE_FLOOR_DB,
     "codec_psnr_db",
     "psnr_ffmpeg_db",
@@ -40,7 +43,9 @@ AVERAGED = (
 _TITLES = {
     Metric.PSNR_DB: "PSNR dB",
     Metric.PSNR_WORST_FRAME_DB: "worst-frame PSNR dB",
+    Metric.PSNR_FRAMES_DB: "PSNR dB, mean over frames (the papers')",
     Metric.SSIM_FRAMES: "SSIM",
+    Metric.LPIPS: "LPIPS (AlexNet; lower is better, worst = largest)",
     Metric.SPEEDUP: Metric.SPEEDUP,
 }
 # The single-pair report's timing rows: (title, arm label).
@@ -57,10 +62,12 @@ _REPORT_ROWS = (
     ("Speedup over our dense arm (kernel effect)", "speedup_vs_dense_arm", "{:.3f}", "x"),
     ("PSNR, raw frames (gated; from the mean MSE)", Metric.PSNR_DB, "{:.2f}", " dB"),
     ("PSNR, worst frame", Metric.PSNR_WORST_FRAME_DB, "{:.2f}", " dB"),
-    ("PSNR, per frame (mean of dB)", "psnr_frames_db", "{:.2f}", " dB"),
+    ("PSNR, per frame (mean of dB; Sparse VideoGen's PSNR)", "psnr_frames_db", "{:.2f}", " dB"),
     ("SSIM, per frame (mean)", Metric.SSIM_FRAMES, "{:.4f}", ""),
+    ("LPIPS, AlexNet, per frame (mean; lower is better)", Metric.LPIPS, "{:.4f}", ""),
     ("Noise floor: dense vs dense, raw-frame PSNR", Metric.NOISE_FLOOR_PSNR_DB, "{:.2f}", " dB"),
     ("Noise floor: worst frame", "noise_floor_psnr_worst_frame_db", "{:.2f}", " dB"),
+    ("Noise floor: LPIPS", Metric.NOISE_FLOOR_LPIPS, "{:.4f}", ""),
     ("Gap to the noise floor (floor - sparse)", Metric.GAP_TO_NOISE_FLOOR_DB, "{:.2f}", " dB"),
     ("PSNR, FFmpeg on the lossless videos (cross-check)", "psnr_ffmpeg_db", "{:.2f}", " dB"),
     ("Codec noise: dense.mp4 vs its raw frames", "codec_psnr_db", "{:.2f}", " dB"),
@@ -104,7 +111,13 @@ def parent_metrics(per_pair: Sequence[RunMetrics]) -> RunMetrics:
         out.pop(key, None)
     stats = suite_metrics(per_pair)
     out.update(stats)
-    for name in (Metric.PSNR_DB, Metric.SSIM_FRAMES, Metric.SPEEDUP):
+    for name in (
+        Metric.PSNR_DB,
+        Metric.PSNR_FRAMES_DB,
+        Metric.SSIM_FRAMES,
+        Metric.LPIPS,
+        Metric.SPEEDUP,
+    ):
         if f"{name}_mean" in stats:
             out[name] = stats[f"{name}_mean"]
     if "psnr_worst_frame_db_worst" in stats:
@@ -135,13 +148,15 @@ def gate_section(cfg: EvalConfig, gate_failures: Sequence[str]) -> list[str]:
         for title, value, unit in (
             ("min PSNR", gate.min_psnr_db, " dB"),
             ("min worst-frame PSNR", worst, " dB"),
+            ("max LPIPS", getattr(gate, "max_lpips", None), ""),
             ("min speedup", gate.min_speedup, ""),
         )
         if value is not None
     ]
     if not thresholds:
         return [
-            "Not gated: no thresholds set (gate.min_psnr_db, gate.min_worst_frame_psnr_db, gate.min_speedup)."
+            "Not gated: no thresholds set (gate.min_psnr_db, gate.min_worst_frame_psnr_db, "
+            "gate.max_lpips, gate.min_speedup)."
         ]
     if gate_failures:
         return [f"- FAILED: {f}" for f in gate_failures]
@@ -242,7 +257,7 @@ def summary_table(metrics: RunMetrics) -> str:
     for name in SUMMARIZED:
         if f"{name}_mean" not in metrics:
             continue
-        fmt = "{:.4f}" if name == Metric.SSIM_FRAMES else "{:.3f}"
+        fmt = "{:.4f}" if name in (Metric.SSIM_FRAMES, Metric.LPIPS) else "{:.3f}"
         cells = {stat: format_cell(metrics.get(f"{name}_{stat}"), fmt) for stat in STATISTICS}
         rows.append({**cells, "metric": _TITLES[name], "ci": f"{cells['lcb']} - {cells['ucb']}"})
     columns = [

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evalharness.config import GateConfig
-from evalharness.evidence import statistic_name
-from evalharness.evidence.statistics import LOWER_IS_BETTER
+from evalharness.evidence import LOWER_IS_BETTER, statistic_name
 from evalharness.metric_names import Metric
 
 # A constraint that could not be read (a missing or NaN metric): far beyond any real violation,
