@@ -181,8 +181,21 @@ def _admitted(
         plan = admit(cfg)  # nothing is allocated before this passes
     except PreflightRefusal as error:
         refusal = error
+        if primary and isinstance(error, tracking.TrackingUnavailable):
+            _mark_stale_runs(cfg)
     multihost.refuse_together(refusal)
     return cfg, plan, pairs, progress
+
+
+def _mark_stale_runs(cfg: EvalConfig) -> None:
+    """Marks ``killed`` the run folders under ``output_root`` whose process is gone: a run
+    refused for its tracking store would otherwise leave the folder of a run killed while
+    creating that store ``running``, since no later run gets past the store to mark it."""
+    closer = tracking.stale_run_closer(cfg.logger.tracking_uri)
+    try:
+        run_status.recover_stale_runs(Path(cfg.output_root), closer)
+    except OSError as err:  # the refusal says what is wrong; this is bookkeeping beside it
+        log.warning("could not mark the stale run folders under %s: %s", cfg.output_root, err)
 
 
 def check_video_encoder() -> None:

@@ -21,6 +21,7 @@ from evalharness.tracking.store import (
     TrackingUnavailable,
     bounded_http,
     default_store_uri,
+    holds_no_runs,
     open_client,
     sqlite_file,
     store_kind,
@@ -118,6 +119,13 @@ def check_tracking(
     except Exception as err:  # noqa: BLE001 - every store raises its own kind; all are refusals
         if login_refused(err):  # a server with authentication: name MLflow's variables
             raise login_refusal(err, shown, experiment_name) from None
+        if db is not None and db.exists() and holds_no_runs(db):
+            raise TrackingUnavailable(
+                f"sqlite tracking database {shown} cannot be opened ({_reason(err, tracking_uri)})"
+                " and holds no run: it was left half-created (a process stopped while MLflow "
+                f"created its tables) or by another MLflow version. Fix: delete {db} (no run is "
+                "lost); the next run creates it afresh. Nothing was computed."
+            ) from None
         what = "tracking database" if is_database else "MLflow tracking store"
         raise TrackingUnavailable(
             f"{what} {shown} cannot be used for experiment {experiment_name!r}: "

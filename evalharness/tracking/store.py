@@ -177,6 +177,9 @@ def open_client(uri: str) -> MlflowClient:
 
     quiet_run_links()  # MLflow's "View run ... at: <URI>" would print a password in the URI
     with creation_lock(uri):
+        database = sqlite_file(uri)
+        if database is not None and not database.exists():
+            _create_sqlite_store(database)
         for attempt in range(1, RACE_RETRIES):
             try:
                 return MlflowClient(tracking_uri=uri)
@@ -185,6 +188,46 @@ def open_client(uri: str) -> MlflowClient:
                     raise
                 time.sleep(RACE_WAIT_S * attempt)  # another host's process is creating it
         return MlflowClient(tracking_uri=uri)
+
+
+def _create_sqlite_store(database: Path) -> None:
+    """Creates a new sqlite store whole or not at all: MLflow creates and migrates its tables in
+    a file beside ``database`` (``.<name>.creating-*``), renamed into place when complete, so a
+    process killed meanwhile leaves no half-created store; a leftover of one is removed (the
+    caller holds :func:`creation_lock`, so no other process is creating it)."""
+    from mlflow.tracking import MlflowClient
+
+    for leftover in database.parent.glob(f".{database.name}.creating-*"):
+        leftover.unlink(missing_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{database.name}.creating-", dir=database.parent)
+    os.close(fd)
+    creating = Path(name)
+    creating.unlink()  # sqlite creates the file itself
+    try:
+        # A search makes MLflow build the store: its tables, migrations and default experiment.
+        MlflowClient(tracking_uri=f"sqlite:///{creating.resolve()}").search_experiments(
+            max_results=1
+        )
+        os.replace(creating, database)
+    finally:
+        creating.unlink(missing_ok=True)
+
+
+def holds_no_runs(database: Path) -> bool:
+    """Whether the sqlite file ``database`` opens as a database with no MLflow run in it (no
+    ``runs`` table, or an empty one): nothing is lost by deleting it."""
+    import sqlite3
+
+    try:
+        with contextlib.closing(
+            sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True)
+        ) as db:
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+            if "runs" not in tables:
+                return True
+            return db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 0
+    except sqlite3.Error:
+        return False
 
 
 def looks_like_creation_race(err: BaseException) -> bool:
