@@ -49,9 +49,39 @@ REQUEUED_ATTR = "requeued_trials"
 SETTINGS_ATTR = "comparable_settings"
 OWNER_ATTR = "owner_process"
 
-# Run settings that do not change what a trial measures: where its files and records go, how
-# long the search may take, how the viewable videos are encoded, what a dry run would target,
-# and what each trial sets itself (its schedule, its routing statistics).
+# Every top-level run setting (a field of ``EvalConfig``) is in exactly one of these two sets,
+# and :func:`comparable_settings` refuses to build from one in neither or both: a new setting
+# must be classified before a search runs. Compared on a resume: what a trial's numbers depend on (the
+# model, the video, the prompts and noise seeds, the sampler and its guidance, the dtype, the
+# kernels and the devices, the timing's repeats and dense controls, the deliberately broken arm)
+# and the gate its standing is judged by.
+COMPARED = frozenset(
+    {
+        "model",
+        "resolution",
+        "kernel",
+        "parallel",
+        "gate",
+        "prompt",
+        "prompts",
+        "prompt_filter",
+        "negative_prompt",
+        "seed",
+        "seeds",
+        "steps",
+        "sampler",
+        "guidance_scale",
+        "guidance_passes",
+        "dtype",
+        "warm_runs",
+        "noise_floor",
+        "reuse_dense_timing",
+        "negative_control",
+    }
+)
+# Not compared: where a trial's files and records go, how long the search may take, how the
+# viewable videos are encoded, what a dry run would target, and what each trial sets itself (its
+# schedule, its routing statistics).
 NOT_COMPARED = frozenset(
     {
         "schedule",
@@ -81,7 +111,14 @@ def comparable_settings(base: EvalConfig, search: SearchConfig, statistic: str) 
         search: the search section; its bounds and choices are compared, its budget is not.
         statistic: the PSNR statistic the objectives are read at.
     """
-    run = {k: v for k, v in to_plain_dict(base).items() if k not in NOT_COMPARED}
+    plain = to_plain_dict(base)
+    unclassified = sorted((set(plain) - COMPARED - NOT_COMPARED) | (COMPARED & NOT_COMPARED))
+    if unclassified:  # a setting in neither set above, or in both: a bug here, not the user's
+        raise RuntimeError(
+            f"run settings {unclassified} are not in exactly one of resume.COMPARED and "
+            "resume.NOT_COMPARED: classify each by whether a trial's numbers depend on it"
+        )
+    run = {k: v for k, v in plain.items() if k in COMPARED}
     searched: dict[str, Any] = {k: dataclasses.asdict(getattr(search, k)) for k in RANGE_KNOBS}
     searched.update(
         routing_samples=list(search.routing_samples),

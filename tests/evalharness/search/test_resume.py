@@ -6,6 +6,7 @@ up."""
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import subprocess
 
@@ -13,6 +14,7 @@ import optuna
 import pytest
 
 from evalharness import exit_codes
+from evalharness.config import EvalConfig, to_config
 from evalharness.evidence import run_status
 from evalharness.refusal import PreflightRefusal
 from evalharness.search import __main__ as search_main
@@ -26,6 +28,49 @@ from tests.helpers.search_config import SEARCH, compose_cfg
 # SEARCH's grid widened to 2 x 2 x 21 points, so that distinct draws are distinct knobs.
 WIDE = [*SEARCH, "search.first_layers_fp.high=0.2", "search.first_layers_fp.step=0.01"]
 RUN = ["search.study_name=s", "logger=none"]
+# Every run setting, stated here apart from resume.py's classification: those a trial's numbers
+# depend on (what runs, on what video, prompts and noise, how it samples, in what dtype, on which
+# kernels and devices, how often it is timed against which dense controls, and the gate its
+# standing is judged by), which a resume must not change; and those it may.
+MEASURED_BY = {
+    "model",
+    "resolution",
+    "kernel",
+    "parallel",
+    "gate",
+    "prompt",
+    "prompts",
+    "prompt_filter",
+    "negative_prompt",
+    "seed",
+    "seeds",
+    "steps",
+    "sampler",
+    "guidance_scale",
+    "guidance_passes",
+    "dtype",
+    "warm_runs",
+    "noise_floor",
+    "reuse_dense_timing",
+    "negative_control",
+}
+MAY_CHANGE = {
+    "schedule",  # each trial sets its own
+    "routing_stats",  # each trial sets it from search.routing_stats
+    "logger",
+    "max_minutes",
+    "output_root",
+    "cache_dir",
+    "compile_cache",
+    "progress",
+    "save_latents",
+    "fps",
+    "crf",
+    "dry_run",
+    "target",
+    "chip_compile",
+    "chip_compile_phases",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -137,6 +182,33 @@ def test_a_study_another_live_process_runs_is_not_resumed(tmp_path, ran):
     assert [t.state.name for t in _study(tmp_path).trials] == ["COMPLETE", "FAIL", "COMPLETE"]
 
 
+def test_every_run_setting_is_classified_as_the_measurement_needs():
+    settings = {f.name for f in dataclasses.fields(EvalConfig)}
+    # A setting added to the run must be added to one of the lists here, too.
+    assert MEASURED_BY | MAY_CHANGE == settings and not MEASURED_BY & MAY_CHANGE
+    wrong = sorted(resume.COMPARED ^ MEASURED_BY) + sorted(resume.NOT_COMPARED ^ MAY_CHANGE)
+    assert not wrong, f"resume.py classifies {wrong} otherwise"
+
+
+def test_the_compared_settings_hold_every_measurement_setting_and_no_other(tmp_path):
+    search, run_cfg = split_search(compose_cfg(tmp_path, *WIDE, *RUN))
+    compared = resume.comparable_settings(to_config(run_cfg), search, "mean")
+    tops = {key.split(".")[0] for key in compared}
+    assert not tops ^ (MEASURED_BY | {"search"}), sorted(tops ^ (MEASURED_BY | {"search"}))
+    assert compared["seed"] == 42 and compared["warm_runs"] == 1
+
+
+def test_a_setting_classified_twice_or_not_at_all_is_a_bug_named(tmp_path, monkeypatch):
+    search, run_cfg = split_search(compose_cfg(tmp_path, *WIDE, *RUN))
+    base = to_config(run_cfg)
+    monkeypatch.setattr(resume, "NOT_COMPARED", resume.NOT_COMPARED | {"seed"})
+    with pytest.raises(RuntimeError, match=r"\['seed'\] are not in exactly one"):
+        resume.comparable_settings(base, search, "mean")
+    monkeypatch.setattr(resume, "NOT_COMPARED", resume.NOT_COMPARED - {"seed", "fps"})
+    with pytest.raises(RuntimeError, match=r"\['fps'\] are not in exactly one"):
+        resume.comparable_settings(base, search, "mean")
+
+
 @pytest.mark.parametrize(
     ("override", "named"),
     [
@@ -144,6 +216,8 @@ def test_a_study_another_live_process_runs_is_not_resumed(tmp_path, ran):
         ("search.density.high=0.7", "search.density.high: 0.5 in the study vs 0.7 now"),
         ("search.statistic=worst", "search.statistic: mean in the study vs worst now"),
         ("gate.min_psnr_db=25", "gate.min_psnr_db: None in the study vs 25.0 now"),
+        ("seed=7", "seed: 42 in the study vs 7 now"),
+        ("warm_runs=2", "warm_runs: 1 in the study vs 2 now"),
     ],
 )
 def test_a_resume_with_other_settings_is_refused_naming_them(tmp_path, ran, override, named):
