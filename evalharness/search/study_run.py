@@ -7,6 +7,7 @@ the parent run KILLED and goes on up as the exit code says.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -328,13 +329,17 @@ def _close_on_error(
     """The search ends on ``err`` (Ctrl-C, SIGTERM, a bug): the trial in flight is failed in
     the study (marked interrupted on a signal, so that a resume runs it again), the answer's
     files are rewritten from the finished trials, and the parent run is closed KILLED (FAILED
-    on an error); neither is left RUNNING."""
+    on an error); neither is left RUNNING.
+
+    A signal that comes while the trial is failed (Ctrl-C pressed again) does not cut the
+    cleanup: the search is ending already, and the command's exit code follows the first
+    signal (``models.interruption.pending``) whatever raised."""
     import optuna
 
     interrupted = isinstance(err, KeyboardInterrupt | Terminated)
     why = f"{type(err).__name__}: {err}"[:5000]
     try:
-        with signals_deferred():
+        with contextlib.suppress(KeyboardInterrupt, Terminated), signals_deferred():
             trial = s.current
             running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
             if trial is not None and trial.number in {t.number for t in running}:

@@ -74,6 +74,26 @@ def test_a_deferred_block_runs_whole_and_stops_right_after(handled):
     assert done == ["bookkeeping"]
 
 
+@pytest.mark.parametrize(
+    ("first", "raised"), [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Terminated)]
+)
+def test_two_signals_in_a_deferred_block_are_acted_on_once(handled, first, raised):
+    """Ctrl-C pressed twice while bookkeeping runs: the block's end raises once, for the first
+    signal; the code that handles it (marking a trial failed, rewriting the answer's files)
+    then passes its safe points and its own deferred blocks."""
+    with pytest.raises(raised), interruption.deferred():
+        signal.raise_signal(first)
+        signal.raise_signal(signal.SIGINT)
+    # A raise here would stop pytest itself (a KeyboardInterrupt): caught, it fails the test.
+    try:
+        interruption.stop_if_signalled()  # both were acted on when the block ended
+        with interruption.deferred():
+            pass  # the cleanup's own bookkeeping ends without raising
+    except (KeyboardInterrupt, Terminated) as again:
+        pytest.fail(f"a safe point after the block raised {type(again).__name__} again")
+    assert interruption.pending() == first  # the entry point still ends with its code
+
+
 def test_a_deferred_block_that_raises_keeps_its_own_error(handled):
     with pytest.raises(ValueError), interruption.deferred():
         signal.raise_signal(signal.SIGINT)

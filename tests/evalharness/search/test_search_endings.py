@@ -8,6 +8,7 @@ nothing."""
 
 from __future__ import annotations
 
+import json
 import signal
 
 import optuna
@@ -120,6 +121,41 @@ def test_ctrl_c_anywhere_leaves_nothing_running(tracked, monkeypatch, place):
     (parent,) = [r for r in runs if r.info.run_name == study_name]
     assert parent.info.status == "KILLED"
     assert not [r.info.run_name for r in runs if r.info.status == "RUNNING"]
+
+
+def _signals_after(real, count: int):
+    """``real``, then ``count`` Ctrl-Cs noted as the installed handler notes them."""
+
+    def wrapped(*args, **kwargs):
+        out = real(*args, **kwargs)
+        for _ in range(count):
+            interruption.request(signal.SIGINT)
+        return out
+
+    return wrapped
+
+
+@pytest.mark.parametrize(
+    ("in_ask", "in_the_cleanup"),
+    [(2, 0), (1, 1)],
+    ids=["twice-while-the-trial-is-asked", "again-while-it-is-failed"],
+)
+def test_ctrl_c_pressed_twice_still_fails_the_trial_and_writes_the_answer(
+    tmp_path, monkeypatch, in_ask, in_the_cleanup
+):
+    """Both signals inside the deferred block of ``ask()`` (acted on together when it ends), or
+    one there and one more inside the deferred block that fails the trial: the search ends
+    interrupted, the trial is failed as interrupted, and the answer's files are written."""
+    monkeypatch.setattr(study_run, "run_trial", _measured(1.2))
+    monkeypatch.setattr(optuna.Study, "ask", _signals_after(optuna.Study.ask, in_ask))
+    monkeypatch.setattr(optuna.Study, "tell", _signals_after(optuna.Study.tell, in_the_cleanup))
+    with pytest.raises(KeyboardInterrupt):
+        run_search(_cfg(tmp_path, "search.trials=1", "logger=none"))
+    (trial,) = _study(tmp_path).trials
+    assert trial.state.name == "FAIL" and trial.user_attrs["interrupted"]
+    folder = tmp_path / "outputs" / "searches" / "s"
+    assert json.loads((folder / "summary.json").read_text())["trials"] == 0
+    assert (folder / "front.md").is_file() and (folder / "front.csv").is_file()
 
 
 @pytest.mark.parametrize("bug", [KeyError("metrics"), TypeError("unsupported operand")])
