@@ -6,7 +6,7 @@ import pytest
 from kernels.masks.band import BandMask, PaddingMask, band_for_density, strided_temporal_mask
 from kernels.masks.geometry import TokenGeometry
 from kernels.masks.tile_grid import padding_tiles, tile_areas
-from kernels.plans.block_sizes import BlockSizes, auto_block_sizes
+from kernels.plans.block_sizes import BlockSizes, auto_block_sizes, largest_tile_within
 from kernels.plans.rounding import round_to_tiles
 from kernels.plans.tiles import build_plan
 from tests.helpers.geometry import preset_tokens
@@ -122,6 +122,36 @@ def test_block_size_validation():
         build_plan(BandMask(8, 1, 0), BlockSizes(8, 8), "b4")
     assert auto_block_sizes(37, "xla") == BlockSizes(40, 40)
     assert auto_block_sizes(100_000, "xla") == BlockSizes(128, 128)
+
+
+# Each backend's tile sides: multiples of its granularity (the XLA granularity for the
+# reference), powers of two on the Triton backend.
+TILE_SIDES = {
+    "xla": lambda side: side % 8 == 0,
+    "reference": lambda side: side % 8 == 0,
+    "pallas_tpu": lambda side: side % 128 == 0,
+    "pallas_gpu": lambda side: side >= 16 and side & (side - 1) == 0,
+}
+
+
+@pytest.mark.parametrize("backend", TILE_SIDES)
+def test_largest_tile_within_is_the_widest_tile_side_not_past_the_width(backend):
+    """Against every tile side counted up to the width: the widest one at most ``width``
+    (never rounded up past it), or the smallest side when none fits."""
+    is_side = TILE_SIDES[backend]
+    smallest = min(side for side in range(1, 129) if is_side(side))
+    for width in range(1, 1_100):
+        fitting = [side for side in range(1, width + 1) if is_side(side)]
+        assert largest_tile_within(width, backend) == max(fitting, default=smallest), width
+
+
+def test_largest_tile_within_by_hand():
+    assert largest_tile_within(255, "pallas_tpu") == 128  # one token short of two MXU tiles
+    assert largest_tile_within(256, "pallas_tpu") == 256
+    assert largest_tile_within(100, "pallas_tpu") == 128  # narrower than any tile: the smallest
+    assert largest_tile_within(100, "pallas_gpu") == 64
+    assert largest_tile_within(17, "xla") == largest_tile_within(17, "reference") == 16
+    assert largest_tile_within(2 * 1_000 + 1, "pallas_tpu") == 1_920
 
 
 @pytest.mark.parametrize("variant", ["b0", "b1", "b2", "b3"])
