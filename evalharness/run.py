@@ -57,7 +57,7 @@ from evalharness.comparison import (
 )
 from evalharness.config import EvalConfig, Pair, config_pairs, to_config, to_plain_dict
 from evalharness.evidence import code_version, run_status, video
-from evalharness.exit_codes import RunFailed, Terminated, as_interruption
+from evalharness.exit_codes import RunFailed, Terminated, as_interruption, stop_if_signalled
 from evalharness.metric_names import RunMetrics
 from evalharness.phases import Phase, PhaseLedger
 from evalharness.refusal import PreflightRefusal
@@ -116,6 +116,9 @@ def run(cfg: EvalConfig | DictConfig | dict) -> RunMetrics:
     ledger = PhaseLedger()  # the whole wall time, admission included, phase by phase
     with ledger.timed(Phase.PREFLIGHT):
         cfg, plan, pairs, progress = _admitted(to_config(cfg), ledger)
+    # A signal during admission ends the run here, before its folder or tracking run exists:
+    # nothing had started, so nothing is marked killed.
+    stop_if_signalled()
     primary = multihost.is_primary()
     with ledger.timed(Phase.TRACKING):
         run_dir, tracker = _open_run(cfg, primary)
@@ -175,8 +178,10 @@ def _admitted(
             check_tracking(
                 logger.kind, logger.tracking_uri, logger.experiment_name, cfg.output_root
             )
+            stop_if_signalled()  # safe points between the preflight's checks
             check_output_folders(cfg, len(pairs))
             check_video_encoder()
+            stop_if_signalled()
         compile_cache.enable(cfg.cache_dir, on=cfg.compile_cache)  # before admit's compiles
         plan = admit(cfg)  # nothing is allocated before this passes
     except PreflightRefusal as error:

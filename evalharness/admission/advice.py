@@ -21,6 +21,7 @@ from typing import Any
 from evalharness.admission.sizing import RunSizing
 from evalharness.config import EvalConfig, load_resolution, resolution_names
 from evalharness.estimates import GIB
+from evalharness.exit_codes import stop_if_signalled
 from kernels.executors.dense_memory import grows_quadratically
 from kernels.registry import PLATFORMS
 
@@ -117,6 +118,7 @@ def apply_setting(cfg: EvalConfig, overrides: Mapping[str, Any]) -> EvalConfig:
 def _try(
     requested: EvalConfig, settings: list[Setting], plan: Callable[[EvalConfig], RunSizing]
 ) -> tuple[bool, float]:
+    stop_if_signalled()  # a safe point between the plans each piece of advice is checked with
     cfg = requested
     for setting in settings:
         cfg = apply_setting(cfg, setting.overrides)

@@ -36,6 +36,7 @@ from evalharness.estimates import (
     host_target,
     measure_matmul_flops,
 )
+from evalharness.exit_codes import stop_if_signalled
 from models.config import TINY_PRESETS, WanTransformerConfig
 from models.dtypes import dtype_of
 from models.samplers import Sampler
@@ -116,7 +117,9 @@ def admit(cfg: EvalConfig) -> Admission:
     )
     what = f"model={cfg.model.name} resolution={cfg.resolution.name} schedule={cfg.schedule.name}"
     flops_per_s = measure_matmul_flops(cfg.dtype.value)
+    stop_if_signalled()  # safe points between admission's steps: nothing has started yet
     sizing = _size_run(cfg, tcfg, flops_per_s)
+    stop_if_signalled()
     advice = []
     if not sizing.memory.fits:  # each setting it suggests is applied and planned again
         advice = checked_advice(
@@ -138,6 +141,7 @@ def admit(cfg: EvalConfig) -> Admission:
             "Nothing was allocated."
         )
     attention = build_attention(cfg, geometry, tcfg)
+    stop_if_signalled()
     # A Wan checkpoint is slow to read: its attention compiles first. Random weights are drawn
     # in seconds, so the run's own compile of each arm is the check (a refusal is exit 2 too).
     if cfg.model.name not in TINY_PRESETS and not cfg.model.random_weights:

@@ -93,7 +93,9 @@ def plan_dry_run(cfg: EvalConfig | DictConfig | dict) -> DryRunPlan:
     on_host = target.platform == host == "cpu"
     # On its own platform a dry run plans exactly as the run's preflight would.
     arms = quadratic_arms(cfg) if on_host else ()
+    exit_codes.stop_if_signalled()  # safe points: a dry run has nothing to save
     sizing = size_run(cfg, tcfg, target, devices=devices, compile_arms=arms)
+    exit_codes.stop_if_signalled()
     problems = [p for p in (sizing.memory.problem(), *sizing.problems) if p]
     advice = []
     if not sizing.memory.fits:

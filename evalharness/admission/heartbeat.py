@@ -1,6 +1,10 @@
 """A heartbeat on stderr while a long compile runs (14B's loop for a TPU topology takes minutes
 per arm on a small machine): ``compiling <what>: 2m30s so far`` every ``every_s`` seconds, nothing
 when the block ends sooner. XLA's compiler releases the GIL, so the lines keep coming.
+
+Its start and its end are safe points (``evalharness.exit_codes.stop_if_signalled``): a Ctrl-C
+or SIGTERM during a compile ends the command as soon as that compile returns, not after the
+compiles that would follow it.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ import threading
 import time
 from collections.abc import Iterator
 from typing import TextIO
+
+from evalharness.exit_codes import stop_if_signalled
 
 HEARTBEAT_S = 30.0
 
@@ -37,6 +43,7 @@ def heartbeat(
         every_s: seconds between lines (the first comes after ``every_s``).
         stream: where the lines go; stderr when None (read at each line: a redirect is honoured).
     """
+    stop_if_signalled()
     done = threading.Event()
     start = time.monotonic()
 
@@ -53,3 +60,4 @@ def heartbeat(
     finally:
         done.set()
         thread.join()
+    stop_if_signalled()  # the compile returned: a signal meanwhile ends the command here
