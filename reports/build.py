@@ -1,9 +1,9 @@
 """Builds the report from runs, written as ``report.md``, ``figures/*.png`` and one
 self-contained ``report.html``.
 
-The page answers first: the verdict per schedule (``reports.verdict``), then quality against
-speed with the dense reference point, then the detail tables (Table 1, 2, 3), the other figures
-and the benchmark appendix."""
+The page answers first: the verdict per schedule (``reports.verdict``), then ours beside the seed's
+and the papers' figures, quality against speed with the dense reference point, then the detail
+tables (Table 1, 2, 3), the other figures and the benchmark appendix."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from evalharness.formatting import markdown_text
 from reports import figures, mask_figures
 from reports.html_page import render_html
+from reports.papers_table import papers_section
 from reports.search_section import search_section
 from reports.seed_table import seed_section
 from reports.sources import Artifacts, ReportError, ReportRun, of_kind
@@ -180,6 +181,7 @@ def _markdown(
     missing."""
     lines = _header(runs, source) + verdict_section(harness_runs(runs))
     lines += seed_section(runs)  # our measurements beside the seed's, with seed-setting runs
+    lines += papers_section(runs)  # the papers' PSNR / SSIM / LPIPS / speedup rows beside ours
     missing = [note for t in tables for note in t.notes if note.startswith("no ")]
     lines += _figure("pareto", drawn, missing)
     for table in tables:

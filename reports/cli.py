@@ -5,7 +5,8 @@ benchmarks' runs (``--mlflow`` of ``python -m evalharness.bench``, ``.bench.atte
 ``.bench.schedules``, ``.bench.placement``). Writes into ``--out``:
 
 - ``report.md``: the verdict per schedule (a sentence each and a table against the thresholds in
-  force), quality vs speed, Table 1 (attention share per resolution), Table 2 (kernel
+  force), the papers' PSNR / SSIM / LPIPS / speedup rows beside ours (also printed), quality vs
+  speed, Table 1 (attention share per resolution), Table 2 (kernel
   progression), Table 3 (end to end per resolution and schedule), the other figures, and the
   benchmark tables;
 - ``figures/*.png``: quality vs speed with the Pareto frontier, latency vs masked work across
@@ -29,6 +30,7 @@ import time
 from pathlib import Path
 
 from reports.build import build_report
+from reports.papers_table import papers_section
 from reports.publish import publish
 from reports.sources import ReportError, load_runs
 
@@ -100,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for note in report.missing:
         print(f"reports: {note}", file=sys.stderr)
+    print("\n".join(papers_section(runs)))
     print(f"wrote {report.markdown}, {report.html} and {len(report.figures)} figures")
     if not args.no_log:
         experiment = _experiment_of(client, args.run_id[0]) if args.run_id else args.experiment

@@ -122,6 +122,8 @@ def _expected_params(tmp_path) -> dict:
         "parallel.distributed": None,
         "prompt": "a red circle moves quickly up on a dark blue background",
         "prompts": None,
+        "prompt_filter.dimension": None,
+        "prompt_filter.limit": None,
         "negative_prompt": "blurry, low quality, static, distorted",
         "seed": 42,
         "seeds": None,
