@@ -34,3 +34,6 @@ def test_every_broken_arm_falls_far_under_the_gate_that_the_default_schedule_pas
     assert sound(rows), rows
     broken = [row for row in rows if row["control"] != "none"]
     assert all(row["psnr_db"] <= DEFAULT_MIN_PSNR_DB - MARGIN_DB for row in broken), rows
+    # LPIPS agrees: every broken arm is perceptually further from dense than the correct one.
+    (correct,) = [row for row in rows if row["control"] == "none"]
+    assert all(row["lpips"] > correct["lpips"] > 0 for row in broken), rows
