@@ -136,9 +136,8 @@ def check_username(username: str) -> None:
     """
     if len(username) > MAX_USERNAME:
         raise ValueError(
-            f"user name {shown_name(username)} is {len(username):,} characters long; MLflow's "
-            f"user table holds at most {MAX_USERNAME}: give a shorter name, e.g. eve (nothing "
-            "was changed)"
+            f"user name {shown_name(username)} is too long: MLflow's user table holds at most "
+            f"{MAX_USERNAME} characters; give a shorter name, e.g. eve (nothing was changed)"
         )
     if ":" in username:
         why = "it holds a colon, and basic auth splits NAME:PASSWORD at the first one"
