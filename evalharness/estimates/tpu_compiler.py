@@ -26,6 +26,7 @@ from typing import Any
 import jax
 
 from models.accelerator_env import libtpu_installed
+from models.interruption import stop_if_signalled  # the estimates sit below exit_codes
 
 
 @dataclass(frozen=True)
@@ -161,9 +162,13 @@ def compile_program(
     Returns:
         The compiled program, and its ``memory_analysis()`` and seconds as ``CompiledProgram``.
     """
+    # Safe points for Ctrl-C and SIGTERM: a plan of many compiles (a dry run, the preflight)
+    # ends at the first compile boundary after the signal, not after its last compile.
+    stop_if_signalled()
     start = time.perf_counter()
     compiled = compile_()
     seconds = time.perf_counter() - start
+    stop_if_signalled()
     analysis = compiled.memory_analysis()
     return compiled, CompiledProgram(
         argument_bytes=int(analysis.argument_size_in_bytes),

@@ -70,3 +70,21 @@ def test_a_compile_signalled_meanwhile_ends_the_command_when_it_returns():
     with pytest.raises(KeyboardInterrupt):  # nor is the next one started
         with heartbeat.heartbeat("the next compile"):
             raise AssertionError("a compile started after the signal")
+
+
+def test_every_planning_compile_is_a_safe_point():
+    from evalharness.estimates.tpu_compiler import compile_program
+
+    compiled = []
+
+    def compile_signalled():
+        compiled.append(True)
+        interruption.request(signal.SIGINT)  # arrives while the compiler runs
+
+    with pytest.raises(KeyboardInterrupt):
+        compile_program(compile_signalled)
+    assert compiled == [True]  # the compile was not stopped part-way
+    with pytest.raises(KeyboardInterrupt):  # a signal already noted: no compile starts
+        interruption.clear()
+        interruption.request(signal.SIGINT)
+        compile_program(_must_not_run)
