@@ -75,7 +75,9 @@ def test_a_deferred_block_runs_whole_and_stops_right_after(handled):
 
 
 @pytest.mark.parametrize(
-    ("first", "raised"), [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Terminated)]
+    ("first", "raised"),
+    [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Terminated)],
+    ids=["SIGINT-first", "SIGTERM-first"],
 )
 def test_two_signals_in_a_deferred_block_are_acted_on_once(handled, first, raised):
     """Ctrl-C pressed twice while bookkeeping runs: the block's end raises once, for the first
