@@ -103,7 +103,7 @@ def main(cfg: DictConfig) -> float | None:
     if multirun:
         # The sweep table is read back from MLflow by these tags, whichever process ran the job.
         tag_sweep_job(cfg, hydra_cfg.sweep.dir, hydra_cfg.job.num)
-    metrics = _run_job(cfg, multirun, cfg)
+    metrics = _run_job(cfg, multirun)
     if metrics is None:
         return None
     # With MLflow the table is read from the runs; a multi-host run's row is process 0's.
