@@ -141,6 +141,15 @@ class CompiledDenoise:
         )
 
 
+def _step_phases(attend: AttendFn | None, num_steps: int) -> list[tuple[int, int, AttendFn | None]]:
+    """``[(start, stop, attend)]``: the loop's steps in the phases ``attend`` tells apart
+    (``step_phases``, as a sparse policy offers: its dense steps, then its sparse steps), else
+    one phase of every step."""
+    if attend is None or not hasattr(attend, "step_phases"):
+        return [(0, num_steps, attend)]
+    return attend.step_phases(num_steps)
+
+
 def _records(attend: AttendFn | None) -> bool:
     """Whether ``attend`` records routing and takes a runtime flag for it (``recording_when``)."""
     return bool(getattr(attend, "records", False)) and hasattr(attend, "recording_when")
@@ -236,7 +245,9 @@ class DenoiseLoop:
         elif guided:
             passes_ctx = jnp.stack([context, negative_context])  # [2, B, L, text_dim]
 
-        def velocity(model: nnx.Module, x: jax.Array, i: jax.Array) -> jax.Array:
+        def velocity(
+            model: nnx.Module, x: jax.Array, i: jax.Array, attend: AttendFn | None
+        ) -> jax.Array:
             if guided and self.guidance_passes == "separate":
                 t = _model_timestep(sampler, i, batch)
 
@@ -255,14 +266,21 @@ class DenoiseLoop:
             v = model(x_in, t, ctx, attend=attend, step=i)
             return _combine(v[:batch], v[batch:], scale) if guided else v
 
-        def body(i: jax.Array, state: Any) -> Any:
-            model = nnx.merge(self._graphdef, params)
-            state = sampler.step(state, velocity(model, sampler.sample(state), i), i)
-            if self.on_step is not None:
-                jax.debug.callback(lambda step: self.on_step(int(step)), i)
-            return state
+        def body_with(attend: AttendFn | None) -> Callable[[jax.Array, Any], Any]:
+            def body(i: jax.Array, state: Any) -> Any:
+                model = nnx.merge(self._graphdef, params)
+                state = sampler.step(state, velocity(model, sampler.sample(state), i, attend), i)
+                if self.on_step is not None:
+                    jax.debug.callback(lambda step: self.on_step(int(step)), i)
+                return state
 
-        state = jax.lax.fori_loop(0, sampler.num_steps, body, sampler.init(latents))
+            return body
+
+        state = sampler.init(latents)
+        # One loop per phase of steps the attention tells apart (its dense steps, then its sparse
+        # ones): each phase's cells are decided when tracing, with no branch per attention call.
+        for start, stop, phase_attend in _step_phases(attend, sampler.num_steps):
+            state = jax.lax.fori_loop(start, stop, body_with(phase_attend), state)
         out = sampler.sample(state)
         return DenoiseOutput(latents=out, finite=jnp.all(jnp.isfinite(out)))
 

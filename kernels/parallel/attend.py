@@ -125,6 +125,18 @@ class SequenceParallelAttend:
         shifted.policy = self.policy.at_batch_offset(offset)
         return shifted
 
+    def step_phases(self, num_steps: int) -> list[tuple[int, int, SequenceParallelAttend]]:
+        """The loop's dense and sparse step phases, each with this attend for it (see
+        ``AttentionPolicy.step_phases``); without a policy, one phase."""
+        if self.policy is None:
+            return [(0, num_steps, self)]
+        phases = []
+        for start, stop, policy in self.policy.step_phases(num_steps):
+            phased = copy.copy(self)
+            phased.policy = policy
+            phases.append((start, stop, phased))
+        return phases
+
     def recording_when(self, flag: jax.Array) -> SequenceParallelAttend:
         """This attend with its policy recording only where ``flag`` is True (see
         ``AttentionPolicy.recording_when``)."""

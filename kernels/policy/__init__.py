@@ -6,12 +6,8 @@ Also exports the dense-control rule (``dense_controls``, ``check_dense_pair``) t
 """
 
 from kernels.executors.dense_controls import check_dense_pair, dense_controls
-from kernels.policy.attention_policy import (
-    DENSE_EXECUTORS,
-    POLICY_BACKENDS,
-    AttentionPolicy,
-    make_dense_attend,
-)
+from kernels.policy.attention_policy import AttentionPolicy
+from kernels.policy.dense_attend import make_dense_attend
 from kernels.policy.negative_controls import NEGATIVE_CONTROLS
 from kernels.policy.routing import (
     ROUTING_MODES,
@@ -26,6 +22,7 @@ from kernels.policy.routing import (
 )
 from kernels.policy.routing_stats import DENSE_FLAG, RoutingRecorder, RoutingStats
 from kernels.policy.schedule import SPARSE_VARIANTS, SparseVariant, SparsitySchedule
+from kernels.registry import DENSE_EXECUTORS, POLICY_BACKENDS
 
 __all__ = [
     "DENSE_EXECUTORS",

@@ -41,7 +41,8 @@ from kernels.executors.pallas_tpu_cross import cross_attend_for
 from kernels.masks.geometry import TokenGeometry
 from kernels.masks.layouts import from_head_layouts, to_head_layouts
 from kernels.plans.block_sizes import BlockSizes, auto_block_sizes
-from kernels.policy.cells import Layer, check_layer, dense_cell
+from kernels.policy.cells import Layer, check_layer, dense_cell, step_phases
+from kernels.policy.dense_attend import check_backend, make_dense_attend
 from kernels.policy.negative_controls import (
     check_negative_control,
     controlled_flags,
@@ -56,77 +57,6 @@ from kernels.policy.routing import (
 )
 from kernels.policy.routing_stats import RoutingRecorder, RoutingStats, send_routing
 from kernels.policy.schedule import SparsitySchedule
-from kernels.registry import DENSE_EXECUTORS, PLATFORMS, POLICY_BACKENDS
-
-# ``attend`` functions below are typed as plain callables: their contract is the model's ``AttendFn``
-# protocol (``attend(q, k, v, *, step, layer) -> out``), and kernels do not import the model.
-
-
-def _check_backend(backend: str) -> None:
-    if backend not in POLICY_BACKENDS:
-        raise ValueError(f"backend={backend!r}; use one of {POLICY_BACKENDS}")
-
-
-def make_dense_attend(
-    executor: str = "b0",
-    *,
-    backend: str = "xla",
-    block_sizes: BlockSizes | None = None,
-    options: KernelOptions = DEFAULT_KERNEL_OPTIONS,
-) -> Callable[..., jax.Array]:
-    """A dense ``attend`` function from the kernels executors, its kernel built once per sequence
-    length.
-
-    Args:
-        executor: one of ``DENSE_EXECUTORS`` except "auto": "b0" (tiled online softmax on
-            ``backend``), "splash" (TPU splash attention, its own tiles), "cudnn" (cuDNN flash
-            attention, bf16), "dot_product_attention" (XLA einsum), "reference" (jnp oracle) or
-            "xla_flash" (the CPU's, its own chunks). Backend "reference" always uses "reference".
-        backend: "xla", "pallas_tpu", "pallas_gpu" or "reference".
-        block_sizes: tiles for "b0"; default ``auto_block_sizes(tokens, backend)``.
-        options: the kernels' backend settings (``KernelOptions``: interpret mode, the Pallas
-            TPU kernel's key chunk and VMEM limit, the Pallas GPU kernel's warps and stages).
-
-    Returns:
-        ``attend(q, k, v, *, step, layer) -> out`` ignoring step and layer; with a
-        ``cross_attend`` attribute where ``cross_attend_for(backend)`` gives one.
-
-    Raises:
-        ValueError: on an unknown backend or executor, or "auto" (resolve it first).
-    """
-    _check_backend(backend)
-    if executor == "auto":
-        controls = ", ".join(f"{p.name}: {p.dense_control}" for p in PLATFORMS.values())
-        raise ValueError(
-            "executor='auto' must be resolved before building an attend: take "
-            f"kernels.policy.dense_controls(platform) ({controls})"
-        )
-    if executor not in DENSE_EXECUTORS:
-        raise ValueError(f"executor={executor!r}; use one of {DENSE_EXECUTORS[1:]}")
-    if backend == "reference":
-        executor = "reference"
-    kernels: dict[int, Kernel] = {}
-
-    def kernel_for(tokens: int) -> Kernel:
-        if tokens not in kernels:
-            if executor == "b0":
-                kernels[tokens] = make_attention(
-                    tokens, executor="b0", block_sizes=block_sizes, backend=backend, options=options
-                )
-            else:  # splash, xla_flash keep their own tiles: the policy's are the b0/band ones
-                kernels[tokens] = make_attention(
-                    tokens, executor=executor, options=KernelOptions(interpret=options.interpret)
-                )
-        return kernels[tokens]
-
-    def dense_attend(q, k, v, *, step=None, layer=None):
-        del step, layer
-        return kernel_for(q.shape[1])(q, k, v)
-
-    cross = cross_attend_for(backend, interpret=options.interpret)
-    if cross is not None:
-        dense_attend.cross_attend = cross
-    return dense_attend
 
 
 class AttentionPolicy:
@@ -193,7 +123,7 @@ class AttentionPolicy:
             ValueError: on an unknown backend, routing mode or negative control, or a schedule
                 that does not suit the geometry and tiles (see ``SparsitySchedule.validate``).
         """
-        _check_backend(backend)
+        check_backend(backend)
         _check_routing(routing_mode, seed)
         self.negative_control = check_negative_control(negative_control)
         self.schedule = schedule
@@ -222,6 +152,7 @@ class AttentionPolicy:
         self.recorder = RoutingRecorder(num_steps, num_layers) if record_stats else None
         self.batch_offset = 0  # where this call's samples sit in the step's batch (records)
         self.record_flag: jax.Array | None = None  # None: every run records (recording_when)
+        self.step_phase: bool | None = None  # the loop phase's steps (in_step_phase)
         self.plan = schedule.tile_plan(geometry, block_sizes, rounding_tolerance)
         self.routing_mask = None if self.plan is None else self.plan.logical_mask
         self.band_kernel = (
@@ -241,6 +172,21 @@ class AttentionPolicy:
         shifted = copy.copy(self)
         shifted.batch_offset = offset
         return shifted
+
+    def step_phases(self, num_steps: int) -> list[tuple[int, int, AttentionPolicy]]:
+        """A loop of ``num_steps`` steps cut into its dense and its sparse steps, each phase with
+        this policy for it (``cells.step_phases``; ``in_step_phase``): ``[(start, stop, attend)]``."""
+        if not self.schedule.sparse:
+            return [(0, num_steps, self)]
+        cuts = step_phases(self.dense_steps, num_steps)
+        return [(start, stop, self.in_step_phase(phase)) for start, stop, phase in cuts]
+
+    def in_step_phase(self, phase: bool | None) -> AttentionPolicy:
+        """This policy for a loop phase whose every step is a dense step (True) or a sparse
+        step (False): the step's side of each cell is decided when tracing; None: by the step."""
+        phased = copy.copy(self)
+        phased.step_phase = phase
+        return phased
 
     @property
     def records(self) -> bool:

@@ -24,6 +24,7 @@ class RunCells(Protocol):
     num_steps: int
     dense_steps: int
     dense_layers: int
+    step_phase: bool | None
 
 
 # The block index ``attend`` receives: a Python int (unrolled) or a traced int32 scalar (scanned).
@@ -54,8 +55,10 @@ def dense_cell(policy: RunCells, step: jax.Array, layer: Layer) -> bool | jax.Ar
     """Whether block ``layer`` at ``step`` of ``policy``'s run runs the dense executor.
 
     What is known when tracing is decided then: a non-sparse schedule, a run of dense steps only,
-    a leading dense layer given as a Python int. What depends on data (the step; a scanned
-    model's traced layer) is a traced predicate for ``lax.cond``.
+    a leading dense layer given as a Python int, the steps of a loop phase the caller runs apart
+    (``step_phase``: True inside the leading dense steps, False after them). What depends on data
+    (the step of a loop that runs all steps in one body; a scanned model's traced layer) is a
+    traced predicate for ``lax.cond``.
 
     Args:
         policy: the run's policy (its schedule, dense steps and layers, step count).
@@ -68,12 +71,35 @@ def dense_cell(policy: RunCells, step: jax.Array, layer: Layer) -> bool | jax.Ar
     dense_steps, dense_layers = policy.dense_steps, policy.dense_layers
     if not policy.schedule.sparse or dense_steps >= policy.num_steps:
         return True
+    if policy.step_phase is True:
+        return True
     static_layer = isinstance(layer, int)
     if static_layer and layer < dense_layers:
         return True
     predicate: bool | jax.Array = False
-    if dense_steps > 0:
+    if dense_steps > 0 and policy.step_phase is None:
         predicate = jnp.asarray(step, jnp.int32) < dense_steps
     if not static_layer and dense_layers > 0:
         predicate = jnp.logical_or(predicate, layer < dense_layers)
     return predicate
+
+
+def step_phases(dense_steps: int, num_steps: int) -> list[tuple[int, int, bool | None]]:
+    """A loop of ``num_steps`` steps cut where its cells change from dense steps to sparse ones.
+
+    A loop that runs each phase as a loop of its own hands its attention a ``step_phase``, so
+    every cell's step is decided when tracing: no ``lax.cond`` per attention call, whose
+    operand copies and branch bookkeeping cost a small model's CPU loop several percent.
+
+    Args:
+        dense_steps: the run's leading dense steps (``AttentionPolicy.dense_steps``).
+        num_steps: the loop's steps.
+
+    Returns:
+        ``[(start, stop, step_phase)]`` covering ``[0, num_steps)`` in order: one phase
+        ``(0, num_steps, None)`` when no step boundary falls inside the loop, else the dense
+        steps ``(0, dense_steps, True)`` and the rest ``(dense_steps, num_steps, False)``.
+    """
+    if not 0 < dense_steps < num_steps:
+        return [(0, num_steps, None)]
+    return [(0, dense_steps, True), (dense_steps, num_steps, False)]

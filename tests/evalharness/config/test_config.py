@@ -31,8 +31,8 @@ from evalharness.config.schemas import (
 from evalharness.tracking.mlflow_client import flatten
 from kernels.parallel.attend import PLACEMENTS
 from kernels.plans.tiles import VARIANTS
-from kernels.policy.attention_policy import DENSE_EXECUTORS, POLICY_BACKENDS
 from kernels.policy.schedule import SparseVariant, SparsitySchedule
+from kernels.registry import DENSE_EXECUTORS, POLICY_BACKENDS
 from models.samplers import SAMPLER_NAMES
 from tests.helpers.harness_config import small_config
 from tests.helpers.schedules import SCHEDULE_NAMES, load_schedule
