@@ -141,10 +141,12 @@ def check_subfolder(root: Path, name: str, setting: str) -> None:
         return  # created in ``root``, whose check covers it
     problem = _write_problem(folder)
     if problem:
+        fix = f"make it writable by this user (chmod -R u+w {folder})"
+        if _read_only_mount(_existing(folder)):
+            fix = "mount its file system writable"
         raise PreflightRefusal(
             f"{folder} (the {name}/ folder the run writes under {setting}={root}) cannot be "
-            f"written: {problem}; make it writable by this user (chmod -R u+w {folder}) or set "
-            f"{setting} to another folder. Nothing was computed."
+            f"written: {problem}; {fix} or set {setting} to another folder. Nothing was computed."
         )
 
 
