@@ -53,9 +53,11 @@ class Reading:
 
 
 def thresholds(gate: GateConfig) -> dict[str, float]:
-    """The gate's thresholds that are set, by metric name before the statistic."""
+    """The gate's thresholds that are set, by metric name before the statistic (``min_psnr_db``
+    on the PSNR ``gate.psnr`` names: ``psnr_db``, or ``psnr_frames_db`` for ``frames``)."""
+    psnr = Metric.PSNR_FRAMES_DB if gate.psnr == "frames" else Metric.PSNR_DB
     pairs = {
-        Metric.PSNR_DB: gate.min_psnr_db,
+        psnr: gate.min_psnr_db,
         Metric.PSNR_WORST_FRAME_DB: gate.min_worst_frame_psnr_db,
         Metric.LPIPS: gate.max_lpips,
         Metric.SPEEDUP: gate.min_speedup,

@@ -2,9 +2,10 @@
 
 import pytest
 
+from evalharness.config import GateConfig, GatePSNR
 from evalharness.evidence import statistic_name, suite_metrics
 from evalharness.gate.verdict import check_gate
-from evalharness.search.objectives import readings
+from evalharness.search.objectives import readings, thresholds
 
 METRICS = {"psnr_db": 30.0, "psnr_frames_db": 32.0, "lpips": 0.05, "speedup": 1.2}
 
@@ -46,3 +47,16 @@ def test_the_search_reads_max_lpips_as_an_upper_constraint():
     (missed,) = readings(METRICS, {"lpips": 0.04}, "mean")
     assert met.met and met.constraint == pytest.approx(-0.01)
     assert not missed.met and missed.constraint == pytest.approx(0.01)
+
+
+def test_the_search_reads_min_psnr_db_in_the_gates_psnr_convention():
+    gate = GateConfig(min_psnr_db=31.0, max_lpips=0.1)
+    assert thresholds(gate) == {"psnr_db": 31.0, "lpips": 0.1}
+    gate.psnr = GatePSNR.frames
+    (psnr, lpips) = readings(METRICS, thresholds(gate), "mean")
+    assert (psnr.metric, psnr.met, lpips.metric, lpips.met) == (
+        "psnr_frames_db",
+        True,
+        "lpips",
+        True,
+    )
