@@ -25,6 +25,7 @@ HEADLINE_COLUMNS = (
     Metric.PSNR_WORST_FRAME_DB,
     Metric.GAP_TO_NOISE_FLOOR_DB,
     Metric.SSIM_FRAMES,
+    Metric.LPIPS,
     "dense_median_s",
     "sparse_median_s",
 )
