@@ -51,8 +51,10 @@ def _end(code: int, message: str, multirun: bool, cfg: DictConfig) -> None:
     print(f"error: {redacted(message)}", file=sys.stderr, flush=True)
     if not multirun:
         sys.exit(code)
-    hydra_cfg = HydraConfig.get()
-    record_unfinished_job(hydra_cfg.sweep.dir, hydra_cfg.job.num, cfg.schedule.get("name"), code)
+    if HydraConfig.initialized():  # not when called outside Hydra's app (a library call)
+        hydra_cfg = HydraConfig.get()
+        schedule = (cfg.get("schedule") or {}).get("name")
+        record_unfinished_job(hydra_cfg.sweep.dir, hydra_cfg.job.num, schedule, code)
     _job_codes.append(code)
 
 
