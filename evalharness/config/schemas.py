@@ -343,7 +343,9 @@ class EvalConfig:
     guidance_passes: GuidancePasses = GuidancePasses.joint
     dtype: ComputeDType = ComputeDType.auto
     warm_runs: int = 3
-    noise_floor: bool = True
+    # The second dense control's arm (the dense-vs-dense noise floor). None: on, except on random
+    # weights (``model.checkpoint=random``), whose quality figures mean nothing; true forces it.
+    noise_floor: bool | None = None
     # One more, untimed sparse run per pair that records the routing (routing_stats.npz, the
     # heatmap, ``routing_temporal_fraction``); it changes no timing or quality metric. A schedule
     # search turns it off for its trials (``search.routing_stats``).
@@ -431,6 +433,8 @@ def to_config(cfg: EvalConfig | DictConfig | dict) -> EvalConfig:
     check_values(merged)
     config = OmegaConf.to_object(merged)
     check_random_weights_gate(config)
+    if config.noise_floor is None:
+        config.noise_floor = not config.model.random_weights
     return config
 
 

@@ -134,6 +134,9 @@ def test_the_choices_are_the_groups_files_not_their_schemas():
         "balanced",
         "conservative",
         "dense",
+        "radial",
+        "sta",
+        "svg2_720p",
         "svg_720p",
     ]
     assert check_overrides(["-m", "schedule=glob(*)", "kernel=xla", "logger=none"]) is None
