@@ -308,3 +308,18 @@ def test_the_tools_compose_the_runs_config_and_defaults():
     assert to_config(compose_run_config(["schedule=aggressive"])).schedule.name == "aggressive"
     with pytest.raises(ConfigCompositionException, match="schedule"):
         compose_run_config(["schedule=nonexistent"])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ((), True),
+        (("model=wan2.1-t2v-1.3b", "model.checkpoint=random"), False),
+        (("model=wan2.1-t2v-1.3b", "model.checkpoint=random", "noise_floor=true"), True),
+        (("noise_floor=false",), False),
+    ],
+)
+def test_the_noise_floor_arm_runs_unless_the_weights_are_random_or_it_is_turned_off(
+    tmp_path, overrides, expected
+):
+    assert to_config(small_config(tmp_path, *overrides)).noise_floor is expected
