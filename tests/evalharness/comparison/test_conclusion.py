@@ -51,6 +51,8 @@ def _pair(psnr: float, speedup: float, name: str) -> RunMetrics:
             "psnr_db": psnr,
             "psnr_worst_frame_db": psnr - 3.0,
             "ssim_frames": 0.97,
+            "lpips": 0.0421,
+            "psnr_frames_db": psnr + 0.5,
             "speedup": speedup,
             "dense_median_s": 1.0,
             "sparse_median_s": 1.0 / speedup,
@@ -145,6 +147,17 @@ def test_a_suite_writes_its_pairs_table_and_passes_on_the_mean(tmp_path):
     assert "2 pairs" in (comparison.run_dir / "report.md").read_text()
     assert comparison.tracker.calls[1][1]["gate"] == "passed"
     assert comparison.tracker.calls[2][1] == ("pairs/*",)  # each pair uploads its own folder
+
+
+def test_gate_max_lpips_and_the_papers_psnr_reach_the_verdict_and_the_report(tmp_path):
+    comparison = _comparison(tmp_path, "gate.max_lpips=0.03", "gate.psnr=frames")
+    comparison.cfg.gate.min_psnr_db = 28.2  # psnr_db 28.0 would fail; psnr_frames_db is 28.5
+    pair = _pair(28.0, 1.2, "p0-s0")
+    outcome = conclude(comparison, Measured(pair, (pair,)))
+    assert outcome.gate.failures == ("lpips = 0.0421 is above the threshold 0.03",)
+    assert "LPIPS 0.0421" in outcome.summary
+    report = (comparison.run_dir / "report.md").read_text()
+    assert "LPIPS, AlexNet" in report and "0.0421" in report and "28.50" in report
 
 
 @pytest.mark.parametrize("speedup", [float("nan"), float("inf")])
