@@ -102,15 +102,19 @@ def load_alexnet_weights(path: str | Path | None = None) -> dict[str, Any]:
 
 class AlexNetLPIPS(nnx.Module):
     """AlexNet's five ReLU feature maps, unit-normalized per position, squared differences
-    weighted by the learned linear heads, averaged over space and summed over layers."""
+    weighted by the learned linear heads, averaged over space and summed over layers.
+
+    Every convolution runs at full float32 precision (a TPU's default would round its inputs to
+    bfloat16), so the value is the same on every chip."""
 
     def __init__(self, rngs: nnx.Rngs):
+        full = jax.lax.Precision.HIGHEST
         self.convs = nnx.List(
-            nnx.Conv(i, o, (k, k), strides=s, padding=((p, p), (p, p)), rngs=rngs)
+            nnx.Conv(i, o, (k, k), strides=s, padding=((p, p), (p, p)), precision=full, rngs=rngs)
             for i, o, k, s, p in _CONVS
         )
         self.heads = nnx.List(
-            nnx.Conv(o, 1, (1, 1), use_bias=False, rngs=rngs) for _, o, *_ in _CONVS
+            nnx.Conv(o, 1, (1, 1), use_bias=False, precision=full, rngs=rngs) for _, o, *_ in _CONVS
         )
 
     def features(self, images: jax.Array) -> list[jax.Array]:
