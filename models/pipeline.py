@@ -30,10 +30,13 @@ class DenoiseOutput(NamedTuple):
     Attributes:
         latents: [B, C, F, H, W] float32 final latents.
         finite: bool scalar, False when any latent is NaN or Inf (computed on device; cheap to read).
+        routing: where the loop returns its attend's routing (``RoutingOutput``): int8 flags and
+            float32 spatial and temporal errors, [steps, layers, batch, heads] each; else None.
     """
 
     latents: jax.Array
     finite: jax.Array
+    routing: tuple[jax.Array, jax.Array, jax.Array] | None = None
 
 
 def _check_guidance(guidance_scale: float) -> float:
@@ -115,16 +118,24 @@ class CompiledDenoise:
 
     Attributes:
         compiled: the ``jax.stages.Compiled`` executable (for ``cost_analysis``/``memory_analysis``).
-        records: whether its attend records routing: the loop then takes a runtime ``record``
-            flag, and only the runs given ``record=True`` send their routing to the host.
+        records: whether its attend records routing, in the runs given ``record=True``: by
+            callback behind a runtime flag, or into ``recorder`` from the routing the loop
+            returns.
     """
 
     def __init__(
-        self, compiled: jax.stages.Compiled, params: nnx.State, *, records: bool = False
+        self,
+        compiled: jax.stages.Compiled,
+        params: nnx.State,
+        *,
+        records: bool = False,
+        recorder: Any = None,
     ) -> None:
         self.compiled = compiled
         self._params = params
-        self.records = records
+        self.records = records or recorder is not None
+        self._flagged = records  # the loop takes a runtime ``record`` flag (callbacks)
+        self._recorder = recorder  # where a recording run's returned routing goes
 
     def __call__(
         self,
@@ -136,9 +147,11 @@ class CompiledDenoise:
     ) -> DenoiseOutput:
         """Runs the compiled loop; arguments must match the shapes it was compiled for.
         ``record``: whether a loop whose attend records routing records in this run."""
-        return self.compiled(
-            self._params, latents, context, negative_context, _record_flag(self.records, record)
-        )
+        flag = _record_flag(self._flagged, record)
+        out = self.compiled(self._params, latents, context, negative_context, flag)
+        if record:
+            _load_routing(self._recorder, out)
+        return out
 
 
 def _step_phases(attend: AttendFn | None, num_steps: int) -> list[tuple[int, int, AttendFn | None]]:
@@ -148,6 +161,25 @@ def _step_phases(attend: AttendFn | None, num_steps: int) -> list[tuple[int, int
     if attend is None or not hasattr(attend, "step_phases"):
         return [(0, num_steps, attend)]
     return attend.step_phases(num_steps)
+
+
+def _load_routing(recorder: Any, out: DenoiseOutput) -> None:
+    """Hands a recording run's returned routing to ``recorder`` (nothing without one)."""
+    if recorder is not None and out.routing is not None:
+        recorder.load(*out.routing)
+
+
+def _collects(attend: AttendFn | None, model: Any, guidance_passes: str) -> bool:
+    """Whether the loop returns its recording attend's routing as an output (``routing_output``,
+    ``collecting_into``): every attention call must be traced in the loop body itself, so the
+    model's layers unrolled and one model call per step (joint guidance passes)."""
+    return (
+        _records(attend)
+        and hasattr(attend, "collecting_into")
+        and not getattr(model, "scan_layers", False)
+        and guidance_passes == "joint"
+        and getattr(getattr(model, "config", None), "num_attention_heads", None) is not None
+    )
 
 
 def _records(attend: AttendFn | None) -> bool:
@@ -215,6 +247,8 @@ class DenoiseLoop:
         self.attend = attend
         self.on_step = on_step
         self._graphdef, self._params = nnx.split(model)
+        self._collects = _collects(attend, model, guidance_passes)
+        self._heads = getattr(getattr(model, "config", None), "num_attention_heads", None)
         self.trace_count = 0
         self._jitted = jax.jit(self._run)
 
@@ -238,6 +272,9 @@ class DenoiseLoop:
         attend = self.attend if record is None else self.attend.recording_when(record)
         batch = latents.shape[0]
         guided = uses_guidance(scale, negative_context)
+        routing = None  # where the loop returns the routing (``RoutingOutput``)
+        if self._collects:
+            routing = self.attend.routing_output(batch * (2 if guided else 1), self._heads)
         ctx = context
         if guided and self.guidance_passes == "joint":
             # One model call per step on [cond; uncond]: half the weight reads of two calls.
@@ -267,22 +304,27 @@ class DenoiseLoop:
             return _combine(v[:batch], v[batch:], scale) if guided else v
 
         def body_with(attend: AttendFn | None) -> Callable[[jax.Array, Any], Any]:
-            def body(i: jax.Array, state: Any) -> Any:
+            def body(i: jax.Array, carry: tuple[Any, Any]) -> tuple[Any, Any]:
+                state, routed = carry
                 model = nnx.merge(self._graphdef, params)
-                state = sampler.step(state, velocity(model, sampler.sample(state), i, attend), i)
+                cells: list = []  # the sparse cells' routing, appended while this body traces
+                called = attend if routing is None else attend.collecting_into(cells)
+                state = sampler.step(state, velocity(model, sampler.sample(state), i, called), i)
+                if routing is not None:
+                    routed = routing.write(routed, cells, i)
                 if self.on_step is not None:
                     jax.debug.callback(lambda step: self.on_step(int(step)), i)
-                return state
+                return state, routed
 
             return body
 
-        state = sampler.init(latents)
+        carry = (sampler.init(latents), None if routing is None else routing.initial())
         # One loop per phase of steps the attention tells apart (its dense steps, then its sparse
         # ones): each phase's cells are decided when tracing, with no branch per attention call.
         for start, stop, phase_attend in _step_phases(attend, sampler.num_steps):
-            state = jax.lax.fori_loop(start, stop, body_with(phase_attend), state)
-        out = sampler.sample(state)
-        return DenoiseOutput(latents=out, finite=jnp.all(jnp.isfinite(out)))
+            carry = jax.lax.fori_loop(start, stop, body_with(phase_attend), carry)
+        out = sampler.sample(carry[0])
+        return DenoiseOutput(latents=out, finite=jnp.all(jnp.isfinite(out)), routing=carry[1])
 
     def lower(
         self, latents: Any, context: Any, negative_context: Any | None = None
@@ -298,8 +340,13 @@ class DenoiseLoop:
             ValueError: on inconsistent shapes.
         """
         _check_inputs(latents, context, negative_context)
-        record = _record_flag(_records(self.attend), False)
+        record = _record_flag(self._flagged, False)
         return self._jitted.lower(self._params, latents, context, negative_context, record)
+
+    @property
+    def _flagged(self) -> bool:
+        """Whether the loop takes a runtime ``record`` flag (its attend records by callback)."""
+        return _records(self.attend) and not self._collects
 
     def compile(
         self, latents: Any, context: Any, negative_context: Any | None = None
@@ -312,7 +359,8 @@ class DenoiseLoop:
             A callable ``(latents, context, negative_context) -> DenoiseOutput``.
         """
         compiled = self.lower(latents, context, negative_context).compile()
-        return CompiledDenoise(compiled, self._params, records=_records(self.attend))
+        recorder = self.attend.recorder if self._collects else None
+        return CompiledDenoise(compiled, self._params, records=self._flagged, recorder=recorder)
 
     def __call__(
         self, latents: jax.Array, context: jax.Array, negative_context: jax.Array | None = None
@@ -332,8 +380,11 @@ class DenoiseLoop:
             ValueError: on inconsistent shapes.
         """
         _check_inputs(latents, context, negative_context)
-        record = _record_flag(_records(self.attend), True)  # an uncompiled call always records
-        return self._jitted(self._params, latents, context, negative_context, record)
+        record = _record_flag(self._flagged, True)  # an uncompiled call always records
+        out = self._jitted(self._params, latents, context, negative_context, record)
+        if self._collects:
+            _load_routing(self.attend.recorder, out)
+        return out
 
 
 def denoise(

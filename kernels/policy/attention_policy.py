@@ -55,7 +55,12 @@ from kernels.policy.routing import (
     routing_key,
     routing_outputs_for,
 )
-from kernels.policy.routing_stats import RoutingRecorder, RoutingStats, send_routing
+from kernels.policy.routing_stats import (
+    RoutingOutput,
+    RoutingRecorder,
+    RoutingStats,
+    send_routing,
+)
 from kernels.policy.schedule import SparsitySchedule
 
 
@@ -153,6 +158,7 @@ class AttentionPolicy:
         self.batch_offset = 0  # where this call's samples sit in the step's batch (records)
         self.record_flag: jax.Array | None = None  # None: every run records (recording_when)
         self.step_phase: bool | None = None  # the loop phase's steps (in_step_phase)
+        self.collected: list | None = None  # where a loop body collects routing (collecting_into)
         self.plan = schedule.tile_plan(geometry, block_sizes, rounding_tolerance)
         self.routing_mask = None if self.plan is None else self.plan.logical_mask
         self.band_kernel = (
@@ -187,6 +193,18 @@ class AttentionPolicy:
         phased = copy.copy(self)
         phased.step_phase = phase
         return phased
+
+    def routing_output(self, batch: int, heads: int) -> RoutingOutput:
+        """The arrays a loop carries and returns this recording policy's routing in."""
+        recorder = self._recorder().recorder
+        return RoutingOutput(recorder.num_steps, recorder.num_layers, batch, heads)
+
+    def collecting_into(self, cells: list) -> AttentionPolicy:
+        """This recording policy for one loop body's trace: each sparse cell appends its
+        routing to ``cells`` (``routing_stats.CellRouting``) instead of calling back."""
+        collecting = copy.copy(self._recorder())
+        collecting.collected = cells
+        return collecting
 
     @property
     def records(self) -> bool:

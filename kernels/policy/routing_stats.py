@@ -1,11 +1,16 @@
 """Routing statistics of a denoising run: per (step, layer, batch, head) flags and errors.
 
-The model's ``attend`` cannot return extra outputs, so a policy built with ``record_stats=True``
-sends each sparse (step, layer)'s routing to the host with ``jax.debug.callback`` into a
-``RoutingRecorder``. Cells that ran dense keep flag -1 and NaN errors. Host callbacks stall the
-device, so a loop that records takes a runtime flag (:func:`send_routing`): the sparse arm's
-untimed warm-up run records, its timed runs skip the callbacks (one scalar branch per cell), and
-no second run of the loop is needed.
+The model's ``attend`` cannot return extra outputs. Two ways out, both into a ``RoutingRecorder``
+(cells that ran dense keep flag -1 and NaN errors):
+
+- **as the loop's output** (``RoutingOutput``): where every attention call is traced in the loop
+  body itself (unrolled layers, one model call per step), each sparse cell appends its routing to
+  a list while the body is traced, and the loop writes the list into arrays it carries and
+  returns. No host callback: the program is the same in every run, its timing untouched, and the
+  persistent compilation cache can keep it. The sparse arm's warm-up run loads them.
+- **by host callback** (:func:`send_routing`) elsewhere (a scanned model, separate guidance
+  passes, sequence parallelism, whose calls sit in inner traces): ``jax.debug.callback`` behind a
+  runtime flag, so only the untimed warm-up run sends (one scalar branch per cell).
 """
 
 from __future__ import annotations
@@ -131,6 +136,24 @@ class RoutingRecorder:
             self._spatial_error[s, layer, rows] = np.asarray(spatial_error, np.float32)
             self._temporal_error[s, layer, rows] = np.asarray(temporal_error, np.float32)
 
+    def load(self, temporal: Any, spatial_error: Any, temporal_error: Any) -> None:
+        """Replaces the records by a whole run's (``RoutingOutput``'s arrays, read to the host).
+
+        Args:
+            temporal: int8 [steps, layers, batch, heads]; -1 where the cell ran dense.
+            spatial_error: float32 [steps, layers, batch, heads]; NaN where dense.
+            temporal_error: float32 [steps, layers, batch, heads]; NaN where dense.
+        """
+        arrays = [np.array(x) for x in (temporal, spatial_error, temporal_error)]
+        if arrays[0].shape[:2] != (self.num_steps, self.num_layers):
+            raise ValueError(
+                f"routing of shape {arrays[0].shape}: expected [{self.num_steps} steps, "
+                f"{self.num_layers} layers, batch, heads]"
+            )
+        with self._lock:
+            self._temporal = arrays[0].astype(np.int8)
+            self._spatial_error, self._temporal_error = (a.astype(np.float32) for a in arrays[1:])
+
     @property
     def stats(self) -> RoutingStats:
         """Copies of the records so far (waits for pending callbacks first).
@@ -152,9 +175,10 @@ class RoutingRecorder:
 
 
 def send_routing(policy: Any, step: jax.Array, temporal: jax.Array, routing: Any, *, layer) -> None:
-    """Sends one sparse cell's routing to ``policy.recorder`` on the host: in every run when
-    ``policy.record_flag`` is None, else only in the runs where that traced bool scalar is True
-    (the callback sits in a branch the other runs skip).
+    """Sends one sparse cell's routing on: into ``policy.collected`` (a list the loop body writes
+    into its ``RoutingOutput``) where the loop collects it, else to ``policy.recorder`` on the
+    host: in every run when ``policy.record_flag`` is None, else only in the runs where that
+    traced bool scalar is True (the callback sits in a branch the other runs skip).
 
     Args:
         policy: an ``AttentionPolicy`` with a recorder (its ``record_flag``, ``batch_offset``).
@@ -163,6 +187,15 @@ def send_routing(policy: Any, step: jax.Array, temporal: jax.Array, routing: Any
         routing: the cell's ``Routing`` (its ``spatial_error``, ``temporal_error``).
         layer: block index (an int, or a scanned model's traced int32 scalar).
     """
+
+    if policy.collected is not None:
+        if not isinstance(layer, int):
+            raise ValueError(
+                f"layer={layer!r}: a loop collects routing from unrolled layers only (a Python "
+                "int); a scanned model's routing goes by callback"
+            )
+        policy.collected.append((layer, temporal, routing.spatial_error, routing.temporal_error))
+        return
 
     def send() -> None:
         jax.debug.callback(
@@ -179,3 +212,47 @@ def send_routing(policy: Any, step: jax.Array, temporal: jax.Array, routing: Any
         send()
     else:
         jax.lax.cond(jnp.asarray(policy.record_flag, bool), send, lambda: None)
+
+
+# One sparse cell's routing as a loop body traced it: (layer, temporal [batch, heads], spatial
+# error, temporal error).
+CellRouting = tuple[int, jax.Array, jax.Array, jax.Array]
+
+
+@dataclasses.dataclass(frozen=True)
+class RoutingOutput:
+    """A loop's routing as arrays the loop carries and returns: [steps, layers, batch, heads].
+
+    Attributes:
+        num_steps: the loop's steps.
+        num_layers: transformer blocks.
+        batch: samples per model call (both guidance halves of a joint batch).
+        heads: attention heads.
+    """
+
+    num_steps: int
+    num_layers: int
+    batch: int
+    heads: int
+
+    def initial(self) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """Every cell dense: flags -1 (int8), errors NaN (float32)."""
+        shape = (self.num_steps, self.num_layers, self.batch, self.heads)
+        nan = jnp.full(shape, jnp.nan, jnp.float32)
+        return jnp.full(shape, DENSE_FLAG, jnp.int8), nan, nan
+
+    def write(
+        self, arrays: tuple[jax.Array, jax.Array, jax.Array], cells: list[CellRouting], step
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """``arrays`` with the cells of ``step`` (a traced int32 scalar) written in."""
+        temporal, spatial_error, temporal_error = arrays
+        for layer, flags, spatial, temporal_err in cells:
+            if flags.shape != (self.batch, self.heads):
+                raise ValueError(
+                    f"routing of shape {flags.shape} at layer {layer}: expected "
+                    f"({self.batch}, {self.heads}) (batch, heads)"
+                )
+            temporal = temporal.at[step, layer].set(flags.astype(jnp.int8))
+            spatial_error = spatial_error.at[step, layer].set(spatial.astype(jnp.float32))
+            temporal_error = temporal_error.at[step, layer].set(temporal_err.astype(jnp.float32))
+        return temporal, spatial_error, temporal_error
