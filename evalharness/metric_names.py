@@ -84,7 +84,9 @@ class RunMetrics(Mapping[str, MetricValue]):
     psnr_worst_frame_db: float | None = None
     ssim_frames: float | None = None
     lpips: float | None = None
+    psnr_frames_db: float | None = None
     noise_floor_psnr_db: float | None = None
+    noise_floor_lpips: float | None = None
     gap_to_noise_floor_db: float | None = None
     dense_timing_reused: int | None = None
     others: Mapping[str, MetricValue] = field(default_factory=lambda: MappingProxyType({}))

@@ -43,6 +43,10 @@ EXTRA_ONLY = {
     "flask_wtf": "postgres",  # that server's --auth (MLflow's basic-auth app) and add-user
     "hydra_plugins": "launchers",  # hydra/launcher=submitit_local|submitit_slurm
 }
+# Distributions installed on their own, without their requirements (which conflict with ours and
+# are not needed: only a data file of theirs is read, never imported), so no extra can bring
+# them; each path refuses with the install command without them (tested below).
+INSTALLED_ALONE = {"vbench": "pip install --no-deps vbench==0.1.5"}  # VBench's prompt file
 _LOOKUPS = ("find_spec", "import_module")
 
 
@@ -143,7 +147,7 @@ def test_every_third_party_import_is_declared() -> None:
     core = _core()
     problems = []
     for module, files in sorted(imports.items()):
-        if module in EXTRA_ONLY or module in PROVIDED_BY:
+        if module in EXTRA_ONLY or module in PROVIDED_BY or module in INSTALLED_ALONE:
             continue
         distributions = providers.get(module)
         where = ", ".join(sorted(files)[:3]) + (" ..." if len(files) > 3 else "")
@@ -189,7 +193,9 @@ def test_extra_only_modules_come_from_their_extra_and_not_the_core() -> None:
 
 def test_the_tables_name_only_what_the_product_imports() -> None:
     imports = third_party_imports()
-    stale = sorted((EXTRA_ONLY.keys() | PROVIDED_BY.keys()) - imports.keys())
+    stale = sorted(
+        (EXTRA_ONLY.keys() | PROVIDED_BY.keys() | INSTALLED_ALONE.keys()) - imports.keys()
+    )
     assert not stale, f"no product file imports {stale}: drop them from this test's tables"
     # The scan reaches imports inside functions and looked-up names.
     assert "evalharness/bench/dense_cpu.py" in imports["torch"]
@@ -270,3 +276,11 @@ def test_submitit_launcher_refused_without_the_launchers_extra(
     problem = check_overrides(["-m", "hydra/launcher=submitit_local", "schedule=balanced"])
     assert problem is not None and "pip install -e '.[launchers]'" in problem
     assert check_overrides(["-m", "hydra/launcher=basic"]) is None
+
+
+def test_vbench_prompts_refuse_without_vbench(monkeypatch: pytest.MonkeyPatch) -> None:
+    from evalharness.config.pairs import load_prompts
+
+    _hide(monkeypatch, "vbench")
+    with pytest.raises(ValueError, match=re.escape(INSTALLED_ALONE["vbench"])):
+        load_prompts("vbench")
