@@ -18,6 +18,14 @@ import jax.numpy as jnp
 from flax import nnx
 
 from models.attention import AttendFn
+from models.loop_attend import (
+    at_batch_offset,
+    collects_routing,
+    load_routing,
+    record_flag,
+    records_routing,
+    step_phases_of,
+)
 from models.samplers import Sampler
 
 # Wan 2.1's default classifier-free guidance scale.
@@ -147,57 +155,11 @@ class CompiledDenoise:
     ) -> DenoiseOutput:
         """Runs the compiled loop; arguments must match the shapes it was compiled for.
         ``record``: whether a loop whose attend records routing records in this run."""
-        flag = _record_flag(self._flagged, record)
+        flag = record_flag(self._flagged, record)
         out = self.compiled(self._params, latents, context, negative_context, flag)
         if record:
-            _load_routing(self._recorder, out)
+            load_routing(self._recorder, out)
         return out
-
-
-def _step_phases(attend: AttendFn | None, num_steps: int) -> list[tuple[int, int, AttendFn | None]]:
-    """``[(start, stop, attend)]``: the loop's steps in the phases ``attend`` tells apart
-    (``step_phases``, as a sparse policy offers: its dense steps, then its sparse steps), else
-    one phase of every step."""
-    if attend is None or not hasattr(attend, "step_phases"):
-        return [(0, num_steps, attend)]
-    return attend.step_phases(num_steps)
-
-
-def _load_routing(recorder: Any, out: DenoiseOutput) -> None:
-    """Hands a recording run's returned routing to ``recorder`` (nothing without one)."""
-    if recorder is not None and out.routing is not None:
-        recorder.load(*out.routing)
-
-
-def _collects(attend: AttendFn | None, model: Any, guidance_passes: str) -> bool:
-    """Whether the loop returns its recording attend's routing as an output (``routing_output``,
-    ``collecting_into``): every attention call must be traced in the loop body itself, so the
-    model's layers unrolled and one model call per step (joint guidance passes)."""
-    return (
-        _records(attend)
-        and hasattr(attend, "collecting_into")
-        and not getattr(model, "scan_layers", False)
-        and guidance_passes == "joint"
-        and getattr(getattr(model, "config", None), "num_attention_heads", None) is not None
-    )
-
-
-def _records(attend: AttendFn | None) -> bool:
-    """Whether ``attend`` records routing and takes a runtime flag for it (``recording_when``)."""
-    return bool(getattr(attend, "records", False)) and hasattr(attend, "recording_when")
-
-
-def _record_flag(records: bool, record: bool) -> jax.Array | None:
-    """The loop's runtime ``record`` argument: a bool scalar where the loop records, else None."""
-    return jnp.asarray(record, bool) if records else None
-
-
-def _at_batch_offset(attend: AttendFn | None, offset: jax.Array) -> AttendFn | None:
-    """``attend`` for a call whose samples are ``offset`` (a traced int32 scalar) onwards of the
-    step's batch (an attend that records per-sample data offers ``at_batch_offset``; any other
-    is shared as it is)."""
-    shift = getattr(attend, "at_batch_offset", None)
-    return attend if shift is None else shift(offset)
 
 
 class DenoiseLoop:
@@ -247,7 +209,7 @@ class DenoiseLoop:
         self.attend = attend
         self.on_step = on_step
         self._graphdef, self._params = nnx.split(model)
-        self._collects = _collects(attend, model, guidance_passes)
+        self._collects = collects_routing(attend, model, guidance_passes)
         self._heads = getattr(getattr(model, "config", None), "num_attention_heads", None)
         self.trace_count = 0
         self._jitted = jax.jit(self._run)
@@ -267,41 +229,15 @@ class DenoiseLoop:
     ) -> DenoiseOutput:
         # Runs at trace time only, so it counts compilations, not executions.
         self.trace_count += 1
-        sampler, scale = self.sampler, self.guidance_scale
+        sampler = self.sampler
         # A recording attend records only in the runs whose ``record`` flag is True.
         attend = self.attend if record is None else self.attend.recording_when(record)
-        batch = latents.shape[0]
-        guided = uses_guidance(scale, negative_context)
+        guided = uses_guidance(self.guidance_scale, negative_context)
         routing = None  # where the loop returns the routing (``RoutingOutput``)
         if self._collects:
-            routing = self.attend.routing_output(batch * (2 if guided else 1), self._heads)
-        ctx = context
-        if guided and self.guidance_passes == "joint":
-            # One model call per step on [cond; uncond]: half the weight reads of two calls.
-            ctx = jnp.concatenate([context, negative_context], axis=0)
-        elif guided:
-            passes_ctx = jnp.stack([context, negative_context])  # [2, B, L, text_dim]
-
-        def velocity(
-            model: nnx.Module, x: jax.Array, i: jax.Array, attend: AttendFn | None
-        ) -> jax.Array:
-            if guided and self.guidance_passes == "separate":
-                t = _model_timestep(sampler, i, batch)
-
-                def one_pass(inputs: tuple[jax.Array, jax.Array]) -> jax.Array:
-                    ctx_p, offset = inputs
-                    shifted = _at_batch_offset(attend, offset)
-                    return model(x, t, ctx_p, attend=shifted, step=i)
-
-                # A loop of two passes: one body, so every backend runs them one after the other
-                # and reuses the first pass's activations' memory for the second.
-                offsets = jnp.asarray([0, batch], jnp.int32)  # where each pass's samples sit
-                cond, uncond = jax.lax.map(one_pass, (passes_ctx, offsets))
-                return _combine(cond, uncond, scale)
-            x_in = jnp.concatenate([x, x], axis=0) if guided else x
-            t = _model_timestep(sampler, i, x_in.shape[0])
-            v = model(x_in, t, ctx, attend=attend, step=i)
-            return _combine(v[:batch], v[batch:], scale) if guided else v
+            batch = latents.shape[0] * (2 if guided else 1)
+            routing = self.attend.routing_output(batch, self._heads)
+        velocity = self._velocity(latents.shape[0], context, negative_context)
 
         def body_with(attend: AttendFn | None) -> Callable[[jax.Array, Any], Any]:
             def body(i: jax.Array, carry: tuple[Any, Any]) -> tuple[Any, Any]:
@@ -321,10 +257,46 @@ class DenoiseLoop:
         carry = (sampler.init(latents), None if routing is None else routing.initial())
         # One loop per phase of steps the attention tells apart (its dense steps, then its sparse
         # ones): each phase's cells are decided when tracing, with no branch per attention call.
-        for start, stop, phase_attend in _step_phases(attend, sampler.num_steps):
+        for start, stop, phase_attend in step_phases_of(attend, sampler.num_steps):
             carry = jax.lax.fori_loop(start, stop, body_with(phase_attend), carry)
         out = sampler.sample(carry[0])
         return DenoiseOutput(latents=out, finite=jnp.all(jnp.isfinite(out)), routing=carry[1])
+
+    def _velocity(
+        self, batch: int, context: jax.Array, negative_context: jax.Array | None
+    ) -> Callable[..., jax.Array]:
+        """``velocity(model, x, i, attend)``: the guided velocity of step ``i`` (traced)."""
+        sampler, scale = self.sampler, self.guidance_scale
+        guided = uses_guidance(scale, negative_context)
+        ctx = context
+        if guided and self.guidance_passes == "joint":
+            # One model call per step on [cond; uncond]: half the weight reads of two calls.
+            ctx = jnp.concatenate([context, negative_context], axis=0)
+        elif guided:
+            passes_ctx = jnp.stack([context, negative_context])  # [2, B, L, text_dim]
+
+        def velocity(
+            model: nnx.Module, x: jax.Array, i: jax.Array, attend: AttendFn | None
+        ) -> jax.Array:
+            if guided and self.guidance_passes == "separate":
+                t = _model_timestep(sampler, i, batch)
+
+                def one_pass(inputs: tuple[jax.Array, jax.Array]) -> jax.Array:
+                    ctx_p, offset = inputs
+                    shifted = at_batch_offset(attend, offset)
+                    return model(x, t, ctx_p, attend=shifted, step=i)
+
+                # A loop of two passes: one body, so every backend runs them one after the other
+                # and reuses the first pass's activations' memory for the second.
+                offsets = jnp.asarray([0, batch], jnp.int32)  # where each pass's samples sit
+                cond, uncond = jax.lax.map(one_pass, (passes_ctx, offsets))
+                return _combine(cond, uncond, scale)
+            x_in = jnp.concatenate([x, x], axis=0) if guided else x
+            t = _model_timestep(sampler, i, x_in.shape[0])
+            v = model(x_in, t, ctx, attend=attend, step=i)
+            return _combine(v[:batch], v[batch:], scale) if guided else v
+
+        return velocity
 
     def lower(
         self, latents: Any, context: Any, negative_context: Any | None = None
@@ -340,13 +312,13 @@ class DenoiseLoop:
             ValueError: on inconsistent shapes.
         """
         _check_inputs(latents, context, negative_context)
-        record = _record_flag(self._flagged, False)
+        record = record_flag(self._flagged, False)
         return self._jitted.lower(self._params, latents, context, negative_context, record)
 
     @property
     def _flagged(self) -> bool:
         """Whether the loop takes a runtime ``record`` flag (its attend records by callback)."""
-        return _records(self.attend) and not self._collects
+        return records_routing(self.attend) and not self._collects
 
     def compile(
         self, latents: Any, context: Any, negative_context: Any | None = None
@@ -380,10 +352,10 @@ class DenoiseLoop:
             ValueError: on inconsistent shapes.
         """
         _check_inputs(latents, context, negative_context)
-        record = _record_flag(self._flagged, True)  # an uncompiled call always records
+        record = record_flag(self._flagged, True)  # an uncompiled call always records
         out = self._jitted(self._params, latents, context, negative_context, record)
         if self._collects:
-            _load_routing(self.attend.recorder, out)
+            load_routing(self.attend.recorder, out)
         return out
 
 

@@ -75,7 +75,7 @@ def test_the_loop_returns_the_routing_the_callback_path_records(monkeypatch):
     timed = compiled(latents, context, negative)  # a run that does not record
     assert returned.stats.temporal.shape[2] == 0
     out = compiled(latents, context, negative, record=True)
-    monkeypatch.setattr(pipeline, "_collects", lambda *args: False)
+    monkeypatch.setattr(pipeline, "collects_routing", lambda *args: False)
     other = DenoiseLoop(model, sampler, guidance_scale=5.0, attend=called_back)
     reference = other.compile(latents, context, negative)
     assert HOST_CALLBACK.search(reference.compiled.as_text())

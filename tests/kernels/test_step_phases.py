@@ -69,7 +69,7 @@ def test_the_phased_loop_equals_one_branching_loop_and_has_no_branch(monkeypatch
     context = jax.random.normal(keys[1], (1, 8, config.text_dim))
     sampler = make_sampler("unipc", STEPS, 5.0)
     phased = DenoiseLoop(model, sampler, attend=_policy()).compile(latents, context)
-    monkeypatch.setattr(pipeline, "_step_phases", lambda attend, steps: [(0, steps, attend)])
+    monkeypatch.setattr(pipeline, "step_phases_of", lambda attend, steps: [(0, steps, attend)])
     branching = DenoiseLoop(model, sampler, attend=_policy()).compile(latents, context)
     assert "conditional(" in branching.compiled.as_text()
     assert "conditional(" not in phased.compiled.as_text()
