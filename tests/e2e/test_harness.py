@@ -104,9 +104,16 @@ DEFAULT_JOB_METRIC_KEYS = {
     # The statistics across (prompt, seed) pairs that ``gate.on`` reads; one pair here.
     *(
         f"{name}_{stat}"
-        for name in ("psnr_db", "psnr_worst_frame_db", "ssim_frames", "speedup")
+        for name in ("psnr_db", "psnr_frames_db", "psnr_worst_frame_db", "ssim_frames")
         for stat in ("mean", "std", "worst", "lcb", "ucb")
     ),
+    *(
+        f"{name}_{stat}"
+        for name in ("speedup", "lpips")
+        for stat in ("mean", "std", "worst", "lcb", "ucb")
+    ),
+    "lpips",  # AlexNet LPIPS, the papers' third column
+    "noise_floor_lpips",
     "pairs",
     "dense_timing_reused",  # 1 only with reuse_dense_timing=true, which the gate then refuses
     "speedup_vs_xla_flash",  # our CPU dense control against the sparse arm
@@ -134,6 +141,7 @@ DEFAULT_JOB_METRIC_KEYS = {
     "dense_cache_key",
     "tokens",
     "schedule",
+    "schedule_method",
     "schedule_kept_fraction",
     "mask_density",
     "mask_target_density",
