@@ -42,8 +42,13 @@ def collects_routing(attend: AttendFn | None, model: Any, guidance_passes: str) 
         and hasattr(attend, "collecting_into")
         and not getattr(model, "scan_layers", False)
         and guidance_passes == "joint"
-        and getattr(getattr(model, "config", None), "num_attention_heads", None) is not None
+        and attention_heads(model) is not None
     )
+
+
+def attention_heads(model: Any) -> int | None:
+    """The model's attention heads (its config's ``num_attention_heads``; None if it has none)."""
+    return getattr(getattr(model, "config", None), "num_attention_heads", None)
 
 
 def records_routing(attend: AttendFn | None) -> bool:

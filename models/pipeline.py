@@ -20,6 +20,7 @@ from flax import nnx
 from models.attention import AttendFn
 from models.loop_attend import (
     at_batch_offset,
+    attention_heads,
     collects_routing,
     load_routing,
     record_flag,
@@ -210,7 +211,7 @@ class DenoiseLoop:
         self.on_step = on_step
         self._graphdef, self._params = nnx.split(model)
         self._collects = collects_routing(attend, model, guidance_passes)
-        self._heads = getattr(getattr(model, "config", None), "num_attention_heads", None)
+        self._heads = attention_heads(model)
         self.trace_count = 0
         self._jitted = jax.jit(self._run)
 
