@@ -8,9 +8,11 @@ Per call:
 - non-sparse schedule: exactly the dense executor (no cond, so the output is bit-identical to a
   model run with that executor);
 - a dense leading layer (static ``layer``): the dense executor;
+- inside a loop phase of dense or of sparse steps (``step_phases``, ``in_step_phase``: the
+  denoising loop runs its dense steps, then its sparse steps, as two loops), the phase decides;
 - otherwise ``lax.cond(step < dense_steps, dense, sparse)`` (with a traced ``layer``, also dense
-  when ``layer < dense_layers``): only the taken branch runs, and the predicate is data, so the
-  denoising loop compiles once for every step, and a scanned model once for every layer;
+  when ``layer < dense_layers``): only the taken branch runs, and the predicate is data, so one
+  loop body serves every step, and a scanned model's body every layer;
 - sparse: route heads (``kernels.policy.routing``), move each temporal head's tokens into the temporal
   layout by a per-(batch, head) select between the frame-major and the permuted copy (shapes never
   depend on the flags), run the band executor (one mask and one tile plan serve both layouts: the
