@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from evalharness.exit_codes import REFUSED
 from evalharness.formatting import markdown_table
 
 COLUMNS = (
@@ -98,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows = method_rows(args.sweep_dir)
     except FileNotFoundError as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return REFUSED
     print(json.dumps(rows, indent=1) if args.json else markdown_table(rows, COLUMNS))
     return 0
 
