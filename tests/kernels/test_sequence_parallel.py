@@ -104,6 +104,8 @@ def test_eight_device_suite():
             "-q",
             "-p",
             "no:cacheprovider",
+            "-n",
+            "0",  # one process: its 8 host devices are what the file tests
             "-m",
             "",  # every test of the file, its slow ones too: this whole suite is already slow
             "tests/kernels/test_sp_multidevice.py",
