@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from evalharness.formatting import markdown_text
 from reports import figures, mask_figures
 from reports.html_page import render_html
+from reports.methods_section import methods_section
 from reports.papers_table import papers_section
 from reports.search_section import search_section
 from reports.seed_table import seed_section
@@ -182,6 +183,7 @@ def _markdown(
     lines = _header(runs, source) + verdict_section(harness_runs(runs))
     lines += seed_section(runs)  # our measurements beside the seed's, with seed-setting runs
     lines += papers_section(runs)  # the papers' PSNR / SSIM / LPIPS / speedup rows beside ours
+    lines += methods_section(runs)  # SVG, STA and Radial side by side, with their Pareto front
     missing = [note for t in tables for note in t.notes if note.startswith("no ")]
     lines += _figure("pareto", drawn, missing)
     for table in tables:

@@ -53,6 +53,7 @@ from kernels.executors.dense_memory import dense_executor_temp_bytes, grows_quad
 from kernels.executors.pallas_tpu_budget import TpuBudget
 from kernels.plans.block_sizes import BlockSizes
 from kernels.policy.attention_policy import AttentionPolicy, make_dense_attend
+from kernels.policy.static_policy import make_policy
 from models.config import WanTransformerConfig
 from models.dtypes import dtype_of
 from models.peak_memory import umt5_peak_bytes, vae_decode_peak_bytes, vae_tiled_decode_memory
@@ -282,7 +283,7 @@ def _single_device_attends(
     }
     dense = make_dense_attend(executors["dense"], **options)
     floor = make_dense_attend(executors["noise_floor"], **options)
-    policy = AttentionPolicy(
+    policy = make_policy(
         cfg.schedule,
         token_geometry(cfg.resolution.video),
         num_steps=cfg.steps,
@@ -334,7 +335,9 @@ def _executor_specs(
         policy.plan.variant if sparse else dense_name,
         band_temp,
         routed=sparse,
-        routing_samples=cfg.schedule.routing_samples,
+        # A static mask routes nothing; it changes layout only where it has one (STA's tiles).
+        routing_samples=cfg.schedule.routing_samples if cfg.schedule.routes else 0,
+        layout_change=policy.changes_layout,
         dense_name=dense_name,
         dense_temp_bytes=temp(dense_name),
         fuses_layout=backend == "xla",

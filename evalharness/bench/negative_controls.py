@@ -52,7 +52,7 @@ from evalharness.formatting import markdown_table
 from evalharness.gate import check_gate
 from evalharness.machine import machine_info
 from evalharness.metric_names import Metric
-from kernels.policy.negative_controls import NEGATIVE_CONTROLS
+from kernels.policy import QUALITY_CONTROLS
 from models.pipeline import DenoiseLoop
 
 DEFAULT_MIN_PSNR_DB = 28.0  # the CI gate's threshold (.ci/run)
@@ -92,12 +92,12 @@ def _job_loop(cfg: EvalConfig) -> tuple[Components, Callable[[Any], np.ndarray]]
 
 def measure_controls(
     cfg: EvalConfig,
-    controls: Sequence[str] = NEGATIVE_CONTROLS,
+    controls: Sequence[str] = QUALITY_CONTROLS,
     *,
     min_psnr_db: float = DEFAULT_MIN_PSNR_DB,
     on_event: Callable[[str], None] = lambda message: None,
 ) -> list[dict[str, Any]]:
-    """One dense arm, then one row per sparse arm of ``controls`` (``NEGATIVE_CONTROLS``;
+    """One dense arm, then one row per sparse arm of ``controls`` (``QUALITY_CONTROLS``;
     ``none`` is the correct arm) against it, judged at ``min_psnr_db``; ``cfg``'s own
     ``negative_control`` is ignored; ``on_event`` gets one line per phase.
 
@@ -185,9 +185,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--controls",
         nargs="+",
-        default=list(NEGATIVE_CONTROLS),
-        choices=NEGATIVE_CONTROLS,
-        help="arms to run (none is the correct arm); default: all",
+        default=list(QUALITY_CONTROLS),
+        choices=QUALITY_CONTROLS,
+        help="arms to run (none is the correct arm); default: all the quality controls (the "
+        "speed control, redundant_dense, changes no frame: the main job's speedup gate fails it)",
     )
     args = parser.parse_args(argv)
     cfg = config_or_exit(parser, args.overrides)

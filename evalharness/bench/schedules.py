@@ -61,6 +61,7 @@ from kernels.plans.block_sizes import BlockSizes
 from kernels.policy.attention_policy import AttentionPolicy
 from kernels.policy.routing import routing_flops_fraction
 from kernels.policy.schedule import SparsitySchedule
+from kernels.policy.static_policy import make_policy
 from models.dtypes import dtype_of
 from models.pipeline import uses_guidance
 from models.transformer import WanTransformer
@@ -147,9 +148,10 @@ def _setup(cfg: EvalConfig) -> _Setup:
 
 
 def _policy(setup: _Setup, schedule: SparsitySchedule) -> AttentionPolicy:
-    """The policy the run's sparse arm builds for ``schedule`` at the run's shapes."""
+    """The policy the run's sparse arm builds for ``schedule`` at the run's shapes (a static
+    mask's ``StaticMaskPolicy`` for ``sta`` and ``radial``)."""
     cfg, geometry, tiles = setup.call.cfg, setup.call.geometry, setup.call.block_sizes
-    return AttentionPolicy(
+    return make_policy(
         schedule,
         geometry,
         num_steps=cfg.steps,
@@ -182,7 +184,7 @@ def _schedule_arm(
         guidance_passes=cfg.guidance_passes.value,
     )
     routing = 0.0
-    if schedule.sparse:
+    if schedule.sparse and schedule.routes:  # a static mask routes nothing
         density = schedule.target_density(geometry)
         routing = routing_flops_fraction(geometry, density, schedule.routing_samples)
     arm = {

@@ -11,7 +11,9 @@ self-attention call:
   the dense remainder both arms share (projections, norms, RoPE, cross-attention, FFN);
 - ``dense attention``: the dense control alone on q, k, v;
 - ``sparse attention``: the sparse branch alone (routing, layout in, band kernel, layout out);
-- its parts: ``routing``, ``layout in``, ``band kernel``, ``layout out``; and the layout change
+- its parts: ``routing``, ``layout in``, ``band kernel``, ``layout out`` (a static mask,
+  ``schedule=sta`` or ``radial``, has no routing, and its layout parts are the change into and
+  out of the mask's token order: STA's tiles; Radial has none); and the routed heads' layout change
   as a gather by the permutation index (``layout in (gather)``, ``layout out (gather)``), the
   plain definition the transposes replace, for comparison, alone and inside the block
   (``sparse block (gather layout)``, where XLA fuses it with what surrounds it);
@@ -55,6 +57,7 @@ from evalharness.assembly import dense_attend, kernel_options
 from evalharness.bench.mlflow_record import emit
 from evalharness.bench.op_profile import profile_ops
 from evalharness.bench.run_config import AttentionCall, bench_parser, config_or_exit
+from evalharness.bench.static_parts import static_attention_fns
 from evalharness.bench.timing import time_warm_ms
 from evalharness.config import EvalConfig
 from evalharness.formatting import markdown_table
@@ -67,6 +70,7 @@ from kernels.masks.layouts import (
     to_head_layouts,
 )
 from kernels.policy.attention_policy import AttentionPolicy
+from kernels.policy.static_policy import make_policy
 from models.attention import cross_attention
 from models.rope import rope_tables
 from models.transformer import WanTransformerBlock
@@ -95,9 +99,10 @@ COLUMNS = (
 
 
 def _policy(cfg: EvalConfig, call: AttentionCall, in_place: bool | None = None) -> AttentionPolicy:
-    """The sparse arm's policy, as the run builds it (its band, tiles, dense control, options);
-    ``in_place`` overrides how the Pallas TPU kernel holds its operands."""
-    return AttentionPolicy(
+    """The sparse arm's policy, as the run builds it (its mask, tiles, dense control, options:
+    a routed schedule's ``AttentionPolicy``, a static mask's ``StaticMaskPolicy``); ``in_place``
+    overrides how the Pallas TPU kernel holds its operands."""
+    return make_policy(
         cfg.schedule,
         call.geometry,
         num_steps=cfg.steps,
@@ -181,10 +186,11 @@ def _block_fns(
         "dense block": policy.dense_attend,
         "sparse block": lambda q, k, v, **_: policy.sparse_branch(q, k, v, step=step, layer=layer),
         "block without self-attention": lambda q, k, v, **_: v,
-        GATHER_PARTS[2]: lambda q, k, v, **_: _sparse_by_gather(
-            policy, q, k, v, step=step, layer=layer
-        ),
     }
+    if call.cfg.schedule.routes:  # the gather form of the routed heads' layout change
+        attends[GATHER_PARTS[2]] = lambda q, k, v, **_: _sparse_by_gather(
+            policy, q, k, v, step=step, layer=layer
+        )
     if copied is not None:
         attends[HEADS_LEADING_PARTS[0]] = lambda q, k, v, **_: copied.sparse_branch(
             q, k, v, step=step, layer=layer
@@ -212,9 +218,12 @@ def _attention_fns(
     call: AttentionCall, policy: AttentionPolicy, x: dict, copied: AttentionPolicy | None
 ) -> dict[str, Callable]:
     """Dense and sparse attention alone, the sparse call's parts, the gather layouts (and the
-    band kernel with the ``copied`` policy's heads-leading operands)."""
+    band kernel with the ``copied`` policy's heads-leading operands); a static mask's own parts
+    (``evalharness.bench.static_parts``)."""
     g, q, k, v, temporal = call.geometry, x["q"], x["k"], x["v"], x["temporal"]
     step, layer = jnp.int32(call.cfg.steps - 1), call.model.num_layers - 1
+    if not call.cfg.schedule.routes:
+        return static_attention_fns(policy, q, k, v, step=step, layer=layer)
     moved = [to_head_layouts(t, g, temporal) for t in (q, k, v)]
     perm, inv = temporal_permutation(g), inverse_temporal_permutation(g)
 

@@ -70,7 +70,9 @@ NegativeControl = _choices(
     "A deliberately broken sparse arm, to show that the gate fails it: ``none`` (the correct arm), "
     "``all_spatial`` / ``all_temporal`` (every head forced to one layout), ``inverted`` (each "
     "head routed to the layout it did not choose) or ``no_unpermute`` (temporal heads' outputs "
-    "left in the temporal layout).",
+    "left in the temporal layout), which the PSNR gate must fail; or ``redundant_dense`` (the "
+    "sparse cells also run the dense executor and discard it: same video, slower), which the "
+    "speedup gate must fail.",
 )
 PermutePlacement = _choices(
     "PermutePlacement",

@@ -66,8 +66,13 @@ class ExecutorSpec:
         temp_bytes: the executor's temporaries: bytes, or ``f(*, batch, heads, tokens, head_dim,
             dtype_bytes) -> int`` evaluated at the device's ``AttentionShape`` (e.g. a
             ``functools.partial`` of ``dense_executor_temp_bytes``, or ``compiled_temp_bytes``).
-        routed: the arm routes heads and moves temporal heads to their layout (the sparse arm).
-        routing_samples: R, the routed query rows.
+        routed: the sparse arm: its dense steps and layers beside its sparse cells, and (as
+            the next two say) routing and a layout change in its sparse cells.
+        routing_samples: R, the routed query rows; 0 for a static mask (``sta``, ``radial``),
+            which routes nothing and holds no routing buffers.
+        layout_change: the sparse cells move tokens to another layout and back (routed
+            temporal heads, STA's tile order); False for a mask run in frame-major order
+            (Radial).
         dense_name: the executor of a routed arm's dense steps and layers.
         dense_temp_bytes: its temporaries, as ``temp_bytes`` (the two sides of a ``lax.cond``
             are never live together, so the larger counts).
@@ -84,6 +89,7 @@ class ExecutorSpec:
     temp_bytes: TempBytes = 0
     routed: bool = False
     routing_samples: int = 64
+    layout_change: bool = True
     dense_name: str | None = None
     dense_temp_bytes: TempBytes = 0
     fuses_layout: bool = False

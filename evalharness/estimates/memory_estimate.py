@@ -219,7 +219,7 @@ def _attention_rows(
         attention = {"routing": 0, "head exchange": exchange, "layout copies": 0}
         return attention | {"attention executor": compiled}
     routing = layout = 0
-    if spec.routed:
+    if spec.routed and spec.routing_samples:
         routing = routing_buffer_bytes(
             batch=shape.batch,
             tokens=shape.tokens,
@@ -228,6 +228,7 @@ def _attention_rows(
             samples=spec.routing_samples,
             devices=devices,
         )
+    if spec.routed and spec.layout_change:
         layout = (
             shape.tensor_bytes
             if spec.fuses_layout

@@ -8,7 +8,7 @@ Also exports the dense-control rule (``dense_controls``, ``check_dense_pair``) t
 from kernels.executors.dense_controls import check_dense_pair, dense_controls
 from kernels.policy.attention_policy import AttentionPolicy
 from kernels.policy.dense_attend import make_dense_attend
-from kernels.policy.negative_controls import NEGATIVE_CONTROLS
+from kernels.policy.negative_controls import NEGATIVE_CONTROLS, QUALITY_CONTROLS, SPEED_CONTROLS
 from kernels.policy.routing import (
     ROUTING_MODES,
     Routing,
@@ -29,8 +29,10 @@ __all__ = [
     "DENSE_FLAG",
     "NEGATIVE_CONTROLS",
     "POLICY_BACKENDS",
+    "QUALITY_CONTROLS",
     "ROUTING_MODES",
     "SPARSE_VARIANTS",
+    "SPEED_CONTROLS",
     "AttentionPolicy",
     "Routing",
     "RoutingRecorder",

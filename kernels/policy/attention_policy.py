@@ -20,8 +20,9 @@ Per call:
   order.
 
 A negative control (``kernels.policy.negative_controls``) breaks one of these on purpose (the
-layouts routing chose, or the restoring of frame-major order); with ``none`` the traced program is
-the correct one, untouched.
+layouts routing chose, or the restoring of frame-major order), or the sparse cell's cost (the
+dense executor run beside the band and discarded); with ``none`` the traced program is the correct
+one, untouched.
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ from kernels.policy.negative_controls import (
     check_negative_control,
     controlled_flags,
     restores_layout,
+    runs_redundant_dense,
+    with_discarded,
 )
 from kernels.policy.routing import (
     ROUTING_MODES,
@@ -339,6 +342,12 @@ class AttentionPolicy:
         return controlled_flags(self.negative_control, temporal)
 
     @property
+    def changes_layout(self) -> bool:
+        """Whether a sparse cell moves tokens to another layout and back (routed heads: the
+        temporal ones, whichever they are)."""
+        return True
+
+    @property
     def restores_layout(self) -> bool:
         """Whether temporal heads' outputs are restored to frame-major order (not under the
         ``no_unpermute`` control)."""
@@ -389,7 +398,10 @@ class AttentionPolicy:
         """
         if self.band_kernel is None:
             raise ValueError(f"schedule {self.schedule.name!r} is not sparse; it has no band")
-        return self.band_kernel(q, k, v)
+        out = self.band_kernel(q, k, v)
+        if runs_redundant_dense(self.negative_control):  # a speed control: same output, more work
+            out = with_discarded(out, self.dense_attend(q, k, v, step=0, layer=0))
+        return out
 
 
 def _band_kernel(plan, tokens: int, backend: str, options: KernelOptions) -> Kernel:

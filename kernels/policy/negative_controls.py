@@ -11,6 +11,14 @@
   temporal layout instead of being restored to frame-major order, so their rows land on the wrong
   tokens.
 
+Those are quality controls: the video changes and the PSNR gate must fail them. One control is a
+speed control (``SPEED_CONTROLS``), for the speedup gate:
+
+- ``redundant_dense``: every sparse cell also runs the dense executor on the same q, k, v and
+  discards the result (``with_discarded``), so the sparse arm does all of the dense arm's attention
+  work on top of its own while its output stays bit-identical to the correct arm's: only the time
+  is broken.
+
 Routing itself always runs (same cost, same sampled rows), so a control changes only what its name
 says. ``none`` adds nothing to the traced program: the policy checks the control in Python and
 takes the unchanged path.
@@ -21,7 +29,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-NEGATIVE_CONTROLS = ("none", "all_spatial", "all_temporal", "inverted", "no_unpermute")
+QUALITY_CONTROLS = ("none", "all_spatial", "all_temporal", "inverted", "no_unpermute")
+SPEED_CONTROLS = ("redundant_dense",)
+NEGATIVE_CONTROLS = QUALITY_CONTROLS + SPEED_CONTROLS
 
 
 def check_negative_control(control: str) -> str:
@@ -57,6 +67,28 @@ def controlled_flags(control: str, temporal: jax.Array) -> jax.Array:
     if control == "inverted":
         return jnp.logical_not(temporal)
     return temporal
+
+
+def runs_redundant_dense(control: str) -> bool:
+    """Whether sparse cells also run the dense executor and discard it (``redundant_dense``)."""
+    return check_negative_control(control) == "redundant_dense"
+
+
+def with_discarded(out: jax.Array, discarded: jax.Array) -> jax.Array:
+    """``out`` unchanged, with ``discarded`` still computed: ``out + 0 * discarded``.
+
+    XLA does not fold a float multiplication by zero (``x * 0`` is NaN for an infinite x), so the
+    work that produces ``discarded`` stays in the compiled program; for a finite ``discarded``
+    the sum is ``out`` exactly (adding +0.0 changes no float but the sign of a -0.0).
+
+    Args:
+        out: any shape.
+        discarded: the same shape, finite.
+
+    Returns:
+        ``out``'s values, in its dtype.
+    """
+    return out + (discarded * 0).astype(out.dtype)
 
 
 def restores_layout(control: str) -> bool:

@@ -12,12 +12,14 @@ import jax
 
 from kernels.masks.sta import from_tile_order, to_tile_order
 from kernels.policy.attention_policy import AttentionPolicy
+from kernels.policy.negative_controls import SPEED_CONTROLS
 from kernels.policy.routing import Routing
 from kernels.policy.schedule import SparsitySchedule
 
 # Routing's controls have no meaning without routing; ``no_unpermute`` leaves STA's output in
-# its tile order (a layout that is not restored), the one mistake a static mask can make.
-STATIC_NEGATIVE_CONTROLS = ("none", "no_unpermute")
+# its tile order (a layout that is not restored), the one quality mistake a static mask can make;
+# the speed control applies to every sparse executor.
+STATIC_NEGATIVE_CONTROLS = ("none", "no_unpermute", *SPEED_CONTROLS)
 
 
 class StaticMaskPolicy(AttentionPolicy):
@@ -46,12 +48,22 @@ class StaticMaskPolicy(AttentionPolicy):
             )
         super().__init__(schedule, geometry, **kwargs)
         self.layout = schedule.layout(geometry) if schedule.sparse else None
-        allowed = STATIC_NEGATIVE_CONTROLS if self.layout is not None else ("none",)
+        allowed = (
+            STATIC_NEGATIVE_CONTROLS
+            if self.layout is not None
+            else tuple(c for c in STATIC_NEGATIVE_CONTROLS if c != "no_unpermute")
+        )
         if self.negative_control not in allowed:
             raise ValueError(
                 f"negative_control={self.negative_control!r} does not apply to schedule "
                 f"{schedule.name!r} ({schedule.method}, no routing); use one of {allowed}"
             )
+
+    @property
+    def changes_layout(self) -> bool:
+        """Whether a sparse cell moves tokens to the mask's layout and back (STA's tile order;
+        a frame-major mask such as Radial's does not)."""
+        return self.layout is not None
 
     def sparse_branch(self, q, k, v, *, step: jax.Array, layer) -> jax.Array:
         """The sparse side of ``__call__``: ``sparse_attention`` (no routing, so step and layer

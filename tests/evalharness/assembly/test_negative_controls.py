@@ -22,10 +22,13 @@ from kernels.parallel.attend import SequenceParallelAttend
 from kernels.parallel.mesh import make_mesh
 from kernels.plans.block_sizes import BlockSizes
 from kernels.policy.attention_policy import AttentionPolicy
+from kernels.policy.dense_attend import make_dense_attend
 from kernels.policy.negative_controls import (
     NEGATIVE_CONTROLS,
+    QUALITY_CONTROLS,
     controlled_flags,
     restores_layout,
+    with_discarded,
 )
 from kernels.policy.routing import route_heads, routing_key
 from kernels.policy.schedule import SparsitySchedule
@@ -83,15 +86,16 @@ def test_controlled_flags_by_hand():
         "all_spatial": jnp.zeros((2, 2), bool),
         "all_temporal": jnp.ones((2, 2), bool),
         "inverted": jnp.asarray([[False, True], [True, True]]),
+        "redundant_dense": routed,
     }
     assert set(expected) == set(NEGATIVE_CONTROLS)
     for control, flags in expected.items():
         out = controlled_flags(control, routed)
         assert out.dtype == jnp.bool_ and bool(jnp.all(out == flags)), control
-    assert [restores_layout(c) for c in NEGATIVE_CONTROLS] == [True] * 4 + [False]
+    assert [restores_layout(c) for c in NEGATIVE_CONTROLS] == [True] * 4 + [False, True]
 
 
-@pytest.mark.parametrize("control", NEGATIVE_CONTROLS)
+@pytest.mark.parametrize("control", QUALITY_CONTROLS)
 def test_sparse_attention_of_each_control_against_the_oracle(oracle, control):
     (q, k, v), spatial, temporal, temporal_layout = oracle
     policy = _policy(control)
@@ -139,6 +143,35 @@ def test_none_is_the_unchanged_correct_path():
     np.testing.assert_array_equal(
         none.sparse_attention(q, k, v, ROUTED), plain.sparse_attention(q, k, v, ROUTED)
     )
+
+
+def _flops(function, *args) -> float:
+    return float(jax.jit(function).lower(*args).compile().cost_analysis()["flops"])
+
+
+def test_redundant_dense_keeps_the_output_bit_for_bit_and_adds_the_dense_work():
+    q, k, v = _qkv()
+    # The reference dense executor (no loop: XLA's cost analysis counts a loop's body once).
+    dense = make_dense_attend("reference", backend="reference")
+    correct = _policy("none", dense_attend=dense)
+    slowed = _policy("redundant_dense", dense_attend=dense)
+    assert slowed.layout_flags(ROUTED) is ROUTED
+    out = jax.jit(slowed.sparse_attention)(q, k, v, ROUTED)
+    np.testing.assert_array_equal(out, jax.jit(correct.sparse_attention)(q, k, v, ROUTED))
+    # The compiled program still computes the discarded dense attention: at least its two
+    # matmuls' flops (2 * 2 * B * H * N^2 * D) on top of the correct arm's.
+    b, n, h, d = q.shape
+    extra = _flops(slowed.sparse_attention, q, k, v, ROUTED)
+    extra -= _flops(correct.sparse_attention, q, k, v, ROUTED)
+    assert extra >= 4 * b * h * n * n * d, extra
+
+
+def test_with_discarded_returns_its_first_argument_exactly():
+    out = jnp.asarray([1.5, -0.0, 3e38, -2.0], jnp.float32)
+    discarded = jnp.asarray([7.0, -3.0, 3e38, 0.0], jnp.float32)
+    np.testing.assert_array_equal(jax.jit(with_discarded)(out, discarded), out)
+    bf16 = jax.jit(with_discarded)(out.astype(jnp.bfloat16), discarded)
+    assert bf16.dtype == jnp.bfloat16
 
 
 def test_unknown_control_is_refused():

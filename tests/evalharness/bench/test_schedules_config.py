@@ -158,13 +158,17 @@ TINY = [
 ]
 
 
-@pytest.mark.slow  # compiles and times two denoising loops: about 9 s on 2 cores
-def test_run_times_dense_and_a_sparse_schedule_on_the_run_config(capsys):
+def _run_arms(names: tuple[str, ...]) -> tuple:
+    """The run config of ``TINY`` and ``schedules.run``'s result for the named presets."""
     cfg = resolved_run_config(TINY)
     geometry = token_geometry(cfg.resolution.video)
     chosen = schedules.load_schedules(TINY, geometry, run_block_sizes(cfg))
-    arms = [s for s in chosen if s.name in ("dense", "aggressive")]
-    result = schedules.run(cfg, arms)
+    return cfg, schedules.run(cfg, [s for s in chosen if s.name in names])
+
+
+@pytest.mark.slow  # compiles and times two denoising loops: about 9 s on 2 cores
+def test_run_times_dense_and_a_sparse_schedule_on_the_run_config(capsys):
+    cfg, result = _run_arms(("dense", "aggressive"))
     assert [a["schedule"] for a in result["arms"]] == ["dense", "aggressive"]
     assert [len(a["wall_ms"]) for a in result["arms"]] == [cfg.warm_runs] * 2
     assert result["arms"][0]["speedup_vs_dense"] == 1.0
@@ -176,3 +180,11 @@ def test_run_times_dense_and_a_sparse_schedule_on_the_run_config(capsys):
     progress = capsys.readouterr().err
     assert "compiling and warming up dense (1/2) ..." in progress
     assert f"timing 2 arms round-robin, {cfg.warm_runs} rounds ..." in progress
+
+
+@pytest.mark.slow  # compiles and times two denoising loops: about 10 s on 2 cores
+def test_a_static_mask_schedule_runs_its_own_policy_with_no_routing():
+    cfg, result = _run_arms(("dense", "radial"))
+    radial = result["arms"][1]
+    assert radial["schedule"] == "radial" and radial["routing_flops_fraction"] == 0.0
+    assert radial["kept_fraction"] < 1.0 and len(radial["wall_ms"]) == cfg.warm_runs

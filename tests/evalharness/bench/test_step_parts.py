@@ -8,6 +8,8 @@ import pytest
 from evalharness.bench import step_parts
 from evalharness.bench.run_config import AttentionCall
 from evalharness.config import compose_run_config, to_config
+from kernels.masks.sta import from_tile_order
+from tests.helpers.harness_config import resolved_run_config
 
 _PARTS_MS = {
     "dense block": 500.0,
@@ -154,3 +156,27 @@ def test_cross_attention_parts_are_timed_where_the_backend_brings_its_own(backen
     parts = step_parts._attention_fns(call, policy, x, None)
     assert (step_parts.CROSS_PARTS[0] in blocks) is timed
     assert all((name in parts) is timed for name in step_parts.CROSS_PARTS[1:])
+
+
+@pytest.mark.slow  # four attention calls compiled per schedule: about 10 s on a 2-core machine
+@pytest.mark.parametrize(("schedule", "layout_parts"), [("sta", True), ("radial", False)])
+def test_a_static_masks_parts_compose_into_its_sparse_call_exactly(schedule, layout_parts):
+    """A static mask's sparse call is its layout change, the band kernel and the change back:
+    the parts timed for it, run one after the other, give the sparse call's output bit for bit;
+    there is no routing part, and a mask without a layout change has no layout parts."""
+    cfg = resolved_run_config([f"schedule={schedule}", "model=tiny", "kernel.backend=xla"])
+    call = AttentionCall(cfg)
+    policy = step_parts._policy(cfg, call)
+    x = step_parts._inputs(call)
+    parts = step_parts._attention_fns(call, policy, x, None)
+    expected = {"dense attention", "sparse attention", "band kernel"}
+    assert set(parts) == expected | ({"layout in", "layout out"} if layout_parts else set())
+    band = np.asarray(parts["band kernel"]())
+    if layout_parts:
+        moved = parts["layout in"]()
+        out = policy.execute_band(*moved)
+        np.testing.assert_array_equal(np.asarray(out), band)
+        band = np.asarray(from_tile_order(out, policy.layout))
+    np.testing.assert_array_equal(np.asarray(parts["sparse attention"]()), band)
+    blocks = step_parts._block_fns(call, policy, x, None)
+    assert "sparse block (gather layout)" not in blocks  # routed heads' layout change only

@@ -69,6 +69,11 @@ def tiny_plan() -> MemoryTable:
         "noise_floor": ExecutorSpec("dot_product_attention", lambda **s: 7 * s["tokens"]),
         "sparse": ExecutorSpec("b3", 500, routed=True, dense_name="b0", dense_temp_bytes=1000),
     }
+    return _cpu_plan(executors)
+
+
+def _cpu_plan(executors: dict[str, ExecutorSpec]) -> MemoryTable:
+    """The default job's plan on one 24 GiB CPU (float32, batch 2) with these executors."""
     return estimate_memory(
         TINY,
         CPU_VIDEO,
@@ -191,3 +196,26 @@ def test_14b_720p_block_is_compiled_in_seconds_without_weights():
     assert grown < 1.5 * GIB, f"RSS grew {grown / GIB:.2f} GiB"
     # Output and residual input are [2, 9450, 5120] bf16 each.
     assert block.output_bytes == 2 * 9450 * 5120 * 2
+
+
+@pytest.mark.parametrize(
+    ("routing_samples", "layout_change"),
+    [(64, True), (0, True), (0, False)],  # routed; STA (tile order, no routing); Radial
+)
+def test_a_static_mask_holds_no_routing_and_a_layout_copy_only_where_it_moves_tokens(
+    routing_samples, layout_change
+):
+    sparse = ExecutorSpec(
+        "b3",
+        500,
+        routed=True,
+        routing_samples=routing_samples,
+        layout_change=layout_change,
+        dense_name="b0",
+        dense_temp_bytes=1000,
+    )
+    plan = _cpu_plan({"dense": ExecutorSpec("b0", 1000), "sparse": sparse})
+    assert (plan.rows["routing"]["sparse"] > 0) is (routing_samples > 0)
+    copies = 4 * 2 * 2160 * 256 * 4 if layout_change else 0  # q, k, v, out; f32
+    assert plan.rows["layout copies"]["sparse"] == copies
+    assert plan.rows["attention executor"]["sparse"] == 1000  # its dense steps' executor
