@@ -143,6 +143,12 @@ def slower_note(metrics: Mapping[str, MetricValue]) -> str | None:
     speedup = metrics.get("speedup")
     if not isinstance(speedup, int | float) or not speedup < 1.0:
         return None
+    control = metrics.get("negative_control")
+    if control not in (None, "none"):
+        return (
+            f"the sparse arm was slower than dense here ({speedup:.3g}x): it is the negative "
+            f"control {control}, broken on purpose (negative_control={control})"
+        )
     return (
         f"the sparse arm was slower than dense here ({speedup:.3g}x): at {metrics.get('tokens')} "
         "tokens its fixed costs (routing, the layout changes, a second kernel) outweigh the "

@@ -28,7 +28,7 @@ from evalharness.arms import (
 )
 from evalharness.assembly import Components
 from evalharness.comparison.progress import Progress
-from evalharness.config import EvalConfig, Pair
+from evalharness.config import EvalConfig, NegativeControl, Pair
 from evalharness.evidence import (
     ArmCache,
     DenseArms,
@@ -273,5 +273,8 @@ def _speed_and_setup(
     metrics.update(dense.metrics())
     metrics["tokens"] = comparison.plan.geometry.tokens
     metrics["schedule"] = comparison.cfg.schedule.name
+    control = NegativeControl(comparison.cfg.negative_control).value
+    if control != "none":  # a sparse arm broken on purpose: every reader of the run must see it
+        metrics["negative_control"] = control
     metrics.update(comparison.plan.attention.describe())
     return metrics

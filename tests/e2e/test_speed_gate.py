@@ -63,6 +63,7 @@ def test_a_sparse_arm_that_redoes_the_dense_work_fails_the_ci_speed_gate(tmp_pat
     # The gate names the statistic it read (``speedup_mean``: the mean over the job's pairs).
     failure = rf"error: gate failed: speedup(_mean)? = [0-9.]+ is below the threshold {threshold:g}"
     assert re.search(failure, said), said[-3000:]
+    assert "it is the negative control redundant_dense, broken on purpose" in said, said[-3000:]
     (metrics_file,) = (tmp_path / "o" / "runs").glob("*/metrics.json")
     metrics = json.loads(metrics_file.read_text())
     assert metrics["speedup"] < threshold, metrics["speedup"]

@@ -22,3 +22,12 @@ def test_a_faster_or_unmeasured_arm_has_no_note():
     assert slower_note(_metrics(1.2)) is None
     assert slower_note(_metrics(None)) is None
     assert "note:" not in summary_lines(_metrics(1.0))
+
+
+def test_a_negative_control_is_named_as_the_reason_not_the_shape():
+    metrics = RunMetrics.of(
+        {"speedup": 0.613, "tokens": 2160, "negative_control": "redundant_dense", "run_dir": "/r"}
+    )
+    note = slower_note(metrics)
+    assert "(0.613x)" in note and "negative_control=redundant_dense" in note
+    assert REAL_SHAPES_COMMAND not in note  # real shapes would not make a planted arm faster
