@@ -50,7 +50,7 @@ class StaticMaskPolicy(AttentionPolicy):
         self.layout = schedule.layout(geometry) if schedule.sparse else None
         allowed = (
             STATIC_NEGATIVE_CONTROLS
-            if self.layout is not None
+            if self.changes_layout
             else tuple(c for c in STATIC_NEGATIVE_CONTROLS if c != "no_unpermute")
         )
         if self.negative_control not in allowed:
